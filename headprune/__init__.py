@@ -1,0 +1,45 @@
+"""headprune: find attention heads whose removal improves a task, and ship the pruned model.
+
+Heavy imports (torch, transformers) happen when the public names are first used, so ``import headprune``
+and ``headprune --help`` stay fast.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Head": "headprune.heads",
+    "parse_heads": "headprune.heads",
+    "format_heads": "headprune.heads",
+    "load_model": "headprune.models",
+    "LoadedModel": "headprune.models",
+    "wrap_model": "headprune.models",
+    "ablated": "headprune.ablation",
+    "collect_head_means": "headprune.ablation",
+    "Task": "headprune.tasks",
+    "load_task": "headprune.tasks",
+    "Evaluator": "headprune.evaluate",
+    "EvalResult": "headprune.evaluate",
+    "evaluate": "headprune.evaluate",
+    "HeadpruneError": "headprune.errors",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from headprune.ablation import ablated, collect_head_means
+    from headprune.errors import HeadpruneError
+    from headprune.evaluate import EvalResult, Evaluator, evaluate
+    from headprune.heads import Head, format_heads, parse_heads
+    from headprune.models import LoadedModel, load_model, wrap_model
+    from headprune.tasks import Task, load_task
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'headprune' has no attribute {name!r}")

@@ -1,0 +1,123 @@
+"""Ablating attention heads: a forward pre-hook on the attention output projection.
+
+The projection's input is the concatenation of the query heads' outputs, ``(B, T, num_heads * head_dim)``;
+head ``h`` is the slice ``[h * head_dim, (h + 1) * head_dim)``. Zeroing that slice is exactly what removing
+the head does (its output never reaches the residual stream); ``mean`` ablation replaces the slice by the
+head's mean output over reference inputs instead. Key/value heads are untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+import torch
+from torch import nn
+
+from headprune.errors import HeadSpecError
+from headprune.heads import Head
+from headprune.models import LoadedModel
+
+AblationMode = Literal["zero", "mean"]
+ABLATION_MODES: tuple[str, ...] = ("zero", "mean")
+
+
+def _make_pre_hook(indices: list[int], head_dim: int, replacement: torch.Tensor | None):  # noqa: ANN202
+    index = torch.tensor(indices)
+
+    def hook(module: nn.Module, args: tuple) -> tuple:
+        hidden = args[0].clone()  # (B, T, H * head_dim); cloned so the caller's tensor is never changed
+        per_head = hidden.view(*hidden.shape[:-1], -1, head_dim)  # (B, T, H, head_dim), a view of `hidden`
+        if replacement is None:
+            per_head[..., index, :] = 0
+        else:
+            per_head[..., index, :] = replacement.to(per_head.dtype)  # (len(index), head_dim) broadcast
+        return (hidden, *args[1:])
+
+    return hook
+
+
+@contextmanager
+def ablated(
+    lm: LoadedModel,
+    heads: Iterable[Head],
+    *,
+    mode: AblationMode = "zero",
+    means: torch.Tensor | None = None,
+) -> Iterator[None]:
+    """Ablate ``heads`` for the duration of the ``with`` block.
+
+    Args:
+        lm: the model.
+        heads: heads to ablate; checked against the model's grid first.
+        mode: ``zero`` or ``mean``.
+        means: for ``mean``, the per-head mean outputs, ``(num_layers, num_heads, head_dim)``
+            (see :func:`collect_head_means`).
+
+    Raises:
+        HeadSpecError: a head is out of range, or ``mean`` without means.
+    """
+    checked = lm.grid.check(heads)
+    if mode not in ABLATION_MODES:
+        raise HeadSpecError(f"unknown ablation {mode!r}; choose one of {', '.join(ABLATION_MODES)}")
+    if mode == "mean" and means is None:
+        raise HeadSpecError("mean ablation needs the heads' mean outputs (collect_head_means)")
+    by_layer: dict[int, list[int]] = {}
+    for head in checked:
+        by_layer.setdefault(head.layer, []).append(head.head)
+    handles = []
+    try:
+        for layer, indices in by_layer.items():
+            replacement = means[layer, indices] if mode == "mean" else None
+            projection = lm.adapter.output_projection(lm.model, layer)
+            handles.append(
+                projection.register_forward_pre_hook(_make_pre_hook(indices, lm.grid.head_dim, replacement))
+            )
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@torch.no_grad()
+def collect_head_means(
+    lm: LoadedModel, batches: Iterable[tuple[torch.Tensor, torch.Tensor, dict]]
+) -> torch.Tensor:
+    """Mean output of every head over the real (non-padding) tokens of reference inputs.
+
+    Args:
+        lm: the intact model.
+        batches: ``(input_ids, attention_mask, extra_forward_kwargs)`` triples.
+
+    Returns:
+        ``(num_layers, num_heads, head_dim)`` float32 tensor.
+    """
+    grid = lm.grid
+    sums = torch.zeros(grid.num_layers, grid.num_heads, grid.head_dim, dtype=torch.float64)
+    count = torch.zeros((), dtype=torch.float64)
+    current_mask: list[torch.Tensor] = []
+
+    def collector(layer: int):  # noqa: ANN202
+        def hook(module: nn.Module, args: tuple) -> None:
+            mask = current_mask[0].to(torch.float64)  # (B, T)
+            per_head = args[0].view(*args[0].shape[:-1], grid.num_heads, grid.head_dim).to(torch.float64)
+            sums[layer] += torch.einsum("bt,bthd->hd", mask, per_head)
+
+        return hook
+
+    handles = [
+        lm.adapter.output_projection(lm.model, layer).register_forward_pre_hook(collector(layer))
+        for layer in range(grid.num_layers)
+    ]
+    try:
+        for input_ids, attention_mask, extra in batches:
+            current_mask[:] = [attention_mask]
+            lm.model(input_ids=input_ids, attention_mask=attention_mask, **extra)
+            count += attention_mask.sum()
+    finally:
+        for handle in handles:
+            handle.remove()
+    if count == 0:
+        raise HeadSpecError("cannot compute head means: the reference inputs have no tokens")
+    return (sums / count).to(torch.float32)

@@ -1,0 +1,37 @@
+"""The registry of architecture adapters, keyed by ``config.model_type``.
+
+Adding a family is one small file declaring an :class:`Adapter` and one line in ``_ADAPTERS``.
+"""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+from headprune.adapters.base import Adapter
+from headprune.adapters.bert import BERT
+from headprune.adapters.gpt2 import GPT2
+from headprune.adapters.llama import LLAMA
+from headprune.adapters.neox import NEOX
+from headprune.errors import UnsupportedModelError
+
+_ADAPTERS: tuple[Adapter, ...] = (LLAMA, GPT2, NEOX, BERT)
+_BY_MODEL_TYPE: dict[str, Adapter] = {t: a for a in _ADAPTERS for t in a.model_types}
+
+
+def supported_model_types() -> list[str]:
+    """Every ``model_type`` headprune can work on, sorted."""
+    return sorted(_BY_MODEL_TYPE)
+
+
+def adapter_for(config: PretrainedConfig) -> Adapter:
+    """The adapter for a config, or :class:`UnsupportedModelError` naming the supported families."""
+    model_type = getattr(config, "model_type", None)
+    adapter = _BY_MODEL_TYPE.get(model_type or "")
+    if adapter is None:
+        raise UnsupportedModelError(
+            f"unsupported architecture {model_type!r}; supported model types: {', '.join(supported_model_types())}"
+        )
+    return adapter
+
+
+__all__ = ["Adapter", "adapter_for", "supported_model_types"]

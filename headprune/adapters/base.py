@@ -1,0 +1,70 @@
+"""What every architecture adapter says about a family: where the heads live and how many there are.
+
+An adapter is declarative: paths from the model's base module to its layers, and from a layer to the
+attention output projection (the module whose *input* is the concatenation of the query heads' outputs,
+``(B, T, num_heads * head_dim)``). Ablation, search and export only talk to models through an adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+from transformers import PretrainedConfig, PreTrainedModel
+
+from headprune.heads import HeadGrid
+
+
+def get_path(module: nn.Module, path: str) -> nn.Module:
+    """Follow a dotted attribute path (``"encoder.layer"``) from ``module``."""
+    for part in path.split("."):
+        module = getattr(module, part)
+    return module
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One architecture family.
+
+    Attributes:
+        family: the family's name as users see it (``"llama"``, ``"gpt2"``, ...).
+        model_types: the ``config.model_type`` values this adapter serves.
+        layers_path: path from ``model.base_model`` to the list of transformer layers.
+        attention_path: path from a layer to its attention module.
+        output_projection_path: path from a layer to the attention output projection.
+        heads_attr / kv_heads_attr / hidden_attr: config attribute names.
+        is_encoder: bidirectional encoder without an LM head (BERT family).
+        projection_is_conv1d: the output projection is a GPT-2 ``Conv1D`` (weight is ``(in, out)``).
+    """
+
+    family: str
+    model_types: tuple[str, ...]
+    layers_path: str
+    attention_path: str
+    output_projection_path: str
+    heads_attr: str = "num_attention_heads"
+    kv_heads_attr: str | None = None
+    hidden_attr: str = "hidden_size"
+    is_encoder: bool = False
+    projection_is_conv1d: bool = False
+
+    def grid(self, config: PretrainedConfig) -> HeadGrid:
+        """Layers, query heads, KV heads and head size from a config."""
+        num_heads = int(getattr(config, self.heads_attr))
+        kv_heads = getattr(config, self.kv_heads_attr, None) if self.kv_heads_attr else None
+        head_dim = getattr(config, "head_dim", None) or int(getattr(config, self.hidden_attr)) // num_heads
+        return HeadGrid(
+            num_layers=int(config.num_hidden_layers),
+            num_heads=num_heads,
+            num_kv_heads=int(kv_heads) if kv_heads else num_heads,
+            head_dim=int(head_dim),
+        )
+
+    def layers(self, model: PreTrainedModel) -> list[nn.Module]:
+        return list(get_path(model.base_model, self.layers_path))
+
+    def attention(self, model: PreTrainedModel, layer: int) -> nn.Module:
+        return get_path(self.layers(model)[layer], self.attention_path)
+
+    def output_projection(self, model: PreTrainedModel, layer: int) -> nn.Module:
+        return get_path(self.layers(model)[layer], self.output_projection_path)

@@ -1,0 +1,12 @@
+"""GPT-2: ``transformer.h[i].attn`` with a fused ``c_attn`` and a ``Conv1D`` output projection ``c_proj``."""
+
+from headprune.adapters.base import Adapter
+
+GPT2 = Adapter(
+    family="gpt2",
+    model_types=("gpt2",),
+    layers_path="h",
+    attention_path="attn",
+    output_projection_path="attn.c_proj",
+    projection_is_conv1d=True,
+)

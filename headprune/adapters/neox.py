@@ -1,0 +1,12 @@
+"""GPT-NeoX / Pythia: ``gpt_neox.layers[i].attention`` with a per-head interleaved ``query_key_value``
+(rows laid out as ``[head][q|k|v][head_dim]``) and the output projection ``dense``."""
+
+from headprune.adapters.base import Adapter
+
+NEOX = Adapter(
+    family="gpt_neox",
+    model_types=("gpt_neox",),
+    layers_path="layers",
+    attention_path="attention",
+    output_projection_path="attention.dense",
+)

@@ -1,0 +1,53 @@
+"""``headprune eval``: score a task on a model, optionally with heads ablated."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from headprune.cli.options import HEAD_LIST, ablation_option, batch_option, json_option, model_argument, task_option
+from headprune.heads import format_heads
+
+
+@click.command("eval")
+@model_argument
+@task_option
+@click.option("--heads", type=HEAD_LIST, default="", help="Heads to ablate, e.g. L0.H1,L3.H2.")
+@ablation_option
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Score only the first N examples.")
+@batch_option
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write per-example results (id, correct, margin) as JSONL.")
+@json_option
+def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int,
+                 out: Path | None, as_json: bool) -> None:
+    """Score TASK on MODEL, example by example, with HEADS ablated."""
+    from headprune.evaluate import Evaluator
+    from headprune.io import atomic_write_text
+    from headprune.models import load_model
+    from headprune.tasks import load_task
+
+    task = load_task(task_spec).head(limit)
+    lm = load_model(model)
+    lm.grid.check(heads)
+    evaluator = Evaluator(lm, task, batch_size=batch_size)
+    means = evaluator.head_means() if ablation == "mean" and heads else None
+    started = time.perf_counter()
+    result = evaluator.run(heads, mode=ablation, means=means, progress=sys.stderr.isatty(), label=task.name)
+    seconds = time.perf_counter() - started
+    if out is not None:
+        atomic_write_text(out, "".join(json.dumps({"id": r.id, "correct": r.correct, "margin": r.margin}) + "\n"
+                                       for r in result.results))
+    summary = {"model": model, **result.summary(), "heads": [str(h) for h in heads], "ablation": ablation,
+               "seconds": round(seconds, 3)}
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    metric = (f"mean NLL {result.mean_nll:.4f}" if result.kind == "text"
+              else f"accuracy {result.accuracy:.2%} ({summary['correct']}/{result.n})")
+    click.echo(f"{task.name} on {model}, heads ablated: {format_heads(heads)} ({ablation}): {metric}, "
+               f"n={result.n}, {seconds:.1f} s")

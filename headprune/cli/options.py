@@ -1,0 +1,38 @@
+"""Parameter types and options shared by the commands; they fail() with a clear message."""
+
+from __future__ import annotations
+
+import click
+
+from headprune.errors import HeadSpecError
+from headprune.heads import Head, parse_heads
+
+
+class HeadListType(click.ParamType):
+    """``L0.H1,L3.H2`` -> sorted unique heads."""
+
+    name = "HEADS"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> tuple[Head, ...]:
+        if isinstance(value, tuple):
+            return value
+        try:
+            return parse_heads(str(value))
+        except HeadSpecError as error:
+            self.fail(str(error), param, ctx)
+
+
+HEAD_LIST = HeadListType()
+
+model_argument = click.argument("model", metavar="MODEL")
+task_option = click.option(
+    "--task", "task_spec", required=True, metavar="TASK",
+    help="Built-in task (see `headprune tasks`), NAME:key=value,... or a JSONL file.",
+)
+ablation_option = click.option(
+    "--ablation", type=click.Choice(["zero", "mean"]), default="zero", show_default=True,
+    help="Replace an ablated head's output by zeros, or by its mean over the task's inputs.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+batch_option = click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
+                            help="Sequences per forward pass.")

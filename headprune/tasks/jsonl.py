@@ -1,0 +1,94 @@
+"""Tasks from JSONL files: the kind is read off the keys of the rows, and every row must agree."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from headprune.errors import TaskError
+from headprune.tasks.base import Example, Task
+
+_KEYS = {"choice": {"prompt", "choices", "answer"}, "generate": {"prompt", "target"}, "text": {"text"}}
+
+
+def _row_kind(row: dict) -> str | None:
+    for kind, keys in _KEYS.items():
+        if keys <= row.keys():
+            return kind
+    return None
+
+
+def _example(row: dict, kind: str, index: int, path: str, line: int) -> Example:
+    example_id = str(row.get("id", index))
+    if kind == "text":
+        if not isinstance(row["text"], str) or not row["text"]:
+            raise TaskError('"text" must be a non-empty string', path=path, line=line)
+        return Example(example_id, text=row["text"])
+    if not isinstance(row["prompt"], str):
+        raise TaskError('"prompt" must be a string', path=path, line=line)
+    if kind == "generate":
+        if not isinstance(row["target"], str) or not row["target"].strip():
+            raise TaskError('"target" must be a non-empty string', path=path, line=line)
+        return Example(example_id, prompt=row["prompt"], target=row["target"])
+    choices, answer = row["choices"], row["answer"]
+    if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) and c for c in choices):
+        raise TaskError('"choices" must be a list of at least two non-empty strings', path=path, line=line)
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
+        raise TaskError(f'"answer" must be an index into "choices" (0..{len(choices) - 1})', path=path, line=line)
+    return Example(example_id, prompt=row["prompt"], choices=tuple(choices), answer=answer)
+
+
+def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_tokens: int = 16) -> Task:
+    """Read a JSONL task file.
+
+    Raises:
+        TaskError: unreadable file, bad JSON, missing keys, mixed kinds or no rows, naming file and line.
+    """
+    name = str(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise TaskError(f"cannot read task file ({error})", path=name) from error
+    kind: str | None = None
+    examples: list[Example] = []
+    for line_number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise TaskError(f"invalid JSON ({error.msg})", path=name, line=line_number) from error
+        if not isinstance(row, dict):
+            raise TaskError("each line must be a JSON object", path=name, line=line_number)
+        row_kind = _row_kind(row)
+        if row_kind is None:
+            raise TaskError(
+                'row has none of the task layouts: {"prompt","choices","answer"}, {"prompt","target"} or {"text"}',
+                path=name,
+                line=line_number,
+            )
+        if kind is not None and row_kind != kind:
+            raise TaskError(f"row is a {row_kind} example but earlier rows are {kind}", path=name, line=line_number)
+        kind = row_kind
+        examples.append(_example(row, row_kind, len(examples), name, line_number))
+    if kind is None:
+        raise TaskError("task file has no examples", path=name)
+    ids = [e.id for e in examples]
+    if len(set(ids)) != len(ids):
+        raise TaskError("example ids are not unique", path=name)
+    return Task(name, kind, tuple(examples), length_normalize=length_normalize, max_new_tokens=max_new_tokens,
+                description=f"{kind} task from {path.name}")  # type: ignore[arg-type]
+
+
+def write_jsonl_task(task: Task, path: Path) -> None:
+    """Write a task as JSONL in the layout :func:`load_jsonl_task` reads."""
+    with path.open("w", encoding="utf-8") as handle:
+        for example in task.examples:
+            row: dict = {"id": example.id}
+            if task.kind == "text":
+                row["text"] = example.text
+            elif task.kind == "generate":
+                row.update(prompt=example.prompt, target=example.target)
+            else:
+                row.update(prompt=example.prompt, choices=list(example.choices), answer=example.answer)
+            handle.write(json.dumps(row) + "\n")

@@ -1,0 +1,121 @@
+"""The evaluation engine: batch-size independence, and scores that match a by-hand computation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from headprune.evaluate import Evaluator, evaluate
+from headprune.heads import parse_heads
+from headprune.tasks import Example, Task
+
+PROMPTS = ["the film is", "a dull and lifeless movie with nothing to say, the film is",
+           "12 + 7 =", "Review: a delight from start to finish\nSentiment:", "it", "34 - 5 = 29\n8 * 3 ="]
+
+
+def choice_task() -> Task:
+    # Mixed prompt lengths; choices of one and of several tokens.
+    examples = []
+    for i, prompt in enumerate(PROMPTS):
+        examples.append(Example(f"c{i}", prompt=prompt, choices=(" positive", " negative"), answer=i % 2))
+        examples.append(Example(f"m{i}", prompt=prompt, choices=(" a dull movie", " yes", " the film is a delight"),
+                                answer=i % 3))
+    return Task("mixed-choice", "choice", tuple(examples))
+
+
+def generate_task() -> Task:
+    return Task("gen", "generate", tuple(Example(f"g{i}", prompt=p, target="19") for i, p in enumerate(PROMPTS)),
+                max_new_tokens=4)
+
+
+def text_task() -> Task:
+    return Task("text", "text", tuple(Example(f"t{i}", text=p + " and so on") for i, p in enumerate(PROMPTS)))
+
+
+def _assert_same(a, b) -> None:  # noqa: ANN001
+    assert [r.id for r in a.results] == [r.id for r in b.results]
+    assert [r.correct for r in a.results] == [r.correct for r in b.results]
+    np.testing.assert_allclose(a.margins, b.margins, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("make_task", [choice_task, generate_task, text_task])
+def test_results_do_not_depend_on_batch_size(tiny_causal, make_task) -> None:
+    task = make_task()
+    heads = parse_heads("L0.H1,L1.H0")
+    _assert_same(evaluate(tiny_causal, task, batch_size=1), evaluate(tiny_causal, task, batch_size=7))
+    _assert_same(evaluate(tiny_causal, task, heads=heads, batch_size=1),
+                 evaluate(tiny_causal, task, heads=heads, batch_size=7))
+
+
+def test_encoder_choice_does_not_depend_on_batch_size(tokenizer) -> None:
+    from conftest import build_tiny
+
+    bert = build_tiny("bert", tokenizer)
+    task = choice_task()
+    _assert_same(evaluate(bert, task, batch_size=1), evaluate(bert, task, batch_size=7))
+
+
+def _loglik(lm, context: str, continuation: str) -> float:
+    """Log-likelihood of ``continuation`` after ``context`` from one unpadded forward pass."""
+    tok = lm.tokenizer
+    ctx = tok(context.rstrip(" "))["input_ids"]
+    whole = tok(context.rstrip(" ") + context[len(context.rstrip(" ")):] + continuation)["input_ids"]
+    cont = whole[len(ctx):]
+    ids = torch.tensor([ctx + cont])
+    with torch.no_grad():
+        logprobs = F.log_softmax(lm.model(input_ids=ids).logits[0], -1)
+    return float(sum(logprobs[len(ctx) - 1 + t, token] for t, token in enumerate(cont)))
+
+
+def test_choice_margin_matches_log_likelihood_by_hand(tiny_causal) -> None:
+    task = choice_task()
+    result = evaluate(tiny_causal, task, batch_size=5)
+    for example, got in zip(task.examples, result.results):
+        values = np.array([_loglik(tiny_causal, example.prompt, c) for c in example.choices])
+        expected = values[example.answer] - np.delete(values, example.answer).max()
+        assert got.margin == pytest.approx(expected, abs=1e-4)
+        assert got.correct == bool(np.argmax(values) == example.answer)
+
+
+def test_generate_is_exact_match_of_greedy_output(tiny_causal) -> None:
+    # The model's own greedy output (decoded alone, batch 1) as target is correct; a foreign target is not.
+    task = generate_task()
+    raw = Evaluator(tiny_causal, task, batch_size=1)._generate()
+    usable = {i for i, text in raw.items() if text.strip()}
+    assert usable, "the tiny model should produce some text before a newline"
+    examples = tuple(Example(e.id, prompt=e.prompt, target=raw[i].strip() if i in usable else "no such answer")
+                     for i, e in enumerate(task.examples))
+    result = evaluate(tiny_causal, Task("gen2", "generate", examples, max_new_tokens=4), batch_size=4)
+    assert [r.correct for r in result.results] == [i in usable for i in range(len(examples))]
+
+
+def test_generate_margin_matches_teacher_forcing_by_hand(tiny_causal) -> None:
+    task = generate_task()
+    result = evaluate(tiny_causal, task, batch_size=3)
+    tok = tiny_causal.tokenizer
+    for example, got in zip(task.examples, result.results):
+        ctx = tok(example.prompt)["input_ids"]
+        cont = tok(example.prompt + " " + example.target)["input_ids"][len(ctx):]
+        with torch.no_grad():
+            logprobs = F.log_softmax(tiny_causal.model(input_ids=torch.tensor([ctx + cont])).logits[0], -1)
+        steps = []
+        for t, token in enumerate(cont):
+            row = logprobs[len(ctx) - 1 + t].clone()
+            right = float(row[token])
+            row[token] = float("-inf")
+            steps.append(right - float(row.max()))
+        assert got.margin == pytest.approx(min(steps), abs=1e-4)
+
+
+def test_text_task_reports_mean_nll(tiny_causal) -> None:
+    task = text_task()
+    result = evaluate(tiny_causal, task)
+    assert result.accuracy is None
+    example = task.examples[0]
+    ids = torch.tensor([tiny_causal.tokenizer(example.text)["input_ids"]])
+    with torch.no_grad():
+        loss = tiny_causal.model(input_ids=ids, labels=ids).loss
+    assert -result.results[0].margin == pytest.approx(float(loss), abs=1e-4)
+    assert result.mean_nll == pytest.approx(-result.margins.mean())
