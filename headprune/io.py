@@ -68,10 +68,14 @@ def atomic_folder(target: Path, *, replace: bool = False) -> Iterator[Path]:
 
 
 def check_writable_folder(folder: Path) -> None:
-    """Fail early, with a clear message, when ``folder`` cannot be created or written."""
+    """Fail early, with a clear message, when ``folder`` cannot be created or written (tried for real)."""
     folder = Path(folder)
-    probe_base = folder if folder.exists() else next((p for p in folder.parents if p.exists()), Path("."))
     if folder.exists() and not folder.is_dir():
         raise ResultFileError(f"{folder} exists and is not a folder")
-    if not os.access(probe_base, os.W_OK | os.X_OK):
-        raise ResultFileError(f"cannot write to {folder}: {probe_base} is not writable")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".write-probe-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
+        raise ResultFileError(f"cannot write to {folder}: {error.strerror or error}") from error

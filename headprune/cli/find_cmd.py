@@ -1,0 +1,70 @@
+"""``headprune find``: screen, joint search and the held-out verdict. Exit 0 confirmed, 1 not, 2 bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from headprune.cli.options import ablation_option, batch_option, json_option, model_argument, task_option
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(text.split(":")[0]).stem or text).strip("-") or "run"
+
+
+@click.command("find")
+@model_argument
+@task_option
+@click.option("--heldout-task", default=None, metavar="TASK", help="Held-out examples from this task instead of a split.")
+@click.option("--discovery", type=int, default=2000, show_default=True, help="Discovery examples (selection).")
+@click.option("--heldout", type=int, default=1000, show_default=True, help="Held-out examples (verdict only).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Split and bootstrap seed.")
+@ablation_option
+@click.option("--nominees", type=int, default=10, show_default=True, help="M: best single heads kept.")
+@click.option("--max-heads", type=int, default=3, show_default=True, help="K: nominee subsets of size 2..K.")
+@click.option("--extend", type=int, default=0, show_default=True,
+              help="Greedy steps beyond K, each adding one head while the discovery gain grows.")
+@click.option("--finalists", type=int, default=10, show_default=True, help="F: best sets scored on held-out.")
+@click.option("--control", default=None, metavar="TASK", help="Second task measured for the finalists (the trade).")
+@click.option("--control-limit", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Control examples used.")
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the verdict.")
+@click.option("--rank-by", type=click.Choice(["gain", "margin"]), default="gain", show_default=True,
+              help="First ranking key: count gain, or mean margin change (more power on small sets).")
+@batch_option
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output folder [default: runs/MODEL-TASK].")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run in --out.")
+@json_option
+@click.pass_context
+def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
+                 heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
+                 control: str | None, control_limit: int, alpha: float, rank_by: str, batch_size: int,
+                 out: Path | None, resume: bool, as_json: bool) -> None:
+    """Find a small head set whose removal improves TASK on MODEL, and test it on held-out data."""
+    from headprune.io import check_writable_folder
+    from headprune.report import verdict_line, write_outputs
+    from headprune.search.find import find
+
+    out = out or Path("runs") / f"{_slug(model)}-{_slug(task_spec)}"
+    check_writable_folder(out)
+    try:
+        result = find(model, task_spec, heldout_task=heldout_task, discovery=discovery, heldout=heldout, seed=seed,
+                      ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend, finalists=finalists,
+                      control=control, control_limit=control_limit, alpha=alpha, rank_by=rank_by,
+                      batch_size=batch_size, out=out, resume=resume, progress=sys.stderr.isatty())
+    except KeyboardInterrupt:
+        click.echo(f"headprune: progress is saved in {out}/journal.jsonl; add --resume to continue", err=True)
+        raise
+    write_outputs(result, out)
+    if as_json:
+        click.echo(json.dumps({"confirmed": result.confirmed, "primary": result.verdict["heads"],
+                               "verdict": result.verdict, "out": str(out)}))
+    else:
+        click.echo(f"wrote {out}/result.json, report.md, screen.png", err=True)
+        click.echo(verdict_line(result))
+    ctx.exit(0 if result.confirmed else 1)

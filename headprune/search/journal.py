@@ -1,0 +1,92 @@
+"""The search journal: every evaluated condition, appended as it finishes, so a run can resume.
+
+``journal.jsonl`` starts with one line of settings (model hash, task hashes, every option); each further
+line is one condition: ``{"key": "<split>|<heads>", "correct": "0110...", "margins": [...]}``. A line cut
+short by a kill is ignored on resume. Results are deterministic, so a resumed run gives exactly the result
+of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from headprune.errors import ResultFileError
+from headprune.evaluate import EvalResult, ExampleResult
+from headprune.tasks import Task
+
+JOURNAL_NAME = "journal.jsonl"
+
+
+class Journal:
+    """Append-only record of evaluated conditions, keyed by split and head set."""
+
+    def __init__(self, folder: Path | None, settings: dict, *, resume: bool = False) -> None:
+        """Start (or, with ``resume``, reopen) the journal in ``folder``; ``None`` keeps it in memory."""
+        self.path = Path(folder) / JOURNAL_NAME if folder is not None else None
+        self._entries: dict[str, dict] = {}
+        if self.path is None:
+            return
+        if resume:
+            self._load(settings)
+        else:
+            self._start(settings)
+
+    def _start(self, settings: dict) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("w", encoding="utf-8") as handle:
+                handle.write(json.dumps({"settings": settings}) + "\n")
+        except OSError as error:
+            raise ResultFileError(f"cannot write {self.path}: {error.strerror or error}") from error
+
+    def _load(self, settings: dict) -> None:
+        if not self.path.is_file():
+            raise ResultFileError(f"--resume: {self.path} does not exist (nothing to resume)")
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        try:
+            recorded = json.loads(lines[0])["settings"]
+        except (IndexError, KeyError, json.JSONDecodeError) as error:
+            raise ResultFileError(f"--resume: {self.path} is not a headprune journal") from error
+        if recorded.get("model_hash") != settings.get("model_hash"):
+            raise ResultFileError(f"--resume: {self.path.parent} was made for a different model "
+                                  f"({recorded.get('model')}, {str(recorded.get('model_hash'))[:19]}...)")
+        changed = sorted(k for k in set(recorded) | set(settings) if recorded.get(k) != settings.get(k))
+        if changed:
+            details = ", ".join(f"{k}: {recorded.get(k)!r} then, {settings.get(k)!r} now" for k in changed[:3])
+            raise ResultFileError(f"--resume: settings differ from the interrupted run ({details})")
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+                self._entries[entry["key"]] = entry
+            except (json.JSONDecodeError, KeyError):
+                continue  # the last line of a killed run may be cut short
+        # Rewrite without any broken tail so later appends start on a fresh line.
+        body = [json.dumps({"settings": recorded})] + [json.dumps(e) for e in self._entries.values()]
+        self.path.write_text("\n".join(body) + "\n", encoding="utf-8")
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str, task: Task) -> EvalResult | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if len(entry["margins"]) != len(task):
+            raise ResultFileError(f"journal entry {key} does not match the task (corrupt journal?)")
+        return EvalResult(task.name, task.kind, tuple(
+            ExampleResult(example.id, None if task.kind == "text" else flag == "1", margin)
+            for example, flag, margin in zip(task.examples, entry["correct"], entry["margins"])
+        ))
+
+    def put(self, key: str, result: EvalResult) -> None:
+        entry = {"key": key, "correct": "".join("1" if r.correct else "0" for r in result.results),
+                 "margins": [r.margin for r in result.results]}
+        self._entries[key] = entry
+        if self.path is None:
+            return
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())

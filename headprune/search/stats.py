@@ -1,0 +1,78 @@
+"""Honest statistics for paired before/after results: bootstrap CI and exact McNemar test."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+def mcnemar_exact(rescued: int, damaged: int) -> float:
+    """Two-sided exact McNemar p-value: a binomial test of the discordant pairs against 1/2."""
+    discordant = rescued + damaged
+    if discordant == 0:
+        return 1.0
+    low = min(rescued, damaged)
+    tail = sum(math.comb(discordant, k) for k in range(low + 1)) / 2.0**discordant
+    return min(1.0, 2.0 * tail)
+
+
+def paired_bootstrap_ci(
+    before: np.ndarray, after: np.ndarray, *, seed: int, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float, float]:
+    """Percentile CI of ``mean(after - before)``, resampling examples (pairs kept together)."""
+    diff = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    for start in range(0, resamples, 1000):  # chunks keep memory flat for large n
+        stop = min(start + 1000, resamples)
+        idx = rng.integers(0, len(diff), size=(stop - start, len(diff)))
+        means[start:stop] = diff[idx].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The held-out test of one head set."""
+
+    n: int
+    accuracy_before: float
+    accuracy_after: float
+    rescued: int
+    damaged: int
+    ci_low: float
+    ci_high: float
+    p_value: float
+    alpha: float
+
+    @property
+    def difference(self) -> float:
+        return self.accuracy_after - self.accuracy_before
+
+    @property
+    def confirmed(self) -> bool:
+        return self.rescued > self.damaged and self.p_value < self.alpha
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "accuracy_before": self.accuracy_before, "accuracy_after": self.accuracy_after,
+                "difference": self.difference, "ci95": [self.ci_low, self.ci_high], "rescued": self.rescued,
+                "damaged": self.damaged, "p_value": self.p_value, "alpha": self.alpha, "confirmed": self.confirmed}
+
+    def sentence(self) -> str:
+        outcome = "CONFIRMED improvement" if self.confirmed else "no confirmed improvement"
+        return (f"{outcome}: held-out accuracy {self.accuracy_before:.1%} -> {self.accuracy_after:.1%} "
+                f"({self.difference:+.1%}, 95% CI [{self.ci_low:+.1%}, {self.ci_high:+.1%}], "
+                f"McNemar p={self.p_value:.3g}, n={self.n}, rescued {self.rescued}, damaged {self.damaged})")
+
+
+def verdict(before: np.ndarray, after: np.ndarray, *, alpha: float, seed: int) -> Verdict:
+    """Paired verdict from per-example correctness before and after (bool arrays)."""
+    before, after = np.asarray(before, dtype=bool), np.asarray(after, dtype=bool)
+    rescued, damaged = int((~before & after).sum()), int((before & ~after).sum())
+    low, high = paired_bootstrap_ci(before, after, seed=seed)
+    return Verdict(len(before), float(before.mean()), float(after.mean()), rescued, damaged, low, high,
+                   mcnemar_exact(rescued, damaged), alpha)

@@ -1,0 +1,212 @@
+"""find: the protocol on models where the truth is known, resume, and honest failure modes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from handmade import build_model, cue_task, random_label_task, reversed_task
+from headprune.cli.main import cli
+from headprune.evaluate import Evaluator
+from headprune.search.find import expected_joint_evaluations, find
+from headprune.search.journal import JOURNAL_NAME
+from headprune.search.stats import mcnemar_exact
+from headprune.tasks import Example, Task, write_jsonl_task
+
+
+@pytest.fixture(scope="module")
+def handmade():  # noqa: ANN201
+    return build_model()
+
+
+def test_harmful_head_is_found_confirmed_and_its_cost_shown(handmade) -> None:
+    result = find(handmade, cue_task(), discovery=300, heldout=300, control=reversed_task(), batch_size=64)
+    assert result.screen[0]["head"] == "L0.H0"
+    assert sorted(result.screen, key=lambda r: -r["gain"])[0]["head"] == "L0.H0"
+    assert result.nominees[0] == "L0.H0"
+    assert [str(h) for h in result.primary] == ["L0.H0"]
+    assert result.confirmed and result.verdict["difference"] > 0 and result.verdict["ci95"][0] > 0
+    assert result.verdict["damaged"] == 0  # by construction, removing the head can only rescue
+    cost = result.finalists[0].control
+    assert cost["difference"] < 0 and cost["ci95"][1] < 0
+
+
+def test_no_improvement_is_confirmed_when_labels_are_random(handmade) -> None:
+    confirmed = []
+    for seed in range(20):
+        result = find(handmade, random_label_task(seed), discovery=300, heldout=300, seed=seed, finalists=3,
+                      batch_size=128)
+        confirmed.append(result.confirmed)
+    print(f"\nfalse confirmations with random labels: {sum(confirmed)}/20 at alpha=0.05")
+    assert sum(confirmed) <= 1
+
+
+def _random_choice_task(n: int, seed: int = 0) -> Task:
+    import random
+
+    rng = random.Random(seed)
+    words = "the film is a dull delight movie with nothing to say it and so on".split()
+    return Task("random-choice", "choice", tuple(
+        Example(f"r{i}", prompt=" ".join(rng.choice(words) for _ in range(rng.randint(2, 6))),
+                choices=(" positive", " negative"), answer=rng.randrange(2)) for i in range(n)))
+
+
+def test_exhaustive_stage_evaluates_every_subset_exactly_once(tmp_path, tokenizer) -> None:
+    from conftest import build_tiny
+
+    lm = build_tiny("llama", tokenizer, seed=3)  # 2 layers x 4 heads
+    result = find(lm, _random_choice_task(120), discovery=60, heldout=60, nominees=5, max_heads=3, finalists=4,
+                  out=tmp_path, batch_size=32)
+    assert expected_joint_evaluations(5, 3) == math.comb(5, 2) + math.comb(5, 3) == 20
+    assert len(result.sets) == 5 + 20
+    assert len({tuple(s["heads"]) for s in result.sets}) == 25
+    assert all(set(s["heads"]) <= set(result.nominees) for s in result.sets)
+    keys = [json.loads(line)["key"] for line in (tmp_path / JOURNAL_NAME).read_text().splitlines()[1:]]
+    discovery_keys = [k for k in keys if k.startswith("discovery|")]
+    assert len(discovery_keys) == len(set(discovery_keys)) == 1 + 8 + 20  # baseline, screen, joint
+
+
+def test_heldout_numbers_never_change_the_choice(handmade) -> None:
+    # Same discovery, two different held-out sets with opposite labels: the finalists must be identical.
+    task = cue_task()
+    disc = task.subset(list(range(0, 600)))
+    held_a = task.subset(list(range(600, 1000)))
+    held_b = Task("flipped", "choice", tuple(Example(e.id, prompt=e.prompt, choices=e.choices, answer=1 - e.answer)
+                                              for e in held_a.examples))
+    a = find(handmade, disc, heldout_task=held_a, discovery=300, heldout=300, batch_size=128)
+    b = find(handmade, disc, heldout_task=held_b, discovery=300, heldout=300, batch_size=128)
+    assert [f.heads for f in a.finalists] == [f.heads for f in b.finalists]
+    assert a.finalists[0].heldout["difference"] > 0 > b.finalists[0].heldout["difference"]
+    assert a.confirmed and not b.confirmed
+
+
+def test_interrupted_then_resumed_run_gives_the_same_result(tmp_path, tokenizer, monkeypatch) -> None:
+    from conftest import build_tiny
+
+    lm = build_tiny("gpt2", tokenizer, seed=5)
+    task = _random_choice_task(100, seed=2)
+    settings = dict(discovery=40, heldout=40, nominees=4, max_heads=3, finalists=3, batch_size=16,
+                    control=_random_choice_task(30, seed=9))
+    whole = find(lm, task, out=tmp_path / "whole", **settings).to_dict()
+
+    real_run = Evaluator.run
+    calls = {"n": 0}
+
+    def interrupting_run(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        calls["n"] += 1
+        if calls["n"] == 9:
+            raise KeyboardInterrupt
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Evaluator, "run", interrupting_run)
+    with pytest.raises(KeyboardInterrupt):
+        find(lm, task, out=tmp_path / "cut", **settings)
+    monkeypatch.setattr(Evaluator, "run", real_run)
+    journal = tmp_path / "cut" / JOURNAL_NAME
+    assert len(journal.read_text().splitlines()) == 1 + 8
+    with journal.open("a") as handle:
+        handle.write('{"key": "discovery|L1.H')  # a line cut short by a kill
+    resumed = find(lm, task, out=tmp_path / "cut", resume=True, **settings).to_dict()
+    whole.pop("timings"), resumed.pop("timings")
+    assert resumed == whole
+
+
+def test_resume_refuses_another_model(tmp_path, tokenizer) -> None:
+    from conftest import build_tiny
+
+    from headprune.errors import ResultFileError
+
+    task = _random_choice_task(60)
+    find(build_tiny("llama", tokenizer, seed=1), task, discovery=20, heldout=20, nominees=2, max_heads=2,
+         finalists=1, out=tmp_path)
+    with pytest.raises(ResultFileError, match="different model"):
+        find(build_tiny("llama", tokenizer, seed=2), task, discovery=20, heldout=20, nominees=2, max_heads=2,
+             finalists=1, out=tmp_path, resume=True)
+
+
+def test_mcnemar_exact_matches_the_binomial() -> None:
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(5, 0) == pytest.approx(2 / 32)
+    assert mcnemar_exact(3, 3) == 1.0
+    assert mcnemar_exact(10, 2) == pytest.approx(2 * sum(math.comb(12, k) for k in range(3)) / 4096)
+
+
+# ------------------------------------------------------------------ the command line
+
+
+@pytest.fixture(scope="module")
+def handmade_files(tmp_path_factory, handmade):  # noqa: ANN001, ANN201
+    folder = tmp_path_factory.mktemp("handmade")
+    handmade.model.save_pretrained(folder / "model")
+    handmade.tokenizer.save_pretrained(folder / "model")
+    write_jsonl_task(cue_task(), folder / "cue.jsonl")
+    write_jsonl_task(reversed_task(), folder / "reversed.jsonl")
+    return folder
+
+
+def _find(*args: str):  # noqa: ANN202
+    return CliRunner().invoke(cli, ["find", *args], catch_exceptions=False)
+
+
+def test_cli_find_writes_outputs_and_exits_0_when_confirmed(handmade_files, tmp_path) -> None:
+    out = tmp_path / "run"
+    result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--discovery", "300",
+                   "--heldout", "300", "--control", str(handmade_files / "reversed.jsonl"), "--batch-size", "64",
+                   "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "CONFIRMED improvement" in result.stdout.splitlines()[-1]
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["schema_version"] == 1 and saved["verdict"]["heads"] == ["L0.H0"]
+    assert saved["model"]["weight_hash"].startswith("sha256:") and saved["task"]["hash"].startswith("sha256:")
+    assert (out / "screen.png").stat().st_size > 1000
+    assert "L0.H0" in (out / "report.md").read_text()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_cli_find_exits_1_without_confirmation(handmade_files, tmp_path) -> None:
+    result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "reversed.jsonl"), "--discovery",
+                   "200", "--heldout", "200", "--batch-size", "64", "--out", str(tmp_path / "r"), "--json")
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)["confirmed"] is False
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--task", "nope"], "unknown task"),
+    (["--discovery", "900", "--heldout", "200"], "distinct examples"),
+    (["--nominees", "2", "--max-heads", "3"], "larger than --nominees"),
+    (["--task", "TEXT"], "text task"),
+])
+def test_cli_find_bad_input(handmade_files, tmp_path, args, fragment) -> None:
+    base = ["--task", str(handmade_files / "cue.jsonl")]
+    if "--task" in args:
+        base = []
+        if args[1] == "TEXT":
+            (tmp_path / "t.jsonl").write_text('{"text": "xp_1 xp_2"}\n' * 30)
+            args = ["--task", str(tmp_path / "t.jsonl")]
+    result = _find(str(handmade_files / "model"), *base, *args, "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2, result.output
+    assert fragment in result.output and "Traceback" not in result.output
+
+
+def test_cli_find_unwritable_out_and_foreign_resume(handmade_files, tmp_path, tokenizer) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--out",
+                   str(blocker / "sub"))
+    assert result.exit_code == 2 and "cannot write" in result.output
+    from conftest import build_tiny
+
+    other = tmp_path / "other-model"
+    lm = build_tiny("llama", tokenizer)
+    lm.model.save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    task = tmp_path / "c.jsonl"
+    write_jsonl_task(_random_choice_task(60), task)
+    common = ["--task", str(task), "--discovery", "20", "--heldout", "20", "--nominees", "2", "--max-heads", "2",
+              "--finalists", "1", "--out", str(tmp_path / "run")]
+    _find(str(other), *common)
+    result = _find(str(handmade_files / "model"), *common, "--resume")
+    assert result.exit_code == 2 and "different model" in result.output
