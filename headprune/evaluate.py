@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +30,7 @@ from tqdm.auto import tqdm
 from headprune.ablation import AblationMode, ablated, collect_head_means
 from headprune.errors import TaskError
 from headprune.heads import Head
+from headprune.layer_cache import LayerInputCache
 from headprune.models import LoadedModel
 from headprune.tasks import Task
 
@@ -99,9 +101,12 @@ class Evaluator:
         lm: the model.
         task: the task.
         batch_size: sequences per forward pass.
+        reuse_layers: keep the intact model's layer inputs from the first intact run and start later
+            ablated runs at the lowest ablated layer (same results, less work; see ``layer_cache``).
     """
 
-    def __init__(self, lm: LoadedModel, task: Task, *, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+    def __init__(self, lm: LoadedModel, task: Task, *, batch_size: int = DEFAULT_BATCH_SIZE,
+                 reuse_layers: bool = False) -> None:
         if batch_size < 1:
             raise TaskError(f"batch size must be at least 1, got {batch_size}")
         if lm.is_encoder and task.kind != "choice":
@@ -119,6 +124,10 @@ class Evaluator:
         # Longest first: the peak memory shows in the first batch, and similar lengths share batches.
         order = sorted(range(len(self._items)), key=lambda i: (-len(self._items[i].tokens), i))
         self._batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        self._layer_cache: LayerInputCache | None = None
+        if reuse_layers:
+            padded = sum(len(b) * max(len(self._full_tokens(self._items[i])) for i in b) for b in self._batches)
+            self._layer_cache = LayerInputCache.for_budget(lm, padded)
 
     # ---------------------------------------------------------------- preparation
 
@@ -202,13 +211,15 @@ class Evaluator:
         scores: dict[tuple[int, int], float] = {}  # (example, choice) -> score
         margins: dict[int, float] = {}
         embeddings: dict[int, torch.Tensor] = {}
+        heads = self.lm.grid.check(heads)
         bar = tqdm(total=len(self.task), desc=label, unit="ex", disable=not progress, file=sys.stderr, leave=False)
         with ablated(self.lm, heads, mode=mode, means=means):
-            for batch in self._batches:
-                if self.lm.is_encoder:
-                    self._run_encoder(batch, embeddings)
-                else:
-                    self._run_causal(batch, scores, margins)
+            for number, batch in enumerate(self._batches):
+                with self._layer_context(number, heads):
+                    if self.lm.is_encoder:
+                        self._run_encoder(batch, embeddings)
+                    else:
+                        self._run_causal(batch, scores, margins)
                 bar.update(len(self._first_items.intersection(batch)))
             if self.lm.is_encoder:
                 self._encoder_scores(embeddings, scores)
@@ -217,6 +228,23 @@ class Evaluator:
         return EvalResult(self.task.name, self.task.kind, tuple(
             self._example_result(index, scores, margins, generated) for index in range(len(self.task))
         ))
+
+    def warm_layer_cache(self) -> None:
+        """Capture the intact model's layer inputs now if they are not (e.g. the baseline came from a journal)."""
+        if self._layer_cache is not None and self._layer_cache.checkpoints and not self._layer_cache.complete(
+                len(self._batches)):
+            self.run()
+
+    def _layer_context(self, number: int, heads: tuple[Head, ...]) -> AbstractContextManager:
+        """Capture layer inputs on the first intact run; replay them for ablated runs once captured."""
+        cache = self._layer_cache
+        if cache is None or not cache.checkpoints:
+            return nullcontext()
+        if not heads:
+            return cache.capture(number) if not cache.complete(len(self._batches)) else nullcontext()
+        if cache.complete(len(self._batches)):
+            return cache.replay(number, cache.start_for(min(h.layer for h in heads)))
+        return nullcontext()
 
     def _example_result(self, index: int, scores: dict, margins: dict, generated: dict) -> ExampleResult:
         example = self.task.examples[index]

@@ -36,27 +36,27 @@ def build_tokenizer():  # noqa: ANN201
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
 
 
-def tiny_config(family: str, vocab_size: int, **overrides):  # noqa: ANN201
-    """A 2-layer, 4-head config of ``family`` (random weights come from the model's own init)."""
+def tiny_config(family: str, vocab_size: int, layers: int = 2, **overrides):  # noqa: ANN201
+    """A ``layers``-layer (default 2), 4-head config of ``family`` (random weights come from the model's own init)."""
     from transformers import BertConfig, Gemma2Config, GPT2Config, GPTNeoXConfig, LlamaConfig, Qwen2Config
 
     common = dict(vocab_size=vocab_size, pad_token_id=0, eos_token_id=1, bos_token_id=1)
     if family == "llama":
-        return LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        return LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
                            num_key_value_heads=2, max_position_embeddings=256, **common, **overrides)
     if family == "qwen2":
-        return Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        return Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
                            num_key_value_heads=1, max_position_embeddings=256, **common, **overrides)
     if family == "gemma2":
-        return Gemma2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        return Gemma2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
                             num_key_value_heads=2, head_dim=16, max_position_embeddings=256, **common, **overrides)
     if family == "gpt2":
-        return GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=256, **common, **overrides)
+        return GPT2Config(n_embd=32, n_layer=layers, n_head=4, n_positions=256, **common, **overrides)
     if family == "gpt_neox":
-        return GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        return GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
                              max_position_embeddings=256, **common, **overrides)
     if family == "bert":
-        return BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        return BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
                           max_position_embeddings=256, vocab_size=vocab_size, pad_token_id=0, **overrides)
     raise ValueError(family)
 
@@ -65,14 +65,14 @@ CAUSAL_FAMILIES = ["llama", "qwen2", "gemma2", "gpt2", "gpt_neox"]
 ALL_FAMILIES = CAUSAL_FAMILIES + ["bert"]
 
 
-def build_tiny(family: str, tokenizer, seed: int = 0):  # noqa: ANN001, ANN201
+def build_tiny(family: str, tokenizer, seed: int = 0, layers: int = 2):  # noqa: ANN001, ANN201
     """A tiny random-init model of ``family`` wrapped as a LoadedModel."""
     from transformers import AutoModel, AutoModelForCausalLM
 
     from headprune.models import wrap_model
 
     torch.manual_seed(seed)
-    config = tiny_config(family, len(tokenizer))
+    config = tiny_config(family, len(tokenizer), layers)
     auto = AutoModel if family == "bert" else AutoModelForCausalLM
     model = auto.from_config(config, attn_implementation="eager")
     return wrap_model(model, tokenizer, name=f"tiny-{family}")

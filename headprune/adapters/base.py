@@ -60,8 +60,12 @@ class Adapter:
             head_dim=int(head_dim),
         )
 
+    def layers_container(self, model: PreTrainedModel) -> nn.ModuleList:
+        """The model's own ``ModuleList`` of layers (entries can be swapped in place)."""
+        return get_path(model.base_model, self.layers_path)
+
     def layers(self, model: PreTrainedModel) -> list[nn.Module]:
-        return list(get_path(model.base_model, self.layers_path))
+        return list(self.layers_container(model))
 
     def attention(self, model: PreTrainedModel, layer: int) -> nn.Module:
         return get_path(self.layers(model)[layer], self.attention_path)

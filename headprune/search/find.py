@@ -156,7 +156,8 @@ def find(
         "finalists": finalists, "alpha": alpha, "rank_by": rank_by, "batch_size": batch_size,
     }
     journal = Journal(out, settings, resume=resume)
-    evaluators = {"discovery": Evaluator(lm, split.discovery, batch_size=batch_size),
+    # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs.
+    evaluators = {"discovery": Evaluator(lm, split.discovery, batch_size=batch_size, reuse_layers=True),
                   "heldout": Evaluator(lm, split.heldout, batch_size=batch_size)}
     if control_task is not None:
         evaluators["control"] = Evaluator(lm, control_task, batch_size=batch_size)
@@ -167,6 +168,7 @@ def find(
     # Baselines: the intact model on every set, example by example.
     mark = time.perf_counter()
     base = {name: conditions.get(name, ()) for name in evaluators}
+    evaluators["discovery"].warm_layer_cache()  # a resumed run has its baseline from the journal
     timings["baseline"] = time.perf_counter() - mark
 
     # Stage 1: every query head alone on discovery.

@@ -1,0 +1,107 @@
+"""Skip the layers an ablation cannot change: replay cached layer inputs of the intact model.
+
+Ablating a head of layer ``l`` changes nothing below ``l``: the hidden states entering layer ``l`` are the
+intact model's. During an intact pass, the inputs of some *checkpoint* layers are captured per batch; a
+condition whose lowest ablated layer is ``l`` then starts at the nearest checkpoint ``c <= l``: layers
+below ``c`` are swapped for a pass-through (the embedding, masks and rotary tables are still computed, which
+is cheap) and layer ``c`` receives the cached input. The computation from ``c`` on is the same as a full
+pass, so results are identical. Checkpoints are spaced to fit a memory budget.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from headprune.models import LoadedModel
+
+DEFAULT_BUDGET_MB = int(os.environ.get("HEADPRUNE_LAYER_CACHE_MB", "2048"))
+
+
+class _PassThrough(nn.Module):
+    """Stands in for a skipped layer: returns the hidden states it is given."""
+
+    def forward(self, hidden_states: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        return hidden_states
+
+
+def _hidden_from(args: tuple, kwargs: dict) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _with_hidden(args: tuple, kwargs: dict, hidden: torch.Tensor) -> tuple[tuple, dict]:
+    if args:
+        return (hidden, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": hidden}
+
+
+class LayerInputCache:
+    """Captured inputs of checkpoint layers, keyed by batch index."""
+
+    def __init__(self, lm: LoadedModel, checkpoints: list[int]) -> None:
+        self.lm = lm
+        self.checkpoints = sorted(c for c in set(checkpoints) if 0 < c < lm.grid.num_layers)
+        self._store: dict[int, dict[int, torch.Tensor]] = {}
+
+    @classmethod
+    def for_budget(cls, lm: LoadedModel, token_count: int, *, budget_mb: int = DEFAULT_BUDGET_MB) -> LayerInputCache:
+        """Checkpoints spaced evenly so that ``token_count`` padded tokens per layer fit ``budget_mb``."""
+        hidden = int(lm.model.config.hidden_size)
+        per_layer = token_count * hidden * 4  # fp32 bytes
+        layers = lm.grid.num_layers
+        count = min(layers - 1, int(budget_mb * 2**20 // max(per_layer, 1)))
+        return cls(lm, [math.floor(i * layers / (count + 1)) for i in range(1, count + 1)])
+
+    def complete(self, batch_count: int) -> bool:
+        """Whether every batch's inputs have been captured."""
+        return len(self._store) == batch_count and all(len(s) == len(self.checkpoints) for s in self._store.values())
+
+    def start_for(self, lowest_layer: int) -> int:
+        """The checkpoint to start from for an ablation whose lowest layer is ``lowest_layer`` (0: none)."""
+        usable = [c for c in self.checkpoints if c <= lowest_layer]
+        return usable[-1] if usable else 0
+
+    @contextmanager
+    def capture(self, batch_index: int) -> Iterator[None]:
+        """Record the inputs of the checkpoint layers during one intact forward pass."""
+        layers = self.lm.adapter.layers(self.lm.model)
+        slot = self._store.setdefault(batch_index, {})
+        handles = []
+        for c in self.checkpoints:
+            def hook(module: nn.Module, args: tuple, kwargs: dict, c: int = c) -> None:
+                slot[c] = _hidden_from(args, kwargs).detach().clone()
+
+            handles.append(layers[c].register_forward_pre_hook(hook, with_kwargs=True))
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    @contextmanager
+    def replay(self, batch_index: int, start: int) -> Iterator[None]:
+        """Run one forward pass from layer ``start`` on, fed with the cached input of that layer."""
+        if start == 0:
+            yield
+            return
+        cached = self._store[batch_index][start]
+        container = self.lm.adapter.layers_container(self.lm.model)
+        originals = [container[i] for i in range(start)]
+
+        def substitute(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            return _with_hidden(args, kwargs, cached)
+
+        handle = container[start].register_forward_pre_hook(substitute, with_kwargs=True)
+        try:
+            for i in range(start):
+                container[i] = _PassThrough()
+            yield
+        finally:
+            for i, layer in enumerate(originals):
+                container[i] = layer
+            handle.remove()

@@ -1,0 +1,58 @@
+"""Starting ablated runs from cached layer inputs gives exactly the results of full passes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from headprune.evaluate import Evaluator
+from headprune.heads import parse_heads
+from headprune.layer_cache import LayerInputCache
+from test_evaluate import choice_task, generate_task, text_task
+
+HEAD_SETS = ["L1.H0", "L1.H3", "L0.H2,L1.H1", "L0.H1"]
+
+
+def _deep(family: str, tokenizer):  # noqa: ANN001, ANN202
+    """A 4-layer tiny model, so that there are layers to skip."""
+    from conftest import build_tiny
+
+    return build_tiny(family, tokenizer, seed=7, layers=4)
+
+
+CASES = [(family, make_task) for family in ["llama", "gemma2", "gpt2", "gpt_neox", "bert"]
+         for make_task in [choice_task, generate_task, text_task] if family != "bert" or make_task is choice_task]
+
+
+@pytest.mark.parametrize(("family", "make_task"), CASES)
+def test_cached_layers_give_identical_results(family, make_task, tokenizer) -> None:
+    lm = _deep(family, tokenizer)
+    task = make_task()
+    plain = Evaluator(lm, task, batch_size=5)
+    cached = Evaluator(lm, task, batch_size=5, reuse_layers=True)
+    assert cached._layer_cache.checkpoints == [1, 2, 3]
+    means = plain.head_means()
+    for run in (plain, cached):
+        run.run()  # the intact run fills the cache of `cached`
+    assert cached._layer_cache.complete(len(cached._batches))
+    for spec in HEAD_SETS + ["L3.H2", "L2.H0,L3.H3"]:
+        heads = parse_heads(spec)
+        for mode in ("zero", "mean"):
+            a = plain.run(heads, mode=mode, means=means)
+            b = cached.run(heads, mode=mode, means=means)
+            assert [r.correct for r in a.results] == [r.correct for r in b.results]
+            np.testing.assert_allclose(a.margins, b.margins, rtol=0, atol=1e-5)
+    # The model is left intact: no pass-through layers or hooks remain.
+    again = cached.run()
+    np.testing.assert_allclose(again.margins, plain.run().margins, rtol=0, atol=1e-6)
+
+
+def test_budget_spaces_checkpoints(tokenizer) -> None:
+    lm = _deep("llama", tokenizer)
+    assert LayerInputCache.for_budget(lm, 1000, budget_mb=100).checkpoints == [1, 2, 3]
+    per_layer_mb = 1_000_000 * 32 * 4 / 2**20
+    spaced = LayerInputCache.for_budget(lm, 1_000_000, budget_mb=int(per_layer_mb * 1.5))
+    assert spaced.checkpoints == [2]
+    assert LayerInputCache.for_budget(lm, 1_000_000, budget_mb=int(per_layer_mb * 2.5)).checkpoints == [1, 2]
+    assert LayerInputCache.for_budget(lm, 1_000_000, budget_mb=1).checkpoints == []
+    assert spaced.start_for(1) == 0 and spaced.start_for(3) == 2
