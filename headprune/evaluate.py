@@ -283,6 +283,38 @@ class Evaluator:
             else:
                 margins[item.example] = float(picked.mean())  # minus the mean NLL
 
+    def surrogate_margins(self) -> Iterator[torch.Tensor]:
+        """Per batch, a differentiable sum of margin-like scores (for first-order attribution).
+
+        choice: log-likelihood of the right choice minus the wrong ones' mean (one-token choices: minus the
+        best wrong one, exactly the margin); generate: log-prob of the target; text: mean token log-prob.
+        Causal LMs only; gradients flow, so call it under ``torch.enable_grad()``.
+        """
+        if self.lm.is_encoder:
+            raise TaskError("attribution needs a causal language model; encoders are screened exactly")
+        for batch in self._batches:
+            ids, mask, extra = self._tensors(batch, left=True)
+            keep = max(len(self._items[i].scored) for i in batch)
+            logits = self.lm.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, **extra).logits
+            logprobs = F.log_softmax(logits.float(), dim=-1)  # (B, keep, V)
+            total = logprobs.new_zeros(())
+            for row, i in enumerate(batch):
+                item = self._items[i]
+                example = self.task.examples[item.example]
+                if self.task.kind == "choice" and item.choice < 0:
+                    last = logprobs[row, -1, list(item.scored)]  # (choices,)
+                    others = torch.cat([last[: example.answer], last[example.answer + 1 :]])
+                    total = total + last[example.answer] - others.max()
+                    continue
+                k = len(item.scored)
+                picked = logprobs[row, keep - k :].gather(-1, torch.tensor(item.scored)[:, None])[:, 0]
+                if self.task.kind == "choice":
+                    sign = 1.0 if item.choice == example.answer else -1.0 / (len(example.choices) - 1)
+                    total = total + sign * picked.sum()
+                else:
+                    total = total + (picked.mean() if self.task.kind == "text" else picked.sum())
+            yield total
+
     def _choice_score(self, loglik: float, choice: str) -> float:
         return loglik / len(choice.encode("utf-8")) if self.task.length_normalize else loglik
 

@@ -13,6 +13,10 @@ def verdict_line(result: FindResult) -> str:
     return f"primary set {','.join(result.verdict['heads'])}: {result.verdict['sentence']}"
 
 
+def layers_heads(result: FindResult) -> int:
+    return result.model["layers"] * result.model["heads"]
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
@@ -30,7 +34,11 @@ def render_markdown(result: FindResult) -> str:
         f"held-out n={result.split['heldout']}, split seed {result.split['seed']}",
         f"- Intact model: discovery {_pct(base['discovery'].get('accuracy'))}, "
         f"held-out {_pct(base['heldout'].get('accuracy'))}",
-        f"- Screened {len(result.screen)} heads, {len(result.nominees)} nominees, {len(result.sets)} sets evaluated "
+        f"- Screened {len(result.screen)} heads exactly"
+        + (f" (the best by a one-pass attribution estimate of all {layers_heads(result)} heads; Spearman of "
+           f"estimate vs exact margin change on them: {result.attribution['spearman_on_candidates']:.2f})"
+           if result.attribution else "")
+        + f", {len(result.nominees)} nominees, {len(result.sets)} sets evaluated "
         f"on discovery; {len(result.finalists)} finalists scored on held-out.",
         "",
         "## Verdict",
@@ -74,11 +82,11 @@ def save_heatmap(result: FindResult, path: Path) -> None:
     import numpy as np
 
     layers, heads = result.model["layers"], result.model["heads"]
-    grid = np.zeros((layers, heads))
+    grid = np.full((layers, heads), np.nan)  # heads not screened exactly stay blank
     for row in result.screen:
         head = Head.parse(row["head"])
         grid[head.layer, head.head] = row["gain"]
-    limit = max(1.0, float(np.abs(grid).max()))
+    limit = max(1.0, float(np.nanmax(np.abs(grid))))
     fig, ax = plt.subplots(figsize=(max(4.0, heads * 0.55 + 2), max(3.0, layers * 0.28 + 1.5)))
     image = ax.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto", origin="upper")
     fig.colorbar(image, ax=ax, label="discovery gain (rescued - damaged)")

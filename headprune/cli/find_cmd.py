@@ -35,6 +35,10 @@ def _slug(text: str) -> str:
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the verdict.")
 @click.option("--rank-by", type=click.Choice(["gain", "margin"]), default="gain", show_default=True,
               help="First ranking key: count gain, or mean margin change (more power on small sets).")
+@click.option("--screen", type=click.Choice(["exact", "attribution"]), default="exact", show_default=True,
+              help="Stage 1: every head exactly, or a one-pass gradient estimate then the best candidates exactly.")
+@click.option("--candidates", type=click.IntRange(min=1), default=30, show_default=True,
+              help="With --screen attribution: heads scored exactly.")
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: runs/MODEL-TASK].")
@@ -43,7 +47,8 @@ def _slug(text: str) -> str:
 @click.pass_context
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
                  heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
-                 control: str | None, control_limit: int, alpha: float, rank_by: str, batch_size: int,
+                 control: str | None, control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
+                 batch_size: int,
                  out: Path | None, resume: bool, as_json: bool) -> None:
     """Find a small head set whose removal improves TASK on MODEL, and test it on held-out data."""
     from headprune.io import check_writable_folder
@@ -56,7 +61,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
         result = find(model, task_spec, heldout_task=heldout_task, discovery=discovery, heldout=heldout, seed=seed,
                       ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend, finalists=finalists,
                       control=control, control_limit=control_limit, alpha=alpha, rank_by=rank_by,
-                      batch_size=batch_size, out=out, resume=resume, progress=sys.stderr.isatty())
+                      screen=screen, candidates=candidates, batch_size=batch_size, out=out, resume=resume,
+                      progress=sys.stderr.isatty())
     except KeyboardInterrupt:
         click.echo(f"headprune: progress is saved in {out}/journal.jsonl; add --resume to continue", err=True)
         raise

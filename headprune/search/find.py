@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from headprune.errors import SearchSettingsError, TaskError
@@ -26,10 +27,11 @@ from headprune.search.journal import Journal
 from headprune.search.paired import Paired, compare
 from headprune.search.result import FindResult, Finalist
 from headprune.search.split import split_task
-from headprune.search.stats import paired_bootstrap_ci, verdict
+from headprune.search.stats import paired_bootstrap_ci, spearman, verdict
 from headprune.tasks import Task, load_task
 
 RANK_KEYS = ("gain", "margin")
+SCREENS = ("exact", "attribution")
 
 
 def rank_key(paired: Paired, heads: Sequence[Head], rank_by: str) -> tuple:
@@ -96,6 +98,8 @@ def find(
     control_limit: int = 500,
     alpha: float = 0.05,
     rank_by: str = "gain",
+    screen: str = "exact",
+    candidates: int = 30,
     batch_size: int = 16,
     out: Path | None = None,
     resume: bool = False,
@@ -116,12 +120,18 @@ def find(
         control: a second task measured for the finalists (the trade-off); control_limit caps its size.
         alpha: significance level of the verdict.
         rank_by: ``gain`` (counts) or ``margin`` (mean margin change) as the first ranking key.
+        screen: ``exact`` (every head ablated alone) or ``attribution`` (a one-pass first-order estimate for
+            every head, then the best ``candidates`` heads scored exactly).
         out: folder for journal.jsonl (resume) and the outputs; ``None`` keeps everything in memory.
         resume: continue the journal in ``out``.
 
     Raises:
         SearchSettingsError, TaskError, ResultFileError, and the loading errors.
     """
+    if screen not in SCREENS:
+        raise SearchSettingsError(f"--screen must be one of {', '.join(SCREENS)}")
+    if screen == "attribution" and candidates < nominees:
+        raise SearchSettingsError(f"--candidates {candidates} is smaller than --nominees {nominees}")
     if rank_by not in RANK_KEYS:
         raise SearchSettingsError(f"--rank-by must be one of {', '.join(RANK_KEYS)}")
     if not 0 < alpha < 1:
@@ -153,7 +163,8 @@ def find(
         "heldout": split.heldout.content_hash(),
         "control": control_task.content_hash() if control_task is not None else None,
         "seed": seed, "ablation": ablation, "nominees": nominees, "max_heads": max_heads, "extend": extend,
-        "finalists": finalists, "alpha": alpha, "rank_by": rank_by, "batch_size": batch_size,
+        "finalists": finalists, "alpha": alpha, "rank_by": rank_by, "batch_size": batch_size, "screen": screen,
+        "candidates": candidates if screen == "attribution" else None,
     }
     journal = Journal(out, settings, resume=resume)
     # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs.
@@ -171,11 +182,19 @@ def find(
     evaluators["discovery"].warm_layer_cache()  # a resumed run has its baseline from the journal
     timings["baseline"] = time.perf_counter() - mark
 
-    # Stage 1: every query head alone on discovery.
+    # Stage 1: every query head alone on discovery (or the attribution estimate's best candidates).
     mark = time.perf_counter()
+    estimates: dict[Head, float] | None = None
+    to_screen = lm.grid.all_heads()
+    if screen == "attribution":
+        from headprune.search.attribution import estimate_effects
+
+        estimates = estimate_effects(evaluators["discovery"], means=means)
+        to_screen = sorted(to_screen, key=lambda h: (-estimates[h], h))[:candidates]
+    timings["attribution"] = time.perf_counter() - mark
     screened: list[tuple[tuple[Head, ...], Paired]] = []
-    bar = _bar(lm.grid.total, "screen", progress)
-    for head in lm.grid.all_heads():
+    bar = _bar(len(to_screen), "screen", progress)
+    for head in to_screen:
         screened.append(((head,), compare(base["discovery"], conditions.get("discovery", (head,)))))
         bar.update()
     bar.close()
@@ -246,7 +265,12 @@ def find(
                split.duplicates_dropped},
         settings={k: v for k, v in settings.items() if k not in ("model", "model_hash", "task", "heldout", "control")},
         baseline=baseline,
-        screen=[{"head": str(h[0]), **p.to_dict()} for h, p in screened],
+        screen=[{"head": str(h[0]), **p.to_dict(), **({"estimate": estimates[h[0]]} if estimates else {})}
+                for h, p in screened],
+        attribution=None if estimates is None else {
+            "estimates": {str(h): v for h, v in estimates.items()}, "candidates": len(to_screen),
+            "spearman_on_candidates": spearman(np.array([estimates[h[0]] for h, _ in screened]),
+                                               np.array([p.margin_change for _, p in screened]))},
         nominees=[str(h) for h in nominee_heads],
         sets=[{"heads": [str(h) for h in heads], **evaluated[heads].to_dict()} for heads in ranked_sets],
         finalists=finalist_records,

@@ -35,6 +35,24 @@ def paired_bootstrap_ci(
     return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
 
 
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman rank correlation (average ranks for ties); NaN when either side is constant."""
+    def ranks(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        order = np.argsort(x, kind="stable")
+        r = np.empty(len(x))
+        r[order] = np.arange(len(x), dtype=np.float64)
+        for value in np.unique(x):  # average the ranks of ties
+            tied = x == value
+            r[tied] = r[tied].mean()
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The held-out test of one head set."""
