@@ -26,6 +26,10 @@ _LAZY = {
     "EvalResult": "headprune.evaluate",
     "evaluate": "headprune.evaluate",
     "HeadpruneError": "headprune.errors",
+    "find": "headprune.search.find",
+    "FindResult": "headprune.search.result",
+    "export": "headprune.exporter",
+    "load": "headprune.exporter.loading",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
@@ -34,6 +38,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from headprune.ablation import ablated, collect_head_means
     from headprune.errors import HeadpruneError
     from headprune.evaluate import EvalResult, Evaluator, evaluate
+    from headprune.exporter import export
+    from headprune.exporter.loading import load
+    from headprune.search.find import find
+    from headprune.search.result import FindResult
     from headprune.heads import Head, format_heads, parse_heads
     from headprune.models import LoadedModel, load_model, wrap_model
     from headprune.tasks import Task, load_task

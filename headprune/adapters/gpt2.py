@@ -9,4 +9,7 @@ GPT2 = Adapter(
     attention_path="attn",
     output_projection_path="attn.c_proj",
     projection_is_conv1d=True,
+    qkv_layout="gpt2",
+    qkv_paths=("attn.c_attn",),
+    count_attrs=("num_heads",),
 )

@@ -13,4 +13,5 @@ LLAMA = Adapter(
     attention_path="self_attn",
     output_projection_path="self_attn.o_proj",
     kv_heads_attr="num_key_value_heads",
+    qkv_paths=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
 )

@@ -9,4 +9,7 @@ NEOX = Adapter(
     layers_path="layers",
     attention_path="attention",
     output_projection_path="attention.dense",
+    qkv_layout="neox",
+    qkv_paths=("attention.query_key_value",),
+    count_attrs=("num_attention_heads",),
 )

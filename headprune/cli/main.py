@@ -1,6 +1,7 @@
 """The ``headprune`` command: one group, one module per command, errors mapped to exit codes here.
 
-Exit codes: 0 success; 1 a normal negative outcome (e.g. find confirmed no improvement); 2 bad input;
+Exit codes: 0 success; 1 a normal negative outcome (find confirmed no improvement, export failed its
+verification); 2 bad input;
 3 an internal error (a bug: set ``HEADPRUNE_DEBUG=1`` for the traceback); 130 interrupted.
 """
 
@@ -33,7 +34,7 @@ class HeadpruneGroup(click.Group):
             if _debug():
                 raise
             click.echo(f"headprune: error: {error}", err=True)
-            ctx.exit(EXIT_BAD_INPUT)
+            ctx.exit(error.exit_code)
         except KeyboardInterrupt:
             click.echo("headprune: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
@@ -53,9 +54,10 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from headprune.cli import eval_cmd, find_cmd, tasks_cmd
+    from headprune.cli import eval_cmd, export_cmd, find_cmd, tasks_cmd
 
     cli.add_command(eval_cmd.eval_command)
+    cli.add_command(export_cmd.export_command)
     cli.add_command(find_cmd.find_command)
     cli.add_command(tasks_cmd.tasks_command)
 

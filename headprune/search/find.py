@@ -144,6 +144,8 @@ def find(
         raise SearchSettingsError("--resume needs --out (the folder of the interrupted run)")
     timings: dict[str, float] = {}
     started = time.perf_counter()
+    specs = {"task": None if isinstance(task, Task) else str(task),
+             "heldout": None if heldout_task is None or isinstance(heldout_task, Task) else str(heldout_task)}
     task = load_task(task) if not isinstance(task, Task) else task
     if not task.has_accuracy:
         raise TaskError(f"find needs a task with an accuracy (choice or generate); {task.name} is a text task "
@@ -257,8 +259,9 @@ def find(
         model={"name": lm.name, "weight_hash": lm.weight_hash, "family": lm.adapter.family,
                "model_type": lm.model.config.model_type, "layers": lm.grid.num_layers, "heads": lm.grid.num_heads,
                "kv_heads": lm.grid.num_kv_heads, "head_dim": lm.grid.head_dim},
-        task={**_task_record(task), "settings": task.settings, "discovery_hash": split.discovery.content_hash()},
-        heldout_task=_task_record(split.heldout),
+        task={**_task_record(task), "spec": specs["task"], "settings": task.settings,
+              "discovery_hash": split.discovery.content_hash()},
+        heldout_task={**_task_record(split.heldout), "spec": specs["heldout"]},
         control_task=_task_record(control_task) if control_task is not None else None,
         split={"seed": seed, "discovery": len(split.discovery), "heldout": len(split.heldout),
                "source": "heldout-task" if held is not None else "split", "duplicates_dropped":

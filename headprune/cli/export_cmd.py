@@ -1,0 +1,69 @@
+"""``headprune export``: write a pruned checkpoint, verified first. Exit 0 written, 1 verification failed,
+2 bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from headprune.cli.options import ablation_option, batch_option, json_option, model_argument
+
+
+@click.command("export")
+@model_argument
+@click.option("--heads", "heads_spec", required=True, metavar="RESULT.json|HEADS",
+              help="A find result (result.json or its folder) or heads like L0.H1,L3.H2.")
+@click.option("--set", "set_rank", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With a result: which finalist (1 = the primary set).")
+@click.option("--format", "fmt", type=click.Choice(["safetensors", "onnx"]), default="safetensors", show_default=True)
+@click.option("--layout", type=click.Choice(["sliced", "dense"]), default="sliced", show_default=True,
+              help="sliced: heads physically removed (smaller); dense: same shapes, heads silenced.")
+@ablation_option
+@click.option("--verify-task", default=None, metavar="TASK",
+              help="Task re-measured on the export [default: the result's held-out set].")
+@click.option("--verify-limit", type=click.IntRange(min=1), default=500, show_default=True,
+              help="At most this many verification examples.")
+@click.option("--tolerance", type=float, default=1e-4, show_default=True,
+              help="Largest allowed |logit difference| to the masked original.")
+@batch_option
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output folder [default: exports/MODEL-pruned].")
+@json_option
+def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout: str, ablation: str,
+                   verify_task: str | None, verify_limit: int, tolerance: float, batch_size: int, out: Path | None,
+                   as_json: bool) -> None:
+    """Remove heads from MODEL and write a verified checkpoint (safetensors or ONNX)."""
+    from headprune.cli.find_cmd import _slug
+    from headprune.exporter import export
+    from headprune.io import check_writable_folder
+
+    out = out or Path("exports") / f"{_slug(model)}-pruned{'-onnx' if fmt == 'onnx' else ''}"
+    check_writable_folder(out.parent)
+    record = export(model, heads_spec, set_rank=set_rank, format=fmt, layout=layout, ablation=ablation,
+                    verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,
+                    batch_size=batch_size)
+    if as_json:
+        click.echo(json.dumps({"out": str(out), **{k: record[k] for k in ("removed_heads", "layout", "format",
+                                                                         "parameters", "bytes", "verification")}}))
+        return
+    check = record["verification"]
+    task = check["task"]
+    params, size = record["parameters"], record["bytes"]
+    click.echo(f"removed {','.join(record['removed_heads'])} ({layout}, {ablation}); parameters "
+               f"{params['before']:,} -> {params['after']:,}; weight bytes {size['before']:,} -> {size['after']:,}")
+    click.echo(f"verified: max |logit diff| {check['max_abs_logit_diff']:.2e} <= {check['tolerance']:g}; "
+               f"{task['task']} (n={task['n']}): original {_metric(task['intact'])}, masked {_metric(task['masked'])}, "
+               f"exported {_metric(task['exported'])}")
+    if fmt == "onnx":
+        how = f'onnxruntime.InferenceSession("{out}/model.onnx")'
+    elif layout == "sliced":
+        how = f'headprune.load("{out}")  or  AutoModel*.from_pretrained("{out}", trust_remote_code=True)'
+    else:
+        how = f'AutoModel*.from_pretrained("{out}")'
+    click.echo(f"wrote {out}  (load with {how})")
+
+
+def _metric(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2%}" if value <= 1 else f"{value:.4f}"
