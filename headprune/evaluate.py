@@ -17,6 +17,8 @@ Per example it reports ``correct`` (``None`` for text tasks) and a continuous ``
 
 from __future__ import annotations
 
+import copy
+import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -35,6 +37,7 @@ from headprune.models import LoadedModel
 from headprune.tasks import Task
 
 DEFAULT_BATCH_SIZE = 16
+MIN_SHARED_PREFIX = 16  # tokens; shorter shared prefixes are not worth a separate pass
 
 
 @dataclass(frozen=True)
@@ -103,10 +106,12 @@ class Evaluator:
         batch_size: sequences per forward pass.
         reuse_layers: keep the intact model's layer inputs from the first intact run and start later
             ablated runs at the lowest ablated layer (same results, less work; see ``layer_cache``).
+        share_prefix: causal LMs: compute the keys/values of a prompt prefix shared by every example (a
+            few-shot prompt) once per condition instead of once per example.
     """
 
     def __init__(self, lm: LoadedModel, task: Task, *, batch_size: int = DEFAULT_BATCH_SIZE,
-                 reuse_layers: bool = False) -> None:
+                 reuse_layers: bool = False, share_prefix: bool = True) -> None:
         if batch_size < 1:
             raise TaskError(f"batch size must be at least 1, got {batch_size}")
         if lm.is_encoder and task.kind != "choice":
@@ -124,9 +129,11 @@ class Evaluator:
         # Longest first: the peak memory shows in the first batch, and similar lengths share batches.
         order = sorted(range(len(self._items)), key=lambda i: (-len(self._items[i].tokens), i))
         self._batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        self._prefix = self._shared_prefix() if share_prefix else ()
         self._layer_cache: LayerInputCache | None = None
         if reuse_layers:
-            padded = sum(len(b) * max(len(self._full_tokens(self._items[i])) for i in b) for b in self._batches)
+            padded = sum(len(b) * (max(len(self._full_tokens(self._items[i])) for i in b) - len(self._prefix))
+                         for b in self._batches)
             self._layer_cache = LayerInputCache.for_budget(lm, padded)
 
     # ---------------------------------------------------------------- preparation
@@ -190,6 +197,16 @@ class Evaluator:
             return item.tokens + item.scored[:-1]
         return item.tokens
 
+    def _shared_prefix(self) -> tuple[int, ...]:
+        """The longest token prefix common to every input, if long enough to be worth sharing."""
+        if self.lm.is_encoder or len(self._items) < 2:
+            return ()
+        inputs = [self._full_tokens(item) for item in self._items]
+        common = os.path.commonprefix(inputs)  # type: ignore[type-var]
+        # Every scored position must lie after the prefix.
+        length = min(len(common), min(len(t) - self._predicted(it) for t, it in zip(inputs, self._items)))
+        return tuple(common[:length]) if length >= MIN_SHARED_PREFIX else ()
+
     def reference_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, dict]]:
         """The task's inputs as model batches (for mean ablation's reference statistics)."""
         for batch in self._batches:
@@ -214,12 +231,13 @@ class Evaluator:
         heads = self.lm.grid.check(heads)
         bar = tqdm(total=len(self.task), desc=label, unit="ex", disable=not progress, file=sys.stderr, leave=False)
         with ablated(self.lm, heads, mode=mode, means=means):
+            prefix_cache = self._prefix_cache()  # the shared prompt prefix, once per condition
             for number, batch in enumerate(self._batches):
                 with self._layer_context(number, heads):
                     if self.lm.is_encoder:
                         self._run_encoder(batch, embeddings)
                     else:
-                        self._run_causal(batch, scores, margins)
+                        self._run_causal(batch, scores, margins, prefix_cache)
                 bar.update(len(self._first_items.intersection(batch)))
             if self.lm.is_encoder:
                 self._encoder_scores(embeddings, scores)
@@ -257,28 +275,66 @@ class Evaluator:
             return ExampleResult(example.id, generated[index].strip() == example.target.strip(), margins[index])
         return ExampleResult(example.id, None, margins[index])
 
-    def _run_causal(self, batch: list[int], scores: dict, margins: dict) -> None:
-        ids, mask, extra = self._tensors(batch, left=True)
-        keep = max(len(self._items[i].scored) for i in batch)
-        logits = self.lm.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, **extra).logits
-        logprobs = F.log_softmax(logits.float(), dim=-1)  # (B, keep, V)
-        for row, i in enumerate(batch):
+    def _predicted(self, item: _Item) -> int:
+        """How many final positions of an item's input are scored (one for single-token choices)."""
+        return 1 if self.task.kind == "choice" and item.choice < 0 else len(item.scored)
+
+    def _prefix_cache(self) -> object | None:
+        """Keys and values of the shared prompt prefix under the current ablation (one row)."""
+        if not self._prefix:
+            return None
+        ids = torch.tensor([self._prefix])
+        return self.lm.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
+                             logits_to_keep=1).cache
+
+    def _row_logprobs(self, batch: list[int], prefix_cache: object | None, *, consume: bool = False
+                      ) -> list[torch.Tensor]:
+        """Per row, log-probs ``(n_i, V)`` at the positions that predict its scored tokens.
+
+        ``prefix_cache`` is copied before use, unless ``consume`` says it was made for this batch alone.
+        """
+        counts = [self._predicted(self._items[i]) for i in batch]
+        keep = max(counts)
+        if prefix_cache is None:
+            ids, mask, extra = self._tensors(batch, left=True)
+            logits = self.lm.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, **extra).logits
+            logprobs = F.log_softmax(logits.float(), dim=-1)  # (B, keep, V)
+        else:
+            # The shared prefix's keys/values are reused; each row's own tokens follow it, padded on the right.
+            suffixes = [self._full_tokens(self._items[i])[len(self._prefix):] for i in batch]
+            width, start = max(len(t) for t in suffixes), len(self._prefix)
+            ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), start + width), dtype=torch.long)
+            mask[:, :start] = 1
+            for row, tokens in enumerate(suffixes):
+                ids[row, : len(tokens)] = torch.tensor(tokens)
+                mask[row, start : start + len(tokens)] = 1
+            positions = torch.arange(start, start + width).expand(len(batch), width)
+            last = torch.tensor([len(t) for t in suffixes])[:, None]  # (B, 1)
+            keep_at = (last - keep + torch.arange(keep)).clamp(min=0)  # (B, keep): each row's final positions
+            cache = prefix_cache if consume else copy.deepcopy(prefix_cache)
+            cache.batch_repeat_interleave(len(batch))
+            logits = self.lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
+                                   use_cache=True, logits_to_keep=keep_at).logits
+            logprobs = F.log_softmax(logits.float(), dim=-1)  # (B, keep, V)
+        return [logprobs[row, keep - n :] for row, n in enumerate(counts)]
+
+    def _run_causal(self, batch: list[int], scores: dict, margins: dict, prefix_cache: object | None) -> None:
+        for i, logprobs in zip(batch, self._row_logprobs(batch, prefix_cache)):
             item = self._items[i]
             example = self.task.examples[item.example]
             if self.task.kind == "choice" and item.choice < 0:
-                last = logprobs[row, -1]  # every choice is one token predicted at the last position
+                last = logprobs[-1]  # every choice is one token predicted at the last position
                 for k, token in enumerate(item.scored):
                     scores[(item.example, k)] = self._choice_score(float(last[token]), example.choices[k])
                 continue
-            k = len(item.scored)
             target = torch.tensor(item.scored)
-            token_logprobs = logprobs[row, keep - k :]  # (k, V): position t predicts scored[t]
-            picked = token_logprobs.gather(-1, target[:, None])[:, 0]  # (k,)
+            picked = logprobs.gather(-1, target[:, None])[:, 0]  # (k,): position t predicts scored[t]
             if self.task.kind == "choice":
                 scores[(item.example, item.choice)] = self._choice_score(float(picked.sum()),
                                                                           example.choices[item.choice])
             elif self.task.kind == "generate":
-                rivals = token_logprobs.scatter(-1, target[:, None], float("-inf")).max(-1).values
+                rivals = logprobs.scatter(-1, target[:, None], float("-inf")).max(-1).values
                 margins[item.example] = float((picked - rivals).min())
             else:
                 margins[item.example] = float(picked.mean())  # minus the mean NLL
@@ -293,21 +349,18 @@ class Evaluator:
         if self.lm.is_encoder:
             raise TaskError("attribution needs a causal language model; encoders are screened exactly")
         for batch in self._batches:
-            ids, mask, extra = self._tensors(batch, left=True)
-            keep = max(len(self._items[i].scored) for i in batch)
-            logits = self.lm.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, **extra).logits
-            logprobs = F.log_softmax(logits.float(), dim=-1)  # (B, keep, V)
-            total = logprobs.new_zeros(())
-            for row, i in enumerate(batch):
+            # The prefix is recomputed per batch: each batch's graph is freed by its own backward pass.
+            rows = self._row_logprobs(batch, self._prefix_cache(), consume=True)
+            total = rows[0].new_zeros(())
+            for i, logprobs in zip(batch, rows):
                 item = self._items[i]
                 example = self.task.examples[item.example]
                 if self.task.kind == "choice" and item.choice < 0:
-                    last = logprobs[row, -1, list(item.scored)]  # (choices,)
+                    last = logprobs[-1, list(item.scored)]  # (choices,)
                     others = torch.cat([last[: example.answer], last[example.answer + 1 :]])
                     total = total + last[example.answer] - others.max()
                     continue
-                k = len(item.scored)
-                picked = logprobs[row, keep - k :].gather(-1, torch.tensor(item.scored)[:, None])[:, 0]
+                picked = logprobs.gather(-1, torch.tensor(item.scored)[:, None])[:, 0]
                 if self.task.kind == "choice":
                     sign = 1.0 if item.choice == example.answer else -1.0 / (len(example.choices) - 1)
                     total = total + sign * picked.sum()

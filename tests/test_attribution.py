@@ -11,7 +11,7 @@ from headprune.search.attribution import estimate_effects
 from headprune.search.find import find
 from headprune.search.paired import compare
 from headprune.search.stats import spearman
-from test_evaluate import choice_task, generate_task
+from test_evaluate import choice_task, generate_task, prefixed
 
 
 @pytest.mark.parametrize(("make_task", "least_rho"), [(choice_task, 0.5), (generate_task, 0.2)])
@@ -33,6 +33,17 @@ def test_estimates_rank_heads_like_exact_ablation(tokenizer, make_task, least_rh
     assert rho > least_rho
     # Gradients were for the gates only: the model is unchanged and has no hooks left.
     np.testing.assert_allclose(evaluator.run().margins, base.margins, atol=1e-6)
+
+
+def test_shared_prefix_gives_the_same_estimates(tokenizer) -> None:
+    from conftest import build_tiny
+
+    lm = build_tiny("llama", tokenizer, seed=11, layers=3)
+    task = prefixed(choice_task())
+    shared = estimate_effects(Evaluator(lm, task, batch_size=8))
+    plain = estimate_effects(Evaluator(lm, task, batch_size=8, share_prefix=False))
+    np.testing.assert_allclose([shared[h] for h in lm.grid.all_heads()], [plain[h] for h in lm.grid.all_heads()],
+                               atol=1e-6, rtol=1e-4)
 
 
 def test_find_with_attribution_screen_finds_the_harmful_head() -> None:

@@ -119,3 +119,27 @@ def test_text_task_reports_mean_nll(tiny_causal) -> None:
         loss = tiny_causal.model(input_ids=ids, labels=ids).loss
     assert -result.results[0].margin == pytest.approx(float(loss), abs=1e-4)
     assert result.mean_nll == pytest.approx(-result.margins.mean())
+
+
+SHOTS = "Review: the film is a delight from start to finish\nSentiment: positive\n\n" \
+        "Review: a dull and lifeless movie with nothing to say\nSentiment: negative\n\n"
+
+
+def prefixed(task: Task) -> Task:
+    """The task with a few-shot prefix shared by every example (in front of prompts or texts)."""
+    return Task(task.name + "+shots", task.kind, tuple(
+        Example(e.id, prompt=SHOTS + e.prompt if e.prompt else "", choices=e.choices, answer=e.answer,
+                target=e.target, text=SHOTS + e.text if e.text else "") for e in task.examples),
+        max_new_tokens=task.max_new_tokens)
+
+
+@pytest.mark.parametrize("make_task", [choice_task, generate_task, text_task])
+def test_shared_prefix_gives_the_same_results(tiny_causal, make_task) -> None:
+    task = prefixed(make_task())
+    shared = Evaluator(tiny_causal, task, batch_size=5)
+    plain = Evaluator(tiny_causal, task, batch_size=5, share_prefix=False)
+    # Text tasks score every token, the prefix's too: nothing can be shared there.
+    assert (len(shared._prefix) >= 16) == (task.kind != "text") and plain._prefix == ()
+    heads = parse_heads("L0.H2,L1.H1")
+    _assert_same(shared.run(), plain.run())
+    _assert_same(shared.run(heads), plain.run(heads))

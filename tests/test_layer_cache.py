@@ -8,7 +8,11 @@ import pytest
 from headprune.evaluate import Evaluator
 from headprune.heads import parse_heads
 from headprune.layer_cache import LayerInputCache
-from test_evaluate import choice_task, generate_task, text_task
+from test_evaluate import choice_task, generate_task, prefixed, text_task
+
+
+def prefixed_choice_task():  # noqa: ANN201
+    return prefixed(choice_task())
 
 HEAD_SETS = ["L1.H0", "L1.H3", "L0.H2,L1.H1", "L0.H1"]
 
@@ -21,7 +25,8 @@ def _deep(family: str, tokenizer):  # noqa: ANN001, ANN202
 
 
 CASES = [(family, make_task) for family in ["llama", "gemma2", "gpt2", "gpt_neox", "bert"]
-         for make_task in [choice_task, generate_task, text_task] if family != "bert" or make_task is choice_task]
+         for make_task in [choice_task, generate_task, text_task, prefixed_choice_task]
+         if family != "bert" or make_task is choice_task]
 
 
 @pytest.mark.parametrize(("family", "make_task"), CASES)
