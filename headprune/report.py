@@ -13,8 +13,15 @@ def verdict_line(result: FindResult) -> str:
     return f"primary set {','.join(result.verdict['heads'])}: {result.verdict['sentence']}"
 
 
-def layers_heads(result: FindResult) -> int:
-    return result.model["layers"] * result.model["heads"]
+def _prescreen_note(result: FindResult) -> str:
+    pre = result.prescreen
+    total = result.model["layers"] * result.model["heads"]
+    if not pre:
+        return ""
+    if pre["method"] == "attribution":
+        return (f" (the best by a one-pass attribution estimate of all {total} heads; Spearman of estimate vs "
+                f"exact margin change on them: {pre['spearman_on_candidates']:.2f})")
+    return f" (the survivors of successive halving over all {total} heads on growing shares of discovery)"
 
 
 def _pct(value: float | None) -> str:
@@ -35,9 +42,7 @@ def render_markdown(result: FindResult) -> str:
         f"- Intact model: discovery {_pct(base['discovery'].get('accuracy'))}, "
         f"held-out {_pct(base['heldout'].get('accuracy'))}",
         f"- Screened {len(result.screen)} heads exactly"
-        + (f" (the best by a one-pass attribution estimate of all {layers_heads(result)} heads; Spearman of "
-           f"estimate vs exact margin change on them: {result.attribution['spearman_on_candidates']:.2f})"
-           if result.attribution else "")
+        + _prescreen_note(result)
         + f", {len(result.nominees)} nominees, {len(result.sets)} sets evaluated "
         f"on discovery; {len(result.finalists)} finalists scored on held-out.",
         "",

@@ -51,8 +51,8 @@ def test_find_with_attribution_screen_finds_the_harmful_head() -> None:
     result = find(lm, cue_task(), discovery=300, heldout=300, screen="attribution", candidates=2, nominees=2,
                   max_heads=2, batch_size=64)
     assert [row["head"] for row in result.screen][0] == "L0.H0" and len(result.screen) == 2
-    assert result.attribution["candidates"] == 2
-    assert max(result.attribution["estimates"], key=result.attribution["estimates"].get) == "L0.H0"
+    assert result.prescreen["method"] == "attribution" and result.prescreen["candidates"] == 2
+    assert max(result.prescreen["estimates"], key=result.prescreen["estimates"].get) == "L0.H0"
     assert result.confirmed and [str(h) for h in result.primary] == ["L0.H0"]
 
 
@@ -60,3 +60,14 @@ def test_spearman() -> None:
     assert spearman(np.array([1, 2, 3, 4]), np.array([10, 20, 30, 40])) == pytest.approx(1.0)
     assert spearman(np.array([1, 2, 3, 4]), np.array([4, 3, 2, 1])) == pytest.approx(-1.0)
     assert spearman(np.array([1, 1, 2]), np.array([1, 2, 3])) == pytest.approx(np.corrcoef([0.5, 0.5, 2], [0, 1, 2])[0, 1])
+
+
+def test_find_with_successive_halving_keeps_the_harmful_head() -> None:
+    lm = build_model()
+    result = find(lm, cue_task(), discovery=300, heldout=300, screen="halving", candidates=2, nominees=2,
+                  max_heads=2, batch_size=64)
+    rounds = result.prescreen["rounds"]
+    assert rounds["L0.H0"]["round"] == 2 and rounds["L0.H0"]["n"] == 150
+    assert sorted(r["n"] for r in rounds.values()) == [75, 75, 150, 150]  # half the heads stopped after round 1
+    assert [row["head"] for row in result.screen][0] == "L0.H0" and len(result.screen) == 2
+    assert result.confirmed and [str(h) for h in result.primary] == ["L0.H0"]

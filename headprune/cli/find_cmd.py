@@ -35,10 +35,11 @@ def _slug(text: str) -> str:
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the verdict.")
 @click.option("--rank-by", type=click.Choice(["gain", "margin"]), default="gain", show_default=True,
               help="First ranking key: count gain, or mean margin change (more power on small sets).")
-@click.option("--screen", type=click.Choice(["exact", "attribution"]), default="exact", show_default=True,
-              help="Stage 1: every head exactly, or a one-pass gradient estimate then the best candidates exactly.")
+@click.option("--screen", type=click.Choice(["exact", "attribution", "halving"]), default="exact",
+              show_default=True, help="Stage 1: every head exactly; or a one-pass gradient estimate, or successive "
+              "halving on growing shares of discovery, then the best --candidates exactly.")
 @click.option("--candidates", type=click.IntRange(min=1), default=30, show_default=True,
-              help="With --screen attribution: heads scored exactly.")
+              help="With --screen attribution|halving: heads scored exactly on all of discovery.")
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: runs/MODEL-TASK].")

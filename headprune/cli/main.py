@@ -54,11 +54,12 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from headprune.cli import eval_cmd, export_cmd, find_cmd, tasks_cmd
+    from headprune.cli import eval_cmd, export_cmd, find_cmd, push_cmd, tasks_cmd
 
     cli.add_command(eval_cmd.eval_command)
     cli.add_command(export_cmd.export_command)
     cli.add_command(find_cmd.find_command)
+    cli.add_command(push_cmd.push_command)
     cli.add_command(tasks_cmd.tasks_command)
 
 

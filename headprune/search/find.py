@@ -31,7 +31,7 @@ from headprune.search.stats import paired_bootstrap_ci, spearman, verdict
 from headprune.tasks import Task, load_task
 
 RANK_KEYS = ("gain", "margin")
-SCREENS = ("exact", "attribution")
+SCREENS = ("exact", "attribution", "halving")
 
 
 def rank_key(paired: Paired, heads: Sequence[Head], rank_by: str) -> tuple:
@@ -120,8 +120,9 @@ def find(
         control: a second task measured for the finalists (the trade-off); control_limit caps its size.
         alpha: significance level of the verdict.
         rank_by: ``gain`` (counts) or ``margin`` (mean margin change) as the first ranking key.
-        screen: ``exact`` (every head ablated alone) or ``attribution`` (a one-pass first-order estimate for
-            every head, then the best ``candidates`` heads scored exactly).
+        screen: ``exact`` (every head ablated alone), ``attribution`` (a one-pass first-order estimate for
+            every head, then the best ``candidates`` heads scored exactly) or ``halving`` (successive halving
+            on growing shares of discovery, then the ``candidates`` survivors scored exactly).
         out: folder for journal.jsonl (resume) and the outputs; ``None`` keeps everything in memory.
         resume: continue the journal in ``out``.
 
@@ -130,7 +131,7 @@ def find(
     """
     if screen not in SCREENS:
         raise SearchSettingsError(f"--screen must be one of {', '.join(SCREENS)}")
-    if screen == "attribution" and candidates < nominees:
+    if screen != "exact" and candidates < nominees:
         raise SearchSettingsError(f"--candidates {candidates} is smaller than --nominees {nominees}")
     if rank_by not in RANK_KEYS:
         raise SearchSettingsError(f"--rank-by must be one of {', '.join(RANK_KEYS)}")
@@ -166,7 +167,7 @@ def find(
         "control": control_task.content_hash() if control_task is not None else None,
         "seed": seed, "ablation": ablation, "nominees": nominees, "max_heads": max_heads, "extend": extend,
         "finalists": finalists, "alpha": alpha, "rank_by": rank_by, "batch_size": batch_size, "screen": screen,
-        "candidates": candidates if screen == "attribution" else None,
+        "candidates": candidates if screen != "exact" else None,
     }
     journal = Journal(out, settings, resume=resume)
     # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs.
@@ -184,16 +185,23 @@ def find(
     evaluators["discovery"].warm_layer_cache()  # a resumed run has its baseline from the journal
     timings["baseline"] = time.perf_counter() - mark
 
-    # Stage 1: every query head alone on discovery (or the attribution estimate's best candidates).
+    # Stage 1: every query head alone on discovery (or the candidates a cheaper pre-screen picks).
     mark = time.perf_counter()
     estimates: dict[Head, float] | None = None
+    halving: dict | None = None
     to_screen = lm.grid.all_heads()
     if screen == "attribution":
         from headprune.search.attribution import estimate_effects
 
         estimates = estimate_effects(evaluators["discovery"], means=means)
         to_screen = sorted(to_screen, key=lambda h: (-estimates[h], h))[:candidates]
-    timings["attribution"] = time.perf_counter() - mark
+    elif screen == "halving":
+        from headprune.search.halving import halving_candidates
+
+        to_screen, halving = halving_candidates(
+            lm, split.discovery, keep=candidates, rank_key=lambda p, h: rank_key(p, h, rank_by), mode=ablation,
+            means=means, batch_size=batch_size, progress=progress)
+    timings["prescreen"] = time.perf_counter() - mark
     screened: list[tuple[tuple[Head, ...], Paired]] = []
     bar = _bar(len(to_screen), "screen", progress)
     for head in to_screen:
@@ -270,16 +278,26 @@ def find(
         baseline=baseline,
         screen=[{"head": str(h[0]), **p.to_dict(), **({"estimate": estimates[h[0]]} if estimates else {})}
                 for h, p in screened],
-        attribution=None if estimates is None else {
-            "estimates": {str(h): v for h, v in estimates.items()}, "candidates": len(to_screen),
-            "spearman_on_candidates": spearman(np.array([estimates[h[0]] for h, _ in screened]),
-                                               np.array([p.margin_change for _, p in screened]))},
+        prescreen=_prescreen_record(screen, estimates, halving, screened),
         nominees=[str(h) for h in nominee_heads],
         sets=[{"heads": [str(h) for h in heads], **evaluated[heads].to_dict()} for heads in ranked_sets],
         finalists=finalist_records,
         verdict=primary_verdict,
         timings={k: round(v, 3) for k, v in timings.items()},
     )
+
+
+def _prescreen_record(screen: str, estimates: dict | None, halving: dict | None,
+                      screened: list[tuple[tuple[Head, ...], Paired]]) -> dict | None:
+    """What the pre-screen saw, and how its ranking of the candidates agrees with the exact screen."""
+    if screen == "attribution" and estimates is not None:
+        return {"method": "attribution", "candidates": len(screened),
+                "estimates": {str(h): v for h, v in estimates.items()},
+                "spearman_on_candidates": spearman(np.array([estimates[h[0]] for h, _ in screened]),
+                                                   np.array([p.margin_change for _, p in screened]))}
+    if screen == "halving" and halving is not None:
+        return {"method": "halving", "candidates": len(screened), "rounds": halving}
+    return None
 
 
 def expected_joint_evaluations(nominees: int, max_heads: int) -> int:

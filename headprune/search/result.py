@@ -44,7 +44,7 @@ class FindResult:
     sets: list[dict]
     finalists: list[Finalist]
     verdict: dict
-    attribution: dict | None = None
+    prescreen: dict | None = None
     timings: dict = field(default_factory=dict, compare=False)
     schema_version: int = SCHEMA_VERSION
 

@@ -1,0 +1,130 @@
+"""Publishing an export to the Hugging Face Hub: re-check the folder, create the repo, one commit.
+
+The token comes from the caller, else ``HF_TOKEN``, else the stored login (``huggingface_hub.get_token``);
+the endpoint from ``HF_ENDPOINT``, read at call time. The local folder is only ever read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from headprune.errors import HubError
+from headprune.exporter import RECORD_NAME, verify_record
+
+
+@dataclass(frozen=True)
+class PushPlan:
+    """What a push would upload."""
+
+    folder: Path
+    repo_id: str
+    files: list[tuple[str, int]]  # (path in repo, bytes)
+    metadata: dict  # the model card's YAML front matter, as key -> raw text
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size in self.files)
+
+
+def card_metadata(card: Path) -> dict:
+    """The YAML front matter of a model card, as top-level key -> raw value text (enough to show it)."""
+    lines = card.read_text(encoding="utf-8").splitlines() if card.is_file() else []
+    if not lines or lines[0] != "---":
+        return {}
+    meta: dict[str, str] = {}
+    key = None
+    for line in lines[1:]:
+        if line == "---":
+            break
+        if line and not line.startswith((" ", "-")) and ":" in line:
+            key, _, value = line.partition(":")
+            meta[key] = value.strip()
+        elif key is not None:
+            meta[key] = (meta[key] + " " + line.strip()).strip()
+    return meta
+
+
+def _check_repo_id(repo_id: str) -> None:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    parts = repo_id.split("/")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise HubError(f"malformed repo id {repo_id!r}: {error}") from None
+    if len(parts) != 2:
+        raise HubError(f"malformed repo id {repo_id!r}: expected OWNER/NAME")
+
+
+def plan_push(folder: Path, repo_id: str) -> PushPlan:
+    """Check the repo id and that ``folder`` is an unedited headprune export; list what would go up.
+
+    Raises:
+        HubError: malformed repo id. ResultFileError: not an export, or edited after export.
+    """
+    _check_repo_id(repo_id)
+    folder = Path(folder)
+    verify_record(folder)
+    files = sorted((str(p.relative_to(folder)), p.stat().st_size) for p in folder.rglob("*") if p.is_file())
+    return PushPlan(folder, repo_id, files, card_metadata(folder / "README.md"))
+
+
+def _token(token: str | None) -> str:
+    from huggingface_hub import get_token
+
+    found = token or os.environ.get("HF_TOKEN") or get_token()
+    if not found:
+        raise HubError("no Hugging Face token: pass --token, set HF_TOKEN, or log in with `hf auth login`")
+    return found
+
+
+def push(folder: Path, repo_id: str, *, private: bool = False, revision: str | None = None,
+         commit_message: str | None = None, token: str | None = None) -> str:
+    """Upload an export folder to ``repo_id`` in one commit; returns the commit URL.
+
+    Raises:
+        HubError: no token, malformed repo id, network unreachable, authentication refused, no write access.
+        ResultFileError: the folder is not an unedited headprune export.
+    """
+    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    plan = plan_push(folder, repo_id)
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=_token(token))
+    message = commit_message or f"Upload headprune export ({len(plan.files)} files)"
+    operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(plan.folder / name))
+                  for name, _ in plan.files]
+    try:
+        api.create_repo(repo_id, private=private or None, exist_ok=True)  # None: the namespace default
+        if revision and revision != "main":
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        info = api.create_commit(repo_id, operations, commit_message=message, revision=revision)
+    except HfHubHTTPError as error:
+        raise HubError(_http_message(error, repo_id)) from None
+    except (OSError, ConnectionError) as error:
+        raise HubError(f"cannot reach the Hub at {api.endpoint} ({type(error).__name__}); nothing was uploaded"
+                       ) from None
+    except Exception as error:  # httpx transport errors do not derive from OSError
+        if type(error).__module__.startswith(("httpx", "httpcore", "requests", "urllib3")):
+            raise HubError(f"cannot reach the Hub at {api.endpoint} ({type(error).__name__}); nothing was uploaded"
+                           ) from None
+        raise
+    return str(info.commit_url)
+
+
+def _http_message(error: Exception, repo_id: str) -> str:
+    response = getattr(error, "response", None)
+    status = getattr(response, "status_code", None)
+    owner = repo_id.split("/")[0]
+    if status == 401:
+        return "authentication refused by the Hub: the token is invalid or expired"
+    if status == 403:
+        return f"the token may not write to {repo_id}: the repo or the namespace {owner!r} belongs to someone else"
+    if status == 404:
+        return f"{repo_id} was not found on the Hub (or the token cannot see it)"
+    return f"the Hub answered {status or 'an error'} while uploading {repo_id}; nothing was committed"
+
+
+__all__ = ["PushPlan", "plan_push", "push", "card_metadata", "RECORD_NAME"]

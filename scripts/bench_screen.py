@@ -1,0 +1,142 @@
+"""Benchmark: headprune's exact screen against the naive loop, in one process, on the same examples.
+
+The naive loop is a faithful reference of how the research code screens: for every condition, one full
+forward pass per batch of 16 over every prompt+choice sequence (left-padded), all logits, with a pre-hook
+zeroing the head at the output-projection input. headprune's screen is run with each optimisation alone and
+with all of them; results must be identical (same correct/incorrect per example, margins within 1e-3).
+
+    python scripts/bench_screen.py [--model smollm2-135m] [--task sentiment] [--n 150] [--heads-per-layer 1]
+                                   [--all-heads]   # also: attribution and halving rank quality vs exact
+
+Prints seconds per condition and ratios against the naive loop, extrapolated to every head.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from headprune.ablation import ablated
+from headprune.evaluate import Evaluator
+from headprune.heads import Head
+from headprune.models import load_model
+from headprune.search.paired import compare
+from headprune.search.stats import spearman
+from headprune.tasks import load_task
+
+
+def naive_margins(lm, task, heads, batch_size: int = 16) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """One full forward per batch of prompt+choice sequences; correct and margin per example."""
+    tok = lm.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    rows = []  # (example, choice, context length, tokens)
+    for e, example in enumerate(task.examples):
+        context = tok(example.prompt)["input_ids"]
+        for c, choice in enumerate(example.choices):
+            whole = tok(example.prompt + choice)["input_ids"]
+            rows.append((e, c, len(context), whole))
+    scores = np.zeros((len(task), max(len(e.choices) for e in task.examples)))
+    with torch.inference_mode(), ablated(lm, heads):
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            width = max(len(r[3]) for r in chunk)
+            ids = torch.full((len(chunk), width), pad)
+            mask = torch.zeros_like(ids)
+            for i, (_, _, _, seq) in enumerate(chunk):
+                ids[i, width - len(seq):] = torch.tensor(seq)
+                mask[i, width - len(seq):] = 1
+            logits = lm.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)
+                              ).logits
+            logprobs = F.log_softmax(logits.float(), -1)
+            for i, (e, c, ctx_len, seq) in enumerate(chunk):
+                offset = width - len(seq)
+                scores[e, c] = sum(float(logprobs[i, offset + t - 1, seq[t]]) for t in range(ctx_len, len(seq)))
+    answers = np.array([e.answer for e in task.examples])
+    right = scores[np.arange(len(task)), answers]
+    masked = scores.copy()
+    masked[np.arange(len(task)), answers] = -np.inf
+    return right > masked.max(1), right - masked.max(1)
+
+
+def timed(fn):  # noqa: ANN001, ANN201
+    start = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--task", default="sentiment")
+    parser.add_argument("--n", type=int, default=150)
+    parser.add_argument("--heads-per-layer", type=int, default=1)
+    parser.add_argument("--all-heads", action="store_true", help="exact screen of every head (slow)")
+    args = parser.parse_args()
+    lm = load_model(args.model)
+    task = load_task(args.task).head(args.n)
+    grid = lm.grid
+    sample = [Head(layer, (layer * 7 + k) % grid.num_heads) for layer in range(0, grid.num_layers, 3)
+              for k in range(args.heads_per_layer)]
+    print(f"{args.model} x {args.task}, {len(task)} examples, {len(sample)} sampled heads of {grid.total}; "
+          f"torch threads {torch.get_num_threads()}")
+
+    naive = {}
+    _, naive_base_s = timed(lambda: naive_margins(lm, task, ()))
+    naive_s = 0.0
+    for head in sample:
+        naive[head], seconds = timed(lambda: naive_margins(lm, task, (head,)))
+        naive_s += seconds
+    per_naive = naive_s / len(sample)
+    print(f"naive loop: {per_naive:.2f} s per condition -> {per_naive * grid.total / 60:.1f} min for all heads")
+
+    variants = {
+        "scored logits only": dict(share_prefix=False, reuse_layers=False),
+        "+ shared prefix": dict(share_prefix=True, reuse_layers=False),
+        "+ layer reuse (no prefix)": dict(share_prefix=False, reuse_layers=True),
+        "all (headprune default in find)": dict(share_prefix=True, reuse_layers=True),
+    }
+    for name, options in variants.items():
+        evaluator = Evaluator(lm, task, batch_size=16, **options)
+        evaluator.run()  # baseline (fills the layer cache)
+        total, mismatches = 0.0, 0
+        for head in sample:
+            result, seconds = timed(lambda: evaluator.run([head]))
+            total += seconds
+            correct, margins = naive[head]
+            mismatches += int((result.correct != correct).sum())
+            assert np.allclose(result.margins, margins, atol=1e-3), f"{name}: margins differ for {head}"
+        per = total / len(sample)
+        print(f"{name:<34} {per:6.2f} s per condition  ratio x{per_naive / per:5.1f}  "
+              f"answers differing from naive: {mismatches}")
+    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+    if args.all_heads:
+        from headprune.search.attribution import estimate_effects
+
+        evaluator = Evaluator(lm, task, batch_size=16, reuse_layers=True)
+        base = evaluator.run()
+        estimate, attribution_s = timed(lambda: estimate_effects(evaluator))
+        exact, exact_s = timed(lambda: {h: compare(base, evaluator.run([h])) for h in grid.all_heads()})
+        heads = grid.all_heads()
+        rho = spearman(np.array([estimate[h] for h in heads]), np.array([exact[h].margin_change for h in heads]))
+        top_exact = sorted(heads, key=lambda h: (-exact[h].gain, exact[h].damaged, -exact[h].margin_change))[:10]
+        top_estimate = set(sorted(heads, key=lambda h: -estimate[h])[:30])
+        print(f"exact screen of all {len(heads)} heads: {exact_s / 60:.1f} min; attribution pass {attribution_s:.1f} s")
+        print(f"attribution vs exact: Spearman {rho:.2f} (margin change); exact top 10 in estimate top 30: "
+              f"{len(top_estimate.intersection(top_exact))}/10")
+        from headprune.search.find import rank_key
+        from headprune.search.halving import halving_candidates
+
+        survivors, _ = halving_candidates(lm, task, keep=30, rank_key=lambda p, h: rank_key(p, h, "gain"),
+                                          mode="zero", means=None, batch_size=16, progress=False)
+        print(f"successive halving keeps {len(set(survivors).intersection(top_exact))}/10 of the exact top 10 "
+              "among its 30 survivors")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""A small local server that answers the Hugging Face Hub API calls of create_repo, create_branch and
+create_commit the way the Hub does, and records what arrived. Started by the tests, on 127.0.0.1 only.
+
+Behaviour knobs: ``token_owner`` (the user a valid token belongs to; other namespaces get 403),
+``fail`` (path fragment -> status code to answer), ``drop`` (path fragment whose requests are cut off
+without an answer).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+VALID_TOKEN = "hf_test_token"
+
+
+class HubState:
+    def __init__(self) -> None:
+        self.repos: dict[str, dict] = {}  # repo_id -> {"private": bool, "branches": {name: {path: bytes}}}
+        self.commits: list[dict] = []
+        self.requests: list[tuple[str, str]] = []
+        self.token_owner = "alice"
+        self.fail: dict[str, int] = {}
+        self.drop: set[str] = set()
+        self.card_metadata: list[dict] = []  # parsed front matter of every validated model card
+
+
+def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:  # keep test output clean
+            pass
+
+        def _answer(self, status: int, body: object, error: str | None = None) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if error:
+                self.send_header("X-Error-Message", error)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:  # noqa: N802 - the http.server naming
+            length = int(self.headers.get("Content-Length", 0))
+            body = self.rfile.read(length)
+            path = self.path.split("?")[0]
+            state.requests.append(("POST", path))
+            if any(fragment in path for fragment in state.drop):
+                self.connection.shutdown(2)  # cut off without an answer
+                self.close_connection = True
+                return
+            for fragment, status in state.fail.items():
+                if fragment in path:
+                    self._answer(status, {"error": f"forced {status}"}, f"forced {status}")
+                    return
+            if self.headers.get("Authorization") != f"Bearer {VALID_TOKEN}":
+                self._answer(401, {"error": "Invalid credentials in Authorization header"}, "Invalid credentials")
+                return
+            if path == "/api/repos/create":
+                self._create_repo(json.loads(body))
+                return
+            if path == "/api/validate-yaml":
+                self._validate_yaml(json.loads(body)["content"])
+                return
+            match = re.match(r"^/api/models/([^/]+/[^/]+)/(preupload|commit|branch)/(.+)$", path)
+            if not match:
+                self._answer(404, {"error": "not found"})
+                return
+            repo_id, action, revision = match.groups()
+            if repo_id.split("/")[0] != state.token_owner:
+                self._answer(403, {"error": "You don't have the rights to write to this repo"}, "Forbidden")
+                return
+            if repo_id not in state.repos:
+                self._answer(404, {"error": "Repository not found"}, "Repository not found")
+                return
+            branches = state.repos[repo_id]["branches"]
+            if action == "branch":
+                if revision in branches:
+                    self._answer(409, {"error": "Reference already exists"}, "Reference already exists")
+                else:
+                    branches[revision] = dict(branches["main"])
+                    self._answer(200, {})
+            elif action == "preupload":
+                files = json.loads(body)["files"]
+                self._answer(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
+                                              "oid": None} for f in files]})
+            else:
+                self._commit(repo_id, revision, body, branches)
+
+        def _validate_yaml(self, content: str) -> None:
+            """The model card's front matter must be a YAML mapping, as the Hub requires."""
+            import yaml
+
+            front = content.split("---", 2)[1] if content.startswith("---") else ""
+            try:
+                metadata = yaml.safe_load(front) or {}
+                assert isinstance(metadata, dict), "metadata must be a mapping"
+            except Exception as error:  # noqa: BLE001 - any parse failure is the card's fault
+                self._answer(400, {"errors": [{"message": f"invalid YAML: {error}"}]}, "invalid YAML")
+                return
+            state.card_metadata.append(metadata)
+            self._answer(200, {"errors": [], "warnings": []})
+
+        def _create_repo(self, payload: dict) -> None:
+            owner = payload.get("organization") or state.token_owner
+            repo_id = f"{owner}/{payload['name']}"
+            if owner != state.token_owner:
+                self._answer(403, {"error": "You don't have the rights to create a model under this namespace"},
+                             "Forbidden")
+                return
+            if repo_id in state.repos:
+                self._answer(409, {"error": "You already created this model repo",
+                                   "url": f"http://{self.headers['Host']}/{repo_id}"},
+                             "You already created this model repo")
+                return
+            private = payload.get("visibility") == "private" or payload.get("private") is True
+            state.repos[repo_id] = {"private": private, "branches": {"main": {}}}
+            self._answer(200, {"url": f"http://{self.headers['Host']}/{repo_id}", "name": repo_id})
+
+        def _commit(self, repo_id: str, revision: str, body: bytes, branches: dict) -> None:
+            from urllib.parse import unquote
+
+            branch = unquote(revision)
+            if branch not in branches:
+                self._answer(404, {"error": f"Invalid rev id: {branch}"}, f"Invalid rev id: {branch}")
+                return
+            lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+            header = next(item["value"] for item in lines if item["key"] == "header")
+            files = {item["value"]["path"]: base64.b64decode(item["value"]["content"])
+                     for item in lines if item["key"] == "file"}
+            branches[branch].update(files)
+            oid = f"{len(state.commits) + 1:040x}"
+            state.commits.append({"repo_id": repo_id, "branch": branch, "summary": header["summary"],
+                                  "files": files, "content_type": self.headers.get("Content-Type")})
+            self._answer(200, {"commitUrl": f"http://{self.headers['Host']}/{repo_id}/commit/{oid}",
+                               "commitOid": oid, "success": True})
+
+    return Handler
+
+
+class HubServer:
+    """Context manager: ``with HubServer() as hub: hub.url, hub.state``."""
+
+    def __init__(self) -> None:
+        self.state = HubState()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self.state))
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> HubServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
