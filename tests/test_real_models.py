@@ -44,14 +44,16 @@ def test_minilm_encoder_scores_a_choice_task() -> None:
 def test_smollm2_three_heads_exported_and_verified(smollm2, tmp_path, fmt, layout) -> None:
     from headprune.exporter import export
 
-    # L3.H0 and L3.H1 share KV head 0 with L3.H2 (groups of 3): an uneven removal inside a group.
-    record = export(smollm2, "L3.H0,L3.H1,L17.H4", format=fmt, layout=layout, verify_task="sentiment:n=48",
+    # L3.H0..H2 are the whole group of KV head 0 (groups of 3): the KV head goes too. (Uneven removals
+    # inside a group are exact but save nothing at GQA groups of 3; the tiny-model tests cover them.)
+    record = export(smollm2, "L3.H0,L3.H1,L3.H2", format=fmt, layout=layout, verify_task="sentiment:n=48",
                     out=tmp_path / "out")
     check = record["verification"]
     print(f"\n{fmt}/{layout}: max |logit diff| {check['max_abs_logit_diff']:.2e}; parameters "
           f"{record['parameters']['before']:,} -> {record['parameters']['after']:,}; bytes "
           f"{record['bytes']['before']:,} -> {record['bytes']['after']:,}; task {check['task']}")
-    assert check["max_abs_logit_diff"] <= 1e-4 and check["task"]["disagreements"] == 0
+    assert check["max_abs_logit_diff"] <= check["allowed_diff"] and check["task"]["disagreements"] == 0
+    assert check["allowed_diff"] <= 1e-5 * 100  # logits of this model stay well under 100
     if layout == "sliced":
         assert record["parameters"]["after"] < record["parameters"]["before"]
-        assert record["layers"][3]["layout"] in ("keep-zeroed", "duplicate-kv")
+        assert record["layers"][3]["layout"] == "grouped" and record["layers"][3]["kv_heads"] == [1, 2]

@@ -25,8 +25,8 @@ from headprune.cli.options import ablation_option, batch_option, json_option, mo
               help="Task re-measured on the export [default: the result's held-out set].")
 @click.option("--verify-limit", type=click.IntRange(min=1), default=500, show_default=True,
               help="At most this many verification examples.")
-@click.option("--tolerance", type=float, default=1e-4, show_default=True,
-              help="Largest allowed |logit difference| to the masked original.")
+@click.option("--tolerance", type=float, default=1e-5, show_default=True,
+              help="Largest allowed |logit difference| to the masked original, times max(1, largest |logit|).")
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: exports/MODEL-pruned].")
@@ -53,7 +53,7 @@ def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout:
     params, size = record["parameters"], record["bytes"]
     click.echo(f"removed {','.join(record['removed_heads'])} ({layout}, {ablation}); parameters "
                f"{params['before']:,} -> {params['after']:,}; weight bytes {size['before']:,} -> {size['after']:,}")
-    click.echo(f"verified: max |logit diff| {check['max_abs_logit_diff']:.2e} <= {check['tolerance']:g}; "
+    click.echo(f"verified: max |logit diff| {check['max_abs_logit_diff']:.2e} <= {check['allowed_diff']:.2e}; "
                f"{task['task']} (n={task['n']}): original {_metric(task['intact'])}, masked {_metric(task['masked'])}, "
                f"exported {_metric(task['exported'])}")
     if fmt == "onnx":

@@ -24,6 +24,7 @@ from headprune.search.result import FindResult
 from headprune.tasks import Task, load_task
 
 RECORD_NAME = "headprune_export.json"
+DEFAULT_TOLERANCE = 1e-5  # see headprune.exporter.verify
 FORMATS = ("safetensors", "onnx")
 LAYOUTS = ("sliced", "dense")
 DEFAULT_VERIFY_LIMIT = 500
@@ -133,7 +134,7 @@ def export(
     ablation: str = "zero",
     verify_task: str | Task | None = None,
     verify_limit: int = DEFAULT_VERIFY_LIMIT,
-    tolerance: float = 1e-4,
+    tolerance: float = DEFAULT_TOLERANCE,
     out: Path,
     batch_size: int = 16,
 ) -> dict:
@@ -148,7 +149,8 @@ def export(
         ablation: ``zero``, or ``mean`` (the mean output folded into the output bias, where there is one).
         verify_task: task re-measured on the artifact (default: the held-out set recorded in the result).
         verify_limit: at most this many verification examples.
-        tolerance: largest allowed absolute logit difference to the masked original.
+        tolerance: largest allowed logit difference to the masked original, relative to the largest |logit|
+            (at least 1): the gate passes when ``max |diff| <= tolerance * max(1, max |logit|)``.
         out: the folder to write (replaced atomically).
 
     Returns:
@@ -202,10 +204,12 @@ def export(
             exported = load(staging)
             runner = exported.model
             measured_on = "the checkpoint loaded back from disk"
-        difference = max_logit_difference(lm, removed, runner, task, mode=ablation, means=means)
-        if not difference <= tolerance:
+        difference, scale = max_logit_difference(lm, removed, runner, task, mode=ablation, means=means)
+        allowed = tolerance * max(1.0, scale)
+        if not difference <= allowed:
             raise VerificationError(f"the exported model differs from the masked original by {difference:.3g} "
-                                    f"(tolerance {tolerance:g}); nothing was written")
+                                    f"(allowed {allowed:.3g}: tolerance {tolerance:g} x largest |logit| {scale:.3g}); "
+                                    "nothing was written")
         check = check_task(lm, removed, exported, task, mode=ablation, means=means, measured_on=measured_on,
                            batch_size=batch_size)
         if check.disagreements:
@@ -218,7 +222,8 @@ def export(
             "parameters": {"before": _count_parameters(lm.model), "after": _count_parameters(artifact)},
             "bytes": {"before": _weight_bytes(lm.folder) if lm.folder.is_dir() and _weight_bytes(lm.folder) else
                       _count_parameters(lm.model) * 4, "after": _weight_bytes(staging)},
-            "verification": {"max_abs_logit_diff": difference, "tolerance": tolerance, "task": check.to_dict()},
+            "verification": {"max_abs_logit_diff": difference, "max_abs_logit": scale, "tolerance": tolerance,
+                             "allowed_diff": allowed, "task": check.to_dict()},
             "task_kind": task.kind,
             "find_verdict": result.finalists[set_rank - 1].heldout if result is not None else None,
             "find_task": result.task["name"] if result is not None else None,

@@ -40,7 +40,7 @@ def render_card(record: dict) -> str:
     check = record["verification"]
     lines += ["## Verification", "",
               f"- Largest logit difference to the masked original: {check['max_abs_logit_diff']:.2e} "
-              f"(tolerance {check['tolerance']:.0e}).",]
+              f"(allowed {check['allowed_diff']:.1e}: {check['tolerance']:.0e} x the largest |logit|).",]
     task = check.get("task")
     if task:
         def fmt_metric(v: float | None) -> str:

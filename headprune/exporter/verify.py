@@ -20,7 +20,7 @@ from headprune.heads import Head
 from headprune.models import LoadedModel
 from headprune.tasks import Task
 
-DEFAULT_TOLERANCE = 1e-4
+DEFAULT_TOLERANCE = 1e-5  # times max(1, largest |logit|): float32 rounding over a few dozen layers
 LOGIT_EXAMPLES = 16
 TIE = 1e-4  # answers within this margin of a tie may flip by float rounding without meaning anything
 
@@ -46,9 +46,10 @@ def _output(model: Callable, ids: torch.Tensor, mask: torch.Tensor, extra: dict,
 
 @torch.inference_mode()
 def max_logit_difference(lm: LoadedModel, heads: Sequence[Head], artifact: Callable, task: Task, *, mode: str,
-                         means: torch.Tensor | None) -> float:
-    """Largest |artifact - masked original| over real tokens of the first task examples' inputs."""
-    worst = 0.0
+                         means: torch.Tensor | None) -> tuple[float, float]:
+    """Largest |artifact - masked original| over real tokens of the first task examples' inputs, and the
+    largest |masked original| there (the scale the difference is judged against)."""
+    worst, scale = 0.0, 0.0
     evaluator = Evaluator(lm, task.head(LOGIT_EXAMPLES), batch_size=8)
     for ids, mask, extra in evaluator.reference_batches():
         with ablated(lm, heads, mode=mode, means=means):  # type: ignore[arg-type]
@@ -56,7 +57,8 @@ def max_logit_difference(lm: LoadedModel, heads: Sequence[Head], artifact: Calla
         got = _output(artifact, ids, mask, extra, lm.is_encoder)
         real = mask.bool()
         worst = max(worst, float((got - expected).abs()[real].max()))
-    return worst
+        scale = max(scale, float(expected.abs()[real].max()))
+    return worst, scale
 
 
 def check_task(lm: LoadedModel, heads: Sequence[Head], exported: LoadedModel, task: Task, *, mode: str,
@@ -65,7 +67,9 @@ def check_task(lm: LoadedModel, heads: Sequence[Head], exported: LoadedModel, ta
     source = Evaluator(lm, task, batch_size=batch_size)
     intact = source.run()
     masked = source.run(heads, mode=mode, means=means)  # type: ignore[arg-type]
-    after = Evaluator(exported, task, batch_size=batch_size).run()
+    # An onnxruntime session has no key/value cache to share a prompt prefix through: run it whole.
+    after = Evaluator(exported, task, batch_size=batch_size,
+                      share_prefix=isinstance(exported.model, torch.nn.Module)).run()
     if task.kind == "text":  # no answers to compare: the per-example NLL must match instead
         disagreements = sum(1 for m, a in zip(masked.results, after.results) if abs(m.margin - a.margin) > 1e-3)
     else:
