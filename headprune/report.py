@@ -93,7 +93,9 @@ def save_heatmap(result: FindResult, path: Path) -> None:
         grid[head.layer, head.head] = row["gain"]
     limit = max(1.0, float(np.nanmax(np.abs(grid))))
     fig, ax = plt.subplots(figsize=(max(4.0, heads * 0.55 + 2), max(3.0, layers * 0.28 + 1.5)))
-    image = ax.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto", origin="upper")
+    cmap = matplotlib.colormaps["RdBu"].copy()
+    cmap.set_bad("#d0d0d0")  # heads a pre-screen did not pass on to the exact screen
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-limit, vmax=limit, aspect="auto", origin="upper")
     fig.colorbar(image, ax=ax, label="discovery gain (rescued - damaged)")
     in_finalists = {name for f in result.finalists for name in f.heads}
     for name in in_finalists:
@@ -106,7 +108,10 @@ def save_heatmap(result: FindResult, path: Path) -> None:
     ax.set_ylabel("layer")
     ax.set_xticks(range(heads))
     ax.set_yticks(range(0, layers, max(1, layers // 15)))
-    ax.set_title(f"{result.model['name']} on {result.task['name']}: single-head ablation", fontsize=9)
+    title = f"{result.model['name']} on {result.task['name']}: single-head ablation"
+    if result.prescreen:
+        title += f"\n(grey: not screened exactly; {result.prescreen['method']} pre-screen)"
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

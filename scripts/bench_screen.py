@@ -5,7 +5,7 @@ forward pass per batch of 16 over every prompt+choice sequence (left-padded), al
 zeroing the head at the output-projection input. headprune's screen is run with each optimisation alone and
 with all of them; results must be identical (same correct/incorrect per example, margins within 1e-3).
 
-    python scripts/bench_screen.py [--model smollm2-135m] [--task sentiment] [--n 150] [--heads-per-layer 1]
+    python scripts/bench_screen.py [--model smollm2-135m] [--task sentiment] [--n 150] [--layer-step 7]
                                    [--all-heads]   # also: attribution and halving rank quality vs exact
 
 Prints seconds per condition and ratios against the naive loop, extrapolated to every head.
@@ -74,14 +74,14 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--task", default="sentiment")
     parser.add_argument("--n", type=int, default=150)
-    parser.add_argument("--heads-per-layer", type=int, default=1)
+    parser.add_argument("--layer-step", type=int, default=7, help="sample one head every N layers")
     parser.add_argument("--all-heads", action="store_true", help="exact screen of every head (slow)")
     args = parser.parse_args()
     lm = load_model(args.model)
     task = load_task(args.task).head(args.n)
     grid = lm.grid
-    sample = [Head(layer, (layer * 7 + k) % grid.num_heads) for layer in range(0, grid.num_layers, 3)
-              for k in range(args.heads_per_layer)]
+    layers = sorted(set(range(0, grid.num_layers, args.layer_step)) | {grid.num_layers - 1})
+    sample = [Head(layer, (layer * 7) % grid.num_heads) for layer in layers]
     print(f"{args.model} x {args.task}, {len(task)} examples, {len(sample)} sampled heads of {grid.total}; "
           f"torch threads {torch.get_num_threads()}")
 

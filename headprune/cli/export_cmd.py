@@ -53,6 +53,9 @@ def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout:
     params, size = record["parameters"], record["bytes"]
     click.echo(f"removed {','.join(record['removed_heads'])} ({layout}, {ablation}); parameters "
                f"{params['before']:,} -> {params['after']:,}; weight bytes {size['before']:,} -> {size['after']:,}")
+    if layout == "sliced" and params["after"] >= params["before"]:
+        click.echo("note: no size change: removing some but not all query heads of a KV group cannot shrink that "
+                   "layer exactly (the heads are kept, zeroed; see the per-layer layouts in the model card)")
     click.echo(f"verified: max |logit diff| {check['max_abs_logit_diff']:.2e} <= {check['allowed_diff']:.2e}; "
                f"{task['task']} (n={task['n']}): original {_metric(task['intact'])}, masked {_metric(task['masked'])}, "
                f"exported {_metric(task['exported'])}")
