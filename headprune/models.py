@@ -66,13 +66,19 @@ class LoadedModel:
 
 def hash_weights(folder: Path) -> str:
     digest = hashlib.sha256()
-    files = sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
-    for path in files:
+    for path in sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES):
         digest.update(path.name.encode())
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
+        sha256_file(path, digest)
     return "sha256:" + digest.hexdigest()
+
+
+def sha256_file(path: Path, digest: hashlib._Hash | None = None) -> str:
+    """Feed a file to ``digest`` (a new sha256 when ``None``) in 4 MiB blocks; return the hex digest."""
+    digest = digest if digest is not None else hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def resolve_model(spec: str) -> Path:
@@ -177,17 +183,9 @@ def _builtin_gguf(spec: str) -> Path:
     return path
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _convert_gguf(path: Path) -> Path:
     """De-quantise a GGUF file once into a plain fp32 safetensors folder in the cache; reuse it after."""
-    target = cache_dir() / "gguf" / f"{path.stem}-{_file_sha256(path)[:16]}"
+    target = cache_dir() / "gguf" / f"{path.stem}-{sha256_file(path)[:16]}"
     if (target / "config.json").is_file():
         return target
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

@@ -93,8 +93,7 @@ def save_heatmap(result: FindResult, path: Path) -> None:
         grid[head.layer, head.head] = row["gain"]
     limit = max(1.0, float(np.nanmax(np.abs(grid))))
     fig, ax = plt.subplots(figsize=(max(4.0, heads * 0.55 + 2), max(3.0, layers * 0.28 + 1.5)))
-    cmap = matplotlib.colormaps["RdBu"].copy()
-    cmap.set_bad("#d0d0d0")  # heads a pre-screen did not pass on to the exact screen
+    cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="#d0d0d0")  # grey: heads a pre-screen passed over
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-limit, vmax=limit, aspect="auto", origin="upper")
     fig.colorbar(image, ax=ax, label="discovery gain (rescued - damaged)")
     in_finalists = {name for f in result.finalists for name in f.heads}

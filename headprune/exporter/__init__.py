@@ -7,7 +7,6 @@ task), and only then move the folder into place with its model card and verifica
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ from torch import nn
 from headprune.errors import HeadSpecError, ResultFileError, SearchSettingsError, VerificationError
 from headprune.heads import Head, parse_heads
 from headprune.io import atomic_folder, atomic_write_json
-from headprune.models import LoadedModel, load_model, quiet_transformers
+from headprune.models import LoadedModel, load_model, quiet_transformers, sha256_file
 from headprune.search.result import FindResult
 from headprune.tasks import Task, load_task
 
@@ -87,14 +86,8 @@ def _weight_bytes(folder: Path) -> int:
 
 def file_hashes(folder: Path) -> dict[str, str]:
     """sha256 of every file in an export folder except the verification record itself."""
-    hashes = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != RECORD_NAME):
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-        hashes[str(path.relative_to(folder))] = digest.hexdigest()
-    return hashes
+    return {str(path.relative_to(folder)): sha256_file(path)
+            for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != RECORD_NAME)}
 
 
 def _source_metadata(lm: LoadedModel) -> dict:

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from headprune.errors import SearchSettingsError, TaskError
 from headprune.evaluate import EvalResult, Evaluator
-from headprune.heads import Head, format_heads
+from headprune.heads import Head
 from headprune.models import LoadedModel, load_model
 from headprune.search.journal import Journal
 from headprune.search.paired import Paired, compare
@@ -305,4 +305,4 @@ def expected_joint_evaluations(nominees: int, max_heads: int) -> int:
     return sum(math.comb(nominees, k) for k in range(2, max_heads + 1))
 
 
-__all__ = ["find", "rank_key", "expected_joint_evaluations", "format_heads"]
+__all__ = ["find", "rank_key", "expected_joint_evaluations"]
