@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headprune.errors import HubError
-from headprune.exporter import RECORD_NAME, verify_record
+from headprune.exporter import verify_record
 
 
 @dataclass(frozen=True)
@@ -103,11 +103,8 @@ def push(folder: Path, repo_id: str, *, private: bool = False, revision: str | N
         info = api.create_commit(repo_id, operations, commit_message=message, revision=revision)
     except HfHubHTTPError as error:
         raise HubError(_http_message(error, repo_id)) from None
-    except (OSError, ConnectionError) as error:
-        raise HubError(f"cannot reach the Hub at {api.endpoint} ({type(error).__name__}); nothing was uploaded"
-                       ) from None
-    except Exception as error:  # httpx transport errors do not derive from OSError
-        if type(error).__module__.startswith(("httpx", "httpcore", "requests", "urllib3")):
+    except Exception as error:  # transport failures: OSError, or httpx's own errors (not OSError subclasses)
+        if isinstance(error, OSError) or type(error).__module__.startswith(("httpx", "httpcore", "urllib3")):
             raise HubError(f"cannot reach the Hub at {api.endpoint} ({type(error).__name__}); nothing was uploaded"
                            ) from None
         raise
@@ -127,4 +124,4 @@ def _http_message(error: Exception, repo_id: str) -> str:
     return f"the Hub answered {status or 'an error'} while uploading {repo_id}; nothing was committed"
 
 
-__all__ = ["PushPlan", "plan_push", "push", "card_metadata", "RECORD_NAME"]
+__all__ = ["PushPlan", "plan_push", "push", "card_metadata"]
