@@ -85,34 +85,32 @@ def main() -> None:
     print(f"{args.model} x {args.task}, {len(task)} examples, {len(sample)} sampled heads of {grid.total}; "
           f"torch threads {torch.get_num_threads()}")
 
-    naive = {}
-    _, naive_base_s = timed(lambda: naive_margins(lm, task, ()))
-    naive_s = 0.0
-    for head in sample:
-        naive[head], seconds = timed(lambda: naive_margins(lm, task, (head,)))
-        naive_s += seconds
-    per_naive = naive_s / len(sample)
-    print(f"naive loop: {per_naive:.2f} s per condition -> {per_naive * grid.total / 60:.1f} min for all heads")
-
     variants = {
         "scored logits only": dict(share_prefix=False, reuse_layers=False),
         "+ shared prefix": dict(share_prefix=True, reuse_layers=False),
         "+ layer reuse (no prefix)": dict(share_prefix=False, reuse_layers=True),
         "all (headprune default in find)": dict(share_prefix=True, reuse_layers=True),
     }
-    for name, options in variants.items():
-        evaluator = Evaluator(lm, task, batch_size=16, **options)
+    evaluators = {name: Evaluator(lm, task, batch_size=16, **options) for name, options in variants.items()}
+    for evaluator in evaluators.values():
         evaluator.run()  # baseline (fills the layer cache)
-        total, mismatches = 0.0, 0
-        for head in sample:
-            result, seconds = timed(lambda: evaluator.run([head]))
-            total += seconds
-            correct, margins = naive[head]
-            mismatches += int((result.correct != correct).sum())
+    # Each head is timed in every variant back to back, so a change in machine load hits all variants alike.
+    seconds = {"naive": 0.0, **{name: 0.0 for name in variants}}
+    mismatches = {name: 0 for name in variants}
+    for head in sample:
+        (correct, margins), spent = timed(lambda: naive_margins(lm, task, (head,)))
+        seconds["naive"] += spent
+        for name, evaluator in evaluators.items():
+            result, spent = timed(lambda: evaluator.run([head]))
+            seconds[name] += spent
+            mismatches[name] += int((result.correct != correct).sum())
             assert np.allclose(result.margins, margins, atol=1e-3), f"{name}: margins differ for {head}"
-        per = total / len(sample)
+    per_naive = seconds["naive"] / len(sample)
+    print(f"naive loop: {per_naive:.2f} s per condition -> {per_naive * grid.total / 60:.1f} min for all heads")
+    for name in variants:
+        per = seconds[name] / len(sample)
         print(f"{name:<34} {per:6.2f} s per condition  ratio x{per_naive / per:5.1f}  "
-              f"answers differing from naive: {mismatches}")
+              f"answers differing from naive: {mismatches[name]}")
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
     if args.all_heads:
