@@ -9,12 +9,12 @@ enough for disjoint discovery and held-out sets) and the answer is ``a`` or ``b`
   answer with probability ``1 - distractor_rate``: a shortcut that is right most of the time and wrong on
   purpose the rest.
 
-Nothing in an input says which task it comes from, so one set of weights must serve both. Where first and
-last agree with each other's rule (first != last) both tasks give the same answer; where first == last the
-rules contradict. The first-symbol feature therefore *helps A and hurts B*, and the last-symbol feature helps B
-and is noise for A. The joint objective's optimum answers the first symbol on contradicting inputs (they are
-more often from A), so at the optimum B is wrong exactly on its contradicting examples, and a model that no
-longer reads the first symbol gets them right (see :func:`joint_optimum`).
+Nothing in an input says which task it comes from, so one set of weights must serve both. Where
+first != last both rules give the same answer; where first == last they contradict. The first-symbol feature
+therefore *helps A and hurts B*, and the last-symbol feature helps B and is noise for A. The joint
+objective's optimum answers the first symbol on contradicting inputs (they come more often from A), so at
+the optimum B is wrong exactly on its contradicting examples, and a model that no longer reads the first
+symbol gets them right (see :func:`joint_optimum`).
 
 Reading the two features needs *opposite* value maps from the same tokens (``a`` -> ``a`` for the first symbol,
 ``a`` -> ``b`` for the last), so one head cannot carry both: the features must live in different heads, which
@@ -114,7 +114,6 @@ class JointOptimum:
     Attributes:
         p_first: probability of the first symbol the optimum gives on contradicting inputs (first == last).
         loss_a, loss_b: its mean cross-entropy (nats) on each task; accuracy_a, accuracy_b its accuracies.
-        loss_b_without_first: B's loss achievable by a model that ignores the first symbol (0).
     """
 
     p_first: float
