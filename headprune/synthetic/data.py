@@ -17,8 +17,9 @@ the optimum B is wrong exactly on its contradicting examples, and a model that n
 symbol gets them right (see :func:`joint_optimum`).
 
 Reading the two features needs *opposite* value maps from the same tokens (``a`` -> ``a`` for the first symbol,
-``a`` -> ``b`` for the last), so one head cannot carry both: the features must live in different heads, which
-is what makes the heads that carry the conflicting one identifiable.
+``a`` -> ``b`` for the last); one head can carry both only through LayerNorm's position-dependent scaling, so
+the features mostly live in different heads, which is what makes the heads that carry the conflicting one
+identifiable.
 """
 
 from __future__ import annotations
