@@ -22,13 +22,14 @@ _LAZY = {
     "collect_head_means": "headprune.ablation",
     "Task": "headprune.tasks",
     "load_task": "headprune.tasks",
-    "Evaluator": "headprune.evaluate",
-    "EvalResult": "headprune.evaluate",
-    "evaluate": "headprune.evaluate",
+    "Evaluator": "headprune.evaluation",
+    "EvalResult": "headprune.evaluation",
+    "evaluate": "headprune.evaluation",
     "HeadpruneError": "headprune.errors",
     "find": "headprune.search.find",
     "FindResult": "headprune.search.result",
-    "export": "headprune.exporter",
+    "export": "headprune.exporter.pipeline",
+    "ExportRecord": "headprune.exporter.record",
     "load": "headprune.exporter.loading",
 }
 
@@ -37,8 +38,9 @@ __all__ = sorted(_LAZY) + ["__version__"]
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.ablation import ablated, collect_head_means
     from headprune.errors import HeadpruneError
-    from headprune.evaluate import EvalResult, Evaluator, evaluate
-    from headprune.exporter import export
+    from headprune.evaluation import EvalResult, Evaluator, evaluate
+    from headprune.exporter.pipeline import export
+    from headprune.exporter.record import ExportRecord
     from headprune.exporter.loading import load
     from headprune.search.find import find
     from headprune.search.result import FindResult

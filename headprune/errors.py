@@ -2,16 +2,24 @@
 
 Every error a user can cause derives from :class:`HeadpruneError`. Subclasses also inherit the built-in
 exception with the same meaning, so callers can catch ``ValueError`` or ``FileNotFoundError`` as usual.
-The CLI turns these into one-line messages and exit codes in one place (``headprune.cli.main``).
+Messages speak the library's words (keyword arguments by their Python names); the CLI turns errors into
+one-line messages in its own words, and into exit codes, in one place (``headprune.cli.exits``).
 """
 
 from __future__ import annotations
 
 
 class HeadpruneError(Exception):
-    """Root of every error headprune raises on purpose. ``exit_code`` is what the CLI exits with."""
+    """Root of every error headprune raises on purpose.
 
-    exit_code: int = 2
+    Attributes:
+        settings: the keyword arguments the message names (``("max_heads", "nominees")``), so that a front
+            end can show them in its own terms (the CLI shows ``--max-heads``).
+    """
+
+    def __init__(self, message: str, *, settings: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.settings = settings
 
 
 class ModelNotFoundError(HeadpruneError, FileNotFoundError):
@@ -19,7 +27,7 @@ class ModelNotFoundError(HeadpruneError, FileNotFoundError):
 
 
 class UnsupportedModelError(HeadpruneError, ValueError):
-    """The model exists but is not a transformer of a supported family."""
+    """The model exists but is not a transformer of a supported family (or needs a permission not given)."""
 
 
 class HeadSpecError(HeadpruneError, ValueError):
@@ -29,26 +37,30 @@ class HeadSpecError(HeadpruneError, ValueError):
 class TaskError(HeadpruneError, ValueError):
     """A task is unknown, malformed or empty."""
 
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 settings: tuple[str, ...] = ()) -> None:
         where = f"{path}:{line}: " if path is not None and line is not None else (f"{path}: " if path else "")
-        super().__init__(where + message)
+        super().__init__(where + message, settings=settings)
         self.path = path
         self.line = line
 
 
 class SearchSettingsError(HeadpruneError, ValueError):
-    """find was given settings that cannot work (too few examples, K larger than M, ...)."""
+    """Settings that cannot work (too few examples, K larger than M, an unknown option value, ...)."""
 
 
 class ResultFileError(HeadpruneError, ValueError):
-    """A result file or folder cannot be used (unwritable, from another model, corrupt)."""
+    """A result, journal or export file or folder cannot be used (unwritable, from another model, corrupt)."""
 
 
 class VerificationError(HeadpruneError, RuntimeError):
-    """An exported artifact does not reproduce the masked model; nothing was written."""
-
-    exit_code = 1
+    """An exported artifact does not reproduce the masked original; nothing was written."""
 
 
 class HubError(HeadpruneError, RuntimeError):
     """Publishing to the Hugging Face Hub failed (token, repo id, network, permissions)."""
+
+
+class InternalCheckError(HeadpruneError, RuntimeError):
+    """A check headprune runs on itself failed (a hook that did not fire, a replay that started in the wrong
+    place): a bug, reported instead of a wrong result."""

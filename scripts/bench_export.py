@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from headprune.evaluate import Evaluator
+from headprune.evaluation import Evaluator
 from headprune.exporter import export
 from headprune.exporter.loading import load
 from headprune.exporter.onnx_export import ONNX_NAME, OnnxModel
@@ -63,7 +63,7 @@ def main() -> None:
         sliced = load(Path(folder) / "sliced")
         seconds = _median_seconds(lambda: run(sliced.model), args.repeats)
         print(f"sliced (torch)            {seconds * 1000:8.1f} ms  x{base / seconds:.2f}  "
-              f"parameters {record['parameters']['before']:,} -> {record['parameters']['after']:,}")
+              f"parameters {record.parameters.before:,} -> {record.parameters.after:,}")
         if not args.no_onnx:
             export(lm, args.heads, format="onnx", verify_task=task, out=Path(folder) / "onnx")
             session = OnnxModel(Path(folder) / "onnx" / ONNX_NAME, encoder=lm.is_encoder)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from headprune.ablation import ablated
-from headprune.evaluate import Evaluator
+from headprune.evaluation import Evaluator
 from headprune.heads import Head
 from headprune.models import load_model
 from headprune.search.paired import compare

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers.pytorch_utils import Conv1D
@@ -33,14 +35,12 @@ def _head_columns(lm, head: Head) -> tuple[torch.nn.Module, slice]:
     return projection, slice(head.head * dim, (head.head + 1) * dim)
 
 
-def _edit_projection(lm, heads, means=None):  # noqa: ANN001, ANN202
-    """Zero the heads' input columns of the output projection (adding W_h @ mean to the bias for mean)."""
-    saved = {}
+def _edited_copy(lm, heads, means=None):  # noqa: ANN001, ANN202
+    """A copy of ``lm`` whose output projections have the heads' input columns zeroed (for mean ablation,
+    ``W_h @ mean`` added to the bias). The shared fixture is never edited."""
+    edited = copy.deepcopy(lm)
     for head in heads:
-        projection, cols = _head_columns(lm, head)
-        key = id(projection)
-        saved.setdefault(key, (projection, projection.weight.detach().clone(),
-                               None if projection.bias is None else projection.bias.detach().clone()))
+        projection, cols = _head_columns(edited, head)
         with torch.no_grad():
             # Conv1D weight is (in, out); nn.Linear weight is (out, in).
             w_head = projection.weight[cols, :].T if isinstance(projection, Conv1D) else projection.weight[:, cols]
@@ -49,18 +49,8 @@ def _edit_projection(lm, heads, means=None):  # noqa: ANN001, ANN202
                 if projection.bias is None:
                     projection.bias = torch.nn.Parameter(torch.zeros(w_head.shape[0]))
                 projection.bias += shift
-            w_head.zero_() if not isinstance(projection, Conv1D) else projection.weight[cols, :].zero_()
-    return saved
-
-
-def _restore(saved) -> None:  # noqa: ANN001
-    with torch.no_grad():
-        for projection, weight, bias in saved.values():
-            projection.weight.copy_(weight)
-            if bias is None:
-                projection.bias = None
-            else:
-                projection.bias.copy_(bias)
+            w_head.zero_()
+    return edited
 
 
 HEAD_SETS = [["L0.H1"], ["L1.H3"], ["L0.H0", "L0.H2", "L1.H1"]]
@@ -73,14 +63,10 @@ def test_zero_hook_equals_zeroed_projection_columns(tiny, names: list[str]) -> N
     intact = _output(tiny, inputs)
     with ablated(tiny, heads):
         hooked = _output(tiny, inputs)
-    saved = _edit_projection(tiny, heads)
-    try:
-        edited = _output(tiny, inputs)
-    finally:
-        _restore(saved)
+    edited = _output(_edited_copy(tiny, heads), inputs)
     assert not torch.allclose(hooked, intact, atol=1e-5), "ablation must change the output"
     torch.testing.assert_close(hooked, edited, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(_output(tiny, inputs), intact)  # hooks are gone, weights restored
+    torch.testing.assert_close(_output(tiny, inputs), intact)  # the hooks are gone
 
 
 def test_mean_hook_equals_mean_folded_into_bias(tiny) -> None:
@@ -105,11 +91,7 @@ def test_mean_hook_equals_mean_folded_into_bias(tiny) -> None:
     heads = parse_heads("L0.H1,L1.H2")
     with ablated(tiny, heads, mode="mean", means=means):
         hooked = _output(tiny, inputs)
-    saved = _edit_projection(tiny, heads, means=means)
-    try:
-        folded = _output(tiny, inputs)
-    finally:
-        _restore(saved)
+    folded = _output(_edited_copy(tiny, heads, means=means), inputs)
     torch.testing.assert_close(hooked, folded, atol=1e-4, rtol=1e-4)
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from handmade import build_model, cue_task
-from headprune.evaluate import Evaluator
+from helpers.handmade import build_model, cue_task
+from headprune.evaluation import Evaluator
 from headprune.search.attribution import estimate_effects
 from headprune.search.find import find
 from headprune.search.paired import compare
 from headprune.search.stats import spearman
-from test_evaluate import choice_task, generate_task, prefixed
+from helpers import choice_task, generate_task, prefixed
+from helpers import build_tiny
 
 
 @pytest.mark.parametrize(("make_task", "least_rho"), [(choice_task, 0.5), (generate_task, 0.2)])
@@ -19,8 +20,6 @@ from test_evaluate import choice_task, generate_task, prefixed
 def test_estimates_rank_heads_like_exact_ablation(tokenizer, make_task, least_rho, mode) -> None:
     # For generate tasks the gradient is of the target's log-prob, a smooth stand-in for the min-over-tokens
     # margin, so the agreement is weaker there.
-    from conftest import build_tiny
-
     lm = build_tiny("llama", tokenizer, seed=11, layers=3)
     evaluator = Evaluator(lm, make_task(), batch_size=8)
     means = evaluator.head_means() if mode == "mean" else None
@@ -36,8 +35,6 @@ def test_estimates_rank_heads_like_exact_ablation(tokenizer, make_task, least_rh
 
 
 def test_shared_prefix_gives_the_same_estimates(tokenizer) -> None:
-    from conftest import build_tiny
-
     lm = build_tiny("llama", tokenizer, seed=11, layers=3)
     task = prefixed(choice_task())
     shared = estimate_effects(Evaluator(lm, task, batch_size=8))
@@ -50,9 +47,9 @@ def test_find_with_attribution_screen_finds_the_harmful_head() -> None:
     lm = build_model()
     result = find(lm, cue_task(), discovery=300, heldout=300, screen="attribution", candidates=2, nominees=2,
                   max_heads=2, batch_size=64)
-    assert [row["head"] for row in result.screen][0] == "L0.H0" and len(result.screen) == 2
-    assert result.prescreen["method"] == "attribution" and result.prescreen["candidates"] == 2
-    assert max(result.prescreen["estimates"], key=result.prescreen["estimates"].get) == "L0.H0"
+    assert [row.head for row in result.screen][0] == "L0.H0" and len(result.screen) == 2
+    assert result.prescreen.method == "attribution" and result.prescreen.candidates == 2
+    assert max(result.prescreen.estimates, key=result.prescreen.estimates.get) == "L0.H0"
     assert result.confirmed and [str(h) for h in result.primary] == ["L0.H0"]
 
 
@@ -66,8 +63,8 @@ def test_find_with_successive_halving_keeps_the_harmful_head() -> None:
     lm = build_model()
     result = find(lm, cue_task(), discovery=300, heldout=300, screen="halving", candidates=2, nominees=2,
                   max_heads=2, batch_size=64)
-    rounds = result.prescreen["rounds"]
-    assert rounds["L0.H0"]["round"] == 2 and rounds["L0.H0"]["n"] == 150
-    assert sorted(r["n"] for r in rounds.values()) == [75, 75, 150, 150]  # half the heads stopped after round 1
-    assert [row["head"] for row in result.screen][0] == "L0.H0" and len(result.screen) == 2
+    rounds = result.prescreen.rounds
+    assert rounds["L0.H0"].round == 2 and rounds["L0.H0"].paired.n == 150
+    assert sorted(r.paired.n for r in rounds.values()) == [75, 75, 150, 150]  # half the heads stopped after round 1
+    assert [row.head for row in result.screen][0] == "L0.H0" and len(result.screen) == 2
     assert result.confirmed and [str(h) for h in result.primary] == ["L0.H0"]

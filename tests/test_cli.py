@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from headprune.cli.main import cli
+from helpers import build_tiny
 
 
 def _run(*args: str):  # noqa: ANN202
@@ -17,8 +18,6 @@ def _run(*args: str):  # noqa: ANN202
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     """A tiny Llama saved as a normal Hugging Face folder."""
-    from conftest import build_tiny
-
     folder = tmp_path_factory.mktemp("tiny-llama")
     lm = build_tiny("llama", tokenizer)
     lm.model.save_pretrained(folder)
@@ -114,8 +113,6 @@ def test_empty_task_file(tiny_folder, tmp_path) -> None:
 
 
 def test_generate_task_on_encoder_is_refused(tmp_path, tokenizer) -> None:
-    from conftest import build_tiny
-
     bert = build_tiny("bert", tokenizer)
     bert.model.save_pretrained(tmp_path / "bert")
     tokenizer.save_pretrained(tmp_path / "bert")

@@ -7,38 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headprune.evaluate import Evaluator, evaluate
+from headprune.evaluation import Evaluator, evaluate
 from headprune.heads import parse_heads
 from headprune.tasks import Example, Task
-
-PROMPTS = ["the film is", "a dull and lifeless movie with nothing to say, the film is",
-           "12 + 7 =", "Review: a delight from start to finish\nSentiment:", "it", "34 - 5 = 29\n8 * 3 ="]
-
-
-def choice_task() -> Task:
-    # Mixed prompt lengths; choices of one and of several tokens.
-    examples = []
-    for i, prompt in enumerate(PROMPTS):
-        examples.append(Example(f"c{i}", prompt=prompt, choices=(" positive", " negative"), answer=i % 2))
-        examples.append(Example(f"m{i}", prompt=prompt, choices=(" a dull movie", " yes", " the film is a delight"),
-                                answer=i % 3))
-    return Task("mixed-choice", "choice", tuple(examples))
-
-
-def generate_task() -> Task:
-    return Task("gen", "generate", tuple(Example(f"g{i}", prompt=p, target="19") for i, p in enumerate(PROMPTS)),
-                max_new_tokens=4)
-
-
-def text_task() -> Task:
-    return Task("text", "text", tuple(Example(f"t{i}", text=p + " and so on") for i, p in enumerate(PROMPTS)))
-
-
-def _assert_same(a, b) -> None:  # noqa: ANN001
-    assert [r.id for r in a.results] == [r.id for r in b.results]
-    assert [r.correct for r in a.results] == [r.correct for r in b.results]
-    np.testing.assert_allclose(a.margins, b.margins, atol=1e-4, rtol=1e-4)
-
+from helpers import assert_same_results as _assert_same
+from helpers import build_tiny, choice_task, generate_task, prefixed, text_task
 
 @pytest.mark.parametrize("make_task", [choice_task, generate_task, text_task])
 def test_results_do_not_depend_on_batch_size(tiny_causal, make_task) -> None:
@@ -50,8 +23,6 @@ def test_results_do_not_depend_on_batch_size(tiny_causal, make_task) -> None:
 
 
 def test_encoder_choice_does_not_depend_on_batch_size(tokenizer) -> None:
-    from conftest import build_tiny
-
     bert = build_tiny("bert", tokenizer)
     task = choice_task()
     _assert_same(evaluate(bert, task, batch_size=1), evaluate(bert, task, batch_size=7))
@@ -119,18 +90,6 @@ def test_text_task_reports_mean_nll(tiny_causal) -> None:
         loss = tiny_causal.model(input_ids=ids, labels=ids).loss
     assert -result.results[0].margin == pytest.approx(float(loss), abs=1e-4)
     assert result.mean_nll == pytest.approx(-result.margins.mean())
-
-
-SHOTS = "Review: the film is a delight from start to finish\nSentiment: positive\n\n" \
-        "Review: a dull and lifeless movie with nothing to say\nSentiment: negative\n\n"
-
-
-def prefixed(task: Task) -> Task:
-    """The task with a few-shot prefix shared by every example (in front of prompts or texts)."""
-    return Task(task.name + "+shots", task.kind, tuple(
-        Example(e.id, prompt=SHOTS + e.prompt if e.prompt else "", choices=e.choices, answer=e.answer,
-                target=e.target, text=SHOTS + e.text if e.text else "") for e in task.examples),
-        max_new_tokens=task.max_new_tokens)
 
 
 @pytest.mark.parametrize("make_task", [choice_task, generate_task, text_task])

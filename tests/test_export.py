@@ -14,15 +14,16 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ALL_FAMILIES, build_tiny
+from helpers import ALL_FAMILIES, build_tiny
 from headprune.ablation import ablated
 from headprune.cli.main import cli
 from headprune.errors import HeadSpecError, ResultFileError, VerificationError
 from headprune.exporter import RECORD_NAME, export, verify_record
 from headprune.exporter.loading import load
-from headprune.exporter.slicing import densify, plan_layers, slice_model
+from headprune.exporter.plan import plan_layers
+from headprune.exporter.slicing import densify, slice_model
 from headprune.heads import Head, parse_heads
-from test_evaluate import choice_task
+from helpers import choice_task
 
 IDS = torch.tensor([[5, 9, 14, 3, 27, 8, 11], [0, 0, 0, 7, 19, 4, 2]])
 MASK = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1]])
@@ -58,16 +59,18 @@ def models(tokenizer):  # noqa: ANN001, ANN201
     return {family: build_tiny(family, tokenizer, seed=21) for family in ALL_FAMILIES}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(heads=head_sets())
 def test_sliced_and_dense_equal_the_masked_model(models, family, heads) -> None:
     lm = models[family]
     expected = _masked(lm, heads)
-    sliced, record = slice_model(lm, heads)
+    plans = plan_layers(lm.grid, heads)
+    sliced = slice_model(lm, plans, heads)
     torch.testing.assert_close(_out(sliced, lm), expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(_out(densify(lm, heads), lm), expected, atol=1e-5, rtol=1e-5)
-    kept = sum(len(p["q_heads"]) - len(p["zeroed"]) for p in record["layers"])
+    kept = sum(len(p.q_heads) - len(p.zeroed) for p in plans)
     assert kept == lm.grid.total - len(heads)
 
 
@@ -76,7 +79,7 @@ def test_save_load_round_trip_and_stock_loader_refuses(models, family, tmp_path)
     lm = models[family]
     heads = parse_heads("L0.H0,L0.H1,L1.H3")
     record = export(lm, heads, verify_task=choice_task(), out=tmp_path / "sliced")
-    assert record["verification"]["task"]["disagreements"] == 0
+    assert record.verification.task.disagreements == 0
     torch.testing.assert_close(_out(load(tmp_path / "sliced").model, lm), _masked(lm, heads), atol=1e-5, rtol=1e-5)
     from transformers import AutoModel, AutoModelForCausalLM
 
@@ -88,14 +91,15 @@ def test_save_load_round_trip_and_stock_loader_refuses(models, family, tmp_path)
     torch.testing.assert_close(_out(stock, lm), _masked(lm, heads), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox", "bert"])
+@pytest.mark.parametrize("family", ["gpt2", *(pytest.param(f, marks=pytest.mark.slow)
+                                             for f in ("llama", "gpt_neox", "bert"))])
 def test_onnx_equals_torch(models, family, tmp_path) -> None:
     import onnxruntime
 
     lm = models[family]
     heads = parse_heads("L0.H2,L1.H0,L1.H1")
     record = export(lm, heads, format="onnx", verify_task=choice_task(), out=tmp_path / "onnx")
-    assert record["verification"]["max_abs_logit_diff"] < 1e-4
+    assert record.verification.logits.max_abs_diff < 1e-4
     session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
     feeds = {"input_ids": IDS.numpy(), "attention_mask": MASK.numpy()}
     if not lm.is_encoder:
@@ -106,22 +110,24 @@ def test_onnx_equals_torch(models, family, tmp_path) -> None:
 
 def test_gqa_layouts(tokenizer) -> None:
     llama = build_tiny("llama", tokenizer, seed=4)  # 4 query heads over 2 KV heads
-    plans = plan_layers(llama, parse_heads("L0.H0,L0.H1,L1.H1"))
+    plans = plan_layers(llama.grid, parse_heads("L0.H0,L0.H1,L1.H1"))
     assert plans[0].layout == "grouped" and plans[0].kv_heads == (1,) and plans[0].q_heads == (2, 3)
     assert plans[1].layout in ("keep-zeroed", "duplicate-kv")
     for heads in ("L0.H0,L0.H1", "L0.H1", "L0.H1,L0.H2,L0.H3", "L0.H0,L0.H2"):
-        sliced, _ = slice_model(llama, parse_heads(heads))
+        sliced = slice_model(llama, plan_layers(llama.grid, parse_heads(heads)), parse_heads(heads))
         torch.testing.assert_close(_out(sliced, llama), _masked(llama, parse_heads(heads)), atol=1e-5, rtol=1e-5)
     qwen = build_tiny("qwen2", tokenizer, seed=4)  # MQA: one KV head shared by all
-    plans = plan_layers(qwen, parse_heads("L0.H1,L0.H3"))
+    plans = plan_layers(qwen.grid, parse_heads("L0.H1,L0.H3"))
     assert plans[0].layout == "grouped" and plans[0].kv_heads == (0,) and plans[0].q_heads == (0, 2)
-    sliced, _ = slice_model(qwen, parse_heads("L0.H1,L0.H3,L1.H0"))
+    three = parse_heads("L0.H1,L0.H3,L1.H0")
+    sliced = slice_model(qwen, plan_layers(qwen.grid, three), three)
     torch.testing.assert_close(_out(sliced, qwen), _masked(qwen, parse_heads("L0.H1,L0.H3,L1.H0")), atol=1e-5,
                                rtol=1e-5)
     with pytest.raises(HeadSpecError, match="every head of layer 0"):
-        plan_layers(qwen, parse_heads("L0.H0,L0.H1,L0.H2,L0.H3"))
+        plan_layers(qwen.grid, parse_heads("L0.H0,L0.H1,L0.H2,L0.H3"))
 
 
+@pytest.mark.slow
 def test_remote_code_loads_without_headprune(models, tmp_path) -> None:
     lm = models["llama"]
     heads = parse_heads("L0.H0,L0.H1,L1.H2")
@@ -156,7 +162,7 @@ print("remote ok", type(model).__module__.rsplit(".", 1)[-1], type(model).__name
 def test_mean_ablation_folds_into_the_bias_or_is_refused(models, tmp_path) -> None:
     gpt2 = models["gpt2"]
     record = export(gpt2, "L0.H1,L1.H2", ablation="mean", verify_task=choice_task(), out=tmp_path / "mean")
-    assert record["verification"]["max_abs_logit_diff"] < 1e-4
+    assert record.verification.logits.max_abs_diff < 1e-4
     with pytest.raises(HeadSpecError, match="no bias"):
         export(models["llama"], "L0.H1", ablation="mean", verify_task=choice_task(), out=tmp_path / "x")
     assert not (tmp_path / "x").exists()
@@ -170,7 +176,7 @@ def test_failed_verification_writes_nothing(models, tmp_path) -> None:
 
 def test_record_detects_edits(models, tmp_path) -> None:
     export(models["gpt2"], "L0.H1", verify_task=choice_task(), out=tmp_path / "e")
-    assert verify_record(tmp_path / "e")["removed_heads"] == ["L0.H1"]
+    assert verify_record(tmp_path / "e").removed_heads == ("L0.H1",)
     card = tmp_path / "e" / "README.md"
     assert card.read_text().startswith("---\n") and "headprune" in card.read_text()
     card.write_text(card.read_text() + "\nedited by hand\n")
@@ -188,7 +194,7 @@ def _export(*args: str):  # noqa: ANN202
 @pytest.fixture(scope="module")
 def handmade_run(tmp_path_factory):  # noqa: ANN001, ANN201
     """A find result on the hand-made model (its folder and task file), as a user would have it."""
-    from handmade import build_model, cue_task
+    from helpers.handmade import build_model, cue_task
     from headprune.tasks import write_jsonl_task
 
     folder = tmp_path_factory.mktemp("handmade-run")

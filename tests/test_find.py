@@ -8,13 +8,14 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from handmade import build_model, cue_task, random_label_task, reversed_task
+from helpers.handmade import build_model, cue_task, random_label_task, reversed_task
 from headprune.cli.main import cli
-from headprune.evaluate import Evaluator
+from headprune.evaluation import Evaluator
 from headprune.search.find import expected_joint_evaluations, find
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.stats import mcnemar_exact
 from headprune.tasks import Example, Task, write_jsonl_task
+from helpers import build_tiny, random_choice_task
 
 
 @pytest.fixture(scope="module")
@@ -24,16 +25,17 @@ def handmade():  # noqa: ANN201
 
 def test_harmful_head_is_found_confirmed_and_its_cost_shown(handmade) -> None:
     result = find(handmade, cue_task(), discovery=300, heldout=300, control=reversed_task(), batch_size=64)
-    assert result.screen[0]["head"] == "L0.H0"
-    assert sorted(result.screen, key=lambda r: -r["gain"])[0]["head"] == "L0.H0"
+    assert result.screen[0].head == "L0.H0"
+    assert sorted(result.screen, key=lambda r: -r.paired.gain)[0].head == "L0.H0"
     assert result.nominees[0] == "L0.H0"
     assert [str(h) for h in result.primary] == ["L0.H0"]
-    assert result.confirmed and result.verdict["difference"] > 0 and result.verdict["ci95"][0] > 0
-    assert result.verdict["damaged"] == 0  # by construction, removing the head can only rescue
-    cost = result.finalists[0].control
-    assert cost["difference"] < 0 and cost["ci95"][1] < 0
+    assert result.confirmed and result.verdict.difference > 0 and result.verdict.ci95[0] > 0
+    assert result.verdict.damaged == 0  # by construction, removing the head can only rescue
+    (cost,) = result.finalists[0].controls
+    assert cost.difference < 0 and cost.ci95[1] < 0
 
 
+@pytest.mark.slow
 def test_no_improvement_is_confirmed_when_labels_are_random(handmade) -> None:
     confirmed = []
     for seed in range(20):
@@ -44,26 +46,14 @@ def test_no_improvement_is_confirmed_when_labels_are_random(handmade) -> None:
     assert sum(confirmed) <= 1
 
 
-def _random_choice_task(n: int, seed: int = 0) -> Task:
-    import random
-
-    rng = random.Random(seed)
-    words = "the film is a dull delight movie with nothing to say it and so on".split()
-    return Task("random-choice", "choice", tuple(
-        Example(f"r{i}", prompt=" ".join(rng.choice(words) for _ in range(rng.randint(2, 6))),
-                choices=(" positive", " negative"), answer=rng.randrange(2)) for i in range(n)))
-
-
 def test_exhaustive_stage_evaluates_every_subset_exactly_once(tmp_path, tokenizer) -> None:
-    from conftest import build_tiny
-
     lm = build_tiny("llama", tokenizer, seed=3)  # 2 layers x 4 heads
-    result = find(lm, _random_choice_task(120), discovery=60, heldout=60, nominees=5, max_heads=3, finalists=4,
+    result = find(lm, random_choice_task(120), discovery=60, heldout=60, nominees=5, max_heads=3, finalists=4,
                   out=tmp_path, batch_size=32)
     assert expected_joint_evaluations(5, 3) == math.comb(5, 2) + math.comb(5, 3) == 20
     assert len(result.sets) == 5 + 20
-    assert len({tuple(s["heads"]) for s in result.sets}) == 25
-    assert all(set(s["heads"]) <= set(result.nominees) for s in result.sets)
+    assert len({s.heads for s in result.sets}) == 25
+    assert all(set(s.heads) <= set(result.nominees) for s in result.sets)
     keys = [json.loads(line)["key"] for line in (tmp_path / JOURNAL_NAME).read_text().splitlines()[1:]]
     discovery_keys = [k for k in keys if k.startswith("discovery|")]
     assert len(discovery_keys) == len(set(discovery_keys)) == 1 + 8 + 20  # baseline, screen, joint
@@ -79,17 +69,15 @@ def test_heldout_numbers_never_change_the_choice(handmade) -> None:
     a = find(handmade, disc, heldout_task=held_a, discovery=300, heldout=300, batch_size=128)
     b = find(handmade, disc, heldout_task=held_b, discovery=300, heldout=300, batch_size=128)
     assert [f.heads for f in a.finalists] == [f.heads for f in b.finalists]
-    assert a.finalists[0].heldout["difference"] > 0 > b.finalists[0].heldout["difference"]
+    assert a.finalists[0].heldout.difference > 0 > b.finalists[0].heldout.difference
     assert a.confirmed and not b.confirmed
 
 
 def test_interrupted_then_resumed_run_gives_the_same_result(tmp_path, tokenizer, monkeypatch) -> None:
-    from conftest import build_tiny
-
     lm = build_tiny("gpt2", tokenizer, seed=5)
-    task = _random_choice_task(100, seed=2)
+    task = random_choice_task(100, seed=2)
     settings = dict(discovery=40, heldout=40, nominees=4, max_heads=3, finalists=3, batch_size=16,
-                    control=_random_choice_task(30, seed=9))
+                    control=random_choice_task(30, seed=9))
     whole = find(lm, task, out=tmp_path / "whole", **settings).to_dict()
 
     real_run = Evaluator.run
@@ -115,11 +103,9 @@ def test_interrupted_then_resumed_run_gives_the_same_result(tmp_path, tokenizer,
 
 
 def test_resume_refuses_another_model(tmp_path, tokenizer) -> None:
-    from conftest import build_tiny
-
     from headprune.errors import ResultFileError
 
-    task = _random_choice_task(60)
+    task = random_choice_task(60)
     find(build_tiny("llama", tokenizer, seed=1), task, discovery=20, heldout=20, nominees=2, max_heads=2,
          finalists=1, out=tmp_path)
     with pytest.raises(ResultFileError, match="different model"):
@@ -159,7 +145,8 @@ def test_cli_find_writes_outputs_and_exits_0_when_confirmed(handmade_files, tmp_
     assert result.exit_code == 0, result.output
     assert "CONFIRMED improvement" in result.stdout.splitlines()[-1]
     saved = json.loads((out / "result.json").read_text())
-    assert saved["schema_version"] == 1 and saved["verdict"]["heads"] == ["L0.H0"]
+    assert saved["schema_version"] == 2 and saved["finalists"][0]["heads"] == ["L0.H0"]
+    assert saved["finalists"][0]["heldout"]["confirmed"] is True
     assert saved["model"]["weight_hash"].startswith("sha256:") and saved["task"]["hash"].startswith("sha256:")
     assert (out / "screen.png").stat().st_size > 1000
     assert "L0.H0" in (out / "report.md").read_text()
@@ -176,7 +163,7 @@ def test_cli_find_exits_1_without_confirmation(handmade_files, tmp_path) -> None
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--task", "nope"], "unknown task"),
     (["--discovery", "900", "--heldout", "200"], "distinct examples"),
-    (["--nominees", "2", "--max-heads", "3"], "larger than --nominees"),
+    (["--nominees", "2", "--max-heads", "3"], "--max-heads (3) is larger than --nominees (2)"),
     (["--task", "TEXT"], "text task"),
 ])
 def test_cli_find_bad_input(handmade_files, tmp_path, args, fragment) -> None:
@@ -197,14 +184,12 @@ def test_cli_find_unwritable_out_and_foreign_resume(handmade_files, tmp_path, to
     result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--out",
                    str(blocker / "sub"))
     assert result.exit_code == 2 and "cannot write" in result.output
-    from conftest import build_tiny
-
     other = tmp_path / "other-model"
     lm = build_tiny("llama", tokenizer)
     lm.model.save_pretrained(other)
     tokenizer.save_pretrained(other)
     task = tmp_path / "c.jsonl"
-    write_jsonl_task(_random_choice_task(60), task)
+    write_jsonl_task(random_choice_task(60), task)
     common = ["--task", str(task), "--discovery", "20", "--heldout", "20", "--nominees", "2", "--max-heads", "2",
               "--finalists", "1", "--out", str(tmp_path / "run")]
     _find(str(other), *common)

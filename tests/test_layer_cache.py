@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headprune.evaluate import Evaluator
+from headprune.evaluation import Evaluator
 from headprune.heads import parse_heads
 from headprune.layer_cache import LayerInputCache
-from test_evaluate import choice_task, generate_task, prefixed, text_task
+from helpers import choice_task, generate_task, prefixed, text_task
+from helpers import build_tiny
 
 
 def prefixed_choice_task():  # noqa: ANN201
@@ -19,8 +20,6 @@ HEAD_SETS = ["L1.H0", "L1.H3", "L0.H2,L1.H1", "L0.H1"]
 
 def _deep(family: str, tokenizer):  # noqa: ANN001, ANN202
     """A 4-layer tiny model, so that there are layers to skip."""
-    from conftest import build_tiny
-
     return build_tiny(family, tokenizer, seed=7, layers=4)
 
 

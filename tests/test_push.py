@@ -8,14 +8,13 @@ import pytest
 from click.testing import CliRunner
 
 from headprune.cli.main import cli
-from hub_server import VALID_TOKEN, HubServer
+from helpers.hub_server import VALID_TOKEN, HubServer
+from helpers import build_tiny, choice_task
 
 
 @pytest.fixture(scope="module")
 def export_dir(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
-    from conftest import build_tiny
     from headprune.exporter import export
-    from test_evaluate import choice_task
 
     folder = tmp_path_factory.mktemp("export") / "pruned"
     export(build_tiny("gpt2", tokenizer, seed=2), "L0.H1,L1.H2", verify_task=choice_task(), out=folder)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from headprune.evaluate import evaluate
+from headprune.evaluation import evaluate
 from headprune.heads import parse_heads
 from headprune.models import load_model, resolve_model
 from headprune.tasks import load_task
@@ -48,12 +48,12 @@ def test_smollm2_three_heads_exported_and_verified(smollm2, tmp_path, fmt, layou
     # inside a group are exact but save nothing at GQA groups of 3; the tiny-model tests cover them.)
     record = export(smollm2, "L3.H0,L3.H1,L3.H2", format=fmt, layout=layout, verify_task="sentiment:n=48",
                     out=tmp_path / "out")
-    check = record["verification"]
-    print(f"\n{fmt}/{layout}: max |logit diff| {check['max_abs_logit_diff']:.2e}; parameters "
-          f"{record['parameters']['before']:,} -> {record['parameters']['after']:,}; bytes "
-          f"{record['bytes']['before']:,} -> {record['bytes']['after']:,}; task {check['task']}")
-    assert check["max_abs_logit_diff"] <= check["allowed_diff"] and check["task"]["disagreements"] == 0
-    assert check["allowed_diff"] <= 1e-5 * 100  # logits of this model stay well under 100
+    logits, task = record.verification.logits, record.verification.task
+    print(f"\n{fmt}/{layout}: max |logit diff| {logits.max_abs_diff:.2e}; parameters "
+          f"{record.parameters.before:,} -> {record.parameters.after:,}; bytes "
+          f"{record.bytes.before:,} -> {record.bytes.after:,}; task {task}")
+    assert logits.max_abs_diff <= logits.allowed and task.disagreements == 0
+    assert logits.allowed <= 1e-5 * 100  # logits of this model stay well under 100
     if layout == "sliced":
-        assert record["parameters"]["after"] < record["parameters"]["before"]
-        assert record["layers"][3]["layout"] == "grouped" and record["layers"][3]["kv_heads"] == [1, 2]
+        assert record.parameters.after < record.parameters.before
+        assert record.layers[3].layout == "grouped" and record.layers[3].kv_heads == (1, 2)

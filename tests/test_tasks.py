@@ -61,6 +61,7 @@ def test_arithmetic_is_seeded_and_correct() -> None:
     assert len({e.content_key() for e in task.examples}) == 50
 
 
+@pytest.mark.slow
 def test_sentiment_is_balanced_and_excludes_its_shots() -> None:
     task = load_task("sentiment")
     assert len(task) == 8528

@@ -26,8 +26,9 @@ from headprune.heads import format_heads
 def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int,
                  out: Path | None, as_json: bool) -> None:
     """Score TASK on MODEL, example by example, with HEADS ablated."""
-    from headprune.evaluate import Evaluator
+    from headprune.evaluation import Evaluator
     from headprune.io import atomic_write_text
+    from headprune.records import to_json
     from headprune.models import load_model
     from headprune.tasks import load_task
 
@@ -42,12 +43,14 @@ def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit:
     if out is not None:
         atomic_write_text(out, "".join(json.dumps({"id": r.id, "correct": r.correct, "margin": r.margin}) + "\n"
                                        for r in result.results))
-    summary = {"model": model, **result.summary(), "heads": [str(h) for h in heads], "ablation": ablation,
+    summary = {"model": model, "task": result.task, "kind": result.kind,
+               **{k: v for k, v in to_json(result.summary()).items() if v is not None},
+               "heads": [str(h) for h in heads], "ablation": ablation,
                "seconds": round(seconds, 3)}
     if as_json:
         click.echo(json.dumps(summary))
         return
-    metric = (f"mean NLL {result.mean_nll:.4f}" if result.kind == "text"
-              else f"accuracy {result.accuracy:.2%} ({summary['correct']}/{result.n})")
+    metric = (f"accuracy {result.accuracy:.2%} ({summary['correct']}/{result.n})" if result.has_accuracy
+              else f"mean NLL {result.mean_nll:.4f}")
     click.echo(f"{task.name} on {model}, heads ablated: {format_heads(heads)} ({ablation}): {metric}, "
                f"n={result.n}, {seconds:.1f} s")

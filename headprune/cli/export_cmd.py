@@ -36,8 +36,9 @@ def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout:
                    as_json: bool) -> None:
     """Remove heads from MODEL and write a verified checkpoint (safetensors or ONNX)."""
     from headprune.cli.find_cmd import _slug
-    from headprune.exporter import export
+    from headprune.exporter.pipeline import export
     from headprune.io import check_writable_folder
+    from headprune.records import to_json
 
     out = out or Path("exports") / f"{_slug(model)}-pruned{'-onnx' if fmt == 'onnx' else ''}"
     check_writable_folder(out.parent)
@@ -45,20 +46,19 @@ def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout:
                     verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,
                     batch_size=batch_size)
     if as_json:
-        click.echo(json.dumps({"out": str(out), **{k: record[k] for k in ("removed_heads", "layout", "format",
-                                                                         "parameters", "bytes", "verification")}}))
+        click.echo(json.dumps({"out": str(out), **{k: to_json(getattr(record, k)) for k in (
+            "removed_heads", "layout", "format", "parameters", "bytes", "verification")}}))
         return
-    check = record["verification"]
-    task = check["task"]
-    params, size = record["parameters"], record["bytes"]
-    click.echo(f"removed {','.join(record['removed_heads'])} ({layout}, {ablation}); parameters "
-               f"{params['before']:,} -> {params['after']:,}; weight bytes {size['before']:,} -> {size['after']:,}")
-    if layout == "sliced" and params["after"] >= params["before"]:
+    logits, task = record.verification.logits, record.verification.task
+    params, size = record.parameters, record.bytes
+    click.echo(f"removed {','.join(record.removed_heads)} ({layout}, {ablation}); parameters "
+               f"{params.before:,} -> {params.after:,}; weight bytes {size.before:,} -> {size.after:,}")
+    if layout == "sliced" and params.after >= params.before:
         click.echo("note: no size change: removing some but not all query heads of a KV group cannot shrink that "
                    "layer exactly (the heads are kept, zeroed; see the per-layer layouts in the model card)")
-    click.echo(f"verified: max |logit diff| {check['max_abs_logit_diff']:.2e} <= {check['allowed_diff']:.2e}; "
-               f"{task['task']} (n={task['n']}): original {_metric(task['intact'])}, masked {_metric(task['masked'])}, "
-               f"exported {_metric(task['exported'])}")
+    click.echo(f"verified: max |logit diff| {logits.max_abs_diff:.2e} <= {logits.allowed:.2e}; "
+               f"{task.task} (n={task.n}): original {_metric(task.intact, task.metric)}, masked "
+               f"{_metric(task.masked, task.metric)}, exported {_metric(task.exported, task.metric)}")
     if fmt == "onnx":
         how = f'onnxruntime.InferenceSession("{out}/model.onnx")'
     elif layout == "sliced":
@@ -68,5 +68,5 @@ def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout:
     click.echo(f"wrote {out}  (load with {how})")
 
 
-def _metric(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2%}" if value <= 1 else f"{value:.4f}"
+def _metric(value: float | None, metric: str) -> str:
+    return "n/a" if value is None else f"{value:.2%}" if metric == "accuracy" else f"{value:.4f}"

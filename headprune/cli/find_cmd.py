@@ -52,7 +52,9 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                  batch_size: int,
                  out: Path | None, resume: bool, as_json: bool) -> None:
     """Find a small head set whose removal improves TASK on MODEL, and test it on held-out data."""
+    from headprune.cli import exits
     from headprune.io import check_writable_folder
+    from headprune.records import to_json
     from headprune.report import verdict_line, write_outputs
     from headprune.search.find import find
 
@@ -69,9 +71,9 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
         raise
     write_outputs(result, out)
     if as_json:
-        click.echo(json.dumps({"confirmed": result.confirmed, "primary": result.verdict["heads"],
-                               "verdict": result.verdict, "out": str(out)}))
+        click.echo(json.dumps({"confirmed": result.confirmed, "primary": list(result.finalists[0].heads),
+                               "verdict": to_json(result.verdict), "out": str(out)}))
     else:
         click.echo(f"wrote {out}/result.json, report.md, screen.png", err=True)
         click.echo(verdict_line(result))
-    ctx.exit(0 if result.confirmed else 1)
+    ctx.exit(exits.for_verdict(result.confirmed))

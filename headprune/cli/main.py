@@ -1,9 +1,5 @@
-"""The ``headprune`` command: one group, one module per command, errors mapped to exit codes here.
-
-Exit codes: 0 success; 1 a normal negative outcome (find confirmed no improvement, export failed its
-verification); 2 bad input;
-3 an internal error (a bug: set ``HEADPRUNE_DEBUG=1`` for the traceback); 130 interrupted.
-"""
+"""The ``headprune`` command: one group, one module per command; errors become one line and an exit code
+here (the codes and wording live in ``headprune.cli.exits``)."""
 
 from __future__ import annotations
 
@@ -11,11 +7,8 @@ import os
 
 import click
 
+from headprune.cli import exits
 from headprune.errors import HeadpruneError
-
-EXIT_BAD_INPUT = 2
-EXIT_INTERNAL = 3
-EXIT_INTERRUPTED = 130
 
 
 def _debug() -> bool:
@@ -33,18 +26,26 @@ class HeadpruneGroup(click.Group):
         except HeadpruneError as error:
             if _debug():
                 raise
-            click.echo(f"headprune: error: {error}", err=True)
-            ctx.exit(error.exit_code)
+            kind = "internal error" if exits.for_error(error) == exits.INTERNAL else "error"
+            click.echo(f"headprune: {kind}: {exits.message(error, _innermost(ctx))}", err=True)
+            ctx.exit(exits.for_error(error))
         except KeyboardInterrupt:
             click.echo("headprune: interrupted", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
+            ctx.exit(exits.INTERRUPTED)
         except Exception as error:  # noqa: BLE001 - the one place that turns bugs into a message
             if _debug():
                 raise
             click.echo(f"headprune: internal error: {type(error).__name__}: {error} "
                        "(set HEADPRUNE_DEBUG=1 for the traceback)", err=True)
-            ctx.exit(EXIT_INTERNAL)
+            ctx.exit(exits.INTERNAL)
         return None
+
+
+def _innermost(ctx: click.Context) -> click.Context | None:
+    """The context of the subcommand that was running (its options name the settings)."""
+    sub = getattr(ctx, "invoked_subcommand", None)
+    command = ctx.command.get_command(ctx, sub) if sub and isinstance(ctx.command, click.Group) else None
+    return click.Context(command, parent=ctx) if command is not None else None
 
 
 @click.group(cls=HeadpruneGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -11,7 +11,7 @@ from headprune.errors import ModelNotFoundError
 from headprune.models import LoadedModel, load_config, load_model
 
 
-def read_record(folder: Path) -> dict | None:
+def read_slicing(folder: Path) -> dict | None:
     """The ``headprune`` record of a sliced checkpoint's config.json (``None`` for a stock layout)."""
     try:
         return json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")).get("headprune")
@@ -29,7 +29,7 @@ def load(folder: str | Path, *, dtype: torch.dtype = torch.float32) -> LoadedMod
         ModelNotFoundError, UnsupportedModelError.
     """
     folder = Path(folder)
-    record = read_record(folder)
+    record = read_slicing(folder)
     if record is None:
         return load_model(str(folder), dtype=dtype)
     from transformers import AutoTokenizer

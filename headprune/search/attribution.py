@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from headprune.evaluate import Evaluator
+from headprune.evaluation import Evaluator
 from headprune.heads import Head
 
 

@@ -11,27 +11,29 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from headprune.errors import SearchSettingsError, TaskError
-from headprune.evaluate import EvalResult, Evaluator
 from headprune.heads import Head
 from headprune.models import LoadedModel, load_model
-from headprune.search.journal import Journal
+from headprune.records import to_json
+from headprune.search.conditions import Conditions
 from headprune.search.paired import Paired, compare
-from headprune.search.result import FindResult, Finalist
-from headprune.search.split import split_task
+from headprune.search.result import (Baseline, ControlEffect, Finalist, FindResult, FindSettings, ModelInfo,
+                                     Prescreen, ScreenRow, SetRecord, SplitInfo, TaskInfo)
+from headprune.search.split import Split, split_task
 from headprune.search.stats import paired_bootstrap_ci, spearman, verdict
 from headprune.tasks import Task, load_task
 
 RANK_KEYS = ("gain", "margin")
 SCREENS = ("exact", "attribution", "halving")
+
+TaskLike = str | Path | Task
 
 
 def rank_key(paired: Paired, heads: Sequence[Head], rank_by: str) -> tuple:
@@ -42,50 +44,64 @@ def rank_key(paired: Paired, heads: Sequence[Head], rank_by: str) -> tuple:
     return (-paired.gain, paired.damaged, -paired.margin_change, len(heads), names)
 
 
-class _Conditions:
-    """Evaluates (split, head set) conditions once each, through the journal."""
+def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | None = None) -> None:
+    """Refuse settings that cannot work, naming them.
 
-    def __init__(self, evaluators: dict[str, Evaluator], journal: Journal, mode: str, means) -> None:  # noqa: ANN001
-        self.evaluators, self.journal, self.mode, self.means = evaluators, journal, mode, means
+    Raises:
+        SearchSettingsError
+    """
+    def refuse(message: str, *names: str) -> None:
+        raise SearchSettingsError(message, settings=names)
 
-    def get(self, split: str, heads: Sequence[Head]) -> EvalResult:
-        evaluator = self.evaluators[split]
-        key = f"{split}|{','.join(str(h) for h in sorted(heads))}"
-        cached = self.journal.get(key, evaluator.task)
-        if cached is not None:
-            return cached
-        result = evaluator.run(heads, mode=self.mode, means=self.means)  # type: ignore[arg-type]
-        self.journal.put(key, result)
-        return result
+    if settings.screen not in SCREENS:
+        refuse(f"screen must be one of {', '.join(SCREENS)}, not {settings.screen!r}", "screen")
+    if settings.candidates is not None and settings.candidates < settings.nominees:
+        refuse(f"candidates ({settings.candidates}) is smaller than nominees ({settings.nominees})",
+               "candidates", "nominees")
+    if settings.rank_by not in RANK_KEYS:
+        refuse(f"rank_by must be one of {', '.join(RANK_KEYS)}, not {settings.rank_by!r}", "rank_by")
+    if not 0 < settings.alpha < 1:
+        refuse(f"alpha must be between 0 and 1, got {settings.alpha}", "alpha")
+    if min(settings.nominees, settings.max_heads, settings.finalists) < 1 or settings.extend < 0:
+        refuse("nominees, max_heads and finalists must be at least 1, extend at least 0",
+               "nominees", "max_heads", "finalists", "extend")
+    if settings.max_heads > settings.nominees:
+        refuse(f"max_heads ({settings.max_heads}) is larger than nominees ({settings.nominees})",
+               "max_heads", "nominees")
+    if resume and out is None:
+        refuse("resume needs out (the folder of the interrupted run)", "resume", "out")
 
 
-def _bar(total: int, desc: str, progress: bool) -> tqdm:
-    return tqdm(total=total, desc=desc, unit="cond", disable=not progress, file=sys.stderr, leave=True,
-                dynamic_ncols=True)
+@dataclass(frozen=True)
+class _Inputs:
+    """The tasks of one run, loaded and split."""
+
+    task: Task
+    split: Split
+    controls: tuple[Task, ...]
+    specs: dict[str, str | None]
 
 
-def _task_record(task: Task) -> dict:
-    return {"name": task.name, "kind": task.kind, "n": len(task), "hash": task.content_hash()}
-
-
-def _control_effect(baseline: EvalResult, after: EvalResult, seed: int) -> dict:
-    """How a head set moves the control task: accuracy (or mean NLL) before/after with a bootstrap CI."""
-    if baseline.kind == "text":
-        low, high = paired_bootstrap_ci(-baseline.margins, -after.margins, seed=seed)
-        return {"metric": "mean_nll", "before": baseline.mean_nll, "after": after.mean_nll,
-                "difference": after.mean_nll - baseline.mean_nll, "ci95": [low, high], "n": baseline.n}
-    low, high = paired_bootstrap_ci(baseline.correct, after.correct, seed=seed)
-    paired = compare(baseline, after)
-    return {"metric": "accuracy", "before": paired.accuracy_before, "after": paired.accuracy_after,
-            "difference": paired.accuracy_change, "ci95": [low, high], "n": paired.n,
-            "rescued": paired.rescued, "damaged": paired.damaged}
+def _load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike | Sequence[TaskLike] | None,
+                 settings: FindSettings, discovery: int, heldout: int) -> _Inputs:
+    specs = {"task": None if isinstance(task, Task) else str(task),
+             "heldout": None if heldout_task is None or isinstance(heldout_task, Task) else str(heldout_task)}
+    task = task if isinstance(task, Task) else load_task(task)
+    if not task.has_accuracy:
+        raise TaskError(f"find needs a task with an accuracy; {task.name} is a {task.kind} task "
+                        "(such tasks can be a control)", settings=("task", "control"))
+    held = heldout_task if heldout_task is None or isinstance(heldout_task, Task) else load_task(heldout_task)
+    controls = () if control is None else (control,) if isinstance(control, (str, Path, Task)) else tuple(control)
+    loaded = tuple((c if isinstance(c, Task) else load_task(c)).head(settings.control_limit) for c in controls)
+    split = split_task(task, discovery=discovery, heldout=heldout, seed=settings.seed, heldout_task=held)
+    return _Inputs(task, split, loaded, specs)
 
 
 def find(
     model: str | LoadedModel,
-    task: str | Task,
+    task: TaskLike,
     *,
-    heldout_task: str | Task | None = None,
+    heldout_task: TaskLike | None = None,
     discovery: int = 2000,
     heldout: int = 1000,
     seed: int = 0,
@@ -94,7 +110,7 @@ def find(
     max_heads: int = 3,
     extend: int = 0,
     finalists: int = 10,
-    control: str | Task | None = None,
+    control: TaskLike | Sequence[TaskLike] | None = None,
     control_limit: int = 500,
     alpha: float = 0.05,
     rank_by: str = "gain",
@@ -110,194 +126,184 @@ def find(
     Args:
         model: model spec or loaded model.
         task: the task (spec or Task); must have an accuracy (choice or generate).
-        heldout_task: a separate task file for held-out examples (default: split ``task``).
+        heldout_task: a separate task for held-out examples (default: split ``task``).
         discovery, heldout: split sizes; seed: split and bootstrap seed.
         ablation: ``zero`` or ``mean`` (means over the discovery inputs).
         nominees: M, the best single heads kept for the joint search.
         max_heads: K, joint search evaluates every nominee subset of size 2..K.
         extend: greedy steps beyond K (each adds the head that most improves discovery, while it does).
         finalists: F, the best sets on discovery scored on held-out.
-        control: a second task measured for the finalists (the trade-off); control_limit caps its size.
+        control: second tasks measured for the finalists (the trade-off); control_limit caps their sizes.
         alpha: significance level of the verdict.
         rank_by: ``gain`` (counts) or ``margin`` (mean margin change) as the first ranking key.
         screen: ``exact`` (every head ablated alone), ``attribution`` (a one-pass first-order estimate for
             every head, then the best ``candidates`` heads scored exactly) or ``halving`` (successive halving
             on growing shares of discovery, then the ``candidates`` survivors scored exactly).
-        out: folder for journal.jsonl (resume) and the outputs; ``None`` keeps everything in memory.
+        out: folder for journal.jsonl (resume); ``None`` keeps everything in memory.
         resume: continue the journal in ``out``.
 
     Raises:
         SearchSettingsError, TaskError, ResultFileError, and the loading errors.
     """
-    if screen not in SCREENS:
-        raise SearchSettingsError(f"--screen must be one of {', '.join(SCREENS)}")
-    if screen != "exact" and candidates < nominees:
-        raise SearchSettingsError(f"--candidates {candidates} is smaller than --nominees {nominees}")
-    if rank_by not in RANK_KEYS:
-        raise SearchSettingsError(f"--rank-by must be one of {', '.join(RANK_KEYS)}")
-    if not 0 < alpha < 1:
-        raise SearchSettingsError(f"--alpha must be between 0 and 1, got {alpha}")
-    if nominees < 1 or max_heads < 1 or finalists < 1 or extend < 0:
-        raise SearchSettingsError("--nominees, --max-heads and --finalists must be at least 1, --extend at least 0")
-    if max_heads > nominees:
-        raise SearchSettingsError(f"--max-heads {max_heads} is larger than --nominees {nominees}")
-    if resume and out is None:
-        raise SearchSettingsError("--resume needs --out (the folder of the interrupted run)")
-    timings: dict[str, float] = {}
     started = time.perf_counter()
-    specs = {"task": None if isinstance(task, Task) else str(task),
-             "heldout": None if heldout_task is None or isinstance(heldout_task, Task) else str(heldout_task)}
-    task = load_task(task) if not isinstance(task, Task) else task
-    if not task.has_accuracy:
-        raise TaskError(f"find needs a task with an accuracy (choice or generate); {task.name} is a text task "
-                        "(text tasks can be --control)")
-    held = load_task(heldout_task) if isinstance(heldout_task, (str, Path)) else heldout_task
-    control_task = load_task(control) if isinstance(control, (str, Path)) else control
-    split = split_task(task, discovery=discovery, heldout=heldout, seed=seed, heldout_task=held)
+    settings = FindSettings(seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
+                            finalists=finalists, alpha=alpha, rank_by=rank_by, batch_size=batch_size, screen=screen,
+                            candidates=candidates if screen != "exact" else None, control_limit=control_limit)
+    check_settings(settings, resume=resume, out=out)
+    inputs = _load_inputs(task, heldout_task, control, settings, discovery, heldout)
     lm = load_model(model) if isinstance(model, str) else model
-    if nominees > lm.grid.total:
-        nominees = lm.grid.total
-        max_heads = min(max_heads, nominees)
-    if control_task is not None:
-        control_task = control_task.head(control_limit)
-
-    settings = {
-        "model": lm.name, "model_hash": lm.weight_hash, "task": split.discovery.content_hash(),
-        "heldout": split.heldout.content_hash(),
-        "control": control_task.content_hash() if control_task is not None else None,
-        "seed": seed, "ablation": ablation, "nominees": nominees, "max_heads": max_heads, "extend": extend,
-        "finalists": finalists, "alpha": alpha, "rank_by": rank_by, "batch_size": batch_size, "screen": screen,
-        "candidates": candidates if screen != "exact" else None,
-    }
-    journal = Journal(out, settings, resume=resume)
-    # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs.
-    evaluators = {"discovery": Evaluator(lm, split.discovery, batch_size=batch_size, reuse_layers=True),
-                  "heldout": Evaluator(lm, split.heldout, batch_size=batch_size)}
-    if control_task is not None:
-        evaluators["control"] = Evaluator(lm, control_task, batch_size=batch_size)
-    means = evaluators["discovery"].head_means() if ablation == "mean" else None
-    conditions = _Conditions(evaluators, journal, ablation, means)
-    timings["setup"] = time.perf_counter() - started
-
-    # Baselines: the intact model on every set, example by example.
-    mark = time.perf_counter()
-    base = {name: conditions.get(name, ()) for name in evaluators}
-    evaluators["discovery"].warm_layer_cache()  # a resumed run has its baseline from the journal
-    timings["baseline"] = time.perf_counter() - mark
-
-    # Stage 1: every query head alone on discovery (or the candidates a cheaper pre-screen picks).
-    mark = time.perf_counter()
-    estimates: dict[Head, float] | None = None
-    halving: dict | None = None
-    to_screen = lm.grid.all_heads()
-    if screen == "attribution":
-        from headprune.search.attribution import estimate_effects
-
-        estimates = estimate_effects(evaluators["discovery"], means=means)
-        to_screen = sorted(to_screen, key=lambda h: (-estimates[h], h))[:candidates]
-    elif screen == "halving":
-        from headprune.search.halving import halving_candidates
-
-        to_screen, halving = halving_candidates(
-            lm, split.discovery, keep=candidates, rank_key=lambda p, h: rank_key(p, h, rank_by), mode=ablation,
-            means=means, batch_size=batch_size, progress=progress)
-    timings["prescreen"] = time.perf_counter() - mark
-    screened: list[tuple[tuple[Head, ...], Paired]] = []
-    bar = _bar(len(to_screen), "screen", progress)
-    for head in to_screen:
-        screened.append(((head,), compare(base["discovery"], conditions.get("discovery", (head,)))))
-        bar.update()
-    bar.close()
-    ranked_singles = sorted(screened, key=lambda item: rank_key(item[1], item[0], rank_by))
-    nominee_heads = [heads[0] for heads, _ in ranked_singles[:nominees]]
-    timings["screen"] = time.perf_counter() - mark
-
-    # Stage 2: every subset of the nominees of size 2..K, then optional greedy growth.
-    mark = time.perf_counter()
-    evaluated: dict[tuple[Head, ...], Paired] = {heads: p for heads, p in screened if heads[0] in nominee_heads}
-    subsets = [tuple(sorted(c)) for size in range(2, max_heads + 1) for c in itertools.combinations(nominee_heads, size)]
-    bar = _bar(len(subsets), "joint", progress)
-    for heads in subsets:
-        evaluated[heads] = compare(base["discovery"], conditions.get("discovery", heads))
-        bar.update()
-    bar.close()
-    best = min(evaluated, key=lambda h: rank_key(evaluated[h], h, rank_by))
-    pool = [heads[0] for heads, _ in ranked_singles[: 2 * nominees]]
-    for _ in range(extend):
-        grown = [tuple(sorted((*best, h))) for h in pool if h not in best]
-        for heads in grown:
-            evaluated[heads] = compare(base["discovery"], conditions.get("discovery", heads))
-        candidate = min(grown, key=lambda h: rank_key(evaluated[h], h, rank_by)) if grown else None
-        if candidate is None or evaluated[candidate].gain <= evaluated[best].gain:
-            break
-        best = candidate
-    timings["joint"] = time.perf_counter() - mark
-
-    # Finalists, frozen on discovery; then held-out (and control) for each, in rank order.
-    mark = time.perf_counter()
-    ranked_sets = sorted(evaluated, key=lambda h: rank_key(evaluated[h], h, rank_by))
-    frozen = ranked_sets[:finalists]
-    bar = _bar(len(frozen) * (2 if control_task is not None else 1), "held-out", progress)
-    finalist_records = []
-    sentences = []
-    for rank, heads in enumerate(frozen, start=1):
-        after = conditions.get("heldout", heads)
-        bar.update()
-        test = verdict(base["heldout"].correct, after.correct, alpha=alpha, seed=seed)
-        sentences.append(test.sentence())
-        effect = None
-        if control_task is not None:
-            effect = _control_effect(base["control"], conditions.get("control", heads), seed)
-            bar.update()
-        finalist_records.append(Finalist(rank, [str(h) for h in heads], evaluated[heads].to_dict(),
-                                         test.to_dict(), effect))
-    bar.close()
-    timings["heldout"] = time.perf_counter() - mark
-    timings["total"] = time.perf_counter() - started
-
-    primary = finalist_records[0]
-    primary_verdict = dict(primary.heldout)
-    primary_verdict["heads"] = primary.heads
-    primary_verdict["discovery_gain"] = primary.discovery["gain"]
-    primary_verdict["sentence"] = sentences[0]
-    baseline = {"discovery": base["discovery"].summary(), "heldout": base["heldout"].summary()}
-    if control_task is not None:
-        baseline["control"] = base["control"].summary()
-    return FindResult(
-        model={"name": lm.name, "weight_hash": lm.weight_hash, "family": lm.adapter.family,
-               "model_type": lm.model.config.model_type, "layers": lm.grid.num_layers, "heads": lm.grid.num_heads,
-               "kv_heads": lm.grid.num_kv_heads, "head_dim": lm.grid.head_dim},
-        task={**_task_record(task), "spec": specs["task"], "settings": task.settings,
-              "discovery_hash": split.discovery.content_hash()},
-        heldout_task={**_task_record(split.heldout), "spec": specs["heldout"]},
-        control_task=_task_record(control_task) if control_task is not None else None,
-        split={"seed": seed, "discovery": len(split.discovery), "heldout": len(split.heldout),
-               "source": "heldout-task" if held is not None else "split", "duplicates_dropped":
-               split.duplicates_dropped},
-        settings={k: v for k, v in settings.items() if k not in ("model", "model_hash", "task", "heldout", "control")},
-        baseline=baseline,
-        screen=[{"head": str(h[0]), **p.to_dict(), **({"estimate": estimates[h[0]]} if estimates else {})}
-                for h, p in screened],
-        prescreen=_prescreen_record(screen, estimates, halving, screened),
-        nominees=[str(h) for h in nominee_heads],
-        sets=[{"heads": [str(h) for h in heads], **evaluated[heads].to_dict()} for heads in ranked_sets],
-        finalists=finalist_records,
-        verdict=primary_verdict,
-        timings={k: round(v, 3) for k, v in timings.items()},
-    )
+    if settings.nominees > lm.grid.total:
+        settings = FindSettings(**{**to_json(settings), "nominees": lm.grid.total,
+                                   "max_heads": min(settings.max_heads, lm.grid.total)})
+    conditions = Conditions.start(lm, inputs.split, inputs.controls, settings, out=out, resume=resume,
+                                  progress=progress)
+    search = _Search(lm, conditions, settings)
+    search.timings["setup"] = time.perf_counter() - started
+    result = search.run(inputs)
+    search.timings["total"] = time.perf_counter() - started
+    return _with_timings(result, search.timings)
 
 
-def _prescreen_record(screen: str, estimates: dict | None, halving: dict | None,
-                      screened: list[tuple[tuple[Head, ...], Paired]]) -> dict | None:
-    """What the pre-screen saw, and how its ranking of the candidates agrees with the exact screen."""
-    if screen == "attribution" and estimates is not None:
-        return {"method": "attribution", "candidates": len(screened),
-                "estimates": {str(h): v for h, v in estimates.items()},
-                "spearman_on_candidates": spearman(np.array([estimates[h[0]] for h, _ in screened]),
-                                                   np.array([p.margin_change for _, p in screened]))}
-    if screen == "halving" and halving is not None:
-        return {"method": "halving", "candidates": len(screened), "rounds": halving}
-    return None
+class _Search:
+    """The stages of one find run, each reading the conditions it needs through the journal."""
+
+    def __init__(self, lm: LoadedModel, conditions: Conditions, settings: FindSettings) -> None:
+        self.lm, self.conditions, self.settings = lm, conditions, settings
+        self.timings: dict[str, float] = {}
+
+    def _rank(self, paired: Paired, heads: Sequence[Head]) -> tuple:
+        return rank_key(paired, heads, self.settings.rank_by)
+
+    def _timed(self, stage: str, mark: float) -> None:
+        self.timings[stage] = time.perf_counter() - mark
+
+    def _paired(self, head_sets: list[tuple[Head, ...]], label: str) -> dict[tuple[Head, ...], Paired]:
+        results = self.conditions.many("discovery", head_sets, label)
+        return {heads: compare(self.base["discovery"], result) for heads, result in zip(head_sets, results)}
+
+    def run(self, inputs: _Inputs) -> FindResult:
+        mark = time.perf_counter()
+        self.base = self.conditions.baselines()
+        self._timed("baseline", mark)
+        screened, prescreen = self._screen()
+        evaluated, nominees = self._joint(screened)
+        frozen = sorted(evaluated, key=lambda h: self._rank(evaluated[h], h))[: self.settings.finalists]
+        finalist_records = self._finalists(frozen, evaluated)
+        return self._record(inputs, screened, prescreen, nominees, evaluated, finalist_records)
+
+    def _screen(self) -> tuple[list[tuple[Head, Paired, float | None]], Prescreen | None]:
+        """Stage 1: every query head alone on discovery (or the candidates a cheaper pre-screen picks)."""
+        mark = time.perf_counter()
+        settings, conditions = self.settings, self.conditions
+        to_screen = self.lm.grid.all_heads()
+        estimates: dict[Head, float] | None = None
+        prescreen: Prescreen | None = None
+        if settings.screen == "attribution":
+            from headprune.search.attribution import estimate_effects
+
+            estimates = estimate_effects(conditions.evaluators["discovery"], means=conditions.means)
+            to_screen = sorted(to_screen, key=lambda h: (-estimates[h], h))[: settings.candidates]
+        elif settings.screen == "halving":
+            from headprune.search.halving import halving_candidates
+
+            to_screen, rounds = halving_candidates(
+                self.lm, conditions.evaluators["discovery"].task, keep=settings.candidates, rank_key=self._rank,
+                mode=settings.ablation, means=conditions.means, batch_size=settings.batch_size,
+                progress=conditions.progress)
+            prescreen = Prescreen("halving", len(to_screen), rounds=rounds)
+        self._timed("prescreen", mark)
+        singles = self._paired([(h,) for h in to_screen], "screen")
+        screened = [(h, singles[(h,)], estimates[h] if estimates else None) for h in to_screen]
+        if estimates is not None:
+            rho = spearman(np.array([e for _, _, e in screened]), np.array([p.margin_change for _, p, _ in screened]))
+            prescreen = Prescreen("attribution", len(screened), estimates={str(h): v for h, v in estimates.items()},
+                                  spearman_on_candidates=rho)
+        self._timed("screen", mark)
+        return screened, prescreen
+
+    def _joint(self, screened: list[tuple[Head, Paired, float | None]]
+               ) -> tuple[dict[tuple[Head, ...], Paired], list[Head]]:
+        """Stage 2: every subset of the nominees of size 2..K, then optional greedy growth."""
+        mark = time.perf_counter()
+        settings = self.settings
+        ranked = sorted(screened, key=lambda row: self._rank(row[1], (row[0],)))
+        nominees = [head for head, _, _ in ranked[: settings.nominees]]
+        evaluated = {(head,): paired for head, paired, _ in ranked[: settings.nominees]}
+        subsets = [tuple(sorted(c)) for size in range(2, settings.max_heads + 1)
+                   for c in itertools.combinations(nominees, size)]
+        evaluated.update(self._paired(subsets, "joint"))
+        best = min(evaluated, key=lambda h: self._rank(evaluated[h], h))
+        pool = [head for head, _, _ in ranked[: 2 * settings.nominees]]
+        for _ in range(settings.extend):
+            grown = [tuple(sorted((*best, h))) for h in pool if h not in best]
+            if not grown:
+                break
+            evaluated.update(self._paired(grown, "extend"))
+            candidate = min(grown, key=lambda h: self._rank(evaluated[h], h))
+            if evaluated[candidate].gain <= evaluated[best].gain:
+                break
+            best = candidate
+        self._timed("joint", mark)
+        return evaluated, nominees
+
+    def _finalists(self, frozen: list[tuple[Head, ...]], evaluated: dict[tuple[Head, ...], Paired]
+                   ) -> list[Finalist]:
+        """Held-out (and controls) for each finalist, frozen on discovery beforehand."""
+        mark = time.perf_counter()
+        conditions, seed = self.conditions, self.settings.seed
+        heldout = conditions.many("heldout", frozen, "held-out")
+        controls = [conditions.many(name, frozen, name) for name in conditions.control_names]
+        records = []
+        for rank, heads in enumerate(frozen, start=1):
+            test = verdict(self.base["heldout"].correct, heldout[rank - 1].correct, alpha=self.settings.alpha,
+                           seed=seed)
+            effects = tuple(_control_effect(self.base[name], results[rank - 1], seed)
+                            for name, results in zip(conditions.control_names, controls))
+            records.append(Finalist(rank, tuple(str(h) for h in heads), evaluated[heads], test, effects))
+        self._timed("heldout", mark)
+        return records
+
+    def _record(self, inputs: _Inputs, screened: list, prescreen: Prescreen | None, nominees: list[Head],
+                evaluated: dict[tuple[Head, ...], Paired], finalists: list[Finalist]) -> FindResult:
+        lm, split = self.lm, inputs.split
+        ranked_sets = sorted(evaluated, key=lambda h: self._rank(evaluated[h], h))
+        names = self.conditions.control_names
+        return FindResult(
+            model=ModelInfo(lm.name, lm.weight_hash, lm.adapter.family, lm.model.config.model_type,
+                            lm.grid.num_layers, lm.grid.num_heads, lm.grid.num_kv_heads, lm.grid.head_dim),
+            task=TaskInfo(inputs.task.name, inputs.task.kind, len(inputs.task), inputs.task.content_hash(),
+                          inputs.specs["task"], dict(inputs.task.settings), split.discovery.content_hash()),
+            heldout_task=TaskInfo(split.heldout.name, split.heldout.kind, len(split.heldout),
+                                  split.heldout.content_hash(), inputs.specs["heldout"]),
+            control_tasks=tuple(TaskInfo(c.name, c.kind, len(c), c.content_hash()) for c in inputs.controls),
+            split=SplitInfo(self.settings.seed, len(split.discovery), len(split.heldout), split.source,
+                            split.duplicates_dropped),
+            settings=self.settings,
+            baseline=Baseline(self.base["discovery"].summary(), self.base["heldout"].summary(),
+                              tuple(self.base[name].summary() for name in names)),
+            screen=tuple(ScreenRow(str(h), p, e) for h, p, e in screened),
+            prescreen=prescreen,
+            nominees=tuple(str(h) for h in nominees),
+            sets=tuple(SetRecord(tuple(str(h) for h in heads), evaluated[heads]) for heads in ranked_sets),
+            finalists=tuple(finalists),
+        )
+
+
+def _control_effect(baseline, after, seed: int) -> ControlEffect:  # noqa: ANN001 - EvalResults
+    """How a head set moves a control task: accuracy (or mean NLL) before and after, with a bootstrap CI."""
+    if not baseline.has_accuracy:
+        low, high = paired_bootstrap_ci(-baseline.margins, -after.margins, seed=seed)
+        return ControlEffect(baseline.task, "mean_nll", baseline.n, baseline.mean_nll, after.mean_nll, (low, high))
+    low, high = paired_bootstrap_ci(baseline.correct, after.correct, seed=seed)
+    paired = compare(baseline, after)
+    return ControlEffect(baseline.task, "accuracy", paired.n, paired.accuracy_before, paired.accuracy_after,
+                         (low, high), paired.rescued, paired.damaged)
+
+
+def _with_timings(result: FindResult, timings: dict[str, float]) -> FindResult:
+    from dataclasses import replace
+
+    return replace(result, timings={k: round(v, 3) for k, v in timings.items()})
 
 
 def expected_joint_evaluations(nominees: int, max_heads: int) -> int:
@@ -305,4 +311,4 @@ def expected_joint_evaluations(nominees: int, max_heads: int) -> int:
     return sum(math.comb(nominees, k) for k in range(2, max_heads + 1))
 
 
-__all__ = ["find", "rank_key", "expected_joint_evaluations"]
+__all__ = ["SCREENS", "RANK_KEYS", "check_settings", "expected_joint_evaluations", "find", "rank_key"]

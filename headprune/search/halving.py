@@ -13,20 +13,22 @@ import sys
 import torch
 from tqdm.auto import tqdm
 
-from headprune.evaluate import Evaluator
+from headprune.evaluation import Evaluator
 from headprune.heads import Head
 from headprune.models import LoadedModel
 from headprune.search.paired import compare
+from headprune.search.result import HalvingRound
 from headprune.tasks import Task
 
 SHARES = (4, 2)  # round r uses len(discovery) // SHARES[r] examples
 
 
 def halving_candidates(lm: LoadedModel, discovery: Task, *, keep: int, rank_key, mode: str,  # noqa: ANN001
-                       means: torch.Tensor | None, batch_size: int, progress: bool) -> tuple[list[Head], dict]:
+                       means: torch.Tensor | None, batch_size: int, progress: bool
+                       ) -> tuple[list[Head], dict[str, HalvingRound]]:
     """The ``keep`` heads that survive, best first, and per head the last round it was scored in."""
     survivors = lm.grid.all_heads()
-    record: dict[str, dict] = {}
+    record: dict[str, HalvingRound] = {}
     for round_number, share in enumerate(SHARES, start=1):
         part = discovery.head(max(1, len(discovery) // share))
         evaluator = Evaluator(lm, part, batch_size=batch_size, reuse_layers=True)
@@ -37,7 +39,7 @@ def halving_candidates(lm: LoadedModel, discovery: Task, *, keep: int, rank_key,
         for head in survivors:
             paired = compare(base, evaluator.run([head], mode=mode, means=means))  # type: ignore[arg-type]
             scored.append((head, paired))
-            record[str(head)] = {"round": round_number, "n": len(part), **paired.to_dict()}
+            record[str(head)] = HalvingRound(round_number, paired)
             bar.update()
         bar.close()
         scored.sort(key=lambda item: rank_key(item[1], (item[0],)))

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from headprune.errors import ResultFileError
-from headprune.evaluate import EvalResult, ExampleResult
+from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.tasks import Task
 
 JOURNAL_NAME = "journal.jsonl"
@@ -43,19 +43,19 @@ class Journal:
 
     def _load(self, settings: dict) -> None:
         if not self.path.is_file():
-            raise ResultFileError(f"--resume: {self.path} does not exist (nothing to resume)")
+            raise ResultFileError(f"cannot resume: {self.path} does not exist (nothing to resume)", settings=("resume",))
         lines = self.path.read_text(encoding="utf-8").splitlines()
         try:
             recorded = json.loads(lines[0])["settings"]
         except (IndexError, KeyError, json.JSONDecodeError) as error:
-            raise ResultFileError(f"--resume: {self.path} is not a headprune journal") from error
+            raise ResultFileError(f"cannot resume: {self.path} is not a headprune journal") from error
         if recorded.get("model_hash") != settings.get("model_hash"):
-            raise ResultFileError(f"--resume: {self.path.parent} was made for a different model "
+            raise ResultFileError(f"cannot resume: {self.path.parent} was made for a different model "
                                   f"({recorded.get('model')}, {str(recorded.get('model_hash'))[:19]}...)")
         changed = sorted(k for k in set(recorded) | set(settings) if recorded.get(k) != settings.get(k))
         if changed:
             details = ", ".join(f"{k}: {recorded.get(k)!r} then, {settings.get(k)!r} now" for k in changed[:3])
-            raise ResultFileError(f"--resume: settings differ from the interrupted run ({details})")
+            raise ResultFileError(f"cannot resume: settings differ from the interrupted run ({details})")
         for line in lines[1:]:
             try:
                 entry = json.loads(line)
@@ -76,7 +76,7 @@ class Journal:
         if len(entry["margins"]) != len(task):
             raise ResultFileError(f"journal entry {key} does not match the task (corrupt journal?)")
         return EvalResult(task.name, task.kind, tuple(
-            ExampleResult(example.id, None if task.kind == "text" else flag == "1", margin)
+            ExampleResult(example.id, flag == "1" if task.has_accuracy else None, margin)
             for example, flag, margin in zip(task.examples, entry["correct"], entry["margins"])
         ))
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headprune.evaluate import EvalResult
+from headprune.evaluation.results import EvalResult
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,8 @@ class Paired:
     accuracy_after: float
     margin_change: float
 
+    _derived = ("gain",)
+
     @property
     def gain(self) -> int:
         return self.rescued - self.damaged
@@ -29,11 +31,6 @@ class Paired:
     @property
     def accuracy_change(self) -> float:
         return self.accuracy_after - self.accuracy_before
-
-    def to_dict(self) -> dict:
-        return {"n": self.n, "rescued": self.rescued, "damaged": self.damaged, "gain": self.gain,
-                "accuracy_before": self.accuracy_before, "accuracy_after": self.accuracy_after,
-                "margin_change": self.margin_change}
 
 
 def compare(baseline: EvalResult, after: EvalResult) -> Paired:

@@ -1,51 +1,174 @@
-"""``FindResult``: everything find measured, as data. Serialised to a versioned ``result.json``.
+"""``FindResult``: everything find measured, as nested frozen records, serialised to a versioned JSON.
 
-Values are stored apart from how they are shown: the terminal line, ``report.md`` and model cards are all
-rendered from this one record.
+Values are stored apart from how they are shown: the terminal line, ``report.md``, model cards and the
+Hub ``model-index`` are all rendered from these fields (``headprune.report``, ``headprune.exporter.card``).
+Version 1 files (headprune before typed records) are still read.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from headprune.errors import ResultFileError
+from headprune.evaluation.results import Summary
 from headprune.heads import Head, parse_heads
+from headprune.records import from_json, to_json
+from headprune.search.paired import Paired
+from headprune.search.stats import Verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RESULT_NAME = "result.json"
 
 
 @dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    weight_hash: str
+    family: str
+    model_type: str
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+    @property
+    def total_heads(self) -> int:
+        return self.layers * self.heads
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task as find used it: ``hash`` is over the examples used (for the main task: all of it)."""
+
+    name: str
+    kind: str
+    n: int
+    hash: str
+    spec: str | None = None  # how to load it again (None: an in-memory task)
+    settings: dict[str, object] = field(default_factory=dict)
+    discovery_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class SplitInfo:
+    seed: int
+    discovery: int
+    heldout: int
+    source: str  # "split" (one task split in two) or "heldout-task"
+    duplicates_dropped: int
+
+
+@dataclass(frozen=True)
+class FindSettings:
+    """The search options that decide the result (what ``--resume`` insists on)."""
+
+    seed: int = 0
+    ablation: str = "zero"
+    nominees: int = 10
+    max_heads: int = 3
+    extend: int = 0
+    finalists: int = 10
+    alpha: float = 0.05
+    rank_by: str = "gain"
+    batch_size: int = 16
+    screen: str = "exact"
+    candidates: int | None = None  # pre-screens only
+    control_limit: int = 500
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The intact model on each set."""
+
+    discovery: Summary
+    heldout: Summary
+    controls: tuple[Summary, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScreenRow:
+    """One head ablated alone on discovery (``estimate``: the pre-screen's first-order estimate, if any)."""
+
+    head: str
+    paired: Paired
+    estimate: float | None = None
+
+
+@dataclass(frozen=True)
+class SetRecord:
+    """One head set evaluated on discovery."""
+
+    heads: tuple[str, ...]
+    paired: Paired
+
+
+@dataclass(frozen=True)
+class ControlEffect:
+    """How a head set moves a control task: accuracy (or mean NLL) before and after, with a bootstrap CI."""
+
+    task: str
+    metric: str  # "accuracy" or "mean_nll"
+    n: int
+    before: float
+    after: float
+    ci95: tuple[float, float]
+    rescued: int | None = None
+    damaged: int | None = None
+
+    _derived = ("difference",)
+
+    @property
+    def difference(self) -> float:
+        return self.after - self.before
+
+
+@dataclass(frozen=True)
 class Finalist:
-    """One of the F best sets on discovery, with its held-out verdict (and control effect)."""
+    """One of the F best sets on discovery, with its held-out verdict and control effects."""
 
     rank: int
-    heads: list[str]
-    discovery: dict
-    heldout: dict
-    control: dict | None = None
+    heads: tuple[str, ...]
+    discovery: Paired
+    heldout: Verdict
+    controls: tuple[ControlEffect, ...] = ()
+
+
+@dataclass(frozen=True)
+class HalvingRound:
+    round: int
+    paired: Paired
+
+
+@dataclass(frozen=True)
+class Prescreen:
+    """What a pre-screen saw: attribution estimates of every head, or the successive-halving rounds."""
+
+    method: str
+    candidates: int
+    estimates: dict[str, float] | None = None
+    spearman_on_candidates: float | None = None
+    rounds: dict[str, HalvingRound] | None = None
 
 
 @dataclass(frozen=True)
 class FindResult:
-    """The record of one find run (schema version 1)."""
+    """The record of one find run."""
 
-    model: dict
-    task: dict
-    heldout_task: dict
-    control_task: dict | None
-    split: dict
-    settings: dict
-    baseline: dict
-    screen: list[dict]
-    nominees: list[str]
-    sets: list[dict]
-    finalists: list[Finalist]
-    verdict: dict
-    prescreen: dict | None = None
-    timings: dict = field(default_factory=dict, compare=False)
+    model: ModelInfo
+    task: TaskInfo
+    heldout_task: TaskInfo
+    control_tasks: tuple[TaskInfo, ...]
+    split: SplitInfo
+    settings: FindSettings
+    baseline: Baseline
+    screen: tuple[ScreenRow, ...]
+    nominees: tuple[str, ...]
+    sets: tuple[SetRecord, ...]
+    finalists: tuple[Finalist, ...]
+    prescreen: Prescreen | None = None
+    timings: dict[str, float] = field(default_factory=dict, compare=False)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -54,11 +177,16 @@ class FindResult:
         return parse_heads(self.finalists[0].heads) if self.finalists else ()
 
     @property
+    def verdict(self) -> Verdict:
+        """The primary set's held-out verdict."""
+        return self.finalists[0].heldout
+
+    @property
     def confirmed(self) -> bool:
-        return bool(self.verdict.get("confirmed"))
+        return self.verdict.confirmed
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return to_json(self)
 
     def save(self, path: Path) -> None:
         from headprune.io import atomic_write_json
@@ -67,12 +195,13 @@ class FindResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> FindResult:
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ResultFileError(f"unsupported result schema version {data.get('schema_version')!r} "
-                                  f"(this headprune reads version {SCHEMA_VERSION})")
-        fields = dict(data)
-        fields["finalists"] = [Finalist(**f) for f in data["finalists"]]
-        return cls(**fields)
+        version = data.get("schema_version")
+        if version == 1:
+            data = _upgrade_v1(data)
+        elif version != SCHEMA_VERSION:
+            raise ResultFileError(f"unsupported result schema version {version!r} "
+                                  f"(this headprune reads versions 1 and {SCHEMA_VERSION})")
+        return from_json(cls, data)
 
     @classmethod
     def load(cls, path: Path) -> FindResult:
@@ -84,5 +213,49 @@ class FindResult:
             return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError as error:
             raise ResultFileError(f"{path}: no such result file") from error
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise ResultFileError(f"{path}: not a headprune result ({error})") from error
+        except (OSError, UnicodeDecodeError) as error:
+            raise ResultFileError(f"{path}: cannot read it ({error})") from error
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as error:
+            raise ResultFileError(f"{path}: not a headprune result ({type(error).__name__}: {error})") from error
+
+
+def _paired_v1(row: dict) -> dict:
+    return {k: row[k] for k in ("n", "rescued", "damaged", "accuracy_before", "accuracy_after", "margin_change")}
+
+
+def _verdict_v1(v: dict) -> dict:
+    return {**{k: v[k] for k in ("n", "accuracy_before", "accuracy_after", "rescued", "damaged", "p_value",
+                                 "alpha")}, "ci95": v["ci95"]}
+
+
+def _control_v1(c: dict, task: str) -> dict:
+    return {"task": task, "metric": c["metric"], "n": c["n"], "before": c["before"], "after": c["after"],
+            "ci95": c["ci95"], "rescued": c.get("rescued"), "damaged": c.get("damaged")}
+
+
+def _upgrade_v1(data: dict) -> dict:
+    """A version 1 ``result.json`` (flat dicts) in the version 2 layout."""
+    control = data.get("control_task")
+    control_name = control["name"] if control else ""
+    baseline = data["baseline"]
+    prescreen = data.get("prescreen")
+    if prescreen and prescreen.get("rounds"):
+        prescreen = {**prescreen, "rounds": {head: {"round": r["round"], "paired": _paired_v1(r)}
+                                             for head, r in prescreen["rounds"].items()}}
+    known = {f for f in FindSettings.__dataclass_fields__}
+    return {
+        "model": data["model"], "task": data["task"], "heldout_task": data["heldout_task"],
+        "control_tasks": [control] if control else [], "split": data["split"],
+        "settings": {k: v for k, v in data["settings"].items() if k in known},
+        "baseline": {"discovery": baseline["discovery"], "heldout": baseline["heldout"],
+                     "controls": [baseline["control"]] if "control" in baseline else []},
+        "screen": [{"head": r["head"], "paired": _paired_v1(r), "estimate": r.get("estimate")}
+                   for r in data["screen"]],
+        "nominees": data["nominees"],
+        "sets": [{"heads": s["heads"], "paired": _paired_v1(s)} for s in data["sets"]],
+        "finalists": [{"rank": f["rank"], "heads": f["heads"], "discovery": _paired_v1(f["discovery"]),
+                       "heldout": _verdict_v1(f["heldout"]),
+                       "controls": [_control_v1(f["control"], control_name)] if f.get("control") else []}
+                      for f in data["finalists"]],
+        "prescreen": prescreen, "timings": data.get("timings", {}), "schema_version": SCHEMA_VERSION,
+    }

@@ -16,6 +16,7 @@ class Split:
     discovery: Task
     heldout: Task
     duplicates_dropped: int  # examples dropped because their content appeared earlier (or in discovery)
+    source: str = "split"  # "split": both from one task; "heldout-task": held-out from a second task
 
 
 def _unique(task: Task, seen: set[str]) -> list[int]:
@@ -38,9 +39,11 @@ def split_task(task: Task, *, discovery: int, heldout: int, seed: int, heldout_t
         SearchSettingsError: too few distinct examples for the sizes asked.
     """
     if discovery < MIN_SPLIT_SIZE or heldout < MIN_SPLIT_SIZE:
-        raise SearchSettingsError(f"--discovery and --heldout must each be at least {MIN_SPLIT_SIZE}")
+        raise SearchSettingsError(f"discovery and heldout must each be at least {MIN_SPLIT_SIZE}",
+                                  settings=("discovery", "heldout"))
     if heldout_task is not None and heldout_task.kind != task.kind:
-        raise SearchSettingsError(f"held-out task is {heldout_task.kind} but the task is {task.kind}")
+        raise SearchSettingsError(f"held-out task is {heldout_task.kind} but the task is {task.kind}",
+                                  settings=("heldout_task",))
     rng = random.Random(seed)
     seen: set[str] = set()
     pool = _unique(task, seen)
@@ -49,13 +52,13 @@ def split_task(task: Task, *, discovery: int, heldout: int, seed: int, heldout_t
     if heldout_task is None:
         if len(pool) < discovery + heldout:
             raise SearchSettingsError(
-                f"task {task.name!r} has {len(pool)} distinct examples; --discovery {discovery} + --heldout {heldout} "
-                f"need {discovery + heldout}")
+                f"task {task.name!r} has {len(pool)} distinct examples; discovery {discovery} + heldout {heldout} "
+                f"need {discovery + heldout}", settings=("discovery", "heldout"))
         return Split(task.subset(pool[:discovery], suffix="[discovery]"),
                      task.subset(pool[discovery : discovery + heldout], suffix="[held-out]"), dropped)
     if len(pool) < discovery:
-        raise SearchSettingsError(f"task {task.name!r} has {len(pool)} distinct examples; --discovery {discovery} "
-                                  "needs more")
+        raise SearchSettingsError(f"task {task.name!r} has {len(pool)} distinct examples; discovery {discovery} "
+                                  "needs more", settings=("discovery",))
     chosen = pool[:discovery]
     seen = {task.examples[i].content_key() for i in chosen}
     held_pool = _unique(heldout_task, seen)
@@ -63,6 +66,6 @@ def split_task(task: Task, *, discovery: int, heldout: int, seed: int, heldout_t
     rng.shuffle(held_pool)
     if len(held_pool) < heldout:
         raise SearchSettingsError(f"held-out task {heldout_task.name!r} has {len(held_pool)} examples not seen in "
-                                  f"discovery; --heldout {heldout} needs more")
+                                  f"discovery; heldout {heldout} needs more", settings=("heldout",))
     return Split(task.subset(chosen, suffix="[discovery]"),
-                 heldout_task.subset(held_pool[:heldout], suffix="[held-out]"), dropped)
+                 heldout_task.subset(held_pool[:heldout], suffix="[held-out]"), dropped, "heldout-task")

@@ -55,17 +55,18 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The held-out test of one head set."""
+    """The held-out test of one head set: paired accuracy change, its bootstrap CI and exact McNemar p."""
 
     n: int
     accuracy_before: float
     accuracy_after: float
     rescued: int
     damaged: int
-    ci_low: float
-    ci_high: float
+    ci95: tuple[float, float]
     p_value: float
     alpha: float
+
+    _derived = ("difference", "confirmed")
 
     @property
     def difference(self) -> float:
@@ -75,22 +76,11 @@ class Verdict:
     def confirmed(self) -> bool:
         return self.rescued > self.damaged and self.p_value < self.alpha
 
-    def to_dict(self) -> dict:
-        return {"n": self.n, "accuracy_before": self.accuracy_before, "accuracy_after": self.accuracy_after,
-                "difference": self.difference, "ci95": [self.ci_low, self.ci_high], "rescued": self.rescued,
-                "damaged": self.damaged, "p_value": self.p_value, "alpha": self.alpha, "confirmed": self.confirmed}
-
-    def sentence(self) -> str:
-        outcome = "CONFIRMED improvement" if self.confirmed else "no confirmed improvement"
-        return (f"{outcome}: held-out accuracy {self.accuracy_before:.1%} -> {self.accuracy_after:.1%} "
-                f"({self.difference:+.1%}, 95% CI [{self.ci_low:+.1%}, {self.ci_high:+.1%}], "
-                f"McNemar p={self.p_value:.3g}, n={self.n}, rescued {self.rescued}, damaged {self.damaged})")
-
 
 def verdict(before: np.ndarray, after: np.ndarray, *, alpha: float, seed: int) -> Verdict:
     """Paired verdict from per-example correctness before and after (bool arrays)."""
     before, after = np.asarray(before, dtype=bool), np.asarray(after, dtype=bool)
     rescued, damaged = int((~before & after).sum()), int((before & ~after).sum())
-    low, high = paired_bootstrap_ci(before, after, seed=seed)
-    return Verdict(len(before), float(before.mean()), float(after.mean()), rescued, damaged, low, high,
+    ci95 = paired_bootstrap_ci(before, after, seed=seed)
+    return Verdict(len(before), float(before.mean()), float(after.mean()), rescued, damaged, ci95,
                    mcnemar_exact(rescued, damaged), alpha)

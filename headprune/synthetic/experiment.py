@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from headprune.exporter import export
-from headprune.heads import Head
+from headprune.exporter.pipeline import export
 from headprune.io import atomic_folder, atomic_write_json
+from headprune.records import to_json
 from headprune.report import write_outputs
 from headprune.search.find import find
 from headprune.synthetic.analysis import HeadScores
@@ -85,7 +85,7 @@ def run_seed(settings: Settings, folder: Path, protocol: Protocol = Protocol(), 
     write_outputs(result, folder / "find")
     exported = export(model, result, out=folder / "pruned") if result.confirmed else None
 
-    found = [Head.parse(h).head for h in result.verdict["heads"]]
+    found = [head.head for head in result.primary]
     optimum = joint_optimum(settings.distractor_rate)
     middles = fillers(256, np.random.default_rng(20_000 + settings.seed), settings.middle)
     rows_a, weights_a = weighted_rows("A", middles, settings.distractor_rate)
@@ -105,9 +105,9 @@ def run_seed(settings: Settings, folder: Path, protocol: Protocol = Protocol(), 
         "emergence_step": emergence_step(trained, named),
         "found_heads": found,
         "found_contains_named": set(named) <= set(found),
-        "heldout_b": primary.heldout,
-        "control_a": primary.control,
+        "heldout_b": to_json(primary.heldout),
+        "control_a": to_json(primary.controls[0]),
         "exported": None if exported is None else {"folder": str(folder / "pruned"),
-                                                    "verification": exported.get("verification")},
+                                                    "verification": to_json(exported.verification)},
         "commands": commands(folder, protocol, settings.seed),
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from headprune.errors import TaskError
-from headprune.tasks.base import TASK_KINDS, Example, Task, TaskKind
+from headprune.tasks.base import TASK_KINDS, Example, Task, TaskKind, has_accuracy
 from headprune.tasks.builtin import BUILTIN_SUMMARIES, BUILTIN_TASKS
 from headprune.tasks.jsonl import load_jsonl_task, write_jsonl_task
 
@@ -55,5 +55,5 @@ def describe_builtin_tasks() -> list[tuple[str, str, str]]:
     return [(name, kind, summary) for name, (kind, summary) in BUILTIN_SUMMARIES.items()]
 
 
-__all__ = ["TASK_KINDS", "Example", "Task", "TaskKind", "describe_builtin_tasks", "load_task",
+__all__ = ["TASK_KINDS", "Example", "Task", "TaskKind", "describe_builtin_tasks", "has_accuracy", "load_task",
            "load_jsonl_task", "write_jsonl_task", "BUILTIN_TASKS"]

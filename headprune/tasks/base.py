@@ -19,6 +19,12 @@ from headprune.errors import TaskError
 
 TaskKind = Literal["choice", "generate", "text"]
 TASK_KINDS: tuple[str, ...] = ("choice", "generate", "text")
+CONTINUOUS_KINDS: tuple[str, ...] = ("text",)  # scored by a continuous metric only, no accuracy
+
+
+def has_accuracy(kind: str) -> bool:
+    """Whether examples of this kind are right or wrong (``text`` tasks only have a mean NLL)."""
+    return kind not in CONTINUOUS_KINDS
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,7 @@ class Task:
 
     @property
     def has_accuracy(self) -> bool:
-        return self.kind != "text"
+        return has_accuracy(self.kind)
 
     def content_hash(self) -> str:
         """sha256 over the kind, scoring settings and every example's content, in order."""
@@ -95,5 +101,5 @@ class Task:
         if limit is None or limit >= len(self.examples):
             return self
         if limit < 1:
-            raise TaskError(f"--limit must be at least 1, got {limit}")
+            raise TaskError(f"limit must be at least 1, got {limit}")
         return replace(self, examples=self.examples[:limit])

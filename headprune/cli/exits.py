@@ -1,0 +1,48 @@
+"""Exit codes and error messages of the command line, in one place.
+
+    0    success (find: the primary set's gain is confirmed on held-out data)
+    1    a normal negative outcome: find confirmed no improvement; export failed its verification
+    2    bad input (one line on stderr naming the problem)
+    3    an internal error (a bug, or a self-check that failed; ``HEADPRUNE_DEBUG=1`` shows the traceback)
+    130  interrupted
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from headprune.errors import HeadpruneError, InternalCheckError, VerificationError
+
+OK = 0
+NEGATIVE = 1
+BAD_INPUT = 2
+INTERNAL = 3
+INTERRUPTED = 130
+
+
+def for_error(error: HeadpruneError) -> int:
+    if isinstance(error, VerificationError):
+        return NEGATIVE
+    if isinstance(error, InternalCheckError):
+        return INTERNAL
+    return BAD_INPUT
+
+
+def for_verdict(confirmed: bool) -> int:
+    """find's exit code: the verdict on the primary set."""
+    return OK if confirmed else NEGATIVE
+
+
+def message(error: HeadpruneError, ctx: click.Context | None) -> str:
+    """The error in the command's own words: keyword arguments it names become the command's options."""
+    text = str(error)
+    command = ctx.command if ctx is not None else None
+    if not error.settings or command is None:
+        return text
+    flags = {p.name: p.opts[0] for p in command.params if isinstance(p, click.Option) and p.name and p.opts}
+    for name in error.settings:
+        if name in flags:
+            text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", flags[name], text)
+    return text

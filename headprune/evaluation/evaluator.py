@@ -1,0 +1,277 @@
+"""The evaluation engine: score a task example by example, with or without heads ablated.
+
+An :class:`Evaluator` turns a task into model inputs once (through its kind's scorer, ``headprune.scoring``)
+and keeps the batches, so screening hundreds of conditions on the same examples pays for tokenisation once.
+It owns what every kind shares: batching (longest first, to cut padding), padding (causal models on the
+left with explicit position ids, so an example's result does not depend on its batch up to float rounding),
+the forward pass, greedy decoding, and two shortcuts with the results of a plain full forward pass:
+a prompt prefix shared by every sequence is computed once per condition (causal LMs), and ablated runs
+start from cached layer inputs of the intact model (``headprune.layer_cache``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from headprune.ablation import AblationMode, ablated, collect_head_means
+from headprune.errors import TaskError
+from headprune.evaluation.results import EvalResult, ExampleResult
+from headprune.heads import Head
+from headprune.layer_cache import LayerInputCache
+from headprune.models import LoadedModel
+from headprune.scoring import Item, scorer_for
+from headprune.tasks import Task
+
+DEFAULT_BATCH_SIZE = 16
+MIN_SHARED_PREFIX = 16  # tokens; shorter shared prefixes are not worth a separate pass
+
+Batch = tuple[torch.Tensor, torch.Tensor, dict]  # (input_ids, attention_mask, extra forward keywords)
+
+
+class Evaluator:
+    """Scores one task on one model, for any number of ablation conditions.
+
+    Args:
+        lm: the model.
+        task: the task.
+        batch_size: sequences per forward pass.
+        reuse_layers: keep the intact model's layer inputs from the first intact run and start later
+            ablated runs at the lowest ablated layer (same results, less work; see ``layer_cache``).
+        share_prefix: causal LMs: compute the keys/values of a prompt prefix shared by every sequence (a
+            few-shot prompt) once per condition instead of once per sequence.
+
+    Raises:
+        TaskError: a bad batch size, or a task kind the model cannot be scored on.
+    """
+
+    def __init__(self, lm: LoadedModel, task: Task, *, batch_size: int = DEFAULT_BATCH_SIZE,
+                 reuse_layers: bool = False, share_prefix: bool = True) -> None:
+        if batch_size < 1:
+            raise TaskError(f"batch size must be at least 1, got {batch_size}")
+        self.lm = lm
+        self.task = task
+        self.batch_size = batch_size
+        self.scorer = scorer_for(task, lm)
+        tokenizer = lm.tokenizer
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+        self._items: list[Item] = [item for index, example in enumerate(task.examples)
+                                   for item in self.scorer.items(index, example)]
+        self._by_example: list[list[int]] = [[] for _ in task.examples]
+        for i, item in enumerate(self._items):
+            self._by_example[item.example].append(i)
+        self._first_items = {indices[0] for indices in self._by_example}  # to count progress in examples
+        # Longest first: the peak memory shows in the first batch, and similar lengths share batches.
+        order = sorted(range(len(self._items)), key=lambda i: (-len(self._items[i].tokens), i))
+        self._batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+        self._prefix = self._shared_prefix() if share_prefix else ()
+        self._layer_cache: LayerInputCache | None = None
+        if reuse_layers:
+            padded = sum(len(b) * (max(len(self._items[i].tokens) for i in b) - len(self._prefix))
+                         for b in self._batches)
+            self._layer_cache = LayerInputCache.for_budget(lm, padded)
+
+    # ---------------------------------------------------------------- inputs
+
+    def _shared_prefix(self) -> tuple[int, ...]:
+        """The longest token prefix common to every input, if long enough to be worth sharing."""
+        if self.scorer.readout != "logprobs" or len(self._items) < 2:
+            return ()
+        common = os.path.commonprefix([item.tokens for item in self._items])  # type: ignore[type-var]
+        # Every read position must lie after the prefix.
+        length = min(len(common), min(len(item.tokens) - item.read for item in self._items))
+        return tuple(common[:length]) if length >= MIN_SHARED_PREFIX else ()
+
+    def _tensors(self, batch: Sequence[int]) -> Batch:
+        """Padded ``(B, T)`` ids and mask on the model's input device, plus position ids (left-padded causal
+        models) or segment ids (encoder text pairs)."""
+        items = [self._items[i] for i in batch]
+        left = not self.lm.is_encoder
+        width = max(len(item.tokens) for item in items)
+        ids = torch.full((len(items), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(items), width), dtype=torch.long)
+        types = torch.zeros((len(items), width), dtype=torch.long) if any(it.type_ids for it in items) else None
+        for row, item in enumerate(items):
+            span = slice(width - len(item.tokens), width) if left else slice(0, len(item.tokens))
+            ids[row, span] = torch.tensor(item.tokens)
+            mask[row, span] = 1
+            if types is not None and item.type_ids:
+                types[row, span] = torch.tensor(item.type_ids)
+        extra: dict = {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0)} if left else {}
+        if types is not None:
+            extra["token_type_ids"] = types
+        device = self.lm.device
+        return ids.to(device), mask.to(device), {k: v.to(device) for k, v in extra.items()}
+
+    def reference_batches(self) -> Iterator[Batch]:
+        """The task's inputs as model batches (for mean ablation's reference statistics)."""
+        for batch in self._batches:
+            yield self._tensors(batch)
+
+    # ---------------------------------------------------------------- forward passes
+
+    def _prefix_cache(self) -> object | None:
+        """Keys and values of the shared prompt prefix under the current ablation (one row)."""
+        if not self._prefix:
+            return None
+        ids = torch.tensor([self._prefix], device=self.lm.device)
+        return self.lm.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
+                             logits_to_keep=1).cache
+
+    def _forward(self, batch: list[int], prefix_cache: object | None, *, consume: bool = False
+                 ) -> list[torch.Tensor]:
+        """Per row of ``batch``, the scorer's readout (see ``headprune.scoring.base``)."""
+        readout = self.scorer.readout
+        if readout == "logprobs":
+            return self._logprobs(batch, prefix_cache, consume=consume)
+        ids, mask, extra = self._tensors(batch)
+        out = self.lm.model(input_ids=ids, attention_mask=mask, **extra)
+        if readout == "pooled":
+            hidden = out.last_hidden_state  # (B, T, D)
+            weights = mask[..., None].to(hidden.dtype)
+            return list(((hidden * weights).sum(1) / weights.sum(1).clamp(min=1)).float())  # mean over real tokens
+        return list(out.logits.float())  # (B, C): the model's own head
+
+    def _logprobs(self, batch: list[int], prefix_cache: object | None, *, consume: bool) -> list[torch.Tensor]:
+        """Per row, float32 log-probs ``(read_i, V)`` at the row's last ``read_i`` positions.
+
+        ``prefix_cache`` is copied before use, unless ``consume`` says it was made for this batch alone.
+        """
+        items = [self._items[i] for i in batch]
+        keep = max(item.read for item in items)
+        if prefix_cache is None:
+            ids, mask, extra = self._tensors(batch)
+            logits = self.lm.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, **extra).logits
+        else:
+            # The shared prefix's keys/values are reused; each row's own tokens follow it, padded on the right.
+            device, start = self.lm.device, len(self._prefix)
+            suffixes = [item.tokens[start:] for item in items]
+            width = max(len(t) for t in suffixes)
+            ids = torch.full((len(items), width), self._pad_id, dtype=torch.long)
+            mask = torch.zeros((len(items), start + width), dtype=torch.long)
+            mask[:, :start] = 1
+            for row, tokens in enumerate(suffixes):
+                ids[row, : len(tokens)] = torch.tensor(tokens)
+                mask[row, start: start + len(tokens)] = 1
+            positions = torch.arange(start, start + width).expand(len(items), width)
+            last = torch.tensor([len(t) for t in suffixes])[:, None]  # (B, 1)
+            keep_at = (last - keep + torch.arange(keep)).clamp(min=0)  # (B, keep): each row's final positions
+            cache = prefix_cache if consume else copy.deepcopy(prefix_cache)
+            cache.batch_repeat_interleave(len(items))
+            logits = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                   position_ids=positions.to(device), cache=cache, use_cache=True,
+                                   logits_to_keep=keep_at.to(device)).logits
+        logprobs = F.log_softmax(logits.float(), dim=-1)  # (B, keep, V), float32 whatever the model's dtype
+        return [logprobs[row, keep - item.read:] for row, item in enumerate(items)]
+
+    # ---------------------------------------------------------------- running
+
+    @torch.inference_mode()
+    def run(
+        self,
+        heads: Iterable[Head] = (),
+        *,
+        mode: AblationMode = "zero",
+        means: torch.Tensor | None = None,
+        progress: bool = False,
+        label: str = "eval",
+    ) -> EvalResult:
+        """Score every example with ``heads`` ablated (none: the intact model)."""
+        heads = self.lm.grid.check(heads)
+        values: list[torch.Tensor | None] = [None] * len(self._items)
+        bar = tqdm(total=len(self.task), desc=label, unit="ex", disable=not progress, file=sys.stderr, leave=False)
+        with ablated(self.lm, heads, mode=mode, means=means):
+            prefix_cache = self._prefix_cache()  # the shared prompt prefix, once per condition
+            for number, batch in enumerate(self._batches):
+                with self._layer_context(number, heads):
+                    outs = self._forward(batch, prefix_cache)
+                for i, out in zip(batch, outs):
+                    values[i] = self.scorer.value(self._items[i], out)
+                bar.update(len(self._first_items.intersection(batch)))
+            generated = self._generate() if self.scorer.generates else {}
+        bar.close()
+        results = []
+        for index, example in enumerate(self.task.examples):
+            correct, margin = self.scorer.judge(example, [values[i] for i in self._by_example[index]],
+                                                generated.get(index))
+            results.append(ExampleResult(example.id, correct, margin))
+        return EvalResult(self.task.name, self.task.kind, tuple(results))
+
+    def surrogate_margins(self) -> Iterator[torch.Tensor]:
+        """Per batch, a differentiable sum of the scorer's margin-like scores (first-order attribution).
+
+        Gradients flow, so call it under ``torch.enable_grad()``.
+        """
+        for batch in self._batches:
+            # The prefix is recomputed per batch: each batch's graph is freed by its own backward pass.
+            outs = self._forward(batch, self._prefix_cache(), consume=True)
+            total = outs[0].new_zeros(())
+            for i, out in zip(batch, outs):
+                item = self._items[i]
+                total = total + self.scorer.surrogate(item, self.scorer.value(item, out),
+                                                      self.task.examples[item.example])
+            yield total
+
+    def warm_layer_cache(self) -> None:
+        """Capture the intact model's layer inputs now if they are not (e.g. the baseline came from a journal)."""
+        cache = self._layer_cache
+        if cache is not None and cache.checkpoints and not cache.complete(len(self._batches)):
+            self.run()
+
+    def _layer_context(self, number: int, heads: tuple[Head, ...]) -> AbstractContextManager:
+        """Capture layer inputs on the first intact run; replay them for ablated runs once captured."""
+        cache = self._layer_cache
+        if cache is None or not cache.checkpoints:
+            return nullcontext()
+        if not heads:
+            return cache.capture(number) if not cache.complete(len(self._batches)) else nullcontext()
+        if cache.complete(len(self._batches)):
+            return cache.replay(number, cache.start_for(min(h.layer for h in heads)))
+        return nullcontext()
+
+    def _generate(self) -> dict[int, str]:
+        """Greedy decoding of every example's generation prompt: the answer part of the text, per example."""
+        texts: dict[int, str] = {}
+        device = self.lm.device
+        for batch in self._batches:
+            prompts = [self.scorer.generation_prompt(self._items[i]) for i in batch]
+            width = max(len(p) for p in prompts)
+            ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for row, prompt in enumerate(prompts):
+                ids[row, width - len(prompt):] = torch.tensor(prompt)
+                mask[row, width - len(prompt):] = 1
+            out = self.lm.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
+                                         max_new_tokens=self.task.max_new_tokens, pad_token_id=self._pad_id)
+            for row, i in enumerate(batch):
+                texts[self._items[i].example] = self.scorer.stop(self.scorer.tokens.decode(out[row, width:].tolist()))
+        return texts
+
+    def head_means(self) -> torch.Tensor:
+        """Per-head mean outputs of the intact model over this task's inputs (for ``mean`` ablation)."""
+        return collect_head_means(self.lm, self.reference_batches())
+
+
+def evaluate(
+    lm: LoadedModel,
+    task: Task,
+    *,
+    heads: Iterable[Head] = (),
+    mode: AblationMode = "zero",
+    means: torch.Tensor | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: bool = False,
+) -> EvalResult:
+    """Score ``task`` on ``lm`` with ``heads`` ablated. For ``mean`` without ``means``, the heads' means
+    are computed on the task's own inputs."""
+    evaluator = Evaluator(lm, task, batch_size=batch_size)
+    if mode == "mean" and means is None:
+        means = evaluator.head_means()
+    return evaluator.run(heads, mode=mode, means=means, progress=progress)

@@ -1,0 +1,67 @@
+"""Per-example results of one condition (a head set ablated, or none), and their summaries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from headprune.tasks import has_accuracy
+
+
+@dataclass(frozen=True)
+class ExampleResult:
+    id: str
+    correct: bool | None  # None for kinds without an answer (text)
+    margin: float  # higher is better; positive when the answer is right
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A condition's figures on one task: accuracy (or mean NLL for text tasks) and the mean margin."""
+
+    n: int
+    mean_margin: float
+    accuracy: float | None = None
+    correct: int | None = None
+    mean_nll: float | None = None
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Per-example results of one condition on one task."""
+
+    task: str
+    kind: str
+    results: tuple[ExampleResult, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.results)
+
+    @property
+    def has_accuracy(self) -> bool:
+        return has_accuracy(self.kind)
+
+    @property
+    def correct(self) -> np.ndarray:
+        """``(n,)`` bool; all False for kinds without an accuracy."""
+        return np.array([bool(r.correct) for r in self.results], dtype=bool)
+
+    @property
+    def margins(self) -> np.ndarray:
+        return np.array([r.margin for r in self.results], dtype=np.float64)
+
+    @property
+    def accuracy(self) -> float | None:
+        return float(self.correct.mean()) if self.has_accuracy else None
+
+    @property
+    def mean_nll(self) -> float | None:
+        return None if self.has_accuracy else float(-self.margins.mean())
+
+    def summary(self) -> Summary:
+        mean_margin = float(self.margins.mean())
+        if self.has_accuracy:
+            return Summary(self.n, mean_margin, accuracy=self.accuracy, correct=int(self.correct.sum()))
+        return Summary(self.n, mean_margin, mean_nll=self.mean_nll)

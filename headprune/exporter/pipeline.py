@@ -1,0 +1,227 @@
+"""``export``: physically pruned checkpoints (sliced or dense safetensors, or ONNX), verified before writing.
+
+The flow: resolve the head set (a find result or a list) and plan every layer, build the artifact in
+memory, write it to a staging folder, load it back the way a user would, verify it against the masked
+original (logits, then the task), and only then move the folder into place with its model card and record.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from torch import nn
+
+from headprune.errors import HeadSpecError, ResultFileError, SearchSettingsError, VerificationError
+from headprune.exporter.plan import plan_layers
+from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes)
+from headprune.heads import Head, parse_heads
+from headprune.io import atomic_folder
+from headprune.models import LoadedModel, load_model, quiet_transformers
+from headprune.search.result import FindResult
+from headprune.tasks import Task, load_task
+
+DEFAULT_TOLERANCE = 1e-5  # see headprune.exporter.verify
+FORMATS = ("safetensors", "onnx")
+LAYOUTS = ("sliced", "dense")
+DEFAULT_VERIFY_LIMIT = 500
+
+HeadsLike = str | Path | Sequence[Head | str] | FindResult
+
+
+def resolve_heads(heads: HeadsLike, lm: LoadedModel, set_rank: int = 1
+                  ) -> tuple[tuple[Head, ...], FindResult | None]:
+    """The heads to remove, from a find result (finalist ``set_rank``, 1 = primary) or a head list.
+
+    Raises:
+        ResultFileError: the result was made for another model, or has no such finalist.
+        HeadSpecError: malformed or out-of-range heads.
+    """
+    result: FindResult | None = None
+    if isinstance(heads, FindResult):
+        result = heads
+    elif isinstance(heads, (str, Path)) and (str(heads).endswith(".json") or Path(heads).is_dir()):
+        result = FindResult.load(Path(heads))
+    if result is None:
+        chosen = parse_heads(heads)  # type: ignore[arg-type]
+    else:
+        if result.model.weight_hash != lm.weight_hash:
+            raise ResultFileError(f"the find result was made for a different model ({result.model.name}, "
+                                  f"{result.model.weight_hash[:19]}...), not {lm.name}")
+        if not 1 <= set_rank <= len(result.finalists):
+            raise ResultFileError(f"set_rank {set_rank}: the result has finalists 1..{len(result.finalists)}",
+                                  settings=("set_rank",))
+        chosen = parse_heads(result.finalists[set_rank - 1].heads)
+    if not chosen:
+        raise HeadSpecError("no heads to remove")
+    return lm.grid.check(chosen), result
+
+
+def result_splits(result: FindResult) -> tuple[Task, Task] | None:
+    """Rebuild find's discovery and held-out tasks from the result (checked by content hash)."""
+    from headprune.search.split import split_task
+
+    if not result.task.spec:
+        return None
+    held_spec = result.heldout_task.spec
+    split = split_task(load_task(result.task.spec), discovery=result.split.discovery, heldout=result.split.heldout,
+                       seed=result.split.seed, heldout_task=load_task(held_spec) if held_spec else None)
+    if split.heldout.content_hash() != result.heldout_task.hash:
+        raise ResultFileError("the task files changed since find ran (held-out hash differs); give a verify_task",
+                              settings=("verify_task",))
+    return split.discovery, split.heldout
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Parameters, each shared tensor counted once (tied embeddings)."""
+    seen, total = set(), 0
+    for parameter in model.parameters():
+        if parameter.data_ptr() not in seen:
+            seen.add(parameter.data_ptr())
+            total += parameter.numel()
+    return total
+
+
+def _weight_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".onnx"))
+
+
+def _source_info(lm: LoadedModel) -> SourceInfo:
+    from headprune.models import builtin_hub_id
+
+    hub_id, license_ = builtin_hub_id(lm.name), None
+    card = lm.folder / "README.md"
+    if card.is_file():
+        for line in card.read_text(encoding="utf-8", errors="replace").splitlines()[:40]:
+            if line.startswith("license:"):
+                license_ = line.split(":", 1)[1].strip().strip("\"'")
+            if line.startswith("base_model:") and not hub_id:
+                hub_id = line.split(":", 1)[1].strip().strip("\"'") or None
+    return SourceInfo(lm.name, lm.weight_hash, lm.adapter.family, hub_id, license_)
+
+
+def _write_sliced_code(folder: Path, base_class: str, encoder: bool) -> None:
+    from headprune.exporter import remote_modeling
+
+    source = Path(remote_modeling.__file__).read_text(encoding="utf-8")
+    (folder / "modeling_headprune.py").write_text(source.replace('"{base_class}"', json.dumps(base_class)),
+                                                  encoding="utf-8")
+    config_path = folder / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["auto_map"] = {"AutoModel" if encoder else "AutoModelForCausalLM": "modeling_headprune.HeadprunedModel"}
+    config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def export(
+    model: str | LoadedModel,
+    heads: HeadsLike,
+    *,
+    set_rank: int = 1,
+    format: str = "safetensors",  # noqa: A002 - the CLI's name
+    layout: str = "sliced",
+    ablation: str = "zero",
+    verify_task: str | Task | None = None,
+    verify_limit: int = DEFAULT_VERIFY_LIMIT,
+    tolerance: float = DEFAULT_TOLERANCE,
+    out: Path,
+    batch_size: int = 16,
+) -> ExportRecord:
+    """Remove ``heads`` from ``model`` and write a verified checkpoint to ``out``.
+
+    Args:
+        model: model spec or loaded model.
+        heads: a find result (object, ``result.json`` or its folder) or heads like ``"L0.H1,L3.H2"``.
+        set_rank: which finalist of a result (1 = the primary set).
+        format: ``safetensors`` or ``onnx`` (ONNX is exported from the chosen layout).
+        layout: ``sliced`` (heads physically removed) or ``dense`` (same shapes, heads silenced).
+        ablation: ``zero``, or ``mean`` (the mean output folded into the output bias, where there is one).
+        verify_task: task re-measured on the artifact (default: the held-out set recorded in the result).
+        verify_limit: at most this many verification examples.
+        tolerance: largest allowed logit difference to the masked original, relative to the largest |logit|
+            (at least 1): the gate passes when ``max |diff| <= tolerance * max(1, max |logit|)``.
+        out: the folder to write (replaced atomically).
+
+    Returns:
+        The record written as ``headprune_export.json``.
+
+    Raises:
+        VerificationError (nothing written), HeadSpecError, ResultFileError, SearchSettingsError, TaskError.
+    """
+    from headprune.evaluation import Evaluator
+    from headprune.exporter.card import render_card
+    from headprune.exporter.loading import load
+    from headprune.exporter.onnx_export import ONNX_NAME, OnnxModel, export_onnx
+    from headprune.exporter.slicing import densify, slice_model
+    from headprune.exporter.verify import check_logits, check_task
+    from headprune.scoring import scorer_for
+
+    for name, value, allowed in (("format", format, FORMATS), ("layout", layout, LAYOUTS),
+                                 ("ablation", ablation, ("zero", "mean"))):
+        if value not in allowed:
+            raise SearchSettingsError(f"{name} must be one of {', '.join(allowed)}, not {value!r}", settings=(name,))
+    started = time.perf_counter()
+    quiet_transformers()
+    lm = load_model(model) if isinstance(model, str) else model
+    removed, result = resolve_heads(heads, lm, set_rank)
+    plans = plan_layers(lm.grid, removed)  # refuses removing a whole layer before any work
+    splits = result_splits(result) if result is not None else None
+    task = (load_task(verify_task) if isinstance(verify_task, (str, Path)) else verify_task) or (
+        splits[1] if splits else None)
+    if task is None:
+        raise SearchSettingsError("a task is needed to verify the export: give verify_task (or a find result)",
+                                  settings=("verify_task",))
+    task = task.head(verify_limit)
+    means = None
+    if ablation == "mean":  # the same reference inputs as find used: its discovery set, when known
+        reference = splits[0] if splits else task
+        means = Evaluator(lm, reference, batch_size=batch_size).head_means()
+    artifact = slice_model(lm, plans, removed, means=means) if layout == "sliced" else densify(lm, removed,
+                                                                                               means=means)
+    artifact.eval()
+
+    with atomic_folder(Path(out), replace=True) as staging:
+        lm.tokenizer.save_pretrained(staging)
+        if format == "onnx":
+            export_onnx(artifact, staging / ONNX_NAME, encoder=lm.is_encoder)
+            artifact.config.save_pretrained(staging)
+            runner = OnnxModel(staging / ONNX_NAME, encoder=lm.is_encoder)
+            exported = LoadedModel(str(staging), staging, runner, lm.tokenizer, lm.adapter, lm.grid)  # type: ignore
+            measured_on = "onnxruntime"
+            if scorer_for(task, lm).generates:
+                # Decoding needs generate(); the ONNX graph is the sliced model's logits.
+                exported = LoadedModel("sliced", staging, artifact, lm.tokenizer, lm.adapter, lm.grid)
+                measured_on = "the torch model the ONNX graph was exported from (decoding)"
+        else:
+            artifact.save_pretrained(staging)
+            if layout == "sliced":
+                _write_sliced_code(staging, type(lm.model).__name__, lm.is_encoder)
+            exported = load(staging)
+            runner = exported.model
+            measured_on = "the checkpoint loaded back from disk"
+        logits = check_logits(lm, removed, runner, task, mode=ablation, means=means, tolerance=tolerance)
+        if not logits.max_abs_diff <= logits.allowed:
+            raise VerificationError(f"the exported model differs from the masked original by {logits.max_abs_diff:.3g} "
+                                    f"(allowed {logits.allowed:.3g}: tolerance {tolerance:g} x largest |logit| "
+                                    f"{logits.max_abs_logit:.3g}); nothing was written")
+        check = check_task(lm, removed, exported, task, mode=ablation, means=means, measured_on=measured_on,
+                           batch_size=batch_size)
+        if check.disagreements:
+            raise VerificationError(f"the exported model answers {check.disagreements} of {check.n} {task.name} "
+                                    "examples differently from the masked original; nothing was written")
+        record = ExportRecord(
+            source=_source_info(lm), removed_heads=tuple(str(h) for h in removed), layout=layout, format=format,
+            ablation=ablation, encoder=lm.is_encoder, layers=tuple(plans) if layout == "sliced" else (),
+            parameters=Counts(count_parameters(lm.model), count_parameters(artifact)),
+            bytes=Counts(_weight_bytes(lm.folder) if lm.folder.is_dir() and _weight_bytes(lm.folder) else
+                         count_parameters(lm.model) * lm.model.dtype.itemsize, _weight_bytes(staging)),
+            verification=Verification(logits, check),
+            origin=None if result is None else FindOrigin(result.task.name, set_rank,
+                                                          result.finalists[set_rank - 1].heldout),
+            seconds=round(time.perf_counter() - started, 2))
+        (staging / "README.md").write_text(render_card(record), encoding="utf-8")
+        record = replace(record, files=file_hashes(staging))
+        record.save(staging)
+    return record

@@ -1,0 +1,67 @@
+"""The per-layer layout of a sliced export: which query and key/value heads each layer keeps.
+
+Design decision 4, for grouped-query attention: a KV head whose query heads are all removed goes too. If the
+remaining query heads still split evenly over the remaining KV heads, that is the layout (``grouped``).
+Otherwise two exact layouts exist and the smaller is chosen: ``duplicate-kv`` gives every kept query head
+its own copy of its KV head; ``keep-zeroed`` keeps some removed query heads (output columns zeroed) so that
+every KV group has the same count. Plain data, no torch: export records carry the plans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from headprune.errors import HeadSpecError
+from headprune.heads import Head, HeadGrid
+
+LAYOUTS = ("unchanged", "grouped", "duplicate-kv", "keep-zeroed")
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    layer: int
+    q_heads: tuple[int, ...]  # original query heads kept, in slot order
+    kv_heads: tuple[int, ...]  # original KV head behind each KV slot
+    zeroed: tuple[int, ...]  # kept query heads whose output is zeroed (keep-zeroed layout)
+    layout: str  # one of LAYOUTS
+
+
+def plan_layers(grid: HeadGrid, heads: Sequence[Head]) -> list[LayerPlan]:
+    """The per-layer sliced layout for removing ``heads``.
+
+    Raises:
+        HeadSpecError: a head is out of range, or every head of a layer would go.
+    """
+    removed = grid.check(heads)
+    group = grid.num_heads // grid.num_kv_heads
+    plans = []
+    for layer in range(grid.num_layers):
+        gone = {h.head for h in removed if h.layer == layer}
+        if len(gone) == grid.num_heads:
+            raise HeadSpecError(f"cannot remove every head of layer {layer} ({grid.num_heads} heads)")
+        kept = [h for h in range(grid.num_heads) if h not in gone]
+        if not gone:
+            plans.append(LayerPlan(layer, tuple(kept), tuple(range(grid.num_kv_heads)), (), "unchanged"))
+            continue
+        by_kv = {kv: [h for h in kept if h // group == kv] for kv in range(grid.num_kv_heads)}
+        by_kv = {kv: qs for kv, qs in by_kv.items() if qs}
+        if len({len(qs) for qs in by_kv.values()}) == 1:
+            plans.append(LayerPlan(layer, tuple(q for qs in by_kv.values() for q in qs), tuple(by_kv), (),
+                                   "grouped"))
+            continue
+        widest = max(len(qs) for qs in by_kv.values())
+        # Parameter cost beyond the grouped ideal: duplicate-kv adds k and v rows, keep-zeroed adds q rows
+        # and output columns; both add head_dim * hidden per head, so compare head counts.
+        extra_duplicate = 2 * (len(kept) - len(by_kv))
+        extra_zeroed = 2 * (widest * len(by_kv) - len(kept))
+        if extra_duplicate < extra_zeroed:
+            plans.append(LayerPlan(layer, tuple(kept), tuple(h // group for h in kept), (), "duplicate-kv"))
+        else:
+            q_heads, zeroed = [], []
+            for kv, qs in by_kv.items():
+                padding = [h for h in range(kv * group, (kv + 1) * group) if h not in qs][: widest - len(qs)]
+                q_heads += sorted(qs + padding)
+                zeroed += padding
+            plans.append(LayerPlan(layer, tuple(q_heads), tuple(by_kv), tuple(sorted(zeroed)), "keep-zeroed"))
+    return plans

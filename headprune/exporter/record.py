@@ -1,0 +1,162 @@
+"""``ExportRecord``: what an export removed, how it was verified, and the hash of every file it wrote.
+
+Written as ``headprune_export.json`` next to the checkpoint; ``push`` re-reads it to refuse edited folders
+and to show the card's metadata. No torch here: checking and pushing an export loads no model code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headprune.errors import ResultFileError
+from headprune.exporter.plan import LayerPlan
+from headprune.io import sha256_file
+from headprune.records import from_json, to_json
+from headprune.search.stats import Verdict
+
+RECORD_NAME = "headprune_export.json"
+SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """The model the heads were removed from."""
+
+    name: str
+    weight_hash: str
+    family: str
+    hub_id: str | None = None
+    license: str | None = None
+
+
+@dataclass(frozen=True)
+class Counts:
+    before: int
+    after: int
+
+
+@dataclass(frozen=True)
+class LogitCheck:
+    """The export's outputs against the hook-masked original on real task inputs."""
+
+    max_abs_diff: float
+    max_abs_logit: float  # the scale the difference is judged against
+    tolerance: float
+    allowed: float  # tolerance x max(1, max_abs_logit)
+
+
+@dataclass(frozen=True)
+class TaskCheck:
+    """The task re-measured on the export, beside the intact and the masked original."""
+
+    task: str
+    metric: str  # "accuracy" or "mean_nll"
+    n: int
+    intact: float | None
+    masked: float | None
+    exported: float | None
+    disagreements: int  # examples the export answers differently from the masked model (beyond ties)
+    measured_on: str
+
+
+@dataclass(frozen=True)
+class Verification:
+    logits: LogitCheck
+    task: TaskCheck
+
+
+@dataclass(frozen=True)
+class FindOrigin:
+    """The find result the heads came from: its task, the finalist's rank and held-out verdict."""
+
+    task: str
+    rank: int
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class ExportRecord:
+    source: SourceInfo
+    removed_heads: tuple[str, ...]
+    layout: str  # "sliced" or "dense"
+    format: str  # "safetensors" or "onnx"
+    ablation: str
+    encoder: bool
+    layers: tuple[LayerPlan, ...]  # sliced layout only
+    parameters: Counts
+    bytes: Counts
+    verification: Verification
+    origin: FindOrigin | None = None
+    seconds: float = 0.0
+    files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every other file of the folder
+    schema_version: int = SCHEMA_VERSION
+
+    def save(self, folder: Path) -> None:
+        from headprune.io import atomic_write_json
+
+        atomic_write_json(Path(folder) / RECORD_NAME, to_json(self))
+
+
+def file_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of every file in an export folder except the verification record itself."""
+    return {str(path.relative_to(folder)): sha256_file(path)
+            for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != RECORD_NAME)}
+
+
+def read_record(folder: Path) -> ExportRecord:
+    """The export record of ``folder`` (records written by earlier versions too).
+
+    Raises:
+        ResultFileError: not a headprune export, or an unreadable record.
+    """
+    path = Path(folder) / RECORD_NAME
+    if not path.is_file():
+        raise ResultFileError(f"{folder} is not a headprune export (no {RECORD_NAME})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("headprune_export") == 1:
+            data = _upgrade_v1(data)
+        return from_json(ExportRecord, data)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
+            AttributeError) as error:
+        raise ResultFileError(f"{path} is not a valid export record ({type(error).__name__}: {error})") from error
+
+
+def verify_record(folder: Path) -> ExportRecord:
+    """Re-check an export folder: its record exists and every file still has the recorded hash.
+
+    Raises:
+        ResultFileError: not a headprune export, or edited after export (naming the file).
+    """
+    folder = Path(folder)
+    record = read_record(folder)
+    actual = file_hashes(folder)
+    for name in sorted(set(record.files) | set(actual)):
+        if record.files.get(name) != actual.get(name):
+            state = "added" if name not in record.files else "missing" if name not in actual else "changed"
+            raise ResultFileError(f"{folder}: {name} was {state} after export; re-run headprune export")
+    return record
+
+
+def _upgrade_v1(data: dict) -> dict:
+    """A record written before typed records (``"headprune_export": 1``) in the current layout."""
+    check = data["verification"]
+    task = check["task"]
+    verdict = data.get("find_verdict")
+    return {
+        "source": data["source"], "removed_heads": data["removed_heads"], "layout": data["layout"],
+        "format": data["format"], "ablation": data["ablation"], "encoder": data["encoder"],
+        "layers": [{"layer": i, **layer} for i, layer in enumerate(data.get("layers", []))],
+        "parameters": data["parameters"], "bytes": data["bytes"],
+        "verification": {
+            "logits": {"max_abs_diff": check["max_abs_logit_diff"], "max_abs_logit": check["max_abs_logit"],
+                       "tolerance": check["tolerance"], "allowed": check["allowed_diff"]},
+            "task": {**task, "metric": "mean_nll" if data.get("task_kind") == "text" else "accuracy"}},
+        "origin": None if not verdict else {
+            "task": data.get("find_task") or "task", "rank": 1,
+            "verdict": {**{k: verdict[k] for k in ("n", "accuracy_before", "accuracy_after", "rescued", "damaged",
+                                                    "p_value", "alpha")}, "ci95": verdict["ci95"]}},
+        "seconds": data.get("seconds", 0.0), "files": data["files"],
+    }

@@ -1,0 +1,45 @@
+"""Scorers, one per task kind and kind of model, registered here.
+
+Adding a task kind is one module with a :class:`Scorer` subclass and one line in ``_SCORERS``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from headprune.errors import TaskError
+from headprune.scoring.base import Item, Readout, Scorer, Tokens
+from headprune.scoring.choice import ChoiceScorer
+from headprune.scoring.encoder_choice import EncoderChoiceScorer
+from headprune.scoring.generate import GenerateScorer
+from headprune.scoring.text import TextScorer
+from headprune.tasks import Task
+
+if TYPE_CHECKING:  # pragma: no cover
+    from headprune.models import LoadedModel
+
+_SCORERS: tuple[type[Scorer], ...] = (ChoiceScorer, GenerateScorer, TextScorer, EncoderChoiceScorer)
+_MODEL_WORDS = {"causal": "a causal language model", "encoder": "an encoder",
+                "classifier": "a model with a classification head"}
+
+
+def model_kind(lm: LoadedModel) -> str:
+    """``causal``, ``encoder`` or ``classifier``: which scorers can run on the model."""
+    return "encoder" if lm.is_encoder else "causal"
+
+
+def scorer_for(task: Task, lm: LoadedModel) -> Scorer:
+    """The scorer for ``task`` on ``lm``.
+
+    Raises:
+        TaskError: no scorer handles this kind of task on this kind of model (naming what would).
+    """
+    kind = model_kind(lm)
+    for scorer in _SCORERS:
+        if scorer.kind == task.kind and scorer.models == kind:
+            return scorer(task, lm)
+    fits = " or ".join(_MODEL_WORDS[m] for m in sorted({s.models for s in _SCORERS if s.kind == task.kind}))
+    raise TaskError(f"{task.kind} tasks need {fits}; {lm.name} is {_MODEL_WORDS[kind]}")
+
+
+__all__ = ["Item", "Readout", "Scorer", "Tokens", "model_kind", "scorer_for"]

@@ -1,0 +1,39 @@
+"""``generate``: greedy decoding up to the first newline must equal the target (after trimming).
+
+Margin: the smallest, over the target's tokens under teacher forcing, of the log-prob of the target token
+minus the best other token: positive exactly when greedy decoding would emit the target tokens. The target
+is scored as the model would write it: after one space when the prompt ends in a non-space character
+(``"2 + 3 ="`` -> ``" 5"``), as is otherwise.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headprune.scoring.base import Item, Scorer
+from headprune.tasks import Example
+
+
+class GenerateScorer(Scorer):
+    kind = "generate"
+    generates = True
+
+    def items(self, index: int, example: Example) -> list[Item]:
+        sep = "" if not example.prompt or example.prompt[-1].isspace() else " "
+        ctx, cont = self.tokens.context_and_continuation(example.prompt, sep + example.target.strip())
+        return [Item(index, tuple(ctx + cont[:-1]), read=len(cont), scored=tuple(cont))]
+
+    def value(self, item: Item, out: torch.Tensor) -> torch.Tensor:
+        target = torch.tensor(item.scored, device=out.device)[:, None]
+        picked = out.gather(-1, target)[:, 0]  # (k,): position t predicts scored[t]
+        rivals = out.scatter(-1, target, float("-inf")).max(-1).values
+        return torch.stack([(picked - rivals).min(), picked.sum()])  # (margin, target log-prob)
+
+    def judge(self, example: Example, values: list[torch.Tensor], generated: str | None) -> tuple[bool, float]:
+        return (generated or "").strip() == example.target.strip(), float(values[0][0])
+
+    def surrogate(self, item: Item, value: torch.Tensor, example: Example) -> torch.Tensor:
+        return value[1]  # the target's log-prob: a smooth stand-in for the min-over-tokens margin
+
+    def generation_prompt(self, item: Item) -> tuple[int, ...]:
+        return item.tokens[: len(item.tokens) - (item.read - 1)]

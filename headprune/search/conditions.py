@@ -1,0 +1,89 @@
+"""Conditions: (set, head set) pairs evaluated once each, through the journal.
+
+Every stage of find asks for lists of conditions on a named set (``discovery``, ``heldout``, ``control:0``,
+...); a condition already in the journal is read back, the others are evaluated and appended. The intact
+model's run on each set is the baseline every condition is paired against.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from headprune.evaluation import EvalResult, Evaluator
+from headprune.heads import Head
+from headprune.models import LoadedModel
+from headprune.records import to_json
+from headprune.search.journal import Journal
+from headprune.search.result import FindSettings
+from headprune.search.split import Split
+from headprune.tasks import Task
+
+
+def condition_key(split: str, heads: Sequence[Head]) -> str:
+    return f"{split}|{','.join(str(h) for h in sorted(heads))}"
+
+
+@dataclass
+class Conditions:
+    """The evaluators of one find run, its journal and its ablation settings."""
+
+    evaluators: dict[str, Evaluator]
+    journal: Journal
+    mode: str
+    means: torch.Tensor | None
+    progress: bool = False
+
+    @classmethod
+    def start(cls, lm: LoadedModel, split: Split, controls: Sequence[Task], settings: FindSettings, *,
+              out: Path | None, resume: bool, progress: bool) -> Conditions:
+        """Open (or resume) the journal for these inputs and build one evaluator per set."""
+        identity = {"model": lm.name, "model_hash": lm.weight_hash, "task": split.discovery.content_hash(),
+                    "heldout": split.heldout.content_hash(), "controls": [c.content_hash() for c in controls],
+                    **to_json(settings)}
+        journal = Journal(out, identity, resume=resume)
+        batch = settings.batch_size
+        # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs.
+        evaluators = {"discovery": Evaluator(lm, split.discovery, batch_size=batch, reuse_layers=True),
+                      "heldout": Evaluator(lm, split.heldout, batch_size=batch)}
+        for index, control in enumerate(controls):
+            evaluators[f"control:{index}"] = Evaluator(lm, control, batch_size=batch)
+        means = evaluators["discovery"].head_means() if settings.ablation == "mean" else None
+        return cls(evaluators, journal, settings.ablation, means, progress)
+
+    @property
+    def control_names(self) -> list[str]:
+        return [name for name in self.evaluators if name.startswith("control:")]
+
+    def get(self, split: str, heads: Sequence[Head]) -> EvalResult:
+        """One condition, from the journal or evaluated now (and journalled)."""
+        evaluator = self.evaluators[split]
+        key = condition_key(split, heads)
+        cached = self.journal.get(key, evaluator.task)
+        if cached is not None:
+            return cached
+        result = evaluator.run(heads, mode=self.mode, means=self.means)  # type: ignore[arg-type]
+        self.journal.put(key, result)
+        return result
+
+    def many(self, split: str, head_sets: Sequence[Sequence[Head]], label: str) -> list[EvalResult]:
+        """Several conditions on one set, in order, with a progress bar."""
+        bar = tqdm(total=len(head_sets), desc=label, unit="cond", disable=not self.progress, file=sys.stderr,
+                   leave=True, dynamic_ncols=True)
+        results = []
+        for heads in head_sets:
+            results.append(self.get(split, heads))
+            bar.update()
+        bar.close()
+        return results
+
+    def baselines(self) -> dict[str, EvalResult]:
+        """The intact model on every set; the discovery evaluator's layer cache is filled on the way."""
+        base = {name: self.get(name, ()) for name in self.evaluators}
+        self.evaluators["discovery"].warm_layer_cache()  # a resumed run has its baseline from the journal
+        return base
