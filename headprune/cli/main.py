@@ -3,6 +3,7 @@ here (the codes and wording live in ``headprune.cli.exits``)."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 import click
@@ -48,10 +49,26 @@ def _innermost(ctx: click.Context) -> click.Context | None:
     return click.Context(command, parent=ctx) if command is not None else None
 
 
+class _StderrHandler(logging.Handler):
+    """The ``headprune`` logger's lines on stderr, looked up when written (tests swap stderr per command)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
+        click.echo(f"headprune: {level}{record.getMessage()}", err=True)
+
+
+def _log_to_stderr() -> None:
+    logger = logging.getLogger("headprune")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        logger.addHandler(_StderrHandler())
+        logger.setLevel(logging.INFO)
+
+
 @click.group(cls=HeadpruneGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="headprune")
 def cli() -> None:
     """Find attention heads whose removal improves a task, and ship the pruned model."""
+    _log_to_stderr()
 
 
 def _register() -> None:

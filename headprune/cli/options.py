@@ -36,3 +36,7 @@ ablation_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 batch_option = click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
                             help="Sequences per forward pass.")
+trust_remote_code_option = click.option(
+    "--trust-remote-code", is_flag=True,
+    help="Run the checkpoint's own modeling code (its auto_map) when its class is not part of transformers. "
+         "Only for checkpoints you trust.")

@@ -132,12 +132,13 @@ class Evaluator:
         if readout == "logprobs":
             return self._logprobs(batch, prefix_cache, consume=consume)
         ids, mask, extra = self._tensors(batch)
-        out = self.lm.model(input_ids=ids, attention_mask=mask, **extra)
         if readout == "pooled":
-            hidden = out.last_hidden_state  # (B, T, D)
+            out = self.lm.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, **extra)
+            # (B, T, D): the last layer's, whatever head the model carries (a runtime may give only its own).
+            hidden = out.hidden_states[-1] if getattr(out, "hidden_states", None) else out.last_hidden_state
             weights = mask[..., None].to(hidden.dtype)
             return list(((hidden * weights).sum(1) / weights.sum(1).clamp(min=1)).float())  # mean over real tokens
-        return list(out.logits.float())  # (B, C): the model's own head
+        return list(self.lm.model(input_ids=ids, attention_mask=mask, **extra).logits.float())  # (B, C): its own head
 
     def _logprobs(self, batch: list[int], prefix_cache: object | None, *, consume: bool) -> list[torch.Tensor]:
         """Per row, float32 log-probs ``(read_i, V)`` at the row's last ``read_i`` positions.

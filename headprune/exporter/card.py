@@ -63,11 +63,16 @@ def render_card(record: ExportRecord) -> str:
         return "n/a" if value is None else f"{value:.2%}" if task.metric == "accuracy" else f"{value:.4f}"
 
     lines += ["## Verification", "",
-              f"- Largest logit difference to the masked original: {logits.max_abs_diff:.2e} "
-              f"(allowed {logits.allowed:.1e}: {logits.tolerance:.0e} x the largest |logit|).",
+              f"- Largest difference to the masked original ({', '.join(logits.outputs)}): {logits.max_abs_diff:.2e} "
+              f"(allowed {logits.allowed:.1e}: {logits.tolerance:.0e} x the largest |value|).",
               f"- `{task.task}` (n={task.n}, {task.metric.replace('_', ' ')}): original {metric(task.intact)}, "
               f"masked {metric(task.masked)}, this model {metric(task.exported)} ({task.disagreements} answers "
               f"differ from the masked model; measured on {task.measured_on})."]
+    tensors = record.verification.tensors
+    if tensors is not None:
+        lines.append(f"- Tensors of the original ({record.model_class}): {len(tensors.kept)} kept unchanged, "
+                     f"{len(tensors.sliced)} sliced, {len(tensors.edited)} edited (heads silenced), "
+                     f"{len(tensors.removed)} removed.")
     if record.origin is not None:
         v = record.origin.verdict
         lines += ["", "## Held-out result from `headprune find`", "",
@@ -83,10 +88,14 @@ def render_card(record: ExportRecord) -> str:
 
 
 def _how_to_load(record: ExportRecord) -> list[str]:
-    auto = "AutoModel" if record.encoder else "AutoModelForCausalLM"
+    auto = record.auto_class or "AutoModel"
     if record.format == "onnx":
+        output = "last_hidden_state" if record.head == "base" else "logits"
         return ["```python", "import onnxruntime", 'session = onnxruntime.InferenceSession("model.onnx")',
-                "# inputs: input_ids, attention_mask" + ("" if record.encoder else ", position_ids (int64)"), "```"]
+                "# inputs: input_ids, attention_mask" + ("" if record.encoder else ", position_ids (int64)")
+                + f"; output: {output}", "```"]
+    if record.layout == "sliced" and record.auto_class is None:
+        return ["```python", "import headprune", 'model = headprune.load("PATH")', "```"]
     if record.layout == "sliced":
         return ["```python", f"from transformers import {auto}, AutoTokenizer",
                 f'model = {auto}.from_pretrained("PATH_OR_REPO", trust_remote_code=True)',

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from torch import nn
 
-from headprune.errors import HeadSpecError, ResultFileError, SearchSettingsError, VerificationError
+from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsError, UnsupportedModelError,
+                              VerificationError)
 from headprune.exporter.plan import plan_layers
 from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes)
 from headprune.heads import Head, parse_heads
@@ -103,7 +104,9 @@ def _source_info(lm: LoadedModel) -> SourceInfo:
     return SourceInfo(lm.name, lm.weight_hash, lm.adapter.family, hub_id, license_)
 
 
-def _write_sliced_code(folder: Path, base_class: str, encoder: bool) -> None:
+def _write_sliced_code(folder: Path, base_class: str, auto_class: str | None) -> None:
+    """``modeling_headprune.py`` beside the weights, registered in config.json under the auto class of the
+    model's own head, so ``AutoModelFor<Head>.from_pretrained(folder, trust_remote_code=True)`` rebuilds it."""
     from headprune.exporter import remote_modeling
 
     source = Path(remote_modeling.__file__).read_text(encoding="utf-8")
@@ -111,8 +114,26 @@ def _write_sliced_code(folder: Path, base_class: str, encoder: bool) -> None:
                                                   encoding="utf-8")
     config_path = folder / "config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
-    config["auto_map"] = {"AutoModel" if encoder else "AutoModelForCausalLM": "modeling_headprune.HeadprunedModel"}
+    if auto_class is not None:
+        config["auto_map"] = {auto_class: "modeling_headprune.HeadprunedModel"}
     config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def changed_prefixes(lm: LoadedModel, layers: Sequence[int]) -> list[str]:
+    """State-dict name prefixes of the attention projections of ``layers`` (what pruning may change)."""
+    adapter = lm.adapter
+    base = "" if lm.model.base_model is lm.model else f"{lm.model.base_model_prefix}."
+    return [f"{base}{adapter.layers_path}.{layer}.{path}." for layer in layers
+            for path in (*adapter.qkv_paths, adapter.output_projection_path)]
+
+
+def _refuse_lossy(lm: LoadedModel) -> None:
+    if lm.unused_tensors:
+        shown = ", ".join(lm.unused_tensors[:4]) + (" ..." if len(lm.unused_tensors) > 4 else "")
+        raise UnsupportedModelError(
+            f"{lm.name}: {len(lm.unused_tensors)} checkpoint tensors are not used by "
+            f"{lm.model_class.name if lm.model_class else 'the loaded class'} ({shown}); an export would lose them. "
+            "Give the checkpoint an architectures entry in config.json that names its head class")
 
 
 def export(
@@ -128,6 +149,7 @@ def export(
     tolerance: float = DEFAULT_TOLERANCE,
     out: Path,
     batch_size: int = 16,
+    trust_remote_code: bool = False,
 ) -> ExportRecord:
     """Remove ``heads`` from ``model`` and write a verified checkpoint to ``out``.
 
@@ -143,6 +165,7 @@ def export(
         tolerance: largest allowed logit difference to the masked original, relative to the largest |logit|
             (at least 1): the gate passes when ``max |diff| <= tolerance * max(1, max |logit|)``.
         out: the folder to write (replaced atomically).
+        trust_remote_code: allow a checkpoint whose class only its own code defines.
 
     Returns:
         The record written as ``headprune_export.json``.
@@ -153,9 +176,9 @@ def export(
     from headprune.evaluation import Evaluator
     from headprune.exporter.card import render_card
     from headprune.exporter.loading import load
-    from headprune.exporter.onnx_export import ONNX_NAME, OnnxModel, export_onnx
+    from headprune.exporter.onnx_export import ONNX_NAME, OnnxModel, export_onnx, onnx_output
     from headprune.exporter.slicing import densify, slice_model
-    from headprune.exporter.verify import check_logits, check_task
+    from headprune.exporter.verify import check_logits, check_task, check_tensors
     from headprune.scoring import scorer_for
 
     for name, value, allowed in (("format", format, FORMATS), ("layout", layout, LAYOUTS),
@@ -164,7 +187,8 @@ def export(
             raise SearchSettingsError(f"{name} must be one of {', '.join(allowed)}, not {value!r}", settings=(name,))
     started = time.perf_counter()
     quiet_transformers()
-    lm = load_model(model) if isinstance(model, str) else model
+    lm = load_model(model, trust_remote_code=trust_remote_code) if isinstance(model, str) else model
+    _refuse_lossy(lm)
     removed, result = resolve_heads(heads, lm, set_rank)
     plans = plan_layers(lm.grid, removed)  # refuses removing a whole layer before any work
     splits = result_splits(result) if result is not None else None
@@ -181,26 +205,35 @@ def export(
     artifact = slice_model(lm, plans, removed, means=means) if layout == "sliced" else densify(lm, removed,
                                                                                                means=means)
     artifact.eval()
+    pruned_layers = [p.layer for p in plans if p.layout != "unchanged"] if layout == "sliced" else sorted(
+        {h.layer for h in removed})
+    output = onnx_output(lm.head) if format == "onnx" else ""
 
     with atomic_folder(Path(out), replace=True) as staging:
         lm.tokenizer.save_pretrained(staging)
         if format == "onnx":
-            export_onnx(artifact, staging / ONNX_NAME, encoder=lm.is_encoder)
+            export_onnx(artifact, staging / ONNX_NAME, output=output, positions=not lm.is_encoder)
             artifact.config.save_pretrained(staging)
-            runner = OnnxModel(staging / ONNX_NAME, encoder=lm.is_encoder)
-            exported = LoadedModel(str(staging), staging, runner, lm.tokenizer, lm.adapter, lm.grid)  # type: ignore
-            measured_on = "onnxruntime"
+            runner = OnnxModel(staging / ONNX_NAME, output=output, positions=not lm.is_encoder)
+            exported = LoadedModel(str(staging), staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
+                                   lm.model_class)
+            weights, measured_on = artifact, "onnxruntime"  # the graph's weights are the artifact's
             if scorer_for(task, lm).generates:
                 # Decoding needs generate(); the ONNX graph is the sliced model's logits.
-                exported = LoadedModel("sliced", staging, artifact, lm.tokenizer, lm.adapter, lm.grid)
+                exported = LoadedModel("sliced", staging, artifact, lm.tokenizer, lm.adapter, lm.grid, lm.model_class)
                 measured_on = "the torch model the ONNX graph was exported from (decoding)"
         else:
             artifact.save_pretrained(staging)
             if layout == "sliced":
-                _write_sliced_code(staging, type(lm.model).__name__, lm.is_encoder)
+                _write_sliced_code(staging, type(lm.model).__name__, lm.model_class.auto_class)
             exported = load(staging)
-            runner = exported.model
+            runner = weights = exported.model
             measured_on = "the checkpoint loaded back from disk"
+        tensors = check_tensors(lm.model, weights, changed_prefixes(lm, pruned_layers))
+        if not tensors.ok:
+            lost = tensors.removed or tensors.unexpected
+            raise VerificationError(f"the export would lose or change tensors it was not asked to prune "
+                                    f"({', '.join(lost[:4])}); nothing was written")
         logits = check_logits(lm, removed, runner, task, mode=ablation, means=means, tolerance=tolerance)
         if not logits.max_abs_diff <= logits.allowed:
             raise VerificationError(f"the exported model differs from the masked original by {logits.max_abs_diff:.3g} "
@@ -213,11 +246,12 @@ def export(
                                     "examples differently from the masked original; nothing was written")
         record = ExportRecord(
             source=_source_info(lm), removed_heads=tuple(str(h) for h in removed), layout=layout, format=format,
-            ablation=ablation, encoder=lm.is_encoder, layers=tuple(plans) if layout == "sliced" else (),
+            ablation=ablation, encoder=lm.is_encoder, model_class=lm.model_class.name, head=lm.head,
+            auto_class=lm.model_class.auto_class, layers=tuple(plans) if layout == "sliced" else (),
             parameters=Counts(count_parameters(lm.model), count_parameters(artifact)),
             bytes=Counts(_weight_bytes(lm.folder) if lm.folder.is_dir() and _weight_bytes(lm.folder) else
                          count_parameters(lm.model) * lm.model.dtype.itemsize, _weight_bytes(staging)),
-            verification=Verification(logits, check),
+            verification=Verification(logits, check, tensors),
             origin=None if result is None else FindOrigin(result.task.name, set_rank,
                                                           result.finalists[set_rank - 1].heldout),
             seconds=round(time.perf_counter() - started, 2))

@@ -45,6 +45,25 @@ class LogitCheck:
     max_abs_logit: float  # the scale the difference is judged against
     tolerance: float
     allowed: float  # tolerance x max(1, max_abs_logit)
+    outputs: tuple[str, ...] = ("logits",)  # the outputs compared (the head's logits, hidden states, ...)
+
+
+@dataclass(frozen=True)
+class TensorCheck:
+    """The original's tensors in the export, by name: unchanged, sliced (smaller), edited (same shape, heads
+    zeroed), removed (absent: never allowed), and changed ones outside the pruned attention (never allowed)."""
+
+    kept: tuple[str, ...]
+    sliced: tuple[str, ...]
+    edited: tuple[str, ...]
+    removed: tuple[str, ...]
+    unexpected: tuple[str, ...] = ()
+
+    _derived = ("ok",)
+
+    @property
+    def ok(self) -> bool:
+        return not self.removed and not self.unexpected
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,7 @@ class TaskCheck:
 class Verification:
     logits: LogitCheck
     task: TaskCheck
+    tensors: TensorCheck | None = None  # None in records written before tensors were checked
 
 
 @dataclass(frozen=True)
@@ -88,6 +108,9 @@ class ExportRecord:
     parameters: Counts
     bytes: Counts
     verification: Verification
+    model_class: str = ""  # the class with its task head (BertForMaskedLM), named in config.json architectures
+    head: str = "causal-lm"  # causal-lm, masked-lm, sequence-classification, base, ...
+    auto_class: str | None = None  # the auto class that loads it (its key in auto_map for sliced exports)
     origin: FindOrigin | None = None
     seconds: float = 0.0
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every other file of the folder
@@ -148,6 +171,8 @@ def _upgrade_v1(data: dict) -> dict:
     return {
         "source": data["source"], "removed_heads": data["removed_heads"], "layout": data["layout"],
         "format": data["format"], "ablation": data["ablation"], "encoder": data["encoder"],
+        "head": "base" if data["encoder"] else "causal-lm",
+        "auto_class": "AutoModel" if data["encoder"] else "AutoModelForCausalLM",
         "layers": [{"layer": i, **layer} for i, layer in enumerate(data.get("layers", []))],
         "parameters": data["parameters"], "bytes": data["bytes"],
         "verification": {

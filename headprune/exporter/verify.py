@@ -1,9 +1,12 @@
 """The verification gate: an export must reproduce the masked original before anything is written.
 
-(a) Logits: the artifact, loaded back the way a user loads it, against the original model with the heads
-    ablated by the hook, on real task inputs; the largest absolute difference over real tokens must stay
-    within the tolerance.
-(b) Task: the task re-measured on the artifact must give the masked model's per-example answers; the
+(a) Outputs: the artifact, loaded back the way a user loads it, against the original model with the heads
+    ablated by the hook, on real task inputs: every floating-point output the two share (the head's own
+    logits: language-model, masked-LM or classification; hidden states), the largest absolute difference over
+    real tokens within the tolerance.
+(b) Tensors: every tensor of the original is in the artifact under the same name with the same values,
+    except the attention projections of the layers that lost heads.
+(c) Task: the task re-measured on the artifact must give the masked model's per-example answers; the
     intact model's numbers are reported beside them.
 """
 
@@ -15,7 +18,7 @@ import torch
 
 from headprune.ablation import ablated
 from headprune.evaluation import EvalResult, Evaluator
-from headprune.exporter.record import LogitCheck, TaskCheck
+from headprune.exporter.record import LogitCheck, TaskCheck, TensorCheck
 from headprune.heads import Head
 from headprune.models import LoadedModel
 from headprune.tasks import Task
@@ -25,26 +28,54 @@ LOGIT_EXAMPLES = 16
 TIE = 1e-4  # answers within this margin of a tie may flip by float rounding without meaning anything
 
 
-def _output(model: Callable, ids: torch.Tensor, mask: torch.Tensor, extra: dict, encoder: bool) -> torch.Tensor:
+def _outputs(model: Callable, ids: torch.Tensor, mask: torch.Tensor, extra: dict) -> dict[str, torch.Tensor]:
+    """Every floating-point tensor output of one forward pass, by name."""
     out = model(input_ids=ids, attention_mask=mask, **extra)
-    return out.last_hidden_state if encoder else out.logits
+    items = out.items() if hasattr(out, "items") else vars(out).items()
+    return {name: value for name, value in items if isinstance(value, torch.Tensor) and value.is_floating_point()}
 
 
 @torch.inference_mode()
 def check_logits(lm: LoadedModel, heads: Sequence[Head], artifact: Callable, task: Task, *, mode: str,
                  means: torch.Tensor | None, tolerance: float) -> LogitCheck:
-    """Largest |artifact - masked original| over real tokens of the first task examples' inputs, judged against
-    the largest |masked original| there: it passes when ``diff <= tolerance * max(1, largest |logit|)``."""
-    worst, scale = 0.0, 0.0
+    """Largest |artifact - masked original| over the outputs both give, at real tokens of the first task
+    examples' inputs (whole rows for per-sequence outputs such as class logits), judged against the largest
+    |masked original| there: it passes when ``diff <= tolerance * max(1, largest |value|)``."""
+    worst, scale, compared = 0.0, 0.0, set()
     evaluator = Evaluator(lm, task.head(LOGIT_EXAMPLES), batch_size=8)
     for ids, mask, extra in evaluator.reference_batches():
         with ablated(lm, heads, mode=mode, means=means):  # type: ignore[arg-type]
-            expected = _output(lm.model, ids, mask, extra, lm.is_encoder)
-        got = _output(artifact, ids, mask, extra, lm.is_encoder)
-        real = mask.bool()
-        worst = max(worst, float((got.float() - expected.float()).abs()[real].max()))
-        scale = max(scale, float(expected.float().abs()[real].max()))
-    return LogitCheck(worst, scale, tolerance, tolerance * max(1.0, scale))
+            expected = _outputs(lm.model, ids, mask, extra)
+        got = _outputs(artifact, ids, mask, extra)
+        for name in expected.keys() & got.keys():
+            want, have = expected[name].float(), got[name].float().to(expected[name].device)
+            per_token = want.dim() >= 2 and want.shape[:2] == mask.shape
+            real = mask.bool() if per_token else torch.ones(want.shape[:1], dtype=torch.bool, device=want.device)
+            worst = max(worst, float((have - want).abs()[real].max()))
+            scale = max(scale, float(want.abs()[real].max()))
+            compared.add(name)
+    return LogitCheck(worst, scale, tolerance, tolerance * max(1.0, scale), tuple(sorted(compared)))
+
+
+def check_tensors(original: torch.nn.Module, exported: torch.nn.Module, changed_prefixes: Sequence[str]
+                  ) -> TensorCheck:
+    """Every tensor of ``original`` in ``exported``: same name, same values, unless its name starts with one of
+    ``changed_prefixes`` (the attention projections of the layers that lost heads), where it may be sliced
+    (smaller) or edited (heads zeroed, means folded into a bias)."""
+    before, after = original.state_dict(), exported.state_dict()
+    kept, sliced, edited, unexpected = [], [], [], []
+    for name, tensor in before.items():
+        if name not in after:
+            continue
+        new = after[name]
+        if new.shape == tensor.shape and torch.equal(new.to(tensor.device, tensor.dtype), tensor):
+            kept.append(name)
+            continue
+        (sliced if new.shape != tensor.shape else edited).append(name)
+        if not name.startswith(tuple(changed_prefixes)):
+            unexpected.append(name)
+    removed = sorted(before.keys() - after.keys())
+    return TensorCheck(tuple(kept), tuple(sliced), tuple(edited), tuple(removed), tuple(unexpected))
 
 
 def check_task(lm: LoadedModel, heads: Sequence[Head], exported: LoadedModel, task: Task, *, mode: str,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from headprune.errors import TaskError
 from headprune.scoring.base import Item, Readout, Scorer, Tokens
 from headprune.scoring.choice import ChoiceScorer
+from headprune.scoring.classify import ClassifyScorer
 from headprune.scoring.encoder_choice import EncoderChoiceScorer
 from headprune.scoring.generate import GenerateScorer
 from headprune.scoring.text import TextScorer
@@ -18,14 +19,15 @@ from headprune.tasks import Task
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.models import LoadedModel
 
-_SCORERS: tuple[type[Scorer], ...] = (ChoiceScorer, GenerateScorer, TextScorer, EncoderChoiceScorer)
-_MODEL_WORDS = {"causal": "a causal language model", "encoder": "an encoder",
-                "classifier": "a model with a classification head"}
+_SCORERS: tuple[type[Scorer], ...] = (ChoiceScorer, GenerateScorer, TextScorer, EncoderChoiceScorer, ClassifyScorer)
+_MODEL_WORDS = {"causal": "a causal language model", "encoder": "an encoder (or a model read by its hidden states)",
+                "classifier": "a model with a sequence-classification head"}
 
 
 def model_kind(lm: LoadedModel) -> str:
-    """``causal``, ``encoder`` or ``classifier``: which scorers can run on the model."""
-    return "encoder" if lm.is_encoder else "causal"
+    """Which scorers can run on the model: ``causal`` (a language-model head), ``classifier`` (a
+    sequence-classification head) or ``encoder`` (anything else, read by its last hidden states)."""
+    return {"causal-lm": "causal", "sequence-classification": "classifier"}.get(lm.head, "encoder")
 
 
 def scorer_for(task: Task, lm: LoadedModel) -> Scorer:

@@ -120,6 +120,7 @@ def find(
     out: Path | None = None,
     resume: bool = False,
     progress: bool = False,
+    trust_remote_code: bool = False,
 ) -> FindResult:
     """Find a small head set whose removal improves ``task``, and test it on held-out data.
 
@@ -141,6 +142,7 @@ def find(
             on growing shares of discovery, then the ``candidates`` survivors scored exactly).
         out: folder for journal.jsonl (resume); ``None`` keeps everything in memory.
         resume: continue the journal in ``out``.
+        trust_remote_code: allow a checkpoint whose class only its own code defines.
 
     Raises:
         SearchSettingsError, TaskError, ResultFileError, and the loading errors.
@@ -151,7 +153,7 @@ def find(
                             candidates=candidates if screen != "exact" else None, control_limit=control_limit)
     check_settings(settings, resume=resume, out=out)
     inputs = _load_inputs(task, heldout_task, control, settings, discovery, heldout)
-    lm = load_model(model) if isinstance(model, str) else model
+    lm = load_model(model, trust_remote_code=trust_remote_code) if isinstance(model, str) else model
     if settings.nominees > lm.grid.total:
         settings = FindSettings(**{**to_json(settings), "nominees": lm.grid.total,
                                    "max_heads": min(settings.max_heads, lm.grid.total)})

@@ -5,6 +5,8 @@ Kinds:
               choice whose embedding is closest to the prompt's (encoders).
     generate  ``{"prompt", "target"}``: greedy decoding up to the first newline, exact match after trimming.
     text      ``{"text"}``: mean token negative log-likelihood, a continuous control metric.
+    classify  ``{"text", "label"}`` (``"text_pair"`` for pairs): the model's own classification head must
+              pick the label (an index, or a name from the model's ``id2label``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Literal
 
 from headprune.errors import TaskError
 
-TaskKind = Literal["choice", "generate", "text"]
-TASK_KINDS: tuple[str, ...] = ("choice", "generate", "text")
+TaskKind = Literal["choice", "generate", "text", "classify"]
+TASK_KINDS: tuple[str, ...] = ("choice", "generate", "text", "classify")
 CONTINUOUS_KINDS: tuple[str, ...] = ("text",)  # scored by a continuous metric only, no accuracy
 
 
@@ -37,11 +39,18 @@ class Example:
     answer: int = -1
     target: str = ""
     text: str = ""
+    text_pair: str = ""
+    label: int | str | None = None  # classify: an index or a label name
 
     def content(self) -> dict:
         """The fields that define the example (not its id), for hashing and disjointness checks."""
-        return {"prompt": self.prompt, "choices": list(self.choices), "answer": self.answer,
-                "target": self.target, "text": self.text}
+        content: dict = {"prompt": self.prompt, "choices": list(self.choices), "answer": self.answer,
+                         "target": self.target, "text": self.text}
+        if self.text_pair:  # fields of later kinds only when set, so earlier kinds keep their hashes
+            content["text_pair"] = self.text_pair
+        if self.label is not None:
+            content["label"] = self.label
+        return content
 
     def content_key(self) -> str:
         return hashlib.sha256(json.dumps(self.content(), sort_keys=True).encode()).hexdigest()

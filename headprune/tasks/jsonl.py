@@ -8,7 +8,9 @@ from pathlib import Path
 from headprune.errors import TaskError
 from headprune.tasks.base import Example, Task
 
-_KEYS = {"choice": {"prompt", "choices", "answer"}, "generate": {"prompt", "target"}, "text": {"text"}}
+# Most specific first: a classify row also has the text row's key.
+_KEYS = {"choice": {"prompt", "choices", "answer"}, "generate": {"prompt", "target"}, "classify": {"text", "label"},
+         "text": {"text"}}
 
 
 def _row_kind(row: dict) -> str | None:
@@ -20,6 +22,8 @@ def _row_kind(row: dict) -> str | None:
 
 def _example(row: dict, kind: str, index: int, path: str, line: int) -> Example:
     example_id = str(row.get("id", index))
+    if kind == "classify":
+        return _classify_example(row, example_id, path, line)
     if kind == "text":
         if not isinstance(row["text"], str) or not row["text"]:
             raise TaskError('"text" must be a non-empty string', path=path, line=line)
@@ -36,6 +40,17 @@ def _example(row: dict, kind: str, index: int, path: str, line: int) -> Example:
     if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
         raise TaskError(f'"answer" must be an index into "choices" (0..{len(choices) - 1})', path=path, line=line)
     return Example(example_id, prompt=row["prompt"], choices=tuple(choices), answer=answer)
+
+
+def _classify_example(row: dict, example_id: str, path: str, line: int) -> Example:
+    text, pair, label = row["text"], row.get("text_pair", ""), row["label"]
+    if not isinstance(text, str) or not text:
+        raise TaskError('"text" must be a non-empty string', path=path, line=line)
+    if not isinstance(pair, str):
+        raise TaskError('"text_pair" must be a string', path=path, line=line)
+    if isinstance(label, bool) or not (isinstance(label, int) and label >= 0 or isinstance(label, str) and label):
+        raise TaskError('"label" must be a class index (0, 1, ...) or a label name', path=path, line=line)
+    return Example(example_id, text=text, text_pair=pair, label=label)
 
 
 def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_tokens: int = 16) -> Task:
@@ -63,7 +78,8 @@ def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_token
         row_kind = _row_kind(row)
         if row_kind is None:
             raise TaskError(
-                'row has none of the task layouts: {"prompt","choices","answer"}, {"prompt","target"} or {"text"}',
+                'row has none of the task layouts: {"prompt","choices","answer"}, {"prompt","target"}, '
+                '{"text","label"} or {"text"}',
                 path=name,
                 line=line_number,
             )
@@ -85,7 +101,11 @@ def write_jsonl_task(task: Task, path: Path) -> None:
     with path.open("w", encoding="utf-8") as handle:
         for example in task.examples:
             row: dict = {"id": example.id}
-            if task.kind == "text":
+            if task.kind == "classify":
+                row.update(text=example.text, label=example.label)
+                if example.text_pair:
+                    row["text_pair"] = example.text_pair
+            elif task.kind == "text":
                 row["text"] = example.text
             elif task.kind == "generate":
                 row.update(prompt=example.prompt, target=example.target)
