@@ -195,3 +195,16 @@ def test_cli_find_unwritable_out_and_foreign_resume(handmade_files, tmp_path, to
     _find(str(other), *common)
     result = _find(str(handmade_files / "model"), *common, "--resume")
     assert result.exit_code == 2 and "different model" in result.output
+
+
+def test_cli_find_reports_cost_and_progress_without_a_terminal(handmade_files, tmp_path) -> None:
+    # CliRunner's stderr is not a terminal: find says what it will do and how long it should take, per stage.
+    result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--discovery", "100",
+                   "--heldout", "100", "--nominees", "3", "--max-heads", "2", "--finalists", "2", "--batch-size", "64",
+                   "--out", str(tmp_path / "r"))
+    assert result.exit_code in (0, 1), result.output
+    lines = result.stderr.splitlines()
+    planned = next(line for line in lines if "planned:" in line)
+    assert "4 screen, 3 joint and 2 held-out/control conditions" in planned and "estimated at most" in planned
+    assert any(line.startswith("headprune: screen: 4 conditions") for line in lines)
+    assert any(line.startswith("headprune: joint: 3 conditions done in") for line in lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,8 @@ def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit:
     evaluator = Evaluator(lm, task, batch_size=batch_size)
     means = evaluator.head_means() if ablation == "mean" and heads else None
     started = time.perf_counter()
+    if not sys.stderr.isatty():  # no bar in a log file: say what is running
+        logging.getLogger("headprune").info("eval: %d examples of %s on %s", len(task), task.name, model)
     result = evaluator.run(heads, mode=ablation, means=means, progress=sys.stderr.isatty(), label=task.name)
     seconds = time.perf_counter() - started
     if out is not None:

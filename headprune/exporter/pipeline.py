@@ -8,6 +8,7 @@ original (logits, then the task), and only then move the folder into place with 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -24,6 +25,8 @@ from headprune.io import atomic_folder
 from headprune.models import LoadedModel, load_model, quiet_transformers
 from headprune.search.result import FindResult
 from headprune.tasks import Task, load_task
+
+log = logging.getLogger("headprune")
 
 DEFAULT_TOLERANCE = 1e-5  # see headprune.exporter.verify
 FORMATS = ("safetensors", "onnx")
@@ -209,6 +212,7 @@ def export(
         {h.layer for h in removed})
     output = onnx_output(lm.head) if format == "onnx" else ""
 
+    log.info("export: removing %d heads (%s, %s); writing %s", len(removed), layout, format, out)
     with atomic_folder(Path(out), replace=True) as staging:
         lm.tokenizer.save_pretrained(staging)
         if format == "onnx":
@@ -229,6 +233,8 @@ def export(
             exported = load(staging)
             runner = weights = exported.model
             measured_on = "the checkpoint loaded back from disk"
+        log.info("export: verifying against the masked original (tensors, outputs, %s on %d examples)", task.name,
+                 len(task))
         tensors = check_tensors(lm.model, weights, changed_prefixes(lm, pruned_layers))
         if not tensors.ok:
             lost = tensors.removed or tensors.unexpected

@@ -7,17 +7,17 @@ model's run on each set is the baseline every condition is paired against.
 
 from __future__ import annotations
 
-import sys
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from headprune.evaluation import EvalResult, Evaluator
 from headprune.heads import Head
 from headprune.models import LoadedModel
+from headprune.progress import Progress
 from headprune.records import to_json
 from headprune.search.journal import Journal
 from headprune.search.result import FindSettings
@@ -37,7 +37,8 @@ class Conditions:
     journal: Journal
     mode: str
     means: torch.Tensor | None
-    progress: bool = False
+    progress: bool = False  # a progress bar (a terminal); otherwise timed log lines
+    seconds: dict[str, float] = field(default_factory=dict)  # seconds of each intact run computed here
 
     @classmethod
     def start(cls, lm: LoadedModel, split: Split, controls: Sequence[Task], settings: FindSettings, *,
@@ -72,18 +73,23 @@ class Conditions:
         return result
 
     def many(self, split: str, head_sets: Sequence[Sequence[Head]], label: str) -> list[EvalResult]:
-        """Several conditions on one set, in order, with a progress bar."""
-        bar = tqdm(total=len(head_sets), desc=label, unit="cond", disable=not self.progress, file=sys.stderr,
-                   leave=True, dynamic_ncols=True)
+        """Several conditions on one set, in order, with progress."""
+        progress = Progress(len(head_sets), label, bar=self.progress)
         results = []
         for heads in head_sets:
             results.append(self.get(split, heads))
-            bar.update()
-        bar.close()
+            progress.update()
+        progress.close()
         return results
 
     def baselines(self) -> dict[str, EvalResult]:
-        """The intact model on every set; the discovery evaluator's layer cache is filled on the way."""
-        base = {name: self.get(name, ()) for name in self.evaluators}
+        """The intact model on every set (timed where computed, not read from the journal); the discovery
+        evaluator's layer cache is filled on the way."""
+        base = {}
+        for name in self.evaluators:
+            started, journalled = time.perf_counter(), self.journal.has(condition_key(name, ()))
+            base[name] = self.get(name, ())
+            if not journalled:
+                self.seconds[name] = time.perf_counter() - started
         self.evaluators["discovery"].warm_layer_cache()  # a resumed run has its baseline from the journal
         return base

@@ -10,6 +10,7 @@ primary result and gets the verdict. Nothing is re-chosen after looking at held-
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ import numpy as np
 from headprune.errors import SearchSettingsError, TaskError
 from headprune.heads import Head
 from headprune.models import LoadedModel, load_model
+from headprune.progress import duration
 from headprune.records import to_json
 from headprune.search.conditions import Conditions
 from headprune.search.paired import Paired, compare
@@ -29,6 +31,8 @@ from headprune.search.result import (Baseline, ControlEffect, Finalist, FindResu
 from headprune.search.split import Split, split_task
 from headprune.search.stats import paired_bootstrap_ci, spearman, verdict
 from headprune.tasks import Task, load_task
+
+log = logging.getLogger("headprune")
 
 RANK_KEYS = ("gain", "margin")
 SCREENS = ("exact", "attribution", "halving")
@@ -187,11 +191,33 @@ class _Search:
         mark = time.perf_counter()
         self.base = self.conditions.baselines()
         self._timed("baseline", mark)
+        self._announce_cost()
         screened, prescreen = self._screen()
         evaluated, nominees = self._joint(screened)
         frozen = sorted(evaluated, key=lambda h: self._rank(evaluated[h], h))[: self.settings.finalists]
         finalist_records = self._finalists(frozen, evaluated)
         return self._record(inputs, screened, prescreen, nominees, evaluated, finalist_records)
+
+    def _announce_cost(self) -> None:
+        """Before paying for it: the planned conditions, the measured time of one, and the estimated total."""
+        settings, conditions = self.settings, self.conditions
+        screen = settings.candidates if settings.screen != "exact" else self.lm.grid.total
+        joint = expected_joint_evaluations(min(settings.nominees, screen), settings.max_heads)
+        finals = settings.finalists * (1 + len(conditions.control_names))
+        each = conditions.seconds.get("discovery")
+        if each is None:  # resumed: the baseline came from the journal
+            log.info("planned: %d screen, %d joint and %d held-out/control conditions (resuming: %d in the journal)",
+                     screen, joint, finals, len(conditions.journal))
+            return
+        held = conditions.seconds.get("heldout", each)
+        # An intact run goes through every layer; ablated discovery runs start at the lowest ablated layer,
+        # so this is an upper bound.
+        total = each * (screen + joint + settings.extend * 2 * settings.nominees) + held * finals
+        log.info("planned: %d screen, %d joint and %d held-out/control conditions; %.1f s per discovery condition "
+                 "measured; estimated at most %s in all", screen, joint, finals, each, duration(total))
+        if settings.screen == "exact" and self.lm.device.type == "cpu" and each * screen > 3600:
+            log.warning("the exact screen alone is estimated at %s on the CPU; faster: --screen attribution "
+                        "(one pass, then --candidates exactly) or --screen halving", duration(each * screen))
 
     def _screen(self) -> tuple[list[tuple[Head, Paired, float | None]], Prescreen | None]:
         """Stage 1: every query head alone on discovery (or the candidates a cheaper pre-screen picks)."""

@@ -8,14 +8,13 @@ survivors exactly on all of discovery. Ranking in each round uses find's own key
 from __future__ import annotations
 
 import math
-import sys
 
 import torch
-from tqdm.auto import tqdm
 
 from headprune.evaluation import Evaluator
 from headprune.heads import Head
 from headprune.models import LoadedModel
+from headprune.progress import Progress
 from headprune.search.paired import compare
 from headprune.search.result import HalvingRound
 from headprune.tasks import Task
@@ -34,8 +33,7 @@ def halving_candidates(lm: LoadedModel, discovery: Task, *, keep: int, rank_key,
         evaluator = Evaluator(lm, part, batch_size=batch_size, reuse_layers=True)
         base = evaluator.run()
         scored = []
-        bar = tqdm(total=len(survivors), desc=f"halving {round_number}", unit="cond", disable=not progress,
-                   file=sys.stderr)
+        bar = Progress(len(survivors), f"halving {round_number}", bar=progress)
         for head in survivors:
             paired = compare(base, evaluator.run([head], mode=mode, means=means))  # type: ignore[arg-type]
             scored.append((head, paired))

@@ -69,6 +69,9 @@ class Journal:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def has(self, key: str) -> bool:
+        return key in self._entries
+
     def get(self, key: str, task: Task) -> EvalResult | None:
         entry = self._entries.get(key)
         if entry is None:
