@@ -29,10 +29,11 @@ def _make_pre_hook(indices: list[int], head_dim: int, replacement: torch.Tensor 
     def hook(module: nn.Module, args: tuple) -> tuple:
         hidden = args[0].clone()  # (B, T, H * head_dim); cloned so the caller's tensor is never changed
         per_head = hidden.view(*hidden.shape[:-1], -1, head_dim)  # (B, T, H, head_dim), a view of `hidden`
+        where = index.to(hidden.device)
         if replacement is None:
-            per_head[..., index, :] = 0
-        else:
-            per_head[..., index, :] = replacement.to(per_head.dtype)  # (len(index), head_dim) broadcast
+            per_head[..., where, :] = 0
+        else:  # (len(index), head_dim), broadcast
+            per_head[..., where, :] = replacement.to(device=per_head.device, dtype=per_head.dtype)
         return (hidden, *args[1:])
 
     return hook
@@ -100,9 +101,9 @@ def collect_head_means(
 
     def collector(layer: int):  # noqa: ANN202
         def hook(module: nn.Module, args: tuple) -> None:
-            mask = current_mask[0].to(torch.float64)  # (B, T)
             per_head = args[0].view(*args[0].shape[:-1], grid.num_heads, grid.head_dim).to(torch.float64)
-            sums[layer] += torch.einsum("bt,bthd->hd", mask, per_head)
+            mask = current_mask[0].to(device=per_head.device, dtype=torch.float64)  # (B, T)
+            sums[layer] += torch.einsum("bt,bthd->hd", mask, per_head).cpu()
 
         return hook
 
@@ -114,7 +115,7 @@ def collect_head_means(
         for input_ids, attention_mask, extra in batches:
             current_mask[:] = [attention_mask]
             lm.model(input_ids=input_ids, attention_mask=attention_mask, **extra)
-            count += attention_mask.sum()
+            count += attention_mask.sum().cpu()
     finally:
         for handle in handles:
             handle.remove()

@@ -69,6 +69,12 @@ class LoadedModel:
             "base" if self.is_encoder else "causal-lm")
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The weights' dtype (float32 for a runtime standing in for a model)."""
+        dtype = getattr(self.model, "dtype", None)
+        return dtype if isinstance(dtype, torch.dtype) else torch.float32
+
+    @property
     def device(self) -> torch.device:
         """Where inputs go: the device of the input embeddings (the first layer's, under a device map); an
         ONNX Runtime session stands in for a model on the CPU."""
@@ -129,7 +135,8 @@ def quiet_transformers() -> None:
     hf_logging.set_verbosity_error()  # headprune reports what loading left out itself (see load_model)
 
 
-def load_model(spec: str, *, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False) -> LoadedModel:
+def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: str | torch.device | None = "auto",
+               trust_remote_code: bool = False) -> LoadedModel:
     """Load a model with its own task head, and its tokenizer, for evaluation (eval mode).
 
     The class is the one the checkpoint's ``architectures`` names (see :mod:`headprune.model_class`), so no
@@ -139,7 +146,9 @@ def load_model(spec: str, *, dtype: torch.dtype = torch.float32, trust_remote_co
 
     Args:
         spec: local folder, ``.gguf`` file, Hub id in the local cache, or ``smollm2-135m``.
-        dtype: weights' dtype; fp32 by default (CPU).
+        dtype: ``auto`` (bfloat16 on a GPU, float32 on a CPU), ``checkpoint`` (the checkpoint's own),
+            ``float32``, ``bfloat16``, ``float16``, or a torch dtype.
+        device: ``auto`` (the GPU when there is one), ``cpu``, ``cuda``, ``cuda:N``, ``mps``, or a torch device.
         trust_remote_code: allow a checkpoint whose class only its own code defines.
 
     Raises:
@@ -147,9 +156,13 @@ def load_model(spec: str, *, dtype: torch.dtype = torch.float32, trust_remote_co
     """
     from transformers import AutoTokenizer
 
+    from headprune.devices import resolve_device, resolve_dtype
+
+    target = resolve_device(device)
     quiet_transformers()
     folder = resolve_model(spec)
     config = load_config(folder)
+    dtype = checkpoint_dtype(config) if dtype == "checkpoint" else resolve_dtype(dtype, target)
     adapter = adapter_for(config)
     sliced = getattr(config, "headprune", None)
     if sliced is not None:
@@ -167,10 +180,18 @@ def load_model(spec: str, *, dtype: torch.dtype = torch.float32, trust_remote_co
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except OSError as error:
         raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
-    model.eval()
+    model.to(target).eval()
     unused = tuple(sorted(info.get("unexpected_keys", ())))
     _report_loading(spec, chosen, unused, tuple(sorted(info.get("missing_keys", ()))))
     return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config), chosen, unused)
+
+
+def checkpoint_dtype(config: PretrainedConfig) -> torch.dtype:
+    """The dtype a checkpoint's config declares (float32 when it declares none)."""
+    declared = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(declared, str):
+        declared = getattr(torch, declared.removeprefix("torch."), None)
+    return declared if isinstance(declared, torch.dtype) else torch.float32
 
 
 def _report_loading(spec: str, chosen: ModelClass, unused: tuple[str, ...], missing: tuple[str, ...]) -> None:

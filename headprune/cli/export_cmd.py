@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from headprune.cli.options import (ablation_option, batch_option, json_option, model_argument,
-                                 trust_remote_code_option)
+                                 device_option, trust_remote_code_option)
 
 
 @click.command("export")
@@ -26,16 +26,20 @@ from headprune.cli.options import (ablation_option, batch_option, json_option, m
               help="Task re-measured on the export [default: the result's held-out set].")
 @click.option("--verify-limit", type=click.IntRange(min=1), default=500, show_default=True,
               help="At most this many verification examples.")
-@click.option("--tolerance", type=float, default=1e-5, show_default=True,
-              help="Largest allowed |logit difference| to the masked original, times max(1, largest |logit|).")
+@click.option("--tolerance", type=float, default=None,
+              help="Largest allowed |logit difference| to the masked original, times max(1, largest |logit|) "
+                   "[default: 1e-5 in float32, 5e-3 in float16, 2e-2 in bfloat16].")
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: exports/MODEL-pruned].")
+@device_option
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+              help="The export's precision [default: the checkpoint's own]; the verification tolerance follows it.")
 @trust_remote_code_option
 @json_option
 def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout: str, ablation: str,
-                   verify_task: str | None, verify_limit: int, tolerance: float, batch_size: int, out: Path | None,
-                   trust_remote_code: bool, as_json: bool) -> None:
+                   verify_task: str | None, verify_limit: int, tolerance: float | None, batch_size: int,
+                   out: Path | None, device: str, dtype: str | None, trust_remote_code: bool, as_json: bool) -> None:
     """Remove heads from MODEL and write a verified checkpoint (safetensors or ONNX)."""
     from headprune.cli.find_cmd import _slug
     from headprune.exporter.pipeline import export
@@ -46,7 +50,8 @@ def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout:
     check_writable_folder(out.parent)
     record = export(model, heads_spec, set_rank=set_rank, format=fmt, layout=layout, ablation=ablation,
                     verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,
-                    batch_size=batch_size, trust_remote_code=trust_remote_code)
+                    batch_size=batch_size, device=device, dtype=dtype,
+                    trust_remote_code=trust_remote_code)
     if as_json:
         click.echo(json.dumps({"out": str(out), **{k: to_json(getattr(record, k)) for k in (
             "removed_heads", "layout", "format", "parameters", "bytes", "verification")}}))

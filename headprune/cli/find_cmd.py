@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from headprune.cli.options import (ablation_option, batch_option, json_option, model_argument,
-                                 trust_remote_code_option, task_option)
+                                 device_option, dtype_option, trust_remote_code_option, task_option)
 
 
 def _slug(text: str) -> str:
@@ -45,6 +45,8 @@ def _slug(text: str) -> str:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: runs/MODEL-TASK].")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out.")
+@device_option
+@dtype_option
 @trust_remote_code_option
 @json_option
 @click.pass_context
@@ -52,7 +54,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                  heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
                  control: str | None, control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
                  batch_size: int,
-                 out: Path | None, resume: bool, trust_remote_code: bool, as_json: bool) -> None:
+                 out: Path | None, resume: bool, device: str, dtype: str, trust_remote_code: bool,
+                 as_json: bool) -> None:
     """Find a small head set whose removal improves TASK on MODEL, and test it on held-out data."""
     from headprune.cli import exits
     from headprune.io import check_writable_folder
@@ -67,7 +70,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                       ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend, finalists=finalists,
                       control=control, control_limit=control_limit, alpha=alpha, rank_by=rank_by,
                       screen=screen, candidates=candidates, batch_size=batch_size, out=out, resume=resume,
-                      trust_remote_code=trust_remote_code,
+                      device=device, dtype=dtype, trust_remote_code=trust_remote_code,
                       progress=sys.stderr.isatty())
     except KeyboardInterrupt:
         click.echo(f"headprune: progress is saved in {out}/journal.jsonl; add --resume to continue", err=True)

@@ -40,3 +40,10 @@ trust_remote_code_option = click.option(
     "--trust-remote-code", is_flag=True,
     help="Run the checkpoint's own modeling code (its auto_map) when its class is not part of transformers. "
          "Only for checkpoints you trust.")
+device_option = click.option(
+    "--device", default="auto", show_default=True, metavar="auto|cpu|cuda|cuda:N|mps",
+    help="Where the model runs: auto takes the GPU when there is one.")
+dtype_option = click.option(
+    "--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True,
+    help="Weights' precision: auto is bfloat16 on a GPU that supports it, float32 on a CPU. Margins and "
+         "statistics are computed in float32 either way.")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsError, UnsupportedModelError,
@@ -28,7 +29,6 @@ from headprune.tasks import Task, load_task
 
 log = logging.getLogger("headprune")
 
-DEFAULT_TOLERANCE = 1e-5  # see headprune.exporter.verify
 FORMATS = ("safetensors", "onnx")
 LAYOUTS = ("sliced", "dense")
 DEFAULT_VERIFY_LIMIT = 500
@@ -149,9 +149,11 @@ def export(
     ablation: str = "zero",
     verify_task: str | Task | None = None,
     verify_limit: int = DEFAULT_VERIFY_LIMIT,
-    tolerance: float = DEFAULT_TOLERANCE,
+    tolerance: float | None = None,
     out: Path,
     batch_size: int = 16,
+    device: str = "auto",
+    dtype: str | None = None,
     trust_remote_code: bool = False,
 ) -> ExportRecord:
     """Remove ``heads`` from ``model`` and write a verified checkpoint to ``out``.
@@ -166,7 +168,10 @@ def export(
         verify_task: task re-measured on the artifact (default: the held-out set recorded in the result).
         verify_limit: at most this many verification examples.
         tolerance: largest allowed logit difference to the masked original, relative to the largest |logit|
-            (at least 1): the gate passes when ``max |diff| <= tolerance * max(1, max |logit|)``.
+            (at least 1): the gate passes when ``max |diff| <= tolerance * max(1, max |logit|)``; ``None``
+            follows the dtype verified in (1e-5 for float32, 5e-3 for float16, 2e-2 for bfloat16).
+        device: where the model runs (``auto``: the GPU when there is one).
+        dtype: the export's dtype (``None``: the checkpoint's own; a loaded model keeps its dtype).
         out: the folder to write (replaced atomically).
         trust_remote_code: allow a checkpoint whose class only its own code defines.
 
@@ -181,7 +186,7 @@ def export(
     from headprune.exporter.loading import load
     from headprune.exporter.onnx_export import ONNX_NAME, OnnxModel, export_onnx, onnx_output
     from headprune.exporter.slicing import densify, slice_model
-    from headprune.exporter.verify import check_logits, check_task, check_tensors
+    from headprune.exporter.verify import MIN_TIE, check_logits, check_task, check_tensors, default_tolerance
     from headprune.scoring import scorer_for
 
     for name, value, allowed in (("format", format, FORMATS), ("layout", layout, LAYOUTS),
@@ -190,7 +195,10 @@ def export(
             raise SearchSettingsError(f"{name} must be one of {', '.join(allowed)}, not {value!r}", settings=(name,))
     started = time.perf_counter()
     quiet_transformers()
-    lm = load_model(model, trust_remote_code=trust_remote_code) if isinstance(model, str) else model
+    lm = load_model(model, dtype=dtype or "checkpoint", device=device,
+                    trust_remote_code=trust_remote_code) if isinstance(model, str) else model
+    if tolerance is None:
+        tolerance = default_tolerance(lm.dtype)
     _refuse_lossy(lm)
     removed, result = resolve_heads(heads, lm, set_rank)
     plans = plan_layers(lm.grid, removed)  # refuses removing a whole layer before any work
@@ -211,6 +219,8 @@ def export(
     pruned_layers = [p.layer for p in plans if p.layout != "unchanged"] if layout == "sliced" else sorted(
         {h.layer for h in removed})
     output = onnx_output(lm.head) if format == "onnx" else ""
+    if format == "onnx" and lm.dtype != torch.float32:
+        raise SearchSettingsError("ONNX export runs in float32; give dtype float32", settings=("dtype", "format"))
 
     log.info("export: removing %d heads (%s, %s); writing %s", len(removed), layout, format, out)
     with atomic_folder(Path(out), replace=True) as staging:
@@ -230,7 +240,7 @@ def export(
             artifact.save_pretrained(staging)
             if layout == "sliced":
                 _write_sliced_code(staging, type(lm.model).__name__, lm.model_class.auto_class)
-            exported = load(staging)
+            exported = load(staging, dtype=lm.dtype, device=lm.device)
             runner = weights = exported.model
             measured_on = "the checkpoint loaded back from disk"
         log.info("export: verifying against the masked original (tensors, outputs, %s on %d examples)", task.name,
@@ -246,7 +256,7 @@ def export(
                                     f"(allowed {logits.allowed:.3g}: tolerance {tolerance:g} x largest |logit| "
                                     f"{logits.max_abs_logit:.3g}); nothing was written")
         check = check_task(lm, removed, exported, task, mode=ablation, means=means, measured_on=measured_on,
-                           batch_size=batch_size)
+                           batch_size=batch_size, tie=max(MIN_TIE, 2 * logits.allowed))
         if check.disagreements:
             raise VerificationError(f"the exported model answers {check.disagreements} of {check.n} {task.name} "
                                     "examples differently from the masked original; nothing was written")

@@ -46,6 +46,7 @@ class LogitCheck:
     tolerance: float
     allowed: float  # tolerance x max(1, max_abs_logit)
     outputs: tuple[str, ...] = ("logits",)  # the outputs compared (the head's logits, hidden states, ...)
+    dtype: str = "float32"  # the precision both models ran in (the tolerance follows it)
 
 
 @dataclass(frozen=True)

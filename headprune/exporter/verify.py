@@ -18,14 +18,22 @@ import torch
 
 from headprune.ablation import ablated
 from headprune.evaluation import EvalResult, Evaluator
+from headprune.devices import dtype_name
 from headprune.exporter.record import LogitCheck, TaskCheck, TensorCheck
 from headprune.heads import Head
 from headprune.models import LoadedModel
 from headprune.tasks import Task
 
-DEFAULT_TOLERANCE = 1e-5  # times max(1, largest |logit|): float32 rounding over a few dozen layers
+# Largest allowed |difference| to the masked original, times max(1, largest |value|), by the dtype verified in:
+# rounding over a few dozen layers (float32 measured at 0 to 1e-4 x 39 on SmolLM2; half precision keeps 8 or 11
+# mantissa bits, so its rounding is about 2^-8 and 2^-11 of each value).
+DEFAULT_TOLERANCES = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 LOGIT_EXAMPLES = 16
-TIE = 1e-4  # answers within this margin of a tie may flip by float rounding without meaning anything
+MIN_TIE = 1e-4  # answers within this margin of a tie may flip by float rounding without meaning anything
+
+
+def default_tolerance(dtype: torch.dtype) -> float:
+    return DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[torch.float32])
 
 
 def _outputs(model: Callable, ids: torch.Tensor, mask: torch.Tensor, extra: dict) -> dict[str, torch.Tensor]:
@@ -54,7 +62,8 @@ def check_logits(lm: LoadedModel, heads: Sequence[Head], artifact: Callable, tas
             worst = max(worst, float((have - want).abs()[real].max()))
             scale = max(scale, float(want.abs()[real].max()))
             compared.add(name)
-    return LogitCheck(worst, scale, tolerance, tolerance * max(1.0, scale), tuple(sorted(compared)))
+    return LogitCheck(worst, scale, tolerance, tolerance * max(1.0, scale), tuple(sorted(compared)),
+                      dtype_name(lm.dtype))
 
 
 def check_tensors(original: torch.nn.Module, exported: torch.nn.Module, changed_prefixes: Sequence[str]
@@ -79,8 +88,9 @@ def check_tensors(original: torch.nn.Module, exported: torch.nn.Module, changed_
 
 
 def check_task(lm: LoadedModel, heads: Sequence[Head], exported: LoadedModel, task: Task, *, mode: str,
-               means: torch.Tensor | None, measured_on: str, batch_size: int = 16) -> TaskCheck:
-    """Re-measure ``task`` on the artifact and compare with the masked original, example by example."""
+               means: torch.Tensor | None, measured_on: str, batch_size: int = 16, tie: float = MIN_TIE) -> TaskCheck:
+    """Re-measure ``task`` on the artifact and compare with the masked original, example by example; answers
+    whose masked margin is within ``tie`` of zero may flip by rounding and are not counted as disagreements."""
     source = Evaluator(lm, task, batch_size=batch_size)
     intact = source.run()
     masked = source.run(heads, mode=mode, means=means)  # type: ignore[arg-type]
@@ -91,7 +101,7 @@ def check_task(lm: LoadedModel, heads: Sequence[Head], exported: LoadedModel, ta
         disagreements = sum(1 for m, a in zip(masked.results, after.results) if abs(m.margin - a.margin) > 1e-3)
     else:
         disagreements = sum(1 for m, a in zip(masked.results, after.results)
-                            if m.correct != a.correct and abs(m.margin) > TIE)
+                            if m.correct != a.correct and abs(m.margin) > tie)
     return TaskCheck(task.name, "accuracy" if task.has_accuracy else "mean_nll", len(task), _metric(intact),
                      _metric(masked), _metric(after), disagreements, measured_on)
 

@@ -19,14 +19,14 @@ def estimate_effects(evaluator: Evaluator, *, means: torch.Tensor | None = None)
     """Estimated change of the mean margin when each head is ablated alone (positive = helps the task)."""
     lm = evaluator.lm
     grid = lm.grid
-    gates = torch.ones(grid.num_layers, grid.num_heads, requires_grad=True)
+    gates = torch.ones(grid.num_layers, grid.num_heads, requires_grad=True)  # float32, on the CPU
 
     def gate_hook(layer: int):  # noqa: ANN202
         def hook(module: nn.Module, args: tuple) -> tuple:
             x = args[0]
             per_head = x.view(*x.shape[:-1], grid.num_heads, grid.head_dim)  # (B, T, H, head_dim)
-            base = means[layer].to(x.dtype) if means is not None else torch.zeros_like(per_head[0, 0])
-            gated = base + gates[layer][:, None] * (per_head - base)
+            base = means[layer].to(x) if means is not None else torch.zeros_like(per_head[0, 0])
+            gated = base + gates[layer].to(x)[:, None] * (per_head - base)
             return (gated.reshape(x.shape), *args[1:])
 
         return hook

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from headprune.devices import dtype_name
 from headprune.evaluation import EvalResult, Evaluator
 from headprune.heads import Head
 from headprune.models import LoadedModel
@@ -46,7 +47,7 @@ class Conditions:
         """Open (or resume) the journal for these inputs and build one evaluator per set."""
         identity = {"model": lm.name, "model_hash": lm.weight_hash, "task": split.discovery.content_hash(),
                     "heldout": split.heldout.content_hash(), "controls": [c.content_hash() for c in controls],
-                    **to_json(settings)}
+                    "dtype": dtype_name(lm.dtype), **to_json(settings)}
         journal = Journal(out, identity, resume=resume)
         batch = settings.batch_size
         # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs.

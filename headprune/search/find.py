@@ -124,6 +124,8 @@ def find(
     out: Path | None = None,
     resume: bool = False,
     progress: bool = False,
+    device: str = "auto",
+    dtype: str = "auto",
     trust_remote_code: bool = False,
 ) -> FindResult:
     """Find a small head set whose removal improves ``task``, and test it on held-out data.
@@ -146,6 +148,8 @@ def find(
             on growing shares of discovery, then the ``candidates`` survivors scored exactly).
         out: folder for journal.jsonl (resume); ``None`` keeps everything in memory.
         resume: continue the journal in ``out``.
+        device, dtype: where and in which precision the model runs (``auto``: a GPU in bfloat16 when there is
+            one, else the CPU in float32); margins and statistics are float32 either way.
         trust_remote_code: allow a checkpoint whose class only its own code defines.
 
     Raises:
@@ -157,7 +161,8 @@ def find(
                             candidates=candidates if screen != "exact" else None, control_limit=control_limit)
     check_settings(settings, resume=resume, out=out)
     inputs = _load_inputs(task, heldout_task, control, settings, discovery, heldout)
-    lm = load_model(model, trust_remote_code=trust_remote_code) if isinstance(model, str) else model
+    lm = load_model(model, dtype=dtype, device=device,
+                    trust_remote_code=trust_remote_code) if isinstance(model, str) else model
     if settings.nominees > lm.grid.total:
         settings = FindSettings(**{**to_json(settings), "nominees": lm.grid.total,
                                    "max_heads": min(settings.max_heads, lm.grid.total)})

@@ -1,0 +1,74 @@
+"""Devices and precision: what ``--device`` and ``--dtype`` mean.
+
+``auto`` device: the first CUDA GPU when there is one, else Apple's MPS, else the CPU. ``auto`` dtype:
+bfloat16 on a GPU that supports it (float16 on one that does not), float32 on a CPU or MPS. Margins and
+statistics are computed in float32 whatever the model's dtype (the evaluator casts logits up).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from headprune.errors import SearchSettingsError
+
+DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
+    """The device ``spec`` names, checked to exist here.
+
+    Raises:
+        SearchSettingsError: an unknown spec, or a device this machine does not have.
+    """
+    if isinstance(spec, torch.device):
+        return spec
+    spec = (spec or "auto").strip().lower()
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", 0)
+        mps = getattr(torch.backends, "mps", None)
+        return torch.device("mps") if mps is not None and mps.is_available() else torch.device("cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    match = re.fullmatch(r"cuda(?::(\d+))?", spec)
+    if match:
+        index = int(match.group(1) or 0)
+        if not torch.cuda.is_available():
+            raise SearchSettingsError(f"device {spec!r}: this machine has no CUDA GPU (torch {torch.__version__})",
+                                      settings=("device",))
+        if index >= torch.cuda.device_count():
+            raise SearchSettingsError(f"device {spec!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s) "
+                                      f"(cuda:0..cuda:{torch.cuda.device_count() - 1})", settings=("device",))
+        return torch.device("cuda", index)
+    if spec == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise SearchSettingsError("device 'mps': Apple's Metal backend is not available here", settings=("device",))
+        return torch.device("mps")
+    raise SearchSettingsError(f"unknown device {spec!r}; choose one of {', '.join(DEVICES)}", settings=("device",))
+
+
+def resolve_dtype(spec: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """The dtype ``spec`` names; ``auto`` (or ``None``) picks by device (see the module docstring).
+
+    Raises:
+        SearchSettingsError: an unknown dtype name.
+    """
+    if isinstance(spec, torch.dtype):
+        return spec
+    spec = (spec or "auto").strip().lower()
+    if spec == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if spec not in DTYPES:
+        raise SearchSettingsError(f"unknown dtype {spec!r}; choose one of auto, {', '.join(DTYPES)}",
+                                  settings=("dtype",))
+    return DTYPES[spec]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

@@ -1,0 +1,108 @@
+"""Devices and precision: every path that takes a device runs on the CPU; bfloat16 works end to end."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from headprune.cli.main import cli
+from headprune.devices import resolve_device, resolve_dtype
+from headprune.errors import SearchSettingsError
+from headprune.evaluation import evaluate
+from headprune.exporter import export, read_record
+from headprune.exporter.loading import load
+from headprune.heads import parse_heads
+from headprune.models import load_model
+from headprune.search.find import find
+from helpers import build_tiny, choice_task, random_choice_task
+
+
+def test_device_and_dtype_names() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else resolve_device("auto").type)
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
+    with pytest.raises(SearchSettingsError, match="unknown device 'tpu'"):
+        resolve_device("tpu")
+    with pytest.raises(SearchSettingsError, match="unknown dtype"):
+        resolve_dtype("float8", torch.device("cpu"))
+    if not torch.cuda.is_available():
+        with pytest.raises(SearchSettingsError, match="no CUDA GPU"):
+            resolve_device("cuda:1")
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    lm = build_tiny("llama", tokenizer, seed=9)
+    lm.model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_missing_gpu_is_one_line_and_exit_2(tiny_folder) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")  # the refusal is about machines without one
+    result = CliRunner().invoke(cli, ["eval", str(tiny_folder), "--task", "sentiment:n=2", "--device", "cuda"])
+    assert result.exit_code == 2 and "no CUDA GPU" in result.output and "Traceback" not in result.output
+
+
+def test_bfloat16_runs_find_export_and_verify_end_to_end(tiny_folder, tmp_path) -> None:
+    lm = load_model(str(tiny_folder), dtype="bfloat16", device="cpu")
+    assert lm.dtype == torch.bfloat16 and lm.device.type == "cpu"
+    task = random_choice_task(80, seed=4)
+    result = find(lm, task, discovery=30, heldout=30, nominees=3, max_heads=2, finalists=2, screen="attribution",
+                  candidates=4, batch_size=8, out=tmp_path / "run")
+    assert result.finalists and all(np.isfinite(row.paired.margin_change) for row in result.screen)
+    record = export(lm, result, verify_task=task, out=tmp_path / "pruned")
+    logits = record.verification.logits
+    assert logits.dtype == "bfloat16" and logits.tolerance == 2e-2 and logits.max_abs_diff <= logits.allowed
+    assert record.verification.task.disagreements == 0
+    reloaded = load(tmp_path / "pruned")
+    assert reloaded.dtype == torch.bfloat16  # the export keeps the precision it was made and verified in
+    assert json.loads((tmp_path / "pruned" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert read_record(tmp_path / "pruned").verification.logits.dtype == "bfloat16"
+
+
+def test_margins_are_float32_whatever_the_dtype(tiny_folder) -> None:
+    # The same model in float32 and bfloat16: answers may differ at ties, margins are close and float32-made.
+    full = load_model(str(tiny_folder), dtype="float32")
+    half = load_model(str(tiny_folder), dtype="bfloat16")
+    task = choice_task()
+    a, b = evaluate(full, task), evaluate(half, task)
+    assert b.margins.dtype == np.float64 and np.abs(a.margins - b.margins).max() < 0.1
+
+
+def test_export_keeps_the_checkpoints_dtype_unless_asked(tiny_folder, tmp_path) -> None:
+    half = tmp_path / "half"
+    model = load_model(str(tiny_folder), dtype="float32").model
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(half)
+    load_model(str(tiny_folder)).tokenizer.save_pretrained(half)
+    kept = export(str(half), "L0.H1", verify_task=choice_task(), out=tmp_path / "kept")
+    asked = export(str(half), "L0.H1", verify_task=choice_task(), dtype="float32", out=tmp_path / "asked")
+    assert kept.verification.logits.dtype == "bfloat16" and asked.verification.logits.dtype == "float32"
+    assert asked.verification.logits.tolerance == 1e-5
+
+
+def test_resume_refuses_another_dtype(tiny_folder, tmp_path) -> None:
+    task = random_choice_task(60, seed=1)
+    settings = dict(discovery=20, heldout=20, nominees=2, max_heads=2, finalists=1, out=tmp_path)
+    find(str(tiny_folder), task, dtype="float32", **settings)
+    from headprune.errors import ResultFileError
+
+    with pytest.raises(ResultFileError, match="dtype"):
+        find(str(tiny_folder), task, dtype="bfloat16", resume=True, **settings)
+
+
+def test_ablation_hook_follows_the_models_dtype(tokenizer) -> None:
+    lm = build_tiny("gpt2", tokenizer, seed=2)
+    half = copy.deepcopy(lm)
+    half.model.to(torch.bfloat16)
+    means = torch.randn(lm.grid.num_layers, lm.grid.num_heads, lm.grid.head_dim)
+    result = evaluate(half, choice_task(), heads=parse_heads("L0.H1"), mode="mean", means=means)
+    assert np.isfinite(result.margins).all()
