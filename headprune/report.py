@@ -11,10 +11,14 @@ from headprune.search.stats import Verdict
 
 def verdict_sentence(v: Verdict) -> str:
     """``CONFIRMED improvement: held-out accuracy 78.0% -> 81.0% (+3.0%, 95% CI [...], McNemar p=..., ...)``."""
-    outcome = "CONFIRMED improvement" if v.confirmed else "no confirmed improvement"
+    if v.role == "exploratory":
+        outcome, p = "exploratory (not confirmable)", f"Holm-adjusted p={v.adjusted_p:.3g}"
+    else:
+        outcome = "CONFIRMED improvement" if v.confirmed else "no confirmed improvement"
+        p = f"McNemar p={v.p_value:.3g}"
     return (f"{outcome}: held-out accuracy {v.accuracy_before:.1%} -> {v.accuracy_after:.1%} "
             f"({v.difference:+.1%}, 95% CI [{v.ci95[0]:+.1%}, {v.ci95[1]:+.1%}], "
-            f"McNemar p={v.p_value:.3g}, n={v.n}, rescued {v.rescued}, damaged {v.damaged})")
+            f"{p}, n={v.n}, rescued {v.rescued}, damaged {v.damaged})")
 
 
 def control_text(c: ControlEffect) -> str:
@@ -73,15 +77,21 @@ def render_markdown(result: FindResult) -> str:
                   f"alpha={v.alpha}.", ""]
     controls = result.control_tasks
     lines += ["## Finalists (chosen on discovery; held-out shown, never used to choose)", "",
-              "| rank | heads | discovery gain | held-out before | held-out after | diff | 95% CI | p |"
-              + "".join(f" {c.name} |" for c in controls),
-              "|---|---|---|---|---|---|---|---|" + "---|" * len(controls)]
+              "| rank | role | heads | discovery gain | held-out before | held-out after | diff | 95% CI | p | "
+              "p (Holm) |" + "".join(f" {c.name} |" for c in controls),
+              "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(controls)]
     for f in result.finalists:
         h = f.heldout
-        row = (f"| {f.rank} | `{','.join(f.heads)}` | {f.discovery.gain:+d} | {_pct(h.accuracy_before)} | "
+        holm_p = "" if h.adjusted_p is None else f"{h.adjusted_p:.3g}"
+        row = (f"| {f.rank} | {h.role} | `{','.join(f.heads)}` | {f.discovery.gain:+d} | {_pct(h.accuracy_before)} | "
                f"{_pct(h.accuracy_after)} | {h.difference:+.1%} | [{h.ci95[0]:+.1%}, {h.ci95[1]:+.1%}] | "
-               f"{h.p_value:.3g} |")
+               f"{h.p_value:.3g} | {holm_p} |")
         lines.append(row + "".join(f" {control_text(c)} |" for c in f.controls))
+    if len(result.finalists) > 1:
+        lines += ["", "Only the primary set, fixed on discovery before any held-out number was seen, can be confirmed. "
+                  "The other finalists are exploratory: choosing among them after seeing held-out numbers is a "
+                  "multiple comparison, so their p-values are Holm-adjusted over the finalists and none of them is "
+                  "called confirmed."]
     for control in controls:
         lines += ["", f"Control task `{control.name}` (n={control.n}): how the same sets move a second capability. "
                   "Removing heads that help one task often hurts another."]

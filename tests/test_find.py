@@ -208,3 +208,36 @@ def test_cli_find_reports_cost_and_progress_without_a_terminal(handmade_files, t
     assert "4 screen, 3 joint and 2 held-out/control conditions" in planned and "estimated at most" in planned
     assert any(line.startswith("headprune: screen: 4 conditions") for line in lines)
     assert any(line.startswith("headprune: joint: 3 conditions done in") for line in lines)
+
+
+def test_holm_adjustment() -> None:
+    from headprune.search.stats import holm
+
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
+    assert holm([0.9, 0.8, 0.7]) == pytest.approx([1.0, 1.0, 1.0])  # capped at 1
+    assert holm([0.02, 0.2, 0.01]) == pytest.approx([0.04, 0.2, 0.03])  # monotone in the sorted order
+
+
+def test_only_the_primary_set_can_be_confirmed(handmade, tmp_path) -> None:
+    result = find(handmade, cue_task(), discovery=300, heldout=300, finalists=4, batch_size=64)
+    primary, *others = result.finalists
+    assert primary.heldout.role == "primary" and primary.heldout.adjusted_p is None and result.confirmed
+    raw = [f.heldout.p_value for f in result.finalists]
+    from headprune.search.stats import holm
+
+    for finalist, adjusted in zip(others, holm(raw)[1:]):
+        v = finalist.heldout
+        assert v.role == "exploratory" and v.adjusted_p == pytest.approx(adjusted) and v.adjusted_p >= v.p_value
+        assert not v.confirmed  # even where its own p-value is tiny (these sets contain the harmful head)
+    assert any(f.heldout.p_value < 0.05 and f.heldout.difference > 0 for f in others)
+    from headprune.report import render_markdown
+
+    report = render_markdown(result)
+    assert "| 2 | exploratory |" in report and "Holm-adjusted" in report
+    # An export of finalist 2 says exploratory in its card and never claims confirmation.
+    from headprune.exporter import export
+
+    record = export(handmade, result, set_rank=2, verify_task=cue_task().subset(list(range(40))), out=tmp_path / "x")
+    card = (tmp_path / "x" / "README.md").read_text()
+    assert record.origin.verdict.role == "exploratory" and "**Exploratory**" in card and "confirmed**" not in card

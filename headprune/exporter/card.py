@@ -75,12 +75,18 @@ def render_card(record: ExportRecord) -> str:
                      f"{len(tensors.removed)} removed.")
     if record.origin is not None:
         v = record.origin.verdict
-        lines += ["", "## Held-out result from `headprune find`", "",
-                  f"Discovery-selected set, tested on {v.n} held-out examples the search never saw: "
-                  f"accuracy {v.accuracy_before:.2%} -> {v.accuracy_after:.2%} "
-                  f"(difference {v.difference:+.2%}, 95% CI [{v.ci95[0]:+.2%}, {v.ci95[1]:+.2%}], "
-                  f"exact McNemar p = {v.p_value:.3g}): "
-                  + ("**confirmed**." if v.confirmed else "**not confirmed** (no improvement is claimed).")]
+        numbers = (f"accuracy {v.accuracy_before:.2%} -> {v.accuracy_after:.2%} (difference {v.difference:+.2%}, "
+                   f"95% CI [{v.ci95[0]:+.2%}, {v.ci95[1]:+.2%}]")
+        lines += ["", "## Held-out result from `headprune find`", ""]
+        if v.role == "exploratory":
+            lines.append(f"**Exploratory**: finalist {record.origin.rank}, not the set find chose on discovery; picked "
+                         f"by a user who could see the finalists' held-out numbers. On {v.n} held-out examples: "
+                         f"{numbers}, Holm-adjusted p = {v.adjusted_p:.3g} over the finalists). No improvement is "
+                         "claimed for it.")
+        else:
+            lines.append(f"Discovery-selected set, tested on {v.n} held-out examples the search never saw: {numbers}, "
+                         f"exact McNemar p = {v.p_value:.3g}): "
+                         + ("**confirmed**." if v.confirmed else "**not confirmed** (no improvement is claimed)."))
     lines += ["", "## How to load", ""] + _how_to_load(record)
     changed = [f"L{p.layer}: {p.layout}" for p in record.layers if p.layout != "unchanged"]
     lines += ["", "Per-layer layouts: " + ", ".join(changed) if changed else "", ""]

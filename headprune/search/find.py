@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ from headprune.search.paired import Paired, compare
 from headprune.search.result import (Baseline, ControlEffect, Finalist, FindResult, FindSettings, ModelInfo,
                                      Prescreen, ScreenRow, SetRecord, SplitInfo, TaskInfo)
 from headprune.search.split import Split, split_task
-from headprune.search.stats import paired_bootstrap_ci, spearman, verdict
+from headprune.search.stats import holm, paired_bootstrap_ci, spearman, verdict
 from headprune.tasks import Task, load_task
 
 log = logging.getLogger("headprune")
@@ -286,10 +286,13 @@ class _Search:
         conditions, seed = self.conditions, self.settings.seed
         heldout = conditions.many("heldout", frozen, "held-out")
         controls = [conditions.many(name, frozen, name) for name in conditions.control_names]
+        tests = [verdict(self.base["heldout"].correct, after.correct, alpha=self.settings.alpha, seed=seed)
+                 for after in heldout]
+        adjusted = holm([test.p_value for test in tests])
         records = []
-        for rank, heads in enumerate(frozen, start=1):
-            test = verdict(self.base["heldout"].correct, heldout[rank - 1].correct, alpha=self.settings.alpha,
-                           seed=seed)
+        for rank, (heads, test) in enumerate(zip(frozen, tests), start=1):
+            if rank > 1:  # chosen among finalists after held-out is visible: exploratory, Holm-adjusted
+                test = replace(test, role="exploratory", adjusted_p=adjusted[rank - 1])
             effects = tuple(_control_effect(self.base[name], results[rank - 1], seed)
                             for name, results in zip(conditions.control_names, controls))
             records.append(Finalist(rank, tuple(str(h) for h in heads), evaluated[heads], test, effects))
@@ -334,8 +337,6 @@ def _control_effect(baseline, after, seed: int) -> ControlEffect:  # noqa: ANN00
 
 
 def _with_timings(result: FindResult, timings: dict[str, float]) -> FindResult:
-    from dataclasses import replace
-
     return replace(result, timings={k: round(v, 3) for k, v in timings.items()})
 
 

@@ -223,9 +223,9 @@ def _paired_v1(row: dict) -> dict:
     return {k: row[k] for k in ("n", "rescued", "damaged", "accuracy_before", "accuracy_after", "margin_change")}
 
 
-def _verdict_v1(v: dict) -> dict:
+def _verdict_v1(v: dict, rank: int) -> dict:
     return {**{k: v[k] for k in ("n", "accuracy_before", "accuracy_after", "rescued", "damaged", "p_value",
-                                 "alpha")}, "ci95": v["ci95"]}
+                                 "alpha")}, "ci95": v["ci95"], "role": "primary" if rank == 1 else "exploratory"}
 
 
 def _control_v1(c: dict, task: str) -> dict:
@@ -254,7 +254,7 @@ def _upgrade_v1(data: dict) -> dict:
         "nominees": data["nominees"],
         "sets": [{"heads": s["heads"], "paired": _paired_v1(s)} for s in data["sets"]],
         "finalists": [{"rank": f["rank"], "heads": f["heads"], "discovery": _paired_v1(f["discovery"]),
-                       "heldout": _verdict_v1(f["heldout"]),
+                       "heldout": _verdict_v1(f["heldout"], f["rank"]),
                        "controls": [_control_v1(f["control"], control_name)] if f.get("control") else []}
                       for f in data["finalists"]],
         "prescreen": prescreen, "timings": data.get("timings", {}), "schema_version": SCHEMA_VERSION,

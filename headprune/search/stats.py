@@ -53,9 +53,25 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error control), in the input order."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """The held-out test of one head set: paired accuracy change, its bootstrap CI and exact McNemar p."""
+    """The held-out test of one head set: paired accuracy change, its bootstrap CI and exact McNemar p.
+
+    Only the primary set (discovery rank 1, fixed before held-out data was seen) can be ``confirmed``: it is
+    tested alone at ``alpha``. Every other finalist is ``exploratory``: anyone choosing among finalists after
+    seeing their held-out numbers makes several comparisons, so those carry Holm-adjusted p-values over the
+    finalists (``adjusted_p``) and are never called confirmed.
+    """
 
     n: int
     accuracy_before: float
@@ -65,6 +81,8 @@ class Verdict:
     ci95: tuple[float, float]
     p_value: float
     alpha: float
+    role: str = "primary"  # "primary" or "exploratory"
+    adjusted_p: float | None = None  # exploratory: Holm-adjusted over the finalists
 
     _derived = ("difference", "confirmed")
 
@@ -74,7 +92,7 @@ class Verdict:
 
     @property
     def confirmed(self) -> bool:
-        return self.rescued > self.damaged and self.p_value < self.alpha
+        return self.role == "primary" and self.rescued > self.damaged and self.p_value < self.alpha
 
 
 def verdict(before: np.ndarray, after: np.ndarray, *, alpha: float, seed: int) -> Verdict:
