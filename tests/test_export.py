@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from helpers import ALL_FAMILIES, build_tiny
 from headprune.ablation import ablated
 from headprune.cli.main import cli
-from headprune.errors import HeadSpecError, ResultFileError, VerificationError
+from headprune.errors import HeadSpecError, ResultFileError, SearchSettingsError, VerificationError
 from headprune.exporter import RECORD_NAME, export, verify_record
 from headprune.exporter.loading import load
 from headprune.exporter.plan import plan_layers
@@ -168,10 +168,41 @@ def test_mean_ablation_folds_into_the_bias_or_is_refused(models, tmp_path) -> No
     assert not (tmp_path / "x").exists()
 
 
-def test_failed_verification_writes_nothing(models, tmp_path) -> None:
+def _break_slicing(monkeypatch, scale: float) -> None:  # noqa: ANN001
+    """Make slicing produce a subtly wrong model (one output projection scaled): what the gate must catch."""
+    import headprune.exporter.slicing as slicing
+
+    real = slicing.slice_model
+
+    def broken(lm, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        model = real(lm, *args, **kwargs)
+        with torch.no_grad():
+            lm.adapter.output_projection(model, 0).weight.mul_(scale)
+        return model
+
+    monkeypatch.setattr(slicing, "slice_model", broken)
+
+
+@pytest.mark.parametrize("scale", [1.001, 1.5])
+def test_failed_verification_writes_nothing(models, tmp_path, monkeypatch, scale) -> None:
+    _break_slicing(monkeypatch, scale)
     with pytest.raises(VerificationError, match="nothing was written"):
-        export(models["gpt2"], "L0.H1", verify_task=choice_task(), tolerance=-1.0, out=tmp_path / "never")
+        export(models["gpt2"], "L0.H1", verify_task=choice_task(), out=tmp_path / "never")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("tolerance", [-1.0, 0.5, float("nan")])
+def test_nonsense_tolerances_are_refused(models, tmp_path, tolerance) -> None:
+    with pytest.raises(SearchSettingsError, match="tolerance must be between 0 and 0.1"):
+        export(models["gpt2"], "L0.H1", verify_task=choice_task(), tolerance=tolerance, out=tmp_path / "never")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_logit_check_covers_every_verification_example(models, tmp_path) -> None:
+    task = choice_task()
+    record = export(models["llama"], "L0.H1", verify_task=task, out=tmp_path / "all")
+    logits = record.verification.logits
+    assert logits.examples == len(task) == 12 and logits.sequences > logits.examples and logits.tokens > 100
 
 
 def test_record_detects_edits(models, tmp_path) -> None:
@@ -246,8 +277,12 @@ def test_cli_export_refuses_a_result_from_another_model(handmade_run, tmp_path, 
     assert result.exit_code == 2 and "different model" in result.output
 
 
-def test_cli_export_verification_failure_exits_1(handmade_run, tmp_path) -> None:
-    result = _export(str(handmade_run / "model"), "--heads", "L0.H0", "--verify-task", str(handmade_run / "cue.jsonl"),
-                     "--tolerance", "-1", "--out", str(tmp_path / "o"))
+def test_cli_export_verification_failure_exits_1(handmade_run, tmp_path, monkeypatch) -> None:
+    _break_slicing(monkeypatch, 1.01)
+    result = _export(str(handmade_run / "model"), "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
+                     "--out", str(tmp_path / "o"))
     assert result.exit_code == 1 and "nothing was written" in result.output
     assert not (tmp_path / "o").exists()
+    result = _export(str(handmade_run / "model"), "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
+                     "--tolerance", "5", "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2 and "--tolerance must be between 0 and 0.1" in result.output

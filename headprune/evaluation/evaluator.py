@@ -110,6 +110,11 @@ class Evaluator:
         device = self.lm.device
         return ids.to(device), mask.to(device), {k: v.to(device) for k, v in extra.items()}
 
+    @property
+    def sequences(self) -> int:
+        """How many model inputs the task became (a choice task may run one per choice)."""
+        return len(self._items)
+
     def reference_batches(self) -> Iterator[Batch]:
         """The task's inputs as model batches (for mean ablation's reference statistics)."""
         for batch in self._batches:

@@ -63,7 +63,8 @@ def render_card(record: ExportRecord) -> str:
         return "n/a" if value is None else f"{value:.2%}" if task.metric == "accuracy" else f"{value:.4f}"
 
     lines += ["## Verification", "",
-              f"- Largest difference to the masked original ({', '.join(logits.outputs)}): {logits.max_abs_diff:.2e} "
+              f"- Largest difference to the masked original ({', '.join(logits.outputs)}; {logits.examples} examples, "
+              f"{logits.tokens:,} tokens, {logits.dtype}): {logits.max_abs_diff:.2e} "
               f"(allowed {logits.allowed:.1e}: {logits.tolerance:.0e} x the largest |value|).",
               f"- `{task.task}` (n={task.n}, {task.metric.replace('_', ' ')}): original {metric(task.intact)}, "
               f"masked {metric(task.masked)}, this model {metric(task.exported)} ({task.disagreements} answers "

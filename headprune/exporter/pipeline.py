@@ -186,7 +186,8 @@ def export(
     from headprune.exporter.loading import load
     from headprune.exporter.onnx_export import ONNX_NAME, OnnxModel, export_onnx, onnx_output
     from headprune.exporter.slicing import densify, slice_model
-    from headprune.exporter.verify import MIN_TIE, check_logits, check_task, check_tensors, default_tolerance
+    from headprune.exporter.verify import (MAX_TOLERANCE, MIN_TIE, check_logits, check_task, check_tensors,
+                                           default_tolerance)
     from headprune.scoring import scorer_for
 
     for name, value, allowed in (("format", format, FORMATS), ("layout", layout, LAYOUTS),
@@ -199,6 +200,9 @@ def export(
                     trust_remote_code=trust_remote_code) if isinstance(model, str) else model
     if tolerance is None:
         tolerance = default_tolerance(lm.dtype)
+    if not 0 <= tolerance <= MAX_TOLERANCE:
+        raise SearchSettingsError(f"tolerance must be between 0 and {MAX_TOLERANCE} (relative to the largest logit), "
+                                  f"not {tolerance:g}: a larger one would pass a broken export", settings=("tolerance",))
     _refuse_lossy(lm)
     removed, result = resolve_heads(heads, lm, set_rank)
     plans = plan_layers(lm.grid, removed)  # refuses removing a whole layer before any work
@@ -250,7 +254,8 @@ def export(
             lost = tensors.removed or tensors.unexpected
             raise VerificationError(f"the export would lose or change tensors it was not asked to prune "
                                     f"({', '.join(lost[:4])}); nothing was written")
-        logits = check_logits(lm, removed, runner, task, mode=ablation, means=means, tolerance=tolerance)
+        logits = check_logits(lm, removed, runner, task, mode=ablation, means=means, tolerance=tolerance,
+                              batch_size=batch_size)
         if not logits.max_abs_diff <= logits.allowed:
             raise VerificationError(f"the exported model differs from the masked original by {logits.max_abs_diff:.3g} "
                                     f"(allowed {logits.allowed:.3g}: tolerance {tolerance:g} x largest |logit| "

@@ -47,6 +47,9 @@ class LogitCheck:
     allowed: float  # tolerance x max(1, max_abs_logit)
     outputs: tuple[str, ...] = ("logits",)  # the outputs compared (the head's logits, hidden states, ...)
     dtype: str = "float32"  # the precision both models ran in (the tolerance follows it)
+    examples: int = 0  # verification examples compared (all of them), their input sequences and real tokens
+    sequences: int = 0
+    tokens: int = 0
 
 
 @dataclass(frozen=True)

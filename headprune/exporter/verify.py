@@ -28,7 +28,7 @@ from headprune.tasks import Task
 # rounding over a few dozen layers (float32 measured at 0 to 1e-4 x 39 on SmolLM2; half precision keeps 8 or 11
 # mantissa bits, so its rounding is about 2^-8 and 2^-11 of each value).
 DEFAULT_TOLERANCES = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 2e-2}
-LOGIT_EXAMPLES = 16
+MAX_TOLERANCE = 0.1  # beyond a tenth of the largest logit the check would pass a broken model
 MIN_TIE = 1e-4  # answers within this margin of a tie may flip by float rounding without meaning anything
 
 
@@ -45,13 +45,14 @@ def _outputs(model: Callable, ids: torch.Tensor, mask: torch.Tensor, extra: dict
 
 @torch.inference_mode()
 def check_logits(lm: LoadedModel, heads: Sequence[Head], artifact: Callable, task: Task, *, mode: str,
-                 means: torch.Tensor | None, tolerance: float) -> LogitCheck:
-    """Largest |artifact - masked original| over the outputs both give, at real tokens of the first task
-    examples' inputs (whole rows for per-sequence outputs such as class logits), judged against the largest
-    |masked original| there: it passes when ``diff <= tolerance * max(1, largest |value|)``."""
-    worst, scale, compared = 0.0, 0.0, set()
-    evaluator = Evaluator(lm, task.head(LOGIT_EXAMPLES), batch_size=8)
+                 means: torch.Tensor | None, tolerance: float, batch_size: int = 8) -> LogitCheck:
+    """Largest |artifact - masked original| over the outputs both give, at every real token of every
+    verification example's inputs (whole rows for per-sequence outputs such as class logits), judged against
+    the largest |masked original| there: it passes when ``diff <= tolerance * max(1, largest |value|)``."""
+    worst, scale, compared, tokens = 0.0, 0.0, set(), 0
+    evaluator = Evaluator(lm, task, batch_size=batch_size, share_prefix=False)
     for ids, mask, extra in evaluator.reference_batches():
+        tokens += int(mask.sum())
         with ablated(lm, heads, mode=mode, means=means):  # type: ignore[arg-type]
             expected = _outputs(lm.model, ids, mask, extra)
         got = _outputs(artifact, ids, mask, extra)
@@ -63,7 +64,7 @@ def check_logits(lm: LoadedModel, heads: Sequence[Head], artifact: Callable, tas
             scale = max(scale, float(want.abs()[real].max()))
             compared.add(name)
     return LogitCheck(worst, scale, tolerance, tolerance * max(1.0, scale), tuple(sorted(compared)),
-                      dtype_name(lm.dtype))
+                      dtype_name(lm.dtype), len(evaluator.task), evaluator.sequences, tokens)
 
 
 def check_tensors(original: torch.nn.Module, exported: torch.nn.Module, changed_prefixes: Sequence[str]
