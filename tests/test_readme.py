@@ -1,0 +1,34 @@
+"""The README's Python code runs as written (the built-in model swapped for a tiny one of the same name)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import headprune.models
+from helpers import build_tiny
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+
+
+@pytest.mark.slow  # the README's sizes (300 + 400 sentiment examples): minutes even on a tiny model
+def test_readme_python_blocks_run(tmp_path, tokenizer, monkeypatch) -> None:
+    tiny = tmp_path / "tiny-smollm2"
+    lm = build_tiny("llama", tokenizer, seed=1)
+    lm.model.save_pretrained(tiny)
+    tokenizer.save_pretrained(tiny)
+    real_resolve = headprune.models.resolve_model
+    monkeypatch.setattr(headprune.models, "resolve_model",
+                        lambda spec: tiny if spec == "smollm2-135m" else real_resolve(spec))
+    monkeypatch.chdir(tmp_path)
+    blocks = python_blocks()
+    assert blocks, "README.md has Python examples"
+    for block in blocks:
+        exec(compile(block, str(README), "exec"), {"__name__": "__readme__"})  # noqa: S102
+    assert (tmp_path / "pruned" / "headprune_export.json").is_file()
