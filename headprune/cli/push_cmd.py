@@ -36,7 +36,7 @@ def push_command(folder: Path, repo_id: str, private: bool, revision: str | None
             click.echo(f"  {size:>14,}  {name}")
         click.echo("card metadata:")
         for key, value in plan.metadata.items():
-            click.echo(f"  {key}: {value}")
+            click.echo(f"  {key}: {json.dumps(value)}")
         return
     url = push(folder, repo_id, private=private, revision=revision, commit_message=commit_message, token=token)
     click.echo(json.dumps({"repo_id": repo_id, "commit_url": url}) if as_json else f"pushed {folder} to {url}")
