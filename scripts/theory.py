@@ -1,6 +1,6 @@
 """The theory experiment end to end: train, analyse, `find` on task B with task A as control, export, report.
 
-    python scripts/theory.py [--seeds 0,1,2,3,4] [--out runs/theory] [--steps 1500]
+    python scripts/theory.py [--seeds 0,1,2,3,4] [--out runs/theory] [--steps 6000]
 
 Writes, under --out: seed-N/ (model/, task_a.jsonl, task_b.jsonl, history.json, find/, pruned/, record.json),
 losses.png, heads.png, records.json and report.md, which compares the heads the analysis named with the

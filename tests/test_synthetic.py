@@ -2,11 +2,16 @@
 
 Five seeds are trained with the experiment's own settings (about half a minute each) and taken through
 ``find`` (task B, task A as control) and ``export``; the analysis that names the heads never runs ``find``.
+The outcome must not depend on the CPU: two tests rerun parts under other kernels (``ATEN_CPU_CAPABILITY``).
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -21,6 +26,22 @@ from headprune.synthetic.report import plot_training, render_report
 from headprune.synthetic.train import Settings, answer_ids, encode
 
 SEEDS = (0, 1, 2, 3, 4)
+SENSITIVE_SEED = 4  # the seed whose training magnifies small differences most (measured)
+
+
+def run_python(code: str, *, other_kernels: bool) -> str:
+    """Run ``code`` in a fresh interpreter, with this process's CPU kernels or with other ones.
+
+    Other kernels are torch's scalar ones where this CPU gets vectorised ones (AVX2, AVX-512), else AVX2's
+    (where the CPU lacks AVX2 the subprocess falls back to the same scalar kernels: nothing else to compare).
+    """
+    env = dict(os.environ)
+    if other_kernels:
+        env["ATEN_CPU_CAPABILITY"] = "default" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "avx2"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def test_generator_follows_each_rule_and_draws_distinct_inputs() -> None:
@@ -84,6 +105,22 @@ def test_head_contributions_match_each_head_removed_by_hand() -> None:
         torch.testing.assert_close(contributions[:, h], expected, rtol=1e-4, atol=1e-5)
 
 
+INITIAL_WEIGHTS = """
+import hashlib, json
+from headprune.synthetic.model import Architecture, build_model, build_tokenizer
+size = len(build_tokenizer())
+print(json.dumps([hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in
+                                          build_model(Architecture(), size, seed).parameters())).hexdigest()
+                  for seed in range(3)]))
+"""
+
+
+def test_initialisation_is_the_same_with_other_cpu_kernels() -> None:
+    # torch's normal_ draws differ slightly between its scalar and AVX2 kernels, and training from small
+    # initialisation magnifies that into another model: the initial weights must not depend on the kernels.
+    assert run_python(INITIAL_WEIGHTS, other_kernels=True) == run_python(INITIAL_WEIGHTS, other_kernels=False)
+
+
 def test_conflict_heads_are_the_fewest_holding_most_of_the_positive_score() -> None:
     scores = HeadScores(first=[0.0] * 4, last=[0.0] * 4, conflict=[0.5, -2.0, 3.0, 0.2])
     assert scores.conflict_heads() == [2]  # 3.0 of 3.7 is 81%
@@ -103,30 +140,51 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> list[tuple]:
 def test_theory_seed(seeds: list[tuple], index: int) -> None:
     _, record = seeds[index]
     optimum = record["optimum"]
-    # Training reaches the joint objective's optimum, which is low on both tasks and loses B's contradicting
-    # examples by construction.
-    assert record["loss"]["joint"] <= optimum["joint"] + 0.03
-    assert max(record["loss"]["A"], record["loss"]["B"]) < 0.35  # chance is ln 2 = 0.69
+    # Training settles at the joint objective's optimum (measured: 0.0003 nats above it in every seed), which is
+    # low on both tasks and loses B's contradicting examples by construction.
+    assert record["loss"]["joint"] <= optimum["joint"] + 0.002
+    assert record["loss"]["A"] == pytest.approx(optimum["loss_a"], abs=0.01)
+    assert record["loss"]["B"] == pytest.approx(optimum["loss_b"], abs=0.01)
     assert record["accuracy"]["A"] >= 0.99
     assert record["accuracy"]["B"] == pytest.approx(optimum["accuracy_b"], abs=0.02)
-    # The analysis finds the conflicting feature concentrated in few of the four heads.
+    # The analysis finds the conflicting feature in some of the four heads, never all (measured: one head in
+    # seed 1, two in seeds 2 and 3, three in seeds 0 and 4).
     named = record["conflict_heads"]
-    assert 1 <= len(named) <= 2
+    assert 1 <= len(named) < record["settings"]["architecture"]["heads"]
     # find on B (never told about the analysis) returns a set containing the head that carries most of the
-    # conflict (all of it, where the analysis names one head); removal is confirmed on held-out B and costs A.
+    # conflict; removal is confirmed on held-out B (measured: +10 to +21 points) and costs A (-22 to -49).
     assert named[0] in record["found_heads"], (named, record["found_heads"])
     heldout = record["heldout_b"]
-    assert heldout["confirmed"] and heldout["difference"] >= 0.1, heldout
+    assert heldout["confirmed"] and heldout["difference"] >= 0.08, heldout
     control = record["control_a"]
     assert control["difference"] <= -0.1 and control["ci95"][1] < 0, control
     assert record["exported"] is not None  # export re-verified the set and wrote the pruned checkpoint
 
 
 @pytest.mark.slow
-def test_find_sets_contain_every_named_head_in_most_seeds(seeds: list[tuple]) -> None:
-    # Where the conflict is split over two heads, removing the stronger one can already fix every B example;
-    # find then keeps the smaller set (seed 4: named H0 71% + H3 29%, found H0). Measured: 4 of 5 seeds.
-    assert sum(record["found_contains_named"] for _, record in seeds) >= 4
+def test_find_sets_hold_most_of_the_conflict(seeds: list[tuple]) -> None:
+    # Where the conflict is spread over three heads, removing two of them already fixes B's contradicting
+    # examples, so find (at most two heads) returns fewer than the analysis names; its set still holds most of
+    # the positive conflict score (measured: 65% to 87%), where two heads at random would hold half on average.
+    shares = [HeadScores(**record["scores"]).conflict_share(record["found_heads"]) for _, record in seeds]
+    assert min(shares) >= 0.6, shares
+
+
+@pytest.mark.slow
+def test_training_ends_in_the_same_place_with_other_cpu_kernels(seeds: list[tuple]) -> None:
+    # Different kernels round differently, and the emergence of the features from small initialisation magnifies
+    # rounding: with the first version's float32 steps of 0.5, another CPU meant other heads. The seed that
+    # magnifies most (a relative difference of 1e-13 in its initial weights grows to 1e-2 in the trained ones),
+    # trained again with other kernels, must give the same heads and nearly the same scores (measured: within
+    # 0.03 with scalar, AVX2 and AVX-512 kernels) and losses.
+    code = ("import json; from dataclasses import asdict; from headprune.synthetic.train import Settings, train; "
+            f"print(json.dumps(asdict(train(Settings(seed={SENSITIVE_SEED})).final)))")
+    final = json.loads(run_python(code, other_kernels=True))
+    record = seeds[SEEDS.index(SENSITIVE_SEED)][1]
+    assert HeadScores(final["first"], final["last"], final["conflict"]).conflict_heads() == record["conflict_heads"]
+    assert final["conflict"] == pytest.approx(record["scores"]["conflict"], abs=0.05)
+    assert final["loss_a"] == pytest.approx(record["loss"]["A"], abs=1e-3)
+    assert final["loss_b"] == pytest.approx(record["loss"]["B"], abs=1e-3)
 
 
 @pytest.mark.slow

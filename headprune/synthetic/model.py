@@ -8,8 +8,10 @@ unembedding). Learned absolute positions let a head find "the first symbol" or "
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -39,14 +41,26 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def build_model(architecture: Architecture, vocab_size: int, seed: int) -> GPT2LMHeadModel:
-    """A freshly initialised attention-only GPT-2 (its MLP zeroed and frozen), seeded."""
-    torch.manual_seed(seed)
+    """A freshly initialised attention-only GPT-2 (its MLP zeroed and frozen), seeded.
+
+    GPT-2's initialisation (normal weights, ``c_proj`` scaled down by ``sqrt(2 * layers)``, zero biases, unit
+    LayerNorm scales), but the normal draws come from numpy's generator, which gives the same numbers on every
+    CPU: torch's ``normal_`` gives slightly different numbers with its scalar and its AVX2 kernels (a third of
+    them differ, by up to 1e-4 relatively), and training from small initialisation magnifies any difference.
+    """
     config = GPT2Config(vocab_size=vocab_size, n_embd=architecture.heads * architecture.head_dim,
                         n_head=architecture.heads, n_layer=1, n_positions=architecture.positions,
                         initializer_range=architecture.init_std, resid_pdrop=0.0, embd_pdrop=0.0,
                         attn_pdrop=0.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=1,
                         pad_token_id=0, attn_implementation="eager")
     model = GPT2LMHeadModel(config)
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.dim() < 2:  # biases and LayerNorm parameters: constants
+                continue
+            std = architecture.init_std / (math.sqrt(2 * config.n_layer) if name.endswith("c_proj.weight") else 1)
+            parameter.copy_(torch.from_numpy(rng.standard_normal(tuple(parameter.shape)) * std))
     for parameter in model.transformer.h[0].mlp.parameters():
         parameter.data.zero_()
         parameter.requires_grad_(False)
