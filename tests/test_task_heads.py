@@ -195,8 +195,9 @@ def test_classify_jsonl_rows(tmp_path) -> None:
 
 def test_find_and_attribution_run_on_a_classifier(tmp_path, tokenizer) -> None:
     lm = load_model(str(_save(tmp_path, "bert", "BertForSequenceClassification", tokenizer, seed=5)))
-    task = Task("k", "classify", _classify_task().examples * 1 + tuple(
-        Example(f"x{i}", text=e.text + " so", label=(e.label + 1) % 3) for i, e in enumerate(_classify_task().examples)))
+    base = _classify_task().examples
+    task = Task("k", "classify", base + tuple(Example(f"x{i}", text=e.text + " so", label=(e.label + 1) % 3)
+                                              for i, e in enumerate(base)))
     for screen in ("exact", "attribution"):
         result = find(lm, task, discovery=20, heldout=20, nominees=2, max_heads=2, finalists=2, screen=screen,
                       candidates=3)

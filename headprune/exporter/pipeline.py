@@ -202,7 +202,8 @@ def export(
         tolerance = default_tolerance(lm.dtype)
     if not 0 <= tolerance <= MAX_TOLERANCE:
         raise SearchSettingsError(f"tolerance must be between 0 and {MAX_TOLERANCE} (relative to the largest logit), "
-                                  f"not {tolerance:g}: a larger one would pass a broken export", settings=("tolerance",))
+                                  f"not {tolerance:g}: a larger one would pass a broken export",
+                                  settings=("tolerance",))
     _refuse_lossy(lm)
     removed, result = resolve_heads(heads, lm, set_rank)
     plans = plan_layers(lm.grid, removed)  # refuses removing a whole layer before any work

@@ -43,7 +43,8 @@ class Journal:
 
     def _load(self, settings: dict) -> None:
         if not self.path.is_file():
-            raise ResultFileError(f"cannot resume: {self.path} does not exist (nothing to resume)", settings=("resume",))
+            raise ResultFileError(f"cannot resume: {self.path} does not exist (nothing to resume)",
+                                  settings=("resume",))
         lines = self.path.read_text(encoding="utf-8").splitlines()
         try:
             recorded = json.loads(lines[0])["settings"]
