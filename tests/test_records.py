@@ -1,0 +1,54 @@
+"""Records: typed results and export records round-trip through JSON, and files of version 1 still read.
+
+``tests/data/v1`` holds a ``result.json`` and a ``headprune_export.json`` written by headprune before typed
+records (commit 525b210, the hand-made model with a harmful head), kept as they were written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from headprune.exporter.card import card_metadata, render_card
+from headprune.exporter.record import RECORD_NAME, ExportRecord, read_record
+from headprune.records import from_json, to_json
+from headprune.report import render_markdown, verdict_line
+from headprune.search.result import FindResult
+
+V1 = Path(__file__).resolve().parent / "data" / "v1"
+
+
+def test_version_1_result_reads_into_typed_records() -> None:
+    raw = json.loads((V1 / "result.json").read_text())
+    result = FindResult.load(V1 / "result.json")
+    assert raw["schema_version"] == 1 and result.schema_version == 2
+    assert list(result.finalists[0].heads) == raw["verdict"]["heads"] == ["L0.H0"]
+    assert result.verdict.p_value == raw["verdict"]["p_value"] and result.confirmed == raw["verdict"]["confirmed"]
+    assert result.verdict.ci95 == tuple(raw["verdict"]["ci95"])
+    assert [row.paired.gain for row in result.screen] == [row["gain"] for row in raw["screen"]]
+    assert result.finalists[1].heldout.role == "exploratory" and not result.finalists[1].heldout.confirmed
+    (control,) = result.finalists[0].controls
+    assert control.difference == raw["finalists"][0]["control"]["difference"]
+    assert result.settings.nominees == raw["settings"]["nominees"]
+    assert "L0.H0" in render_markdown(result) and verdict_line(result).startswith("primary set L0.H0")
+
+
+def test_version_1_export_record_reads(tmp_path) -> None:
+    raw = json.loads((V1 / RECORD_NAME).read_text())
+    folder = tmp_path / "export"
+    folder.mkdir()
+    shutil.copy(V1 / RECORD_NAME, folder / RECORD_NAME)
+    record = read_record(folder)
+    assert raw["headprune_export"] == 1 and record.removed_heads == tuple(raw["removed_heads"])
+    assert record.verification.logits.max_abs_diff == raw["verification"]["max_abs_logit_diff"]
+    assert record.origin.verdict.confirmed == raw["find_verdict"]["confirmed"] and record.auto_class
+    assert card_metadata(record)["model-index"] and "headprune" in render_card(record)
+
+
+def test_records_round_trip_through_json() -> None:
+    result = FindResult.load(V1 / "result.json")
+    again = FindResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again == result
+    record = read_record(V1)
+    assert from_json(ExportRecord, json.loads(json.dumps(to_json(record)))) == record
