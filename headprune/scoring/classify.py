@@ -25,7 +25,6 @@ class ClassifyScorer(Scorer):
         config = lm.model.config
         self.num_labels = int(config.num_labels)
         self.label2id = {str(name): int(index) for name, index in (config.label2id or {}).items()}
-        self._labels: dict[str, int] = {}
 
     def label_index(self, example: Example) -> int:
         """The class index of an example's label (a name is looked up in the model's ``label2id``)."""
@@ -41,7 +40,7 @@ class ClassifyScorer(Scorer):
         return self.label2id[label]
 
     def items(self, index: int, example: Example) -> list[Item]:
-        self._labels[example.id] = self.label_index(example)
+        self.label_index(example)  # refuse an unknown label before anything runs
         encoded = self.lm.tokenizer(example.text, example.text_pair or None)
         types = encoded.get("token_type_ids")
         return [Item(index, tuple(encoded["input_ids"]), type_ids=tuple(types) if types and any(types) else None)]
@@ -50,9 +49,9 @@ class ClassifyScorer(Scorer):
         return out  # (C,): the head's logits
 
     def judge(self, example: Example, values: list[torch.Tensor], generated: str | None) -> tuple[bool, float]:
-        logits, label = values[0].double(), self._labels[example.id]
+        logits, label = values[0].double(), self.label_index(example)
         return bool(int(logits.argmax()) == label), float(logits[label] - rest_max(logits, label))
 
     def surrogate(self, item: Item, value: torch.Tensor, example: Example) -> torch.Tensor:
-        label = self._labels[example.id]
+        label = self.label_index(example)
         return value[label] - rest_max(value, label)  # exactly the margin
