@@ -64,3 +64,7 @@ class HubError(HeadpruneError, RuntimeError):
 class InternalCheckError(HeadpruneError, RuntimeError):
     """A check headprune runs on itself failed (a hook that did not fire, a replay that started in the wrong
     place): a bug, reported instead of a wrong result."""
+
+
+class WorkerLostError(HeadpruneError, RuntimeError):
+    """Another process of a data-parallel run stopped or cannot be reached; the journal keeps the progress."""

@@ -4,6 +4,7 @@
     1    a normal negative outcome: find confirmed no improvement; export failed its verification
     2    bad input (one line on stderr naming the problem)
     3    an internal error (a bug, or a self-check that failed; ``HEADPRUNE_DEBUG=1`` shows the traceback)
+    4    a data-parallel run lost one of its processes (``--resume`` continues from the journal)
     130  interrupted
 """
 
@@ -13,12 +14,13 @@ import re
 
 import click
 
-from headprune.errors import HeadpruneError, InternalCheckError, VerificationError
+from headprune.errors import HeadpruneError, InternalCheckError, VerificationError, WorkerLostError
 
 OK = 0
 NEGATIVE = 1
 BAD_INPUT = 2
 INTERNAL = 3
+WORKER_LOST = 4
 INTERRUPTED = 130
 
 
@@ -27,6 +29,8 @@ def for_error(error: HeadpruneError) -> int:
         return NEGATIVE
     if isinstance(error, InternalCheckError):
         return INTERNAL
+    if isinstance(error, WorkerLostError):
+        return WORKER_LOST
     return BAD_INPUT
 
 

@@ -57,6 +57,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                  out: Path | None, resume: bool, device: str, dtype: str, trust_remote_code: bool,
                  as_json: bool) -> None:
     """Find a small head set whose removal improves TASK on MODEL, and test it on held-out data."""
+    from headprune import distributed
     from headprune.cli import exits
     from headprune.io import check_writable_folder
     from headprune.records import to_json
@@ -65,16 +66,22 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
 
     out = out or Path("runs") / f"{_slug(model)}-{_slug(task_spec)}"
     check_writable_folder(out)
+    team = distributed.join(device)  # one process unless torchrun / accelerate launch started several
     try:
         result = find(model, task_spec, heldout_task=heldout_task, discovery=discovery, heldout=heldout, seed=seed,
                       ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend, finalists=finalists,
                       control=control, control_limit=control_limit, alpha=alpha, rank_by=rank_by,
                       screen=screen, candidates=candidates, batch_size=batch_size, out=out, resume=resume,
                       device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                      progress=sys.stderr.isatty())
+                      progress=sys.stderr.isatty(), team=team)
     except KeyboardInterrupt:
-        click.echo(f"headprune: progress is saved in {out}/journal.jsonl; add --resume to continue", err=True)
+        if team.is_main:
+            click.echo(f"headprune: progress is saved in {out}/journal.jsonl; add --resume to continue", err=True)
         raise
+    finally:
+        distributed.leave()
+    if not team.is_main:
+        ctx.exit(exits.OK)  # rank 0 reports; a launcher reads any other code as a crashed worker
     write_outputs(result, out)
     if as_json:
         click.echo(json.dumps({"confirmed": result.confirmed, "primary": list(result.finalists[0].heads),
@@ -82,4 +89,6 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     else:
         click.echo(f"wrote {out}/result.json, report.md, screen.png", err=True)
         click.echo(verdict_line(result))
-    ctx.exit(exits.for_verdict(result.confirmed))
+    # Under a launcher a non-zero code means a crashed worker (torchrun --max-restarts would restart it):
+    # the verdict is in the output and result.json instead.
+    ctx.exit(exits.OK if team.parallel else exits.for_verdict(result.confirmed))

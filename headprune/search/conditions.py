@@ -3,6 +3,10 @@
 Every stage of find asks for lists of conditions on a named set (``discovery``, ``heldout``, ``control:0``,
 ...); a condition already in the journal is read back, the others are evaluated and appended. The intact
 model's run on each set is the baseline every condition is paired against.
+
+In a data-parallel run (``headprune.distributed``) each call's missing conditions are dealt out to the
+processes one per process per round; the results are gathered to every process and journalled by rank 0, so
+every process holds the same journal and returns the same results as a run on its own.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 import torch
 
 from headprune.devices import dtype_name
+from headprune.distributed import Team, deal
 from headprune.evaluation import EvalResult, Evaluator
 from headprune.heads import Head
 from headprune.models import LoadedModel
@@ -40,15 +45,21 @@ class Conditions:
     means: torch.Tensor | None
     progress: bool = False  # a progress bar (a terminal); otherwise timed log lines
     seconds: dict[str, float] = field(default_factory=dict)  # seconds of each intact run computed here
+    team: Team = field(default_factory=Team)
 
     @classmethod
     def start(cls, lm: LoadedModel, split: Split, controls: Sequence[Task], settings: FindSettings, *,
-              out: Path | None, resume: bool, progress: bool) -> Conditions:
-        """Open (or resume) the journal for these inputs and build one evaluator per set."""
+              out: Path | None, resume: bool, progress: bool, team: Team | None = None) -> Conditions:
+        """Open (or resume) the journal for these inputs and build one evaluator per set.
+
+        In a data-parallel run rank 0 owns the journal file and the other processes get its entries.
+        """
+        team = team or Team()
         identity = {"model": lm.name, "model_hash": lm.weight_hash, "task": split.discovery.content_hash(),
                     "heldout": split.heldout.content_hash(), "controls": [c.content_hash() for c in controls],
                     "dtype": dtype_name(lm.dtype), **to_json(settings)}
-        journal = Journal(out, identity, resume=resume)
+        opened = team.from_main(lambda: Journal(out, identity, resume=resume))
+        journal = opened if team.is_main else Journal(None, identity, entries=opened.entries)
         batch = settings.batch_size
         # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs.
         evaluators = {"discovery": Evaluator(lm, split.discovery, batch_size=batch, reuse_layers=True),
@@ -56,7 +67,8 @@ class Conditions:
         for index, control in enumerate(controls):
             evaluators[f"control:{index}"] = Evaluator(lm, control, batch_size=batch)
         means = evaluators["discovery"].head_means() if settings.ablation == "mean" else None
-        return cls(evaluators, journal, settings.ablation, means, progress)
+        means = team.broadcast(means)  # one set of means for all processes, whatever their devices
+        return cls(evaluators, journal, settings.ablation, means, progress and team.is_main, team=team)
 
     @property
     def control_names(self) -> list[str]:
@@ -64,33 +76,50 @@ class Conditions:
 
     def get(self, split: str, heads: Sequence[Head]) -> EvalResult:
         """One condition, from the journal or evaluated now (and journalled)."""
-        evaluator = self.evaluators[split]
-        key = condition_key(split, heads)
-        cached = self.journal.get(key, evaluator.task)
-        if cached is not None:
-            return cached
-        result = evaluator.run(heads, mode=self.mode, means=self.means)  # type: ignore[arg-type]
-        self.journal.put(key, result)
+        return self.many(split, [heads], "", quiet=True)[0]
+
+    def many(self, split: str, head_sets: Sequence[Sequence[Head]], label: str, *,
+             quiet: bool = False) -> list[EvalResult]:
+        """Several conditions on one set, in order, with progress; those not in the journal are evaluated
+        (spread over the processes of a data-parallel run) and journalled."""
+        progress = None if quiet else Progress(len(head_sets), label, bar=self.progress)
+        self._fill([(split, tuple(heads)) for heads in head_sets], progress)
+        if progress is not None:
+            progress.close()
+        task = self.evaluators[split].task
+        return [self.journal.get(condition_key(split, heads), task) for heads in head_sets]
+
+    def _fill(self, wanted: Sequence[tuple[str, tuple[Head, ...]]], progress: Progress | None = None) -> None:
+        """Evaluate and journal the conditions of ``wanted`` the journal lacks, one per process per round."""
+        keys = [condition_key(split, heads) for split, heads in wanted]
+        missing = [keys.index(key) for key in dict.fromkeys(keys) if not self.journal.has(key)]
+        if progress is not None and len(missing) < len(wanted):
+            progress.update(len(wanted) - len(missing))
+        for round_ in deal(missing, self.team):
+            mine = round_[self.team.rank] if self.team.rank < len(round_) else None
+            result = self._evaluate(*wanted[mine]) if mine is not None else None
+            for index, gathered in zip(round_, self.team.gather(result)):
+                self.journal.put(keys[index], gathered)
+            if progress is not None:
+                progress.update(len(round_))
+
+    def _evaluate(self, split: str, heads: Sequence[Head]) -> EvalResult:
+        started = time.perf_counter()
+        result = self.evaluators[split].run(heads, mode=self.mode, means=self.means)  # type: ignore[arg-type]
+        if not heads:
+            self.seconds[split] = time.perf_counter() - started
         return result
 
-    def many(self, split: str, head_sets: Sequence[Sequence[Head]], label: str) -> list[EvalResult]:
-        """Several conditions on one set, in order, with progress."""
-        progress = Progress(len(head_sets), label, bar=self.progress)
-        results = []
-        for heads in head_sets:
-            results.append(self.get(split, heads))
-            progress.update()
-        progress.close()
-        return results
-
     def baselines(self) -> dict[str, EvalResult]:
-        """The intact model on every set (timed where computed, not read from the journal); the discovery
-        evaluator's layer cache is filled on the way."""
-        base = {}
-        for name in self.evaluators:
-            started, journalled = time.perf_counter(), self.journal.has(condition_key(name, ()))
-            base[name] = self.get(name, ())
-            if not journalled:
-                self.seconds[name] = time.perf_counter() - started
+        """The intact model on every set (timed where computed here, not read from the journal).
+
+        Every process runs the intact discovery pass itself (it fills the layer cache the ablated runs start
+        from); rank 0's results are the ones kept. The other sets are dealt out like any condition.
+        """
+        intact = condition_key("discovery", ())
+        if not self.journal.has(intact):
+            self.journal.put(intact, self.team.broadcast(self._evaluate("discovery", ())))
+        self._fill([(name, ()) for name in self.evaluators])
         self.evaluators["discovery"].warm_layer_cache()  # a resumed run has its baseline from the journal
-        return base
+        return {name: self.journal.get(condition_key(name, ()), evaluator.task)
+                for name, evaluator in self.evaluators.items()}

@@ -19,12 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
+from headprune.distributed import Team
 from headprune.errors import SearchSettingsError, TaskError
 from headprune.heads import Head
 from headprune.models import LoadedModel, load_model
 from headprune.progress import duration
 from headprune.records import to_json
 from headprune.search.conditions import Conditions
+from headprune.search.journal import JOURNAL_NAME
 from headprune.search.paired import Paired, compare
 from headprune.search.result import (Baseline, ControlEffect, Finalist, FindResult, FindSettings, ModelInfo,
                                      Prescreen, ScreenRow, SetRecord, SplitInfo, TaskInfo)
@@ -127,6 +129,7 @@ def find(
     device: str = "auto",
     dtype: str = "auto",
     trust_remote_code: bool = False,
+    team: Team | None = None,
 ) -> FindResult:
     """Find a small head set whose removal improves ``task``, and test it on held-out data.
 
@@ -151,23 +154,31 @@ def find(
         device, dtype: where and in which precision the model runs (``auto``: a GPU in bfloat16 when there is
             one, else the CPU in float32); margins and statistics are float32 either way.
         trust_remote_code: allow a checkpoint whose class only its own code defines.
+        team: the processes of a data-parallel run (``headprune.distributed.join()``); each evaluates a share
+            of every stage's conditions, rank 0 alone writes the journal. Default: this process alone.
 
     Raises:
-        SearchSettingsError, TaskError, ResultFileError, and the loading errors.
+        SearchSettingsError, TaskError, ResultFileError, WorkerLostError, and the loading errors.
     """
     started = time.perf_counter()
     settings = FindSettings(seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
                             finalists=finalists, alpha=alpha, rank_by=rank_by, batch_size=batch_size, screen=screen,
                             candidates=candidates if screen != "exact" else None, control_limit=control_limit)
+    team = team or Team()
+    if team.restarted and out is not None and (Path(out) / JOURNAL_NAME).is_file() and not resume:
+        log.info("restarted by the launcher: resuming from %s", Path(out) / JOURNAL_NAME)
+        resume = True
     check_settings(settings, resume=resume, out=out)
     inputs = _load_inputs(task, heldout_task, control, settings, discovery, heldout)
-    lm = load_model(model, dtype=dtype, device=device,
+    lm = load_model(model, dtype=dtype, device=team.device(device),
                     trust_remote_code=trust_remote_code) if isinstance(model, str) else model
+    if team.parallel:
+        log.info("data-parallel: %d processes share every stage's conditions", team.world)
     if settings.nominees > lm.grid.total:
         settings = FindSettings(**{**to_json(settings), "nominees": lm.grid.total,
                                    "max_heads": min(settings.max_heads, lm.grid.total)})
     conditions = Conditions.start(lm, inputs.split, inputs.controls, settings, out=out, resume=resume,
-                                  progress=progress)
+                                  progress=progress, team=team)
     search = _Search(lm, conditions, settings)
     search.timings["setup"] = time.perf_counter() - started
     result = search.run(inputs)
@@ -217,12 +228,15 @@ class _Search:
         held = conditions.seconds.get("heldout", each)
         # An intact run goes through every layer; ablated discovery runs start at the lowest ablated layer,
         # so this is an upper bound.
-        total = each * (screen + joint + settings.extend * 2 * settings.nominees) + held * finals
+        world = conditions.team.world
+        total = (each * (screen + joint + settings.extend * 2 * settings.nominees) + held * finals) / world
         log.info("planned: %d screen, %d joint and %d held-out/control conditions; %.1f s per discovery condition "
-                 "measured; estimated at most %s in all", screen, joint, finals, each, duration(total))
-        if settings.screen == "exact" and self.lm.device.type == "cpu" and each * screen > 3600:
+                 "measured; estimated at most %s in all%s", screen, joint, finals, each, duration(total),
+                 f" on {world} processes" if world > 1 else "")
+        if settings.screen == "exact" and self.lm.device.type == "cpu" and each * screen / world > 3600:
             log.warning("the exact screen alone is estimated at %s on the CPU; faster: --screen attribution "
-                        "(one pass, then --candidates exactly) or --screen halving", duration(each * screen))
+                        "(one pass, then --candidates exactly), --screen halving, a GPU, or more processes "
+                        "(torchrun --nproc-per-node N -m headprune find ...)", duration(each * screen / world))
 
     def _screen(self) -> tuple[list[tuple[Head, Paired, float | None]], Prescreen | None]:
         """Stage 1: every query head alone on discovery (or the candidates a cheaper pre-screen picks)."""
@@ -234,7 +248,9 @@ class _Search:
         if settings.screen == "attribution":
             from headprune.search.attribution import estimate_effects
 
-            estimates = estimate_effects(conditions.evaluators["discovery"], means=conditions.means)
+            # Rank 0's estimates for every process: the candidates must not depend on a device's rounding.
+            estimates = conditions.team.broadcast(
+                estimate_effects(conditions.evaluators["discovery"], means=conditions.means))
             to_screen = sorted(to_screen, key=lambda h: (-estimates[h], h))[: settings.candidates]
         elif settings.screen == "halving":
             from headprune.search.halving import halving_candidates
@@ -243,6 +259,7 @@ class _Search:
                 self.lm, conditions.evaluators["discovery"].task, keep=settings.candidates, rank_key=self._rank,
                 mode=settings.ablation, means=conditions.means, batch_size=settings.batch_size,
                 progress=conditions.progress)
+            to_screen, rounds = conditions.team.broadcast((to_screen, rounds))
             prescreen = Prescreen("halving", len(to_screen), rounds=rounds)
         self._timed("prescreen", mark)
         singles = self._paired([(h,) for h in to_screen], "screen")

@@ -22,10 +22,12 @@ JOURNAL_NAME = "journal.jsonl"
 class Journal:
     """Append-only record of evaluated conditions, keyed by split and head set."""
 
-    def __init__(self, folder: Path | None, settings: dict, *, resume: bool = False) -> None:
-        """Start (or, with ``resume``, reopen) the journal in ``folder``; ``None`` keeps it in memory."""
+    def __init__(self, folder: Path | None, settings: dict, *, resume: bool = False,
+                 entries: dict[str, dict] | None = None) -> None:
+        """Start (or, with ``resume``, reopen) the journal in ``folder``; ``None`` keeps it in memory (starting
+        from ``entries``: another process's copy in a data-parallel run)."""
         self.path = Path(folder) / JOURNAL_NAME if folder is not None else None
-        self._entries: dict[str, dict] = {}
+        self._entries: dict[str, dict] = dict(entries or {})
         if self.path is None:
             return
         if resume:
@@ -66,6 +68,11 @@ class Journal:
         # Rewrite without any broken tail so later appends start on a fresh line.
         body = [json.dumps({"settings": recorded})] + [json.dumps(e) for e in self._entries.values()]
         self.path.write_text("\n".join(body) + "\n", encoding="utf-8")
+
+    @property
+    def entries(self) -> dict[str, dict]:
+        """The journalled conditions, by key (what another process needs to continue)."""
+        return dict(self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)
