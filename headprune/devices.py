@@ -14,6 +14,8 @@ import torch
 from headprune.errors import SearchSettingsError
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+_MEMORY = re.compile(r"\d+(\.\d+)?\s*([KMGT]i?B|B)", re.IGNORECASE)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -72,3 +74,35 @@ def resolve_dtype(spec: str | torch.dtype | None, device: torch.device) -> torch
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def check_device_map(spec: str | None) -> str | None:
+    """A device-map strategy transformers and accelerate understand (big-model dispatch), or ``None``.
+
+    Raises:
+        SearchSettingsError: an unknown strategy.
+    """
+    if spec is None or spec in DEVICE_MAPS:
+        return spec
+    raise SearchSettingsError(f"unknown device_map {spec!r}; choose one of {', '.join(DEVICE_MAPS)}",
+                              settings=("device_map",))
+
+
+def parse_max_memory(spec: str | dict | None) -> dict[int | str, str] | None:
+    """``"0=20GiB,1=20GiB,cpu=64GiB"`` -> ``{0: "20GiB", 1: "20GiB", "cpu": "64GiB"}`` (GPU indices as ints).
+
+    Raises:
+        SearchSettingsError: a part that is not ``DEVICE=SIZE``.
+    """
+    if spec is None or isinstance(spec, dict):
+        return spec
+    limits: dict[int | str, str] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        device, _, size = (x.strip() for x in part.partition("="))
+        if not (device.isdigit() or device in ("cpu", "mps")) or not _MEMORY.fullmatch(size):
+            raise SearchSettingsError(f"max_memory: {part!r} is not DEVICE=SIZE (e.g. 0=20GiB,cpu=64GiB; DEVICE is "
+                                      "a GPU index, cpu or mps)", settings=("max_memory",))
+        limits[int(device) if device.isdigit() else device] = size.replace(" ", "")
+    if not limits:
+        raise SearchSettingsError("max_memory is empty (e.g. 0=20GiB,cpu=64GiB)", settings=("max_memory",))
+    return limits

@@ -6,6 +6,7 @@ folder), a Hub id found in the local Hugging Face cache, or the built-in default
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import json
@@ -20,7 +21,7 @@ import torch
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from headprune.adapters import Adapter, adapter_for, supported_model_types
-from headprune.errors import ModelNotFoundError, UnsupportedModelError
+from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
 from headprune.heads import HeadGrid
 from headprune.io import hash_weights, sha256_file
 from headprune.model_class import ModelClass, head_of, model_class
@@ -79,7 +80,13 @@ class LoadedModel:
         """Where inputs go: the device of the input embeddings (the first layer's, under a device map); an
         ONNX Runtime session stands in for a model on the CPU."""
         embeddings = getattr(self.model, "get_input_embeddings", None)
-        return embeddings().weight.device if embeddings is not None else torch.device("cpu")
+        if embeddings is None:
+            return torch.device("cpu")
+        module = embeddings()
+        execution = getattr(getattr(module, "_hf_hook", None), "execution_device", None)  # dispatched (offloaded)
+        if execution is not None:
+            return torch.device("cuda", execution) if isinstance(execution, int) else torch.device(execution)
+        return module.weight.device
 
     @property
     def weight_hash(self) -> str:
@@ -136,7 +143,8 @@ def quiet_transformers() -> None:
 
 
 def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: str | torch.device | None = "auto",
-               trust_remote_code: bool = False) -> LoadedModel:
+               trust_remote_code: bool = False, device_map: str | None = None,
+               max_memory: str | dict | None = None) -> LoadedModel:
     """Load a model with its own task head, and its tokenizer, for evaluation (eval mode).
 
     The class is the one the checkpoint's ``architectures`` names (see :mod:`headprune.model_class`), so no
@@ -150,15 +158,21 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
             ``float32``, ``bfloat16``, ``float16``, or a torch dtype.
         device: ``auto`` (the GPU when there is one), ``cpu``, ``cuda``, ``cuda:N``, ``mps``, or a torch device.
         trust_remote_code: allow a checkpoint whose class only its own code defines.
+        device_map: ``auto``, ``balanced``, ``balanced_low_0`` or ``sequential``: spread the layers over the
+            visible GPUs (then the CPU, then disk) the way transformers and accelerate do (big-model dispatch),
+            instead of ``device``; ``max_memory`` (``"0=20GiB,1=20GiB,cpu=64GiB"`` or a dict) caps each.
 
     Raises:
-        ModelNotFoundError, UnsupportedModelError.
+        ModelNotFoundError, UnsupportedModelError, SearchSettingsError.
     """
     from transformers import AutoTokenizer
 
-    from headprune.devices import resolve_device, resolve_dtype
+    from headprune.devices import check_device_map, parse_max_memory, resolve_device, resolve_dtype
 
-    target = resolve_device(device)
+    device_map, max_memory = check_device_map(device_map), parse_max_memory(max_memory)
+    if max_memory is not None and device_map is None:
+        raise SearchSettingsError("max_memory needs device_map (e.g. auto)", settings=("max_memory", "device_map"))
+    target = resolve_device(device if device_map is None else "auto")
     quiet_transformers()
     folder = resolve_model(spec)
     config = load_config(folder)
@@ -175,15 +189,39 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     else:
         chosen = model_class(config, encoder=adapter.is_encoder, trust_remote_code=trust_remote_code)
         load = chosen.loader(trust_remote_code=trust_remote_code)
+    placement = {} if device_map is None else {
+        "device_map": device_map, "max_memory": max_memory, "offload_folder": _offload_folder()}
     try:
-        model, info = load(folder, dtype=dtype, output_loading_info=True)
+        model, info = load(folder, dtype=dtype, output_loading_info=True, **placement)
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except OSError as error:
         raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
-    model.to(target).eval()
+    if device_map is None:
+        model.to(target)
+    else:
+        log.info("%s: layers placed by device_map=%s: %s", spec, device_map, _placement(model))
+    model.eval()
     unused = tuple(sorted(info.get("unexpected_keys", ())))
     _report_loading(spec, chosen, unused, tuple(sorted(info.get("missing_keys", ()))))
     return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config), chosen, unused)
+
+
+def _offload_folder() -> str:
+    """A private folder for the weights a device map puts on disk (removed when the process ends)."""
+    root = cache_dir() / "offload"
+    root.mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def _placement(model: PreTrainedModel) -> str:
+    """``cuda:0 (12 modules), cuda:1 (13 modules)``: where a dispatched model's modules went."""
+    counts: dict[str, int] = {}
+    for where in getattr(model, "hf_device_map", {}).values():
+        name = f"cuda:{where}" if isinstance(where, int) else str(where)
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{name} ({count} modules)" for name, count in counts.items())
 
 
 def checkpoint_dtype(config: PretrainedConfig) -> torch.dtype:

@@ -106,3 +106,31 @@ def test_ablation_hook_follows_the_models_dtype(tokenizer) -> None:
     means = torch.randn(lm.grid.num_layers, lm.grid.num_heads, lm.grid.head_dim)
     result = evaluate(half, choice_task(), heads=parse_heads("L0.H1"), mode="mean", means=means)
     assert np.isfinite(result.margins).all()
+
+
+def test_a_model_spread_by_a_device_map_gives_the_same_search(tiny_folder, tmp_path) -> None:
+    """Big-model dispatch (accelerate hooks): with a CPU memory cap the upper layers go to disk, so ablation,
+    the layer cache and the shared prefix run across two devices; the search must not notice."""
+    task = random_choice_task(60, seed=4)
+    options = dict(discovery=36, heldout=24, nominees=4, max_heads=2, finalists=2, batch_size=8, device="cpu")
+    spread = load_model(str(tiny_folder), device_map="auto", max_memory="cpu=150KB")
+    placed = set(spread.model.hf_device_map.values())
+    assert {"cpu", "disk"} <= placed, placed
+    plain = find(str(tiny_folder), task, **options)
+    dispatched = find(spread, task, **options)
+    assert [s.heads for s in dispatched.sets] == [s.heads for s in plain.sets]
+    assert dispatched.screen == plain.screen or all(
+        a.head == b.head and a.paired.gain == b.paired.gain and abs(a.paired.margin_change - b.paired.margin_change)
+        < 1e-5 for a, b in zip(dispatched.screen, plain.screen))
+    assert dispatched.verdict == plain.verdict
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--max-memory", "cpu=150KB"], "--max-memory needs --device-map"),
+    (["--device-map", "auto", "--max-memory", "gpu0=1GB"], "is not DEVICE=SIZE"),
+    (["--device-map", "auto", "--max-memory", "cpu=lots"], "is not DEVICE=SIZE"),
+])
+def test_bad_placement_options_are_one_line_and_exit_2(tiny_folder, args, says) -> None:  # noqa: ANN001
+    done = CliRunner().invoke(cli, ["eval", str(tiny_folder), "--task", "sentiment", "--limit", "4", *args])
+    assert done.exit_code == 2, done.output
+    assert says in done.output and "Traceback" not in done.output

@@ -11,7 +11,8 @@ from pathlib import Path
 import click
 
 from headprune.cli.options import (HEAD_LIST, ablation_option, batch_option, json_option, model_argument,
-                                 device_option, dtype_option, trust_remote_code_option, task_option)
+                                 device_map_option, device_option, dtype_option, max_memory_option,
+                                 trust_remote_code_option, task_option)
 from headprune.heads import format_heads
 
 
@@ -25,12 +26,14 @@ from headprune.heads import format_heads
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write per-example results (id, correct, margin) as JSONL.")
 @device_option
+@device_map_option
+@max_memory_option
 @dtype_option
 @trust_remote_code_option
 @json_option
 def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int,
-                 out: Path | None, device: str, dtype: str, trust_remote_code: bool,
-                 as_json: bool) -> None:
+                 out: Path | None, device: str, device_map: str | None, max_memory: str | None, dtype: str,
+                 trust_remote_code: bool, as_json: bool) -> None:
     """Score TASK on MODEL, example by example, with HEADS ablated."""
     from headprune.evaluation import Evaluator
     from headprune.io import atomic_write_text
@@ -39,7 +42,8 @@ def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit:
     from headprune.tasks import load_task
 
     task = load_task(task_spec).head(limit)
-    lm = load_model(model, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+    lm = load_model(model, dtype=dtype, device=device, trust_remote_code=trust_remote_code, device_map=device_map,
+                    max_memory=max_memory)
     lm.grid.check(heads)
     evaluator = Evaluator(lm, task, batch_size=batch_size)
     means = evaluator.head_means() if ablation == "mean" and heads else None

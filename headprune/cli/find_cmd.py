@@ -10,7 +10,8 @@ from pathlib import Path
 import click
 
 from headprune.cli.options import (ablation_option, batch_option, json_option, model_argument,
-                                 device_option, dtype_option, trust_remote_code_option, task_option)
+                                 device_map_option, device_option, dtype_option, max_memory_option,
+                                 trust_remote_code_option, task_option)
 
 
 def _slug(text: str) -> str:
@@ -46,6 +47,8 @@ def _slug(text: str) -> str:
               help="Output folder [default: runs/MODEL-TASK].")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out.")
 @device_option
+@device_map_option
+@max_memory_option
 @dtype_option
 @trust_remote_code_option
 @json_option
@@ -53,9 +56,8 @@ def _slug(text: str) -> str:
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
                  heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
                  control: str | None, control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
-                 batch_size: int,
-                 out: Path | None, resume: bool, device: str, dtype: str, trust_remote_code: bool,
-                 as_json: bool) -> None:
+                 batch_size: int, out: Path | None, resume: bool, device: str, device_map: str | None,
+                 max_memory: str | None, dtype: str, trust_remote_code: bool, as_json: bool) -> None:
     """Find a small head set whose removal improves TASK on MODEL, and test it on held-out data."""
     from headprune import distributed
     from headprune.cli import exits
@@ -72,8 +74,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                       ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend, finalists=finalists,
                       control=control, control_limit=control_limit, alpha=alpha, rank_by=rank_by,
                       screen=screen, candidates=candidates, batch_size=batch_size, out=out, resume=resume,
-                      device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                      progress=sys.stderr.isatty(), team=team)
+                      device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
+                      trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team)
     except KeyboardInterrupt:
         if team.is_main:
             click.echo(f"headprune: progress is saved in {out}/journal.jsonl; add --resume to continue", err=True)

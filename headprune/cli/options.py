@@ -47,3 +47,10 @@ dtype_option = click.option(
     "--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True,
     help="Weights' precision: auto is bfloat16 on a GPU that supports it, float32 on a CPU. Margins and "
          "statistics are computed in float32 either way.")
+device_map_option = click.option(
+    "--device-map", type=click.Choice(["auto", "balanced", "balanced_low_0", "sequential"]), default=None,
+    help="Spread a model too large for one GPU over the visible GPUs (then the CPU, then disk), the way "
+         "transformers and accelerate do; replaces --device.")
+max_memory_option = click.option(
+    "--max-memory", default=None, metavar="DEVICE=SIZE,...",
+    help="With --device-map: memory each device may hold, e.g. 0=20GiB,1=20GiB,cpu=64GiB.")

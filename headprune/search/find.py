@@ -129,6 +129,8 @@ def find(
     device: str = "auto",
     dtype: str = "auto",
     trust_remote_code: bool = False,
+    device_map: str | None = None,
+    max_memory: str | dict | None = None,
     team: Team | None = None,
 ) -> FindResult:
     """Find a small head set whose removal improves ``task``, and test it on held-out data.
@@ -154,6 +156,7 @@ def find(
         device, dtype: where and in which precision the model runs (``auto``: a GPU in bfloat16 when there is
             one, else the CPU in float32); margins and statistics are float32 either way.
         trust_remote_code: allow a checkpoint whose class only its own code defines.
+        device_map, max_memory: spread a model too large for one GPU over several (see ``load_model``).
         team: the processes of a data-parallel run (``headprune.distributed.join()``); each evaluates a share
             of every stage's conditions, rank 0 alone writes the journal. Default: this process alone.
 
@@ -169,9 +172,13 @@ def find(
         log.info("restarted by the launcher: resuming from %s", Path(out) / JOURNAL_NAME)
         resume = True
     check_settings(settings, resume=resume, out=out)
+    if device_map is not None and team.parallel:
+        raise SearchSettingsError("device_map with several processes: each process would spread its model over "
+                                  "every visible GPU; give each its own (CUDA_VISIBLE_DEVICES) or run one process",
+                                  settings=("device_map",))
     inputs = _load_inputs(task, heldout_task, control, settings, discovery, heldout)
-    lm = load_model(model, dtype=dtype, device=team.device(device),
-                    trust_remote_code=trust_remote_code) if isinstance(model, str) else model
+    lm = load_model(model, dtype=dtype, device=team.device(device), trust_remote_code=trust_remote_code,
+                    device_map=device_map, max_memory=max_memory) if isinstance(model, str) else model
     if team.parallel:
         log.info("data-parallel: %d processes share every stage's conditions", team.world)
     if settings.nominees > lm.grid.total:
