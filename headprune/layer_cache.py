@@ -57,6 +57,11 @@ class LayerInputCache:
         count = min(layers - 1, int(budget_mb * 2**20 // max(per_layer, 1)))
         return cls(lm, [math.floor(i * layers / (count + 1)) for i in range(1, count + 1)])
 
+    @property
+    def empty(self) -> bool:
+        """Nothing captured yet."""
+        return not self._store
+
     def complete(self, batch_count: int) -> bool:
         """Whether every batch's inputs have been captured."""
         return len(self._store) == batch_count and all(len(s) == len(self.checkpoints) for s in self._store.values())

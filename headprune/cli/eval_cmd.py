@@ -31,7 +31,7 @@ from headprune.heads import format_heads
 @dtype_option
 @trust_remote_code_option
 @json_option
-def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int,
+def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int | str,
                  out: Path | None, device: str, device_map: str | None, max_memory: str | None, dtype: str,
                  trust_remote_code: bool, as_json: bool) -> None:
     """Score TASK on MODEL, example by example, with HEADS ablated."""

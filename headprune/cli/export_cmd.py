@@ -38,7 +38,7 @@ from headprune.cli.options import (ablation_option, batch_option, json_option, m
 @trust_remote_code_option
 @json_option
 def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout: str, ablation: str,
-                   verify_task: str | None, verify_limit: int, tolerance: float | None, batch_size: int,
+                   verify_task: str | None, verify_limit: int, tolerance: float | None, batch_size: int | str,
                    out: Path | None, device: str, dtype: str | None, trust_remote_code: bool, as_json: bool) -> None:
     """Remove heads from MODEL and write a verified checkpoint (safetensors or ONNX)."""
     from headprune.cli.find_cmd import _slug

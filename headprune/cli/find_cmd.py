@@ -21,7 +21,8 @@ def _slug(text: str) -> str:
 @click.command("find")
 @model_argument
 @task_option
-@click.option("--heldout-task", default=None, metavar="TASK", help="Held-out examples from this task instead of a split.")
+@click.option("--heldout-task", default=None, metavar="TASK",
+              help="Held-out examples from this task instead of a split.")
 @click.option("--discovery", type=int, default=2000, show_default=True, help="Discovery examples (selection).")
 @click.option("--heldout", type=int, default=1000, show_default=True, help="Held-out examples (verdict only).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Split and bootstrap seed.")
@@ -56,7 +57,7 @@ def _slug(text: str) -> str:
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
                  heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
                  control: str | None, control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
-                 batch_size: int, out: Path | None, resume: bool, device: str, device_map: str | None,
+                 batch_size: int | str, out: Path | None, resume: bool, device: str, device_map: str | None,
                  max_memory: str | None, dtype: str, trust_remote_code: bool, as_json: bool) -> None:
     """Find a small head set whose removal improves TASK on MODEL, and test it on held-out data."""
     from headprune import distributed

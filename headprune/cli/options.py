@@ -34,8 +34,24 @@ ablation_option = click.option(
     help="Replace an ablated head's output by zeros, or by its mean over the task's inputs.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-batch_option = click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
-                            help="Sequences per forward pass.")
+class BatchSizeType(click.ParamType):
+    """A positive number of sequences, or ``auto``."""
+
+    name = "N|auto"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if value == "auto" or (isinstance(value, int) and value >= 1):
+            return value
+        text = str(value).strip()
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+        self.fail(f"{value!r} is neither a positive number nor auto", param, ctx)
+
+
+batch_option = click.option(
+    "--batch-size", type=BatchSizeType(), default="auto", show_default=True,
+    help="Sequences per forward pass. auto: sized to the GPU's free memory with a token budget (16 on a CPU); "
+         "out of memory, batches are halved and the work retried.")
 trust_remote_code_option = click.option(
     "--trust-remote-code", is_flag=True,
     help="Run the checkpoint's own modeling code (its auto_map) when its class is not part of transformers. "

@@ -12,6 +12,7 @@ start from cached layer inputs of the intact model (``headprune.layer_cache``).
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,6 +24,7 @@ from tqdm.auto import tqdm
 
 from headprune.ablation import AblationMode, ablated, collect_head_means
 from headprune.errors import TaskError
+from headprune.evaluation.batching import plan_batches
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.heads import Head
 from headprune.layer_cache import LayerInputCache
@@ -30,7 +32,9 @@ from headprune.models import LoadedModel
 from headprune.scoring import Item, scorer_for
 from headprune.tasks import Task
 
-DEFAULT_BATCH_SIZE = 16
+log = logging.getLogger("headprune")
+
+DEFAULT_BATCH_SIZE: int | str = "auto"
 MIN_SHARED_PREFIX = 16  # tokens; shorter shared prefixes are not worth a separate pass
 
 Batch = tuple[torch.Tensor, torch.Tensor, dict]  # (input_ids, attention_mask, extra forward keywords)
@@ -42,7 +46,8 @@ class Evaluator:
     Args:
         lm: the model.
         task: the task.
-        batch_size: sequences per forward pass.
+        batch_size: sequences per forward pass, or ``auto`` (sized to the device's free memory, with a token
+            budget; see ``headprune.evaluation.batching``). An out-of-memory error halves it and retries.
         reuse_layers: keep the intact model's layer inputs from the first intact run and start later
             ablated runs at the lowest ablated layer (same results, less work; see ``layer_cache``).
         share_prefix: causal LMs: compute the keys/values of a prompt prefix shared by every sequence (a
@@ -52,13 +57,11 @@ class Evaluator:
         TaskError: a bad batch size, or a task kind the model cannot be scored on.
     """
 
-    def __init__(self, lm: LoadedModel, task: Task, *, batch_size: int = DEFAULT_BATCH_SIZE,
+    def __init__(self, lm: LoadedModel, task: Task, *, batch_size: int | str = DEFAULT_BATCH_SIZE,
                  reuse_layers: bool = False, share_prefix: bool = True) -> None:
-        if batch_size < 1:
-            raise TaskError(f"batch size must be at least 1, got {batch_size}")
         self.lm = lm
         self.task = task
-        self.batch_size = batch_size
+        self.plan = plan_batches(lm, batch_size)
         self.scorer = scorer_for(task, lm)
         tokenizer = lm.tokenizer
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
@@ -68,15 +71,21 @@ class Evaluator:
         for i, item in enumerate(self._items):
             self._by_example[item.example].append(i)
         self._first_items = {indices[0] for indices in self._by_example}  # to count progress in examples
-        # Longest first: the peak memory shows in the first batch, and similar lengths share batches.
-        order = sorted(range(len(self._items)), key=lambda i: (-len(self._items[i].tokens), i))
-        self._batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+        self._batches = self.plan.batches([len(item.tokens) for item in self._items])
         self._prefix = self._shared_prefix() if share_prefix else ()
-        self._layer_cache: LayerInputCache | None = None
-        if reuse_layers:
-            padded = sum(len(b) * (max(len(self._items[i].tokens) for i in b) - len(self._prefix))
-                         for b in self._batches)
-            self._layer_cache = LayerInputCache.for_budget(lm, padded)
+        self._reuse_layers = reuse_layers
+        self._layer_cache = self._new_layer_cache()
+        self._recapture = False  # set when halving the batches dropped a captured layer cache
+
+    def _new_layer_cache(self) -> LayerInputCache | None:
+        if not self._reuse_layers:
+            return None
+        padded = sum(len(b) * (max(len(self._items[i].tokens) for i in b) - len(self._prefix)) for b in self._batches)
+        return LayerInputCache.for_budget(self.lm, padded)
+
+    @property
+    def batch_size(self) -> int:
+        return self.plan.sequences
 
     # ---------------------------------------------------------------- inputs
 
@@ -189,8 +198,40 @@ class Evaluator:
         progress: bool = False,
         label: str = "eval",
     ) -> EvalResult:
-        """Score every example with ``heads`` ablated (none: the intact model)."""
+        """Score every example with ``heads`` ablated (none: the intact model).
+
+        Out of GPU memory, the batches are halved (with a warning) and the condition runs again.
+
+        Raises:
+            TaskError: out of memory even with one sequence per batch.
+        """
         heads = self.lm.grid.check(heads)
+        while True:
+            try:
+                if heads and self._recapture:  # the layer cache was per batch: capture it for the new batches
+                    self._run((), mode=mode, means=means, progress=False, label=label)
+                    self._recapture = False
+                return self._run(heads, mode=mode, means=means, progress=progress, label=label)
+            except torch.OutOfMemoryError:
+                self._shrink()
+
+    def _shrink(self) -> None:
+        """Halve the batches after an out-of-memory error, or give up with a clear message."""
+        smaller = self.plan.halved()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        if smaller is None:
+            raise TaskError(f"out of memory on {self.lm.device} even with one sequence per batch (the longest has "
+                            f"{len(self._items[self._batches[0][0]].tokens)} tokens): use a smaller --dtype, "
+                            "--device-map auto over more GPUs, or shorter examples", settings=("batch_size",))
+        log.warning("out of memory on %s with batches of %s; retrying with %s", self.lm.device, self.plan, smaller)
+        self.plan = smaller
+        self._batches = self.plan.batches([len(item.tokens) for item in self._items])
+        self._recapture = self._recapture or (self._layer_cache is not None and not self._layer_cache.empty)
+        self._layer_cache = self._new_layer_cache()
+
+    def _run(self, heads: tuple[Head, ...], *, mode: AblationMode, means: torch.Tensor | None, progress: bool,
+             label: str) -> EvalResult:
         values: list[torch.Tensor | None] = [None] * len(self._items)
         bar = tqdm(total=len(self.task), desc=label, unit="ex", disable=not progress, file=sys.stderr, leave=False)
         with ablated(self.lm, heads, mode=mode, means=means):
@@ -272,7 +313,7 @@ def evaluate(
     heads: Iterable[Head] = (),
     mode: AblationMode = "zero",
     means: torch.Tensor | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | str = DEFAULT_BATCH_SIZE,
     progress: bool = False,
 ) -> EvalResult:
     """Score ``task`` on ``lm`` with ``heads`` ablated. For ``mean`` without ``means``, the heads' means

@@ -151,7 +151,7 @@ def export(
     verify_limit: int = DEFAULT_VERIFY_LIMIT,
     tolerance: float | None = None,
     out: Path,
-    batch_size: int = 16,
+    batch_size: int | str = "auto",
     device: str = "auto",
     dtype: str | None = None,
     trust_remote_code: bool = False,

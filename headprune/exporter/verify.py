@@ -45,7 +45,7 @@ def _outputs(model: Callable, ids: torch.Tensor, mask: torch.Tensor, extra: dict
 
 @torch.inference_mode()
 def check_logits(lm: LoadedModel, heads: Sequence[Head], artifact: Callable, task: Task, *, mode: str,
-                 means: torch.Tensor | None, tolerance: float, batch_size: int = 8) -> LogitCheck:
+                 means: torch.Tensor | None, tolerance: float, batch_size: int | str = 8) -> LogitCheck:
     """Largest |artifact - masked original| over the outputs both give, at every real token of every
     verification example's inputs (whole rows for per-sequence outputs such as class logits), judged against
     the largest |masked original| there: it passes when ``diff <= tolerance * max(1, largest |value|)``."""
@@ -89,7 +89,8 @@ def check_tensors(original: torch.nn.Module, exported: torch.nn.Module, changed_
 
 
 def check_task(lm: LoadedModel, heads: Sequence[Head], exported: LoadedModel, task: Task, *, mode: str,
-               means: torch.Tensor | None, measured_on: str, batch_size: int = 16, tie: float = MIN_TIE) -> TaskCheck:
+               means: torch.Tensor | None, measured_on: str, batch_size: int | str = 16,
+               tie: float = MIN_TIE) -> TaskCheck:
     """Re-measure ``task`` on the artifact and compare with the masked original, example by example; answers
     whose masked margin is within ``tie`` of zero may flip by rounding and are not counted as disagreements."""
     source = Evaluator(lm, task, batch_size=batch_size)

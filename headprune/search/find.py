@@ -122,7 +122,7 @@ def find(
     rank_by: str = "gain",
     screen: str = "exact",
     candidates: int = 30,
-    batch_size: int = 16,
+    batch_size: int | str = "auto",
     out: Path | None = None,
     resume: bool = False,
     progress: bool = False,

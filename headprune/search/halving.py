@@ -23,7 +23,7 @@ SHARES = (4, 2)  # round r uses len(discovery) // SHARES[r] examples
 
 
 def halving_candidates(lm: LoadedModel, discovery: Task, *, keep: int, rank_key, mode: str,  # noqa: ANN001
-                       means: torch.Tensor | None, batch_size: int, progress: bool
+                       means: torch.Tensor | None, batch_size: int | str, progress: bool
                        ) -> tuple[list[Head], dict[str, HalvingRound]]:
     """The ``keep`` heads that survive, best first, and per head the last round it was scored in."""
     survivors = lm.grid.all_heads()

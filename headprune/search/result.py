@@ -72,7 +72,7 @@ class FindSettings:
     finalists: int = 10
     alpha: float = 0.05
     rank_by: str = "gain"
-    batch_size: int = 16
+    batch_size: int | str = "auto"
     screen: str = "exact"
     candidates: int | None = None  # pre-screens only
     control_limit: int = 500

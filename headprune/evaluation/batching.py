@@ -1,0 +1,97 @@
+"""How many sequences go into one forward pass: ``--batch-size N|auto``, a token budget, and halving after an
+out-of-memory error.
+
+``auto`` on a GPU sizes batches from the memory free on it: a token budget (padded tokens per batch) from an
+estimate of one layer's activations per token, so long examples get smaller batches, and at most
+:data:`MAX_AUTO_SEQUENCES` sequences. On a CPU (where larger batches buy little) ``auto`` is
+:data:`CPU_SEQUENCES` sequences. Whatever the plan, an out-of-memory error halves it and the condition is
+run again (:meth:`BatchPlan.halved`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from headprune.errors import TaskError
+from headprune.models import LoadedModel
+
+CPU_SEQUENCES = 16
+MAX_AUTO_SEQUENCES = 256
+FREE_MEMORY_SHARE = 0.5  # of what the GPU has free after loading; the rest is the layer cache's and slack
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """At most ``sequences`` sequences and (when set) ``tokens`` padded tokens per batch."""
+
+    sequences: int
+    tokens: int | None = None
+
+    def batches(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Indices of ``lengths`` in batches, longest first (the peak memory shows in the first batch, and
+        similar lengths share batches); a sequence longer than the token budget gets a batch of its own."""
+        order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+        batches: list[list[int]] = []
+        for index in order:
+            current = batches[-1] if batches else None
+            fits = current is not None and len(current) < self.sequences and (
+                self.tokens is None or (len(current) + 1) * lengths[current[0]] <= self.tokens)
+            if fits:
+                current.append(index)
+            else:
+                batches.append([index])
+        return batches
+
+    def halved(self) -> BatchPlan | None:
+        """Half the batch after an out-of-memory error; ``None`` when it is one sequence already."""
+        if self.sequences <= 1:
+            return None
+        return BatchPlan(self.sequences // 2, None if self.tokens is None else max(1, self.tokens // 2))
+
+    def __str__(self) -> str:
+        return f"{self.sequences} sequences" + (f" / {self.tokens} tokens" if self.tokens is not None else "")
+
+
+def plan_batches(lm: LoadedModel, batch_size: int | str) -> BatchPlan:
+    """The plan for ``--batch-size`` (a number, or ``auto``: see the module docstring).
+
+    Raises:
+        TaskError: a batch size that is neither ``auto`` nor a positive number.
+    """
+    if batch_size != "auto":
+        try:
+            sequences = int(batch_size)
+        except (TypeError, ValueError):
+            sequences = 0
+        if sequences < 1 or isinstance(batch_size, bool):
+            raise TaskError(f"batch size must be a positive number or auto, got {batch_size!r}",
+                            settings=("batch_size",))
+        return BatchPlan(sequences)
+    device = lm.device
+    if device.type != "cuda":
+        return BatchPlan(CPU_SEQUENCES)
+    free, _ = torch.cuda.mem_get_info(device)
+    return BatchPlan(MAX_AUTO_SEQUENCES, max(1, int(FREE_MEMORY_SHARE * free / bytes_per_token(lm))))
+
+
+def bytes_per_token(lm: LoadedModel) -> int:
+    """Activation memory one token needs in one layer (residual, norms, q/k/v/o, the MLP's three widths) plus
+    its keys and values in every layer (generation keeps them): a deliberate overestimate."""
+    config = lm.model.config
+    hidden = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 768))
+    inner = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", None) or 4 * hidden)
+    grid = lm.grid
+    cache = 2 * grid.num_layers * grid.num_kv_heads * grid.head_dim
+    size = torch.finfo(lm.dtype).bits // 8 if lm.dtype.is_floating_point else 4
+    return size * (8 * hidden + 3 * inner + cache)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError)
+
+
+__all__ = ["BatchPlan", "CPU_SEQUENCES", "MAX_AUTO_SEQUENCES", "bytes_per_token", "is_out_of_memory",
+           "plan_batches"]
