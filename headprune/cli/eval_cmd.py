@@ -10,8 +10,9 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import (HEAD_LIST, ablation_option, batch_option, json_option, model_argument,
-                                 device_option, dtype_option, trust_remote_code_option, task_option)
+from headprune.cli.options import (HEAD_LIST, ablation_option, allow_code_execution_option, batch_option,
+                                 json_option, model_argument, device_option, dtype_option,
+                                 trust_remote_code_option, task_option)
 from headprune.heads import format_heads
 
 
@@ -27,18 +28,34 @@ from headprune.heads import format_heads
 @device_option
 @dtype_option
 @trust_remote_code_option
+@allow_code_execution_option
 @json_option
 def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int,
-                 out: Path | None, device: str, dtype: str, trust_remote_code: bool,
+                 out: Path | None, device: str, dtype: str, trust_remote_code: bool, allow_code_execution: bool,
                  as_json: bool) -> None:
-    """Score TASK on MODEL, example by example, with HEADS ablated."""
+    """Score TASK on MODEL, example by example, with HEADS ablated.
+
+    Code tasks run the model's generated code only with --allow-code-execution (untrusted code: use a
+    container or VM).
+    """
+    from headprune.scoring.execution import permit_code_execution
+
+    with permit_code_execution(allow_code_execution):
+        _eval(model, task_spec, heads, ablation, limit, batch_size, out, device, dtype, trust_remote_code, as_json)
+
+
+def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int,
+          out: Path | None, device: str, dtype: str, trust_remote_code: bool, as_json: bool) -> None:
     from headprune.evaluation import Evaluator
     from headprune.io import atomic_write_text
     from headprune.records import to_json
     from headprune.models import load_model
+    from headprune.scoring.execution import require_code_execution
     from headprune.tasks import load_task
 
     task = load_task(task_spec).head(limit)
+    if task.kind == "code":
+        require_code_execution(task.name)  # before the model is even loaded
     lm = load_model(model, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
     lm.grid.check(heads)
     evaluator = Evaluator(lm, task, batch_size=batch_size)

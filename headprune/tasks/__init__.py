@@ -38,7 +38,8 @@ def load_task(spec: str | Path) -> Task:
         raise TaskError(f"unknown task {base!r}: not a built-in ({', '.join(BUILTIN_TASKS)}) and no such file")
     length_normalize = options.pop("length_normalize", "false").lower() in ("1", "true", "yes")
     try:
-        max_new_tokens = int(options.pop("max_new_tokens", "16"))
+        max_new_tokens = int(options["max_new_tokens"]) if "max_new_tokens" in options else None
+        options.pop("max_new_tokens", None)
     except ValueError:
         raise TaskError("option max_new_tokens must be an integer") from None
     if options:
@@ -51,5 +52,5 @@ def describe_builtin_tasks() -> list[tuple[str, str, str]]:
     return [(name, kind, summary) for name, (kind, summary) in BUILTIN_SUMMARIES.items()]
 
 
-__all__ = ["TASK_KINDS", "Example", "Task", "TaskKind", "describe_builtin_tasks", "has_accuracy", "load_task",
+__all__ = ["PREFIX", "TASK_KINDS", "Example", "Task", "TaskKind", "describe_builtin_tasks", "has_accuracy", "load_task",
            "load_jsonl_task", "write_jsonl_task", "BUILTIN_TASKS"]
