@@ -28,6 +28,7 @@ from headprune.tasks.base import Example, Task, parse_options
 PREFIX = "lm-eval:"
 _METRICS = ("acc", "acc_norm", "acc_bytes")
 _DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HFLM default
+FEWSHOT_SEED = 1234  # lm_eval's default --seed for few-shot sampling
 
 
 def load_harness_task(spec: str) -> Task:
@@ -134,6 +135,9 @@ def _convert(name: str, task: object, *, metric: str | None, split: str | None, 
         task.set_config(key="num_fewshot", value=num_fewshot)  # type: ignore[attr-defined]
     if split is not None:
         _use_split(task, name, split)
+    # lm_eval seeds each task's few-shot sampler with this before building requests; without it the shots
+    # (and so the prompts) would differ from lm_eval's run.
+    task.set_fewshot_seed(seed=FEWSHOT_SEED)  # type: ignore[attr-defined]
     try:
         task.build_all_requests()  # type: ignore[attr-defined]
     except Exception as error:  # noqa: BLE001 -- templates and few-shot samplers raise anything
