@@ -14,7 +14,7 @@ from headprune.cli.main import cli
 from headprune.errors import TaskError
 from headprune.scoring.code import program
 from headprune.scoring.execution import code_execution_allowed, permit_code_execution, run_program
-from headprune.tasks import Example, load_task
+from headprune.tasks import load_task
 from helpers import build_tiny
 
 
@@ -121,8 +121,8 @@ def code_file(tmp_path_factory) -> Path:  # noqa: ANN001
     in their prompts: "right" passes, "wrong" fails."""
     path = tmp_path_factory.mktemp("code") / "code.jsonl"
     check = "'''\ndef check(candidate):\n    assert candidate(2, 3) == 5\n"
-    rows = [{"id": "right", "prompt": "def add(a, b):\n    return a + b\nNOTE = '''", "test": check, "entry_point": "add"},
-            {"id": "wrong", "prompt": "def add(a, b):\n    return a - b\nNOTE = '''", "test": check, "entry_point": "add"}]
+    rows = [{"id": name, "prompt": f"def add(a, b):\n    return a {op} b\nNOTE = '''", "test": check,
+             "entry_point": "add"} for name, op in (("right", "+"), ("wrong", "-"))]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
