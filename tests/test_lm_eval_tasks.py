@@ -137,7 +137,8 @@ def test_generate_agrees_with_lm_eval(tiny_folder, tasks_folder) -> None:
     theirs = lm_eval_samples(tiny_folder, tasks_folder, "hp_generate")
     ours = [int(r.correct) for r in result.results]
     assert ours == [int(theirs[doc]["exact_match"]) for doc in range(len(ours))]
-    assert ours == [1, 0, 1, 0, 1, 0]
+    assert ours == [1, 0, 1, 0, 1, 0, 1]
+    assert task.examples[-1].prompt.endswith("= ")  # decoding starts after the space, as in lm_eval
 
 
 def test_bad_specs_are_refused(tasks_folder, tmp_path) -> None:
@@ -197,3 +198,14 @@ def test_lm_eval_command_on_the_export_matches_headprune(tiny_folder, tasks_fold
     assert ours.margins == pytest.approx(margins, abs=1e-4)
     intact = evaluate(lm, task)
     assert max(abs(a - b) for a, b in zip(intact.margins, ours.margins)) > 1e-3  # the ablation shows
+
+
+def test_several_tasks_in_one_spec(tasks_folder) -> None:
+    plain = write_yaml(tasks_folder, "hp_choice_zero", DATA / "choice.jsonl",
+                       CHOICE.replace("num_fewshot: 1", "num_fewshot: 0"))
+    both = load_task(f"lm-eval:{tasks_folder / 'hp_choice.yaml'},{plain}:metric=acc")
+    assert len(both) == 24 and not both.length_normalize
+    assert [e.id for e in both.examples][11:13] == ["hp_choice/11", "hp_choice_zero/0"]
+    assert both.examples[12].prompt == "the film is a delight from start to finish. Sentiment: "  # zero-shot
+    with pytest.raises(TaskError, match="mix kinds"):
+        load_task(f"lm-eval:{plain},{tasks_folder / 'hp_generate.yaml'}")

@@ -81,6 +81,18 @@ class Tokens:
             raise TaskError(f"continuation {continuation!r} has no tokens after its prompt")
         return context_tokens, continuation_tokens
 
+    def prompt_and_continuation(self, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
+        """The prompt's own tokens, all of them, and the continuation's after them: those of the whole string
+        when it starts with the prompt's tokens, else the continuation's own."""
+        context_tokens = self.encode(prompt)
+        whole = self.encode(prompt + continuation)
+        if whole[: len(context_tokens)] == context_tokens and len(whole) > len(context_tokens):
+            return context_tokens, whole[len(context_tokens):]
+        continuation_tokens = self.encode(continuation, special=False)
+        if not continuation_tokens:
+            raise TaskError(f"continuation {continuation!r} has no tokens after its prompt")
+        return context_tokens, continuation_tokens
+
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)  # type: ignore[attr-defined]
 

@@ -21,10 +21,9 @@ class GenerateScorer(Scorer):
     def items(self, index: int, example: Example) -> list[Item]:
         if self.task.strip_answers:
             sep = "" if not example.prompt or example.prompt[-1].isspace() else " "
-            continuation = sep + example.target.strip()
-        else:  # compared as it is, so scored as it is
-            continuation = example.target
-        ctx, cont = self.tokens.context_and_continuation(example.prompt, continuation)
+            ctx, cont = self.tokens.context_and_continuation(example.prompt, sep + example.target.strip())
+        else:  # compared as it is, so scored as it is, after the whole prompt (decoding starts there, as in lm-eval)
+            ctx, cont = self.tokens.prompt_and_continuation(example.prompt, example.target)
         return [Item(index, tuple(ctx + cont[:-1]), read=len(cont), scored=tuple(cont))]
 
     def value(self, item: Item, out: torch.Tensor) -> torch.Tensor:
