@@ -41,6 +41,7 @@ doc_to_target: "{{answer}}"
 metric_list:
   - metric: acc
   - metric: acc_norm
+  - metric: acc_bytes
 """
 GENERATE = """output_type: generate_until
 doc_to_text: "{{question}}"
@@ -101,19 +102,20 @@ def lm_eval_choice(tiny_folder, tasks_folder):  # noqa: ANN001, ANN201
     return lm_eval_samples(tiny_folder, tasks_folder, "hp_choice")
 
 
-@pytest.mark.parametrize("metric", ["acc", "acc_norm"])
+@pytest.mark.parametrize("metric", ["acc", "acc_norm", "acc_bytes"])
 def test_choice_agrees_with_lm_eval(tiny_folder, tasks_folder, lm_eval_choice, metric) -> None:
     task = load_task(f"lm-eval:{tasks_folder / 'hp_choice.yaml'}:metric={metric}")
-    assert task.length_normalize == (metric == "acc_norm")
+    assert task.length_normalize == (metric != "acc")
     result = evaluate(load_model(str(tiny_folder)), task)
     ours = [int(r.correct) for r in result.results]
-    theirs = [int(lm_eval_choice[doc]["acc" if metric == "acc" else "acc_norm"]) for doc in range(len(ours))]
-    assert len(ours) == 12
+    theirs = [int(lm_eval_choice[doc][metric]) for doc in range(len(ours))]
+    assert len(ours) == 14
     assert ours == theirs
     assert 0 < sum(ours) < len(ours)  # right and wrong answers both occur
     margins = []  # from lm_eval's log-likelihoods, normalised as its metric does
     for doc, example in enumerate(task.examples):
-        scores = [float(ll) / (len(c) if metric == "acc_norm" else 1)
+        length = {"acc": lambda c: 1, "acc_norm": len, "acc_bytes": lambda c: len(c.encode("utf-8"))}[metric]
+        scores = [float(ll) / length(c)
                   for (ll, _), c in zip(lm_eval_choice[doc]["filtered_resps"], example.choices)]
         margins.append(scores[example.answer] - max(v for k, v in enumerate(scores) if k != example.answer))
     assert result.margins == pytest.approx(margins, abs=1e-4)
@@ -204,8 +206,8 @@ def test_several_tasks_in_one_spec(tasks_folder) -> None:
     plain = write_yaml(tasks_folder, "hp_choice_zero", DATA / "choice.jsonl",
                        CHOICE.replace("num_fewshot: 1", "num_fewshot: 0"))
     both = load_task(f"lm-eval:{tasks_folder / 'hp_choice.yaml'},{plain}:metric=acc")
-    assert len(both) == 24 and not both.length_normalize
-    assert [e.id for e in both.examples][11:13] == ["hp_choice/11", "hp_choice_zero/0"]
-    assert both.examples[12].prompt == "the film is a delight from start to finish. Sentiment: "  # zero-shot
+    assert len(both) == 28 and not both.length_normalize
+    assert [e.id for e in both.examples][13:15] == ["hp_choice/13", "hp_choice_zero/0"]
+    assert both.examples[14].prompt == "the film is a delight from start to finish. Sentiment: "  # zero-shot
     with pytest.raises(TaskError, match="mix kinds"):
         load_task(f"lm-eval:{plain},{tasks_folder / 'hp_generate.yaml'}")
