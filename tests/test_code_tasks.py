@@ -163,3 +163,21 @@ def test_cli_with_permission_scores_pass_at_1(tiny_folder, code_file, tmp_path, 
     assert (rows["right"]["margin"], rows["wrong"]["margin"]) == (1.0, -1.0)  # no reference solution given
     assert len(started) == 2  # one process per example
     assert not code_execution_allowed()  # the permission ended with the command
+
+
+def test_completions_end_at_the_stop_strings(tokenizer) -> None:  # noqa: ANN001
+    import torch
+
+    from headprune.scoring.code import CodeScorer
+    from headprune.tasks import Example, Task
+
+    human = Example("h", prompt="def add(a, b):\n", tests="def check(f):\n    assert f(2, 3) == 5\n", entry_point="add")
+    mbpp = Example("m", prompt="Write add.\n", tests="assert add(2, 3) == 5")
+    with permit_code_execution():
+        scorer = CodeScorer(Task("code", "code", (human, mbpp)), build_tiny("llama", tokenizer))
+        judge = lambda example, text: scorer.judge(example, [torch.zeros(2)], text)  # noqa: E731
+        assert judge(human, "    return a + b\n\ndef junk(:\n") == (True, 1.0)  # cut before the next def
+        assert judge(human, "    return a - b\n") == (False, -1.0)
+        assert judge(mbpp, "```python\ndef add(a, b):\n    return a + b\n```\njunk(")[0]  # a fenced block
+        assert judge(mbpp, "def add(a, b):\n    return a + b\n[DONE] junk(")[0]
+        assert not judge(mbpp, "def add(a, b):\n    return a + b\njunk(")[0]  # nothing cuts the junk off

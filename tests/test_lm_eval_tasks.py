@@ -130,6 +130,8 @@ def test_default_metric_is_acc_norm_when_listed(tasks_folder) -> None:
     assert task.examples[0].id == "hp_choice/0"
     assert task.examples[0].prompt.endswith("Sentiment: ")  # lm-eval's context and target delimiter
     assert "\n\n" in task.examples[0].prompt  # its one-shot example
+    # The shots are lm_eval's seeded draw: the same task every time (a resumed search finds its journal).
+    assert load_task(f"lm-eval:{tasks_folder / 'hp_choice.yaml'}").content_hash() == task.content_hash()
 
 
 def test_generate_agrees_with_lm_eval(tiny_folder, tasks_folder) -> None:

@@ -14,11 +14,16 @@ reference token's log-prob minus the best other token's. Without one: +1 when th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from headprune.scoring.base import Item, Scorer
 from headprune.scoring.execution import require_code_execution, run_program
-from headprune.tasks import Example
+from headprune.tasks import Example, Task
+
+if TYPE_CHECKING:  # pragma: no cover
+    from headprune.models import LoadedModel
 
 _FUNCTION_STOPS = ("\nclass ", "\ndef ", "\n#", "\nif __name__", "\nprint(", "\nassert ")
 _PROGRAM_STOPS = ("[DONE]", "```", "\nassert ", "\nif __name__", "\n\n\n")
@@ -28,7 +33,7 @@ class CodeScorer(Scorer):
     kind = "code"
     generates = True
 
-    def __init__(self, task, lm) -> None:  # noqa: ANN001
+    def __init__(self, task: Task, lm: LoadedModel) -> None:
         require_code_execution(task.name)  # before anything is generated
         super().__init__(task, lm)
 
@@ -55,6 +60,8 @@ class CodeScorer(Scorer):
 
     def judge(self, example: Example, values: list[torch.Tensor], generated: str | None) -> tuple[bool, float]:
         completion = generated or ""
+        if completion.lstrip().startswith("```"):  # a fenced block: its first line names the language
+            completion = completion.lstrip().partition("\n")[2]
         for marker in self.task.until or (_FUNCTION_STOPS if example.entry_point else _PROGRAM_STOPS):
             completion = completion.split(marker, 1)[0]
         passed = run_program(program(example, completion)).passed
