@@ -148,6 +148,10 @@ def test_generate_agrees_with_lm_eval(tiny_folder, tasks_folder) -> None:
 def test_bad_specs_are_refused(tasks_folder, tmp_path) -> None:
     with pytest.raises(TaskError, match="metric must be one of"):
         load_task(f"lm-eval:{tasks_folder / 'hp_choice.yaml'}:metric=f1")
+    with pytest.raises(TaskError, match="has no split 'train'"):
+        load_task(f"lm-eval:{tasks_folder / 'hp_choice.yaml'}:split=train")
+    with pytest.raises(TaskError, match="take only metric"):
+        load_task(f"lm-eval:{tasks_folder / 'hp_choice.yaml'}:shots=2")
     with pytest.raises(TaskError, match="no lm-eval task file"):
         load_task(f"lm-eval:{tmp_path / 'absent.yaml'}")
     odd = write_yaml(tmp_path, "hp_odd", DATA / "choice.jsonl", CHOICE + 'target_delimiter: ": "\n')
