@@ -10,9 +10,9 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import (HEAD_LIST, ablation_option, batch_option, json_option, model_argument,
-                                 device_map_option, device_option, dtype_option, max_memory_option,
-                                 trust_remote_code_option, task_option)
+from headprune.cli.options import (HEAD_LIST, ablation_option, allow_code_execution_option, batch_option,
+                                 device_map_option, device_option, dtype_option, json_option, max_memory_option,
+                                 model_argument, task_option, trust_remote_code_option)
 from headprune.heads import format_heads
 
 
@@ -30,20 +30,37 @@ from headprune.heads import format_heads
 @max_memory_option
 @dtype_option
 @trust_remote_code_option
+@allow_code_execution_option
 @json_option
 def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int | str,
                  out: Path | None, device: str, device_map: str | None, max_memory: str | None, dtype: str,
-                 trust_remote_code: bool, as_json: bool) -> None:
-    """Score TASK on MODEL, example by example, with HEADS ablated."""
+                 trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:
+    """Score TASK on MODEL, example by example, with HEADS ablated.
+
+    Code tasks run the model's generated code only with --allow-code-execution (untrusted code: use a
+    container or VM).
+    """
+    from headprune.scoring.execution import permit_code_execution
+
+    placement = {"device": device, "device_map": device_map, "max_memory": max_memory, "dtype": dtype,
+                 "trust_remote_code": trust_remote_code}
+    with permit_code_execution(allow_code_execution):
+        _eval(model, task_spec, heads, ablation, limit, batch_size, out, placement, as_json)
+
+
+def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int | str,
+          out: Path | None, placement: dict, as_json: bool) -> None:
     from headprune.evaluation import Evaluator
     from headprune.io import atomic_write_text
     from headprune.records import to_json
     from headprune.models import load_model
+    from headprune.scoring.execution import require_code_execution
     from headprune.tasks import load_task
 
     task = load_task(task_spec).head(limit)
-    lm = load_model(model, dtype=dtype, device=device, trust_remote_code=trust_remote_code, device_map=device_map,
-                    max_memory=max_memory)
+    if task.kind == "code":
+        require_code_execution(task.name)  # before the model is even loaded
+    lm = load_model(model, **placement)
     lm.grid.check(heads)
     evaluator = Evaluator(lm, task, batch_size=batch_size)
     means = evaluator.head_means() if ablation == "mean" and heads else None

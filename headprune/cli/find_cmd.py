@@ -9,13 +9,25 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import (ablation_option, batch_option, json_option, model_argument,
-                                 device_map_option, device_option, dtype_option, max_memory_option,
-                                 trust_remote_code_option, task_option)
+from headprune.cli.options import (ablation_option, allow_code_execution_option, batch_option, device_map_option,
+                                 device_option, dtype_option, json_option, max_memory_option, model_argument,
+                                 task_option, trust_remote_code_option)
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(text.split(":")[0]).stem or text).strip("-") or "run"
+
+
+def _refuse_code_tasks(*specs: str | None) -> None:
+    """Code tasks (from JSONL files) need code execution allowed: say so before anything is loaded."""
+    from headprune.scoring.execution import code_execution_allowed, require_code_execution
+    from headprune.tasks import PREFIX, load_task
+
+    if code_execution_allowed():
+        return
+    for spec in specs:
+        if spec and not spec.startswith(PREFIX) and load_task(spec).kind == "code":
+            require_code_execution(spec)
 
 
 @click.command("find")
@@ -52,31 +64,41 @@ def _slug(text: str) -> str:
 @max_memory_option
 @dtype_option
 @trust_remote_code_option
+@allow_code_execution_option
 @json_option
 @click.pass_context
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
                  heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
                  control: str | None, control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
                  batch_size: int | str, out: Path | None, resume: bool, device: str, device_map: str | None,
-                 max_memory: str | None, dtype: str, trust_remote_code: bool, as_json: bool) -> None:
-    """Find a small head set whose removal improves TASK on MODEL, and test it on held-out data."""
+                 max_memory: str | None, dtype: str, trust_remote_code: bool, allow_code_execution: bool,
+                 as_json: bool) -> None:
+    """Find a small head set whose removal improves TASK on MODEL, and test it on held-out data.
+
+    Code tasks run the model's generated code only with --allow-code-execution (untrusted code: use a
+    container or VM).
+    """
     from headprune import distributed
     from headprune.cli import exits
     from headprune.io import check_writable_folder
     from headprune.records import to_json
     from headprune.report import verdict_line, write_outputs
+    from headprune.scoring.execution import permit_code_execution
     from headprune.search.find import find
 
     out = out or Path("runs") / f"{_slug(model)}-{_slug(task_spec)}"
+    with permit_code_execution(allow_code_execution):
+        _refuse_code_tasks(task_spec, heldout_task, control)  # before any output or model exists
     check_writable_folder(out)
     team = distributed.join(device)  # one process unless torchrun / accelerate launch started several
     try:
-        result = find(model, task_spec, heldout_task=heldout_task, discovery=discovery, heldout=heldout, seed=seed,
-                      ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend, finalists=finalists,
-                      control=control, control_limit=control_limit, alpha=alpha, rank_by=rank_by,
-                      screen=screen, candidates=candidates, batch_size=batch_size, out=out, resume=resume,
-                      device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
-                      trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team)
+        with permit_code_execution(allow_code_execution):
+            result = find(model, task_spec, heldout_task=heldout_task, discovery=discovery, heldout=heldout,
+                          seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
+                          finalists=finalists, control=control, control_limit=control_limit, alpha=alpha,
+                          rank_by=rank_by, screen=screen, candidates=candidates, batch_size=batch_size, out=out,
+                          resume=resume, device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
+                          trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team)
     except KeyboardInterrupt:
         if team.is_main:
             click.echo(f"headprune: progress is saved in {out}/journal.jsonl; add --resume to continue", err=True)

@@ -27,8 +27,14 @@ HEAD_LIST = HeadListType()
 model_argument = click.argument("model", metavar="MODEL")
 task_option = click.option(
     "--task", "task_spec", required=True, metavar="TASK",
-    help="Built-in task (see `headprune tasks`), NAME:key=value,... or a JSONL file.",
+    help="Built-in task (see `headprune tasks`), NAME:key=value,..., a JSONL file, or lm-evaluation-harness "
+         "tasks: lm-eval:NAME[,NAME...] or lm-eval:path/to/task.yaml (needs headprune[lm-eval]).",
 )
+allow_code_execution_option = click.option(
+    "--allow-code-execution", is_flag=True,
+    help="Run the model's generated code against code tasks' tests (also HF_ALLOW_CODE_EVAL=1). DANGEROUS: "
+         "the code is untrusted; it runs in a separate process with time, memory and network limits, which "
+         "are not a security boundary. Use a container or VM.")
 ablation_option = click.option(
     "--ablation", type=click.Choice(["zero", "mean"]), default="zero", show_default=True,
     help="Replace an ablated head's output by zeros, or by its mean over the task's inputs.",

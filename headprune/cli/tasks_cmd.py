@@ -25,3 +25,7 @@ def tasks_command(as_json: bool) -> None:
     click.echo('  choice    {"prompt": str, "choices": [str, ...], "answer": int}   options: length_normalize=true')
     click.echo('  generate  {"prompt": str, "target": str}                          options: max_new_tokens=N')
     click.echo('  text      {"text": str}')
+    click.echo('  code      {"prompt": str, "tests": str | [str, ...], "entry_point"?: str}   '
+               'needs --allow-code-execution')
+    click.echo("\nlm-evaluation-harness tasks (pip install 'headprune[lm-eval]'): lm-eval:NAME[,NAME...] or "
+               "lm-eval:path/to/task.yaml, options metric=acc|acc_norm|acc_bytes, num_fewshot=N, split=NAME")

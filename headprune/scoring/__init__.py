@@ -11,6 +11,7 @@ from headprune.errors import TaskError
 from headprune.scoring.base import Item, Readout, Scorer, Tokens
 from headprune.scoring.choice import ChoiceScorer
 from headprune.scoring.classify import ClassifyScorer
+from headprune.scoring.code import CodeScorer
 from headprune.scoring.encoder_choice import EncoderChoiceScorer
 from headprune.scoring.generate import GenerateScorer
 from headprune.scoring.text import TextScorer
@@ -19,7 +20,8 @@ from headprune.tasks import Task
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.models import LoadedModel
 
-_SCORERS: tuple[type[Scorer], ...] = (ChoiceScorer, GenerateScorer, TextScorer, EncoderChoiceScorer, ClassifyScorer)
+_SCORERS: tuple[type[Scorer], ...] = (ChoiceScorer, GenerateScorer, TextScorer, EncoderChoiceScorer, ClassifyScorer,
+                                      CodeScorer)
 _MODEL_WORDS = {"causal": "a causal language model", "encoder": "an encoder (or a model read by its hidden states)",
                 "classifier": "a model with a sequence-classification head"}
 

@@ -67,14 +67,28 @@ class Tokens:
     def encode(self, text: str, special: bool = True) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])  # type: ignore[operator]
 
-    def context_and_continuation(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        """Trailing spaces of the context belong to the continuation, and the continuation's tokens are those
-        of the whole string after the context's own tokens."""
-        stripped = context.rstrip(" ")
+    def context_and_continuation(self, context: str, continuation: str, *, whitespace: bool = False
+                                 ) -> tuple[list[int], list[int]]:
+        """Trailing spaces of the context (all trailing whitespace with ``whitespace``, as
+        lm-evaluation-harness does) belong to the continuation, and the continuation's tokens are those of
+        the whole string after the context's own tokens."""
+        stripped = context.rstrip() if whitespace else context.rstrip(" ")
         continuation = context[len(stripped):] + continuation
         context_tokens = self.encode(stripped)
         whole = self.encode(stripped + continuation)
         continuation_tokens = whole[len(context_tokens):]
+        if not continuation_tokens:
+            raise TaskError(f"continuation {continuation!r} has no tokens after its prompt")
+        return context_tokens, continuation_tokens
+
+    def prompt_and_continuation(self, prompt: str, continuation: str) -> tuple[list[int], list[int]]:
+        """The prompt's own tokens, all of them, and the continuation's after them: those of the whole string
+        when it starts with the prompt's tokens, else the continuation's own."""
+        context_tokens = self.encode(prompt)
+        whole = self.encode(prompt + continuation)
+        if whole[: len(context_tokens)] == context_tokens and len(whole) > len(context_tokens):
+            return context_tokens, whole[len(context_tokens):]
+        continuation_tokens = self.encode(continuation, special=False)
         if not continuation_tokens:
             raise TaskError(f"continuation {continuation!r} has no tokens after its prompt")
         return context_tokens, continuation_tokens
@@ -127,8 +141,11 @@ class Scorer(ABC):
         raise NotImplementedError
 
     def stop(self, text: str) -> str:
-        """Generating kinds: the part of the decoded text that is the answer (up to the first newline)."""
-        return text.split("\n", 1)[0]
+        """Generating kinds: the part of the decoded text that is the answer: up to the first of the task's
+        ``until`` strings, or the first newline."""
+        for marker in self.task.until or ("\n",):
+            text = text.split(marker, 1)[0]
+        return text
 
 
 def rest_max(values: torch.Tensor, index: int) -> torch.Tensor:

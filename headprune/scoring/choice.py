@@ -1,7 +1,8 @@
 """``choice`` on causal language models: the continuation with the highest log-likelihood wins.
 
-Each choice is scored by the summed log-probability of its tokens after the prompt (divided by its length in
-UTF-8 bytes with ``length_normalize``, lm-evaluation-harness's ``acc_norm``). When every choice is a single
+Each choice is scored by the summed log-probability of its tokens after the prompt; with ``length_normalize``
+divided by its length in the task's ``length_unit``: UTF-8 bytes (lm-evaluation-harness's ``acc_bytes``) or
+characters (its ``acc_norm``). When every choice is a single
 token after the same context, one sequence scores them all (the log-probs at its last position).
 Margin: the right choice's score minus the best wrong one's.
 """
@@ -18,7 +19,9 @@ class ChoiceScorer(Scorer):
     kind = "choice"
 
     def items(self, index: int, example: Example) -> list[Item]:
-        pairs = [self.tokens.context_and_continuation(example.prompt, choice) for choice in example.choices]
+        whitespace = self.task.strip_context == "whitespace"
+        pairs = [self.tokens.context_and_continuation(example.prompt, choice, whitespace=whitespace)
+                 for choice in example.choices]
         if all(len(cont) == 1 and ctx == pairs[0][0] for ctx, cont in pairs):
             # Every choice is one token after the same context: one forward scores them all.
             return [Item(index, tuple(pairs[0][0]), read=1, scored=tuple(cont[0] for _, cont in pairs))]
@@ -34,8 +37,8 @@ class ChoiceScorer(Scorer):
     def _scores(self, example: Example, values: list[torch.Tensor]) -> torch.Tensor:
         scores = (values[0] if len(values) == 1 else torch.stack(values)).double()  # (choices,)
         if self.task.length_normalize:
-            scores = scores / torch.tensor([len(c.encode("utf-8")) for c in example.choices], dtype=scores.dtype,
-                                           device=scores.device)
+            lengths = [len(c) if self.task.length_unit == "chars" else len(c.encode("utf-8")) for c in example.choices]
+            scores = scores / torch.tensor(lengths, dtype=scores.dtype, device=scores.device)
         return scores
 
     def judge(self, example: Example, values: list[torch.Tensor], generated: str | None) -> tuple[bool, float]:

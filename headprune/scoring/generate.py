@@ -3,7 +3,7 @@
 Margin: the smallest, over the target's tokens under teacher forcing, of the log-prob of the target token
 minus the best other token: positive exactly when greedy decoding would emit the target tokens. The target
 is scored as the model would write it: after one space when the prompt ends in a non-space character
-(``"2 + 3 ="`` -> ``" 5"``), as is otherwise.
+(``"2 + 3 ="`` -> ``" 5"``), as is otherwise, and exactly as given when the task compares answers untrimmed.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ class GenerateScorer(Scorer):
     generates = True
 
     def items(self, index: int, example: Example) -> list[Item]:
-        sep = "" if not example.prompt or example.prompt[-1].isspace() else " "
-        ctx, cont = self.tokens.context_and_continuation(example.prompt, sep + example.target.strip())
+        if self.task.strip_answers:
+            sep = "" if not example.prompt or example.prompt[-1].isspace() else " "
+            ctx, cont = self.tokens.context_and_continuation(example.prompt, sep + example.target.strip())
+        else:  # compared as it is, so scored as it is, after the whole prompt (decoding starts there, as in lm-eval)
+            ctx, cont = self.tokens.prompt_and_continuation(example.prompt, example.target)
         return [Item(index, tuple(ctx + cont[:-1]), read=len(cont), scored=tuple(cont))]
 
     def value(self, item: Item, out: torch.Tensor) -> torch.Tensor:
@@ -30,7 +33,10 @@ class GenerateScorer(Scorer):
         return torch.stack([(picked - rivals).min(), picked.sum()])  # (margin, target log-prob)
 
     def judge(self, example: Example, values: list[torch.Tensor], generated: str | None) -> tuple[bool, float]:
-        return (generated or "").strip() == example.target.strip(), float(values[0][0])
+        answer, target = generated or "", example.target
+        if self.task.strip_answers:
+            answer, target = answer.strip(), target.strip()
+        return answer == target, float(values[0][0])
 
     def surrogate(self, item: Item, value: torch.Tensor, example: Example) -> torch.Tensor:
         return value[1]  # the target's log-prob: a smooth stand-in for the min-over-tokens margin

@@ -1,7 +1,9 @@
-"""Tasks: built-in names with options (``arithmetic:digits=3,n=500``) or JSONL files.
+"""Tasks: built-in names with options (``arithmetic:digits=3,n=500``), JSONL files, or lm-evaluation-harness
+tasks.
 
-A spec is ``NAME[:key=value,...]`` or ``PATH.jsonl[:key=value,...]``. File options:
-``length_normalize=true`` (choice) and ``max_new_tokens=N`` (generate).
+A spec is ``NAME[:key=value,...]``, ``PATH.jsonl[:key=value,...]`` or ``lm-eval:NAME[,NAME...][:key=value,...]``
+(``lm-eval:path/to/task.yaml`` for a YAML task file; see ``headprune.tasks.harness``). File options:
+``length_normalize=true`` (choice) and ``max_new_tokens=N`` (generate, code).
 """
 
 from __future__ import annotations
@@ -9,32 +11,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from headprune.errors import TaskError
-from headprune.tasks.base import TASK_KINDS, Example, Task, TaskKind, has_accuracy
+from headprune.tasks.base import TASK_KINDS, Example, Task, TaskKind, has_accuracy, parse_options
 from headprune.tasks.builtin import BUILTIN_SUMMARIES, BUILTIN_TASKS
+from headprune.tasks.harness import PREFIX, load_harness_task
 from headprune.tasks.jsonl import load_jsonl_task, write_jsonl_task
 
 
-def _parse_options(text: str) -> dict[str, str]:
-    options: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise TaskError(f"task option {item!r} is not key=value")
-        options[key.strip()] = value.strip()
-    return options
-
-
 def load_task(spec: str | Path) -> Task:
-    """Load a task from a built-in name or a JSONL path, with optional ``:key=value,...`` options.
+    """Load a task from a built-in name, a JSONL path or ``lm-eval:...``, with optional ``:key=value,...``
+    options.
 
     Raises:
         TaskError: unknown name, missing file, malformed rows or options, or an empty task.
     """
     text = str(spec)
+    if text.startswith(PREFIX):
+        return load_harness_task(text)
     base, _, option_text = text.partition(":")
     if Path(text).exists():  # a path that happens to contain ':' wins over option parsing
         base, option_text = text, ""
-    options = _parse_options(option_text)
+    options = parse_options(option_text)
     if base in BUILTIN_TASKS:
         return BUILTIN_TASKS[base](options)
     path = Path(base).expanduser()
@@ -42,7 +38,8 @@ def load_task(spec: str | Path) -> Task:
         raise TaskError(f"unknown task {base!r}: not a built-in ({', '.join(BUILTIN_TASKS)}) and no such file")
     length_normalize = options.pop("length_normalize", "false").lower() in ("1", "true", "yes")
     try:
-        max_new_tokens = int(options.pop("max_new_tokens", "16"))
+        max_new_tokens = int(options["max_new_tokens"]) if "max_new_tokens" in options else None
+        options.pop("max_new_tokens", None)
     except ValueError:
         raise TaskError("option max_new_tokens must be an integer") from None
     if options:
@@ -55,5 +52,5 @@ def describe_builtin_tasks() -> list[tuple[str, str, str]]:
     return [(name, kind, summary) for name, (kind, summary) in BUILTIN_SUMMARIES.items()]
 
 
-__all__ = ["TASK_KINDS", "Example", "Task", "TaskKind", "describe_builtin_tasks", "has_accuracy", "load_task",
+__all__ = ["PREFIX", "TASK_KINDS", "Example", "Task", "TaskKind", "describe_builtin_tasks", "has_accuracy", "load_task",
            "load_jsonl_task", "write_jsonl_task", "BUILTIN_TASKS"]

@@ -7,6 +7,8 @@ Kinds:
     text      ``{"text"}``: mean token negative log-likelihood, a continuous control metric.
     classify  ``{"text", "label"}`` (``"text_pair"`` for pairs): the model's own classification head must
               pick the label (an index, or a name from the model's ``id2label``).
+    code      ``{"prompt", "tests", "entry_point"?}``: greedy generation, then the program run against the
+              tests in a separate, limited process (pass@1); runs only with code execution allowed.
 """
 
 from __future__ import annotations
@@ -19,9 +21,20 @@ from typing import Literal
 
 from headprune.errors import TaskError
 
-TaskKind = Literal["choice", "generate", "text", "classify"]
-TASK_KINDS: tuple[str, ...] = ("choice", "generate", "text", "classify")
+TaskKind = Literal["choice", "generate", "text", "classify", "code"]
+TASK_KINDS: tuple[str, ...] = ("choice", "generate", "text", "classify", "code")
 CONTINUOUS_KINDS: tuple[str, ...] = ("text",)  # scored by a continuous metric only, no accuracy
+
+
+def parse_options(text: str) -> dict[str, str]:
+    """``key=value,...`` -> a dict (the options part of a task spec)."""
+    options: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise TaskError(f"task option {item!r} is not key=value")
+        options[key.strip()] = value.strip()
+    return options
 
 
 def has_accuracy(kind: str) -> bool:
@@ -41,6 +54,8 @@ class Example:
     text: str = ""
     text_pair: str = ""
     label: int | str | None = None  # classify: an index or a label name
+    tests: str = ""  # code: test code run after the program (asserts, or a ``check(candidate)`` function)
+    entry_point: str = ""  # code: the function ``check`` is called with (HumanEval style)
 
     def content(self) -> dict:
         """The fields that define the example (not its id), for hashing and disjointness checks."""
@@ -50,6 +65,8 @@ class Example:
             content["text_pair"] = self.text_pair
         if self.label is not None:
             content["label"] = self.label
+        if self.tests:
+            content.update(tests=self.tests, entry_point=self.entry_point)
         return content
 
     def content_key(self) -> str:
@@ -66,8 +83,17 @@ class Task:
         examples: the examples, in a fixed order.
         length_normalize: choice tasks: compare log-likelihood per byte of the continuation
             (lm-evaluation-harness ``acc_norm`` style) instead of the sum.
-        max_new_tokens: generate tasks: decoding budget.
+        max_new_tokens: generate and code tasks: decoding budget.
         description: one line for ``headprune tasks`` and reports.
+        length_unit: choice tasks with ``length_normalize``: divide by the choice's length in ``bytes``
+            (UTF-8) or in ``chars`` (lm-evaluation-harness's ``acc_norm`` divides by characters, its
+            ``acc_bytes`` by bytes).
+        strip_context: choice tasks: which trailing characters of the prompt are moved to the front of
+            each continuation before tokenising: ``spaces``, or all ``whitespace`` as lm-evaluation-harness
+            does.
+        until: generate tasks: the answer ends before the first of these strings (none: the first newline).
+        strip_answers: generate tasks: compare answer and target with surrounding whitespace trimmed
+            (lm-evaluation-harness's ``exact_match`` compares them as they are).
     """
 
     name: str
@@ -77,12 +103,19 @@ class Task:
     max_new_tokens: int = 16
     description: str = ""
     settings: dict = field(default_factory=dict, compare=False)
+    length_unit: Literal["bytes", "chars"] = "bytes"
+    strip_context: Literal["spaces", "whitespace"] = "spaces"
+    until: tuple[str, ...] = ()
+    strip_answers: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in TASK_KINDS:
             raise TaskError(f"unknown task kind {self.kind!r}; expected one of {', '.join(TASK_KINDS)}")
         if not self.examples:
             raise TaskError(f"task {self.name!r} has no examples")
+        if self.length_unit not in ("bytes", "chars") or self.strip_context not in ("spaces", "whitespace"):
+            raise TaskError(f"task {self.name!r}: length_unit must be bytes or chars, strip_context spaces or "
+                            "whitespace")
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -94,7 +127,13 @@ class Task:
     def content_hash(self) -> str:
         """sha256 over the kind, scoring settings and every example's content, in order."""
         digest = hashlib.sha256()
-        digest.update(json.dumps([self.kind, self.length_normalize, self.max_new_tokens]).encode())
+        scoring: list = [self.kind, self.length_normalize, self.max_new_tokens]
+        # Settings added later enter the hash only when they differ from their defaults, so tasks that do
+        # not use them keep their hashes.
+        extra = {key: value for key, value, default in (
+            ("length_unit", self.length_unit, "bytes"), ("strip_context", self.strip_context, "spaces"),
+            ("until", list(self.until), []), ("strip_answers", self.strip_answers, True)) if value != default}
+        digest.update(json.dumps(scoring + ([extra] if extra else [])).encode())
         for example in self.examples:
             digest.update(example.content_key().encode())
         return "sha256:" + digest.hexdigest()

@@ -11,9 +11,15 @@ from headprune.tasks.base import Example, Task
 # Most specific first: a classify row also has the text row's key.
 _KEYS = {"choice": {"prompt", "choices", "answer"}, "generate": {"prompt", "target"}, "classify": {"text", "label"},
          "text": {"text"}}
+# Code rows: "tests" (a list of assert lines, MBPP's "test_list", or one string, HumanEval's "test"); an optional
+# "entry_point" (HumanEval) and reference solution ("solution", HumanEval's "canonical_solution", MBPP's "code").
+_TESTS_KEYS = ("tests", "test", "test_list")
+_SOLUTION_KEYS = ("solution", "canonical_solution", "code")
 
 
 def _row_kind(row: dict) -> str | None:
+    if "prompt" in row and any(key in row for key in _TESTS_KEYS):
+        return "code"
     for kind, keys in _KEYS.items():
         if keys <= row.keys():
             return kind
@@ -21,9 +27,11 @@ def _row_kind(row: dict) -> str | None:
 
 
 def _example(row: dict, kind: str, index: int, path: str, line: int) -> Example:
-    example_id = str(row.get("id", index))
+    example_id = str(row.get("id", row.get("task_id", index)))
     if kind == "classify":
         return _classify_example(row, example_id, path, line)
+    if kind == "code":
+        return _code_example(row, example_id, path, line)
     if kind == "text":
         if not isinstance(row["text"], str) or not row["text"]:
             raise TaskError('"text" must be a non-empty string', path=path, line=line)
@@ -53,7 +61,25 @@ def _classify_example(row: dict, example_id: str, path: str, line: int) -> Examp
     return Example(example_id, text=text, text_pair=pair, label=label)
 
 
-def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_tokens: int = 16) -> Task:
+def _code_example(row: dict, example_id: str, path: str, line: int) -> Example:
+    tests = next(row[key] for key in _TESTS_KEYS if key in row)
+    if isinstance(tests, list) and tests and all(isinstance(t, str) for t in tests):
+        tests = "\n".join(tests)
+    if not isinstance(tests, str) or not tests.strip():
+        raise TaskError('"tests" must be test code or a list of assert lines', path=path, line=line)
+    entry_point = row.get("entry_point", "")
+    solution = next((row[key] for key in _SOLUTION_KEYS if key in row), "")
+    if not isinstance(row["prompt"], str) or not isinstance(entry_point, str) or not isinstance(solution, str):
+        raise TaskError('"prompt", "entry_point" and the solution must be strings', path=path, line=line)
+    if entry_point and not entry_point.isidentifier():
+        raise TaskError(f'"entry_point" {entry_point!r} is not a Python name', path=path, line=line)
+    return Example(example_id, prompt=row["prompt"], target=solution, tests=tests, entry_point=entry_point)
+
+
+CODE_MAX_NEW_TOKENS = 128  # a function body; answers of generate tasks get 16
+
+
+def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_tokens: int | None = None) -> Task:
     """Read a JSONL task file.
 
     Raises:
@@ -79,7 +105,7 @@ def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_token
         if row_kind is None:
             raise TaskError(
                 'row has none of the task layouts: {"prompt","choices","answer"}, {"prompt","target"}, '
-                '{"text","label"} or {"text"}',
+                '{"text","label"}, {"text"} or {"prompt","tests"}',
                 path=name,
                 line=line_number,
             )
@@ -92,6 +118,8 @@ def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_token
     ids = [e.id for e in examples]
     if len(set(ids)) != len(ids):
         raise TaskError("example ids are not unique", path=name)
+    if max_new_tokens is None:
+        max_new_tokens = CODE_MAX_NEW_TOKENS if kind == "code" else 16
     return Task(name, kind, tuple(examples), length_normalize=length_normalize, max_new_tokens=max_new_tokens,
                 description=f"{kind} task from {path.name}")  # type: ignore[arg-type]
 
@@ -109,6 +137,9 @@ def write_jsonl_task(task: Task, path: Path) -> None:
                 row["text"] = example.text
             elif task.kind == "generate":
                 row.update(prompt=example.prompt, target=example.target)
+            elif task.kind == "code":
+                row.update(prompt=example.prompt, tests=example.tests)
+                row.update({k: v for k, v in (("entry_point", example.entry_point), ("solution", example.target)) if v})
             else:
                 row.update(prompt=example.prompt, choices=list(example.choices), answer=example.answer)
             handle.write(json.dumps(row) + "\n")

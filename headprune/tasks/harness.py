@@ -1,0 +1,227 @@
+"""Tasks from lm-evaluation-harness: ``lm-eval:NAME[,NAME...]`` or ``lm-eval:path/to/task.yaml``.
+
+The prompts are lm-evaluation-harness's own: its task objects build their requests (``doc_to_text``,
+``doc_to_choice``, ``doc_to_target``, few-shot examples, ``target_delimiter``) and headprune turns each
+document's requests into one example, so that the intact model's accuracy equals ``lm_eval``'s on the same
+documents:
+
+    multiple_choice  -> ``choice``: the prompt is the request's context plus the target delimiter; trailing
+                        whitespace moves to the continuation as lm-eval's tokenisation does. ``acc`` sums the
+                        log-likelihood, ``acc_norm`` divides it by the choice's length in characters and
+                        ``acc_bytes`` in UTF-8 bytes, as lm-eval does.
+    generate_until   -> ``generate``: greedy decoding up to the first ``until`` string (``max_gen_toks``
+                        tokens at most), compared with the target as it is (``exact_match``).
+
+Options after a second colon: ``metric=acc|acc_norm|acc_bytes`` (default: ``acc_norm`` when the task lists
+it, else ``acc``), ``num_fewshot=N``, ``split=NAME`` (default: the task's test split, else validation).
+Needs the optional extra ``headprune[lm-eval]``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from headprune.errors import TaskError
+from headprune.tasks.base import Example, Task, parse_options
+
+PREFIX = "lm-eval:"
+_METRICS = ("acc", "acc_norm", "acc_bytes")
+_DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HFLM default
+FEWSHOT_SEED = 1234  # lm_eval's default --seed for few-shot sampling
+
+
+def load_harness_task(spec: str) -> Task:
+    """Build a task from lm-evaluation-harness task names or a YAML task file.
+
+    Raises:
+        TaskError: lm-eval not installed, unknown task, a dataset that cannot be loaded, an output type or
+            setting headprune cannot reproduce, or tasks of different kinds.
+    """
+    body = spec[len(PREFIX):]
+    names_text, _, option_text = body.partition(":")
+    if Path(body).suffix in (".yaml", ".yml") and Path(body).exists():  # a path with ':' in it
+        names_text, option_text = body, ""
+    options = parse_options(option_text)
+    metric = options.pop("metric", None)
+    if metric is not None and metric not in _METRICS:
+        raise TaskError(f"metric must be one of {', '.join(_METRICS)}, not {metric!r}")
+    split = options.pop("split", None)
+    try:
+        num_fewshot = int(options["num_fewshot"]) if "num_fewshot" in options else None
+    except ValueError:
+        raise TaskError("option num_fewshot must be an integer") from None
+    options.pop("num_fewshot", None)
+    if options:
+        raise TaskError(f"lm-eval tasks take only metric, num_fewshot and split, not {sorted(options)[0]!r}")
+    names = [n.strip() for n in names_text.split(",") if n.strip()]
+    if not names:
+        raise TaskError("lm-eval: name at least one task, e.g. lm-eval:hellaswag or lm-eval:path/to/task.yaml")
+    harness_tasks = _harness_tasks(names)
+    built = [_convert(name, task, metric=metric, split=split, num_fewshot=num_fewshot)
+             for name, task in harness_tasks]
+    kinds = {task.kind for task in built}
+    if len(kinds) > 1:
+        raise TaskError(f"lm-eval tasks {', '.join(names)} mix kinds ({', '.join(sorted(kinds))}); give them apart")
+    settings = [(t.length_normalize, t.length_unit, t.until, t.max_new_tokens) for t in built]
+    if len(set(settings)) > 1:
+        raise TaskError(f"lm-eval tasks {', '.join(names)} are scored differently (metric, until or length); "
+                        "give them apart")
+    first = built[0]
+    examples = tuple(example for task in built for example in task.examples)
+    return Task(spec, first.kind, examples, length_normalize=first.length_normalize,
+                max_new_tokens=first.max_new_tokens, length_unit=first.length_unit,
+                strip_context=first.strip_context, until=first.until, strip_answers=first.strip_answers,
+                description="; ".join(task.description for task in built),
+                settings={"lm_eval": {t.name: t.settings for t in built}})
+
+
+def _harness_tasks(names: list[str]) -> list[tuple[str, object]]:
+    """``(name, lm-eval task object)`` per name; YAML paths are read from their own folder."""
+    try:
+        from lm_eval.tasks import TaskManager
+    except ImportError:
+        raise TaskError("lm-eval tasks need lm-evaluation-harness: pip install 'headprune[lm-eval]'") from None
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notices are not headprune's output
+    paths = [Path(n).expanduser() for n in names if n.endswith((".yaml", ".yml"))]
+    for path in paths:
+        if not path.is_file():
+            raise TaskError(f"no lm-eval task file {str(path)!r}")
+    include = sorted({str(path.resolve().parent) for path in paths})
+    manager = TaskManager(include_path=include or None, include_defaults=len(paths) < len(names))
+    result = []
+    for name in names:
+        key = _yaml_task_name(Path(name)) if name.endswith((".yaml", ".yml")) else name
+        try:
+            loaded = manager.load([key])["tasks"]
+        except TaskError:
+            raise
+        except Exception as error:  # noqa: BLE001 -- lm-eval and datasets raise many kinds; name the cause
+            raise _load_error(key, error) from error
+        if not loaded:
+            raise TaskError(f"lm-eval has no task {key!r}")
+        result.extend(loaded.items())
+    return result
+
+
+def _yaml_task_name(path: Path) -> str:
+    """The ``task:`` name in a YAML task file (lm-eval's own loader, so ``!function`` tags are fine)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    try:
+        config = load_yaml(path, resolve_func=False)
+    except Exception as error:  # noqa: BLE001
+        raise TaskError(f"cannot read lm-eval task file ({error})", path=str(path)) from error
+    name = config.get("task") if isinstance(config, dict) else None
+    if not isinstance(name, str):
+        raise TaskError("lm-eval task file has no 'task:' name", path=str(path))
+    return name
+
+
+def _load_error(name: str, error: Exception) -> TaskError:
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if "not found" in text.lower() and "task" in text.lower() or isinstance(error, KeyError):
+        return TaskError(f"lm-eval has no task {name!r} ({text})")
+    return TaskError(
+        f"lm-eval task {name!r}: its dataset could not be loaded ({type(error).__name__}: {text}); offline, "
+        "point the task at local files: a YAML task with dataset_path: json and dataset_kwargs: "
+        "{data_files: {test: /path/to/rows.jsonl}}, used as --task lm-eval:path/to/task.yaml")
+
+
+def _convert(name: str, task: object, *, metric: str | None, split: str | None, num_fewshot: int | None) -> Task:
+    config = task.config  # type: ignore[attr-defined]
+    output_type = task.OUTPUT_TYPE  # type: ignore[attr-defined]
+    if num_fewshot is not None:
+        task.set_config(key="num_fewshot", value=num_fewshot)  # type: ignore[attr-defined]
+    if split is not None:
+        _use_split(task, name, split)
+    # lm_eval seeds each task's few-shot sampler with this before building requests; without it the shots
+    # (and so the prompts) would differ from lm_eval's run.
+    task.set_fewshot_seed(seed=FEWSHOT_SEED)  # type: ignore[attr-defined]
+    try:
+        task.build_all_requests()  # type: ignore[attr-defined]
+    except Exception as error:  # noqa: BLE001 -- templates and few-shot samplers raise anything
+        raise TaskError(f"lm-eval task {name!r}: building its prompts failed ({type(error).__name__}: {error})"
+                        ) from error
+    by_doc: dict[int, list] = {}
+    for instance in task.instances:  # type: ignore[attr-defined]
+        by_doc.setdefault(instance.doc_id, []).append(instance)
+    settings = {"output_type": output_type, "num_fewshot": config.num_fewshot, "documents": len(by_doc)}
+    if output_type == "multiple_choice":
+        listed = list(task._metric_fn_list)  # type: ignore[attr-defined]
+        chosen = metric or ("acc_norm" if "acc_norm" in listed else "acc")
+        delimiter = config.target_delimiter
+        if delimiter.strip():
+            raise TaskError(f"lm-eval task {name!r}: target_delimiter {delimiter!r} is not whitespace; "
+                            "headprune cannot tokenise it as lm-eval does")
+        examples = tuple(_choice_example(name, task, doc_id, instances, delimiter)
+                         for doc_id, instances in sorted(by_doc.items()))
+        return Task(name, "choice", examples, length_normalize=chosen != "acc",
+                    length_unit="bytes" if chosen == "acc_bytes" else "chars", strip_context="whitespace",
+                    description=f"lm-eval {name}: {len(examples)} documents, {chosen}",
+                    settings={**settings, "metric": chosen})
+    if output_type == "generate_until":
+        if metric is not None:
+            raise TaskError(f"lm-eval task {name!r} is generate_until: its metric is exact_match, not {metric}")
+        _check_generate(name, task)
+        kwargs = dict(by_doc[min(by_doc)][0].arguments[1])
+        until = kwargs.get("until") or []
+        until = (until,) if isinstance(until, str) else tuple(until)
+        max_tokens = int(kwargs.get("max_gen_toks", _DEFAULT_MAX_GEN_TOKS))
+        examples = tuple(_generate_example(name, task, doc_id, instances)
+                         for doc_id, instances in sorted(by_doc.items()))
+        return Task(name, "generate", examples, max_new_tokens=max_tokens, until=until, strip_answers=False,
+                    description=f"lm-eval {name}: {len(examples)} documents, exact_match",
+                    settings={**settings, "metric": "exact_match", "until": list(until)})
+    raise TaskError(f"lm-eval task {name!r} is {output_type}; headprune reads multiple_choice and "
+                    "generate_until tasks")
+
+
+def _use_split(task: object, name: str, split: str) -> None:
+    dataset = getattr(task, "dataset", None)
+    if dataset is None or split not in dataset:
+        raise TaskError(f"lm-eval task {name!r} has no split {split!r}")
+    task.set_config(key="test_split", value=split)  # type: ignore[attr-defined]
+
+
+def _choice_example(name: str, task: object, doc_id: int, instances: list, delimiter: str) -> Example:
+    doc = instances[0].doc
+    choices = task.doc_to_choice(doc)  # type: ignore[attr-defined]
+    context = instances[0].arguments[0]
+    for instance, choice in zip(instances, choices):
+        if instance.arguments != (context, f"{delimiter}{choice}"):
+            raise TaskError(f"lm-eval task {name!r}: document {doc_id}'s requests are not one context with "
+                            "a continuation per choice; headprune cannot score it as lm-eval does")
+    gold = task.doc_to_target(doc)  # type: ignore[attr-defined]
+    if isinstance(gold, str):
+        gold = choices.index(gold) if gold in choices else -1
+    if isinstance(gold, list) or not isinstance(gold, int) or not 0 <= gold < len(choices):
+        raise TaskError(f"lm-eval task {name!r}: document {doc_id}'s target {gold!r} is not one index into "
+                        "its choices")
+    return Example(f"{name}/{doc_id}", prompt=context + delimiter, choices=tuple(choices), answer=gold)
+
+
+def _generate_example(name: str, task: object, doc_id: int, instances: list) -> Example:
+    doc = instances[0].doc
+    target = task.doc_to_target(doc)  # type: ignore[attr-defined]
+    if isinstance(target, int) and task.config.doc_to_choice is not None:  # type: ignore[attr-defined]
+        target = task.doc_to_choice(doc)[target]  # type: ignore[attr-defined]
+    if isinstance(target, list):
+        raise TaskError(f"lm-eval task {name!r}: document {doc_id} has several targets; headprune needs one")
+    return Example(f"{name}/{doc_id}", prompt=instances[0].arguments[0], target=str(target))
+
+
+def _check_generate(name: str, task: object) -> None:
+    """Refuse what headprune's exact match would not reproduce: answer filters and exact_match options."""
+    config = task.config  # type: ignore[attr-defined]
+    for entry in config.filter_list or []:
+        steps = entry.get("filter", []) if isinstance(entry, dict) else []
+        if any(step.get("function") != "take_first" for step in steps):
+            raise TaskError(f"lm-eval task {name!r} filters its answers ({entry.get('name')}); headprune "
+                            "compares the generated text itself")
+    for entry in config.metric_list or []:
+        extra = {k for k in entry if k not in ("metric", "aggregation", "higher_is_better")}
+        if entry.get("metric") != "exact_match" or extra:
+            options = f" ({', '.join(sorted(extra))})" if extra else ""
+            raise TaskError(f"lm-eval task {name!r} scores with {entry.get('metric')}{options}; headprune "
+                            "reproduces plain exact_match only")
