@@ -95,6 +95,8 @@ def render_markdown(result: FindResult) -> str:
     for control in controls:
         lines += ["", f"Control task `{control.name}` (n={control.n}): how the same sets move a second capability. "
                   "Removing heads that help one task often hurts another."]
+    if controls:
+        lines += ["", "![trade-off: held-out gain against each control's change](tradeoff.png)"]
     settings = "\n".join(f"{k}: {val}" for k, val in vars(result.settings).items())
     lines += ["", "## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
               "![single-head screen](screen.png)", ""]
@@ -137,8 +139,37 @@ def save_heatmap(result: FindResult, path: Path) -> None:
     plt.close(fig)
 
 
+def save_tradeoff(result: FindResult, path: Path) -> None:
+    """Each finalist's held-out change on the task (x) against its change on every control task (y)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    for index, control in enumerate(result.control_tasks):
+        points = [(f.rank, f.heldout.difference, f.controls[index]) for f in result.finalists]
+        accuracy = points[0][2].metric == "accuracy"
+        ys = [100 * c.difference if accuracy else -c.difference for _, _, c in points]
+        xs = [100 * x for _, x, _ in points]
+        label = f"{control.name} ({'accuracy, points' if accuracy else '-mean NLL'})"
+        ax.scatter(xs, ys, label=label, marker="os^Dv"[index % 5])
+        for (rank, _, _), x, y in zip(points, xs, ys):
+            ax.annotate(str(rank), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    ax.axhline(0, color="grey", lw=0.6)
+    ax.axvline(0, color="grey", lw=0.6)
+    ax.set_xlabel(f"held-out change on {result.task.name} (accuracy points)")
+    ax.set_ylabel("change on the control (higher is better)")
+    ax.set_title("finalists: the gain and what it costs elsewhere (labels: rank)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def write_outputs(result: FindResult, folder: Path) -> None:
-    """result.json, report.md and screen.png, written to a staging folder and moved into ``folder``."""
+    """result.json, report.md, screen.png (and tradeoff.png with controls), written to a staging folder and
+    moved into ``folder``."""
     from headprune.io import atomic_folder
     from headprune.search.result import RESULT_NAME
 
@@ -146,3 +177,5 @@ def write_outputs(result: FindResult, folder: Path) -> None:
         result.save(staging / RESULT_NAME)
         (staging / "report.md").write_text(render_markdown(result), encoding="utf-8")
         save_heatmap(result, staging / "screen.png")
+        if result.control_tasks:
+            save_tradeoff(result, staging / "tradeoff.png")

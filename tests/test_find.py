@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -141,7 +142,7 @@ def test_cli_find_writes_outputs_and_exits_0_when_confirmed(handmade_files, tmp_
     out = tmp_path / "run"
     result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--discovery", "300",
                    "--heldout", "300", "--control", str(handmade_files / "reversed.jsonl"), "--batch-size", "64",
-                   "--out", str(out))
+                   "--control", str(handmade_files / "cue.jsonl"), "--control-limit", "100", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert "CONFIRMED improvement" in result.stdout.splitlines()[-1]
     saved = json.loads((out / "result.json").read_text())
@@ -149,6 +150,9 @@ def test_cli_find_writes_outputs_and_exits_0_when_confirmed(handmade_files, tmp_
     assert saved["finalists"][0]["heldout"]["confirmed"] is True
     assert saved["model"]["weight_hash"].startswith("sha256:") and saved["task"]["hash"].startswith("sha256:")
     assert (out / "screen.png").stat().st_size > 1000
+    assert [Path(c["name"]).stem for c in saved["control_tasks"]] == ["reversed", "cue"]
+    assert all(len(f["controls"]) == 2 for f in saved["finalists"])  # every finalist on every control
+    assert (out / "tradeoff.png").stat().st_size > 1000 and "tradeoff.png" in (out / "report.md").read_text()
     assert "L0.H0" in (out / "report.md").read_text()
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
 

@@ -44,7 +44,8 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.option("--extend", type=int, default=0, show_default=True,
               help="Greedy steps beyond K, each adding one head while the discovery gain grows.")
 @click.option("--finalists", type=int, default=10, show_default=True, help="F: best sets scored on held-out.")
-@click.option("--control", default=None, metavar="TASK", help="Second task measured for the finalists (the trade).")
+@click.option("--control", multiple=True, metavar="TASK",
+              help="A second task measured for the finalists (the trade); repeat for several.")
 @click.option("--control-limit", type=click.IntRange(min=1), default=500, show_default=True,
               help="Control examples used.")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the verdict.")
@@ -69,7 +70,7 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.pass_context
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
                  heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
-                 control: str | None, control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
+                 control: tuple[str, ...], control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
                  batch_size: int | str, out: Path | None, resume: bool, device: str, device_map: str | None,
                  max_memory: str | None, dtype: str, trust_remote_code: bool, allow_code_execution: bool,
                  as_json: bool) -> None:
@@ -88,14 +89,14 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
 
     out = out or Path("runs") / f"{_slug(model)}-{_slug(task_spec)}"
     with permit_code_execution(allow_code_execution):
-        _refuse_code_tasks(task_spec, heldout_task, control)  # before any output or model exists
+        _refuse_code_tasks(task_spec, heldout_task, *control)  # before any output or model exists
     check_writable_folder(out)
     team = distributed.join(device)  # one process unless torchrun / accelerate launch started several
     try:
         with permit_code_execution(allow_code_execution):
             result = find(model, task_spec, heldout_task=heldout_task, discovery=discovery, heldout=heldout,
                           seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
-                          finalists=finalists, control=control, control_limit=control_limit, alpha=alpha,
+                          finalists=finalists, control=control or None, control_limit=control_limit, alpha=alpha,
                           rank_by=rank_by, screen=screen, candidates=candidates, batch_size=batch_size, out=out,
                           resume=resume, device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
                           trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team)
