@@ -89,14 +89,19 @@ def atomic_folder(target: Path, *, replace: bool = False) -> Iterator[Path]:
 
 
 def check_writable_folder(folder: Path) -> None:
-    """Fail early, with a clear message, when ``folder`` cannot be created or written (tried for real)."""
+    """Fail early, with a clear message, when ``folder`` cannot be created or written (tried for real, in the
+    nearest folder that exists: nothing is created here, so bad input found later leaves nothing behind)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ResultFileError(f"{folder} exists and is not a folder")
+    existing = folder.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ResultFileError(f"cannot create {folder}: {existing} is not a folder")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=".write-probe-", dir=folder)
+        handle, probe = tempfile.mkstemp(prefix=".write-probe-", dir=existing)
         os.close(handle)
         os.unlink(probe)
     except OSError as error:
-        raise ResultFileError(f"cannot write to {folder}: {error.strerror or error}") from error
+        raise ResultFileError(f"cannot write to {existing}: {error.strerror or error}") from error

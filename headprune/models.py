@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from headprune.adapters import Adapter, adapter_for, supported_model_types
@@ -196,6 +197,8 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except OSError as error:
         raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
+    except (SafetensorError, ValueError) as error:  # a corrupt or truncated weight file, shapes that disagree
+        raise UnsupportedModelError(f"{spec}: cannot load the weights ({str(error).splitlines()[0][:200]})") from error
     if device_map is None:
         model.to(target)
     else:
