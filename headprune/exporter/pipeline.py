@@ -89,6 +89,20 @@ def count_parameters(model: nn.Module) -> int:
     return total
 
 
+def eos_ids(lm: LoadedModel) -> tuple[int, ...]:
+    """The token ids that end generation (the generation config's, else the tokenizer's)."""
+    config = getattr(lm.model, "generation_config", None) or lm.model.config
+    eos = getattr(config, "eos_token_id", None)
+    if eos is None:
+        eos = lm.tokenizer.eos_token_id
+    return tuple(eos) if isinstance(eos, (list, tuple)) else (() if eos is None else (int(eos),))
+
+
+def _pad_id(lm: LoadedModel) -> int:
+    tokenizer = lm.tokenizer
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos_ids(lm) or (0,))[0]
+
+
 def _weight_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".onnx"))
 
@@ -184,7 +198,8 @@ def export(
     from headprune.evaluation import Evaluator
     from headprune.exporter.card import render_card
     from headprune.exporter.loading import load
-    from headprune.exporter.onnx_export import ONNX_NAME, OnnxModel, export_onnx, onnx_output
+    from headprune.exporter.onnx_export import (ONNX_NAME, OnnxModel, export_decoder, export_onnx, generates,
+                                                onnx_output)
     from headprune.exporter.slicing import densify, slice_model
     from headprune.exporter.verify import (MAX_TOLERANCE, MIN_TIE, check_logits, check_task, check_tensors,
                                            default_tolerance)
@@ -218,6 +233,12 @@ def export(
     if ablation == "mean":  # the same reference inputs as find used: its discovery set, when known
         reference = splits[0] if splits else task
         means = Evaluator(lm, reference, batch_size=batch_size).head_means()
+    if (format == "onnx" and layout == "sliced" and generates(lm.model.config.model_type, lm.head)
+            and len({len(p.kv_heads) for p in plans}) > 1):
+        log.warning("export: ONNX Runtime GenAI needs one key/value head count in every layer, and this sliced "
+                    "layout would keep %s; exporting the dense layout instead (same shapes, heads silenced)",
+                    [len(p.kv_heads) for p in plans])
+        layout = "dense"
     artifact = slice_model(lm, plans, removed, means=means) if layout == "sliced" else densify(lm, removed,
                                                                                                means=means)
     artifact.eval()
@@ -231,7 +252,10 @@ def export(
     with atomic_folder(Path(out), replace=True) as staging:
         lm.tokenizer.save_pretrained(staging)
         if format == "onnx":
-            export_onnx(artifact, staging / ONNX_NAME, output=output, positions=not lm.is_encoder)
+            if generates(lm.model.config.model_type, lm.head):  # a decoder with a cache, for ONNX Runtime GenAI
+                export_decoder(artifact, staging, eos=eos_ids(lm), pad=_pad_id(lm), bos=lm.tokenizer.bos_token_id)
+            else:
+                export_onnx(artifact, staging / ONNX_NAME, output=output, positions=not lm.is_encoder)
             artifact.config.save_pretrained(staging)
             runner = OnnxModel(staging / ONNX_NAME, output=output, positions=not lm.is_encoder)
             exported = LoadedModel(str(staging), staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
