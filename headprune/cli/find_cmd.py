@@ -1,4 +1,5 @@
-"""``headprune find``: screen, joint search and the held-out verdict. Exit 0 confirmed, 1 not, 2 bad input."""
+"""``headprune find``: screen, joint search and the held-out verdict. Exit 0 confirmed (compress: accepted as
+non-inferior), 1 not, 2 bad input."""
 
 from __future__ import annotations
 
@@ -41,6 +42,17 @@ def _slug(text: str) -> str:
               "halving on growing shares of discovery, then the best --candidates exactly.")
 @click.option("--candidates", type=click.IntRange(min=1), default=30, show_default=True,
               help="With --screen attribution|halving: heads scored exactly on all of discovery.")
+@click.option("--objective", type=click.Choice(["improve", "compress"]), default="improve", show_default=True,
+              help="improve: a few heads whose removal helps; compress: the largest head set whose removal keeps "
+                   "discovery accuracy within --max-drop, tested for non-inferiority on held-out data.")
+@click.option("--max-drop", type=float, default=None, metavar="POINTS",
+              help="With --objective compress: accuracy points the task may lose [default: 0.5].")
+@click.option("--prefer", type=click.Choice(["heads", "groups"]), default=None,
+              help="With --objective compress: grow by single heads, or by whole key/value groups (what a sliced "
+                   "export of a grouped-query model can drop) [default: heads].")
+@click.option("--patience", type=int, default=None,
+              help="With --objective compress: stop after this many heads (groups) in a row break the budget "
+                   "[default: 3].")
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: runs/MODEL-TASK].")
@@ -53,10 +65,11 @@ def _slug(text: str) -> str:
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
                  heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
                  control: str | None, control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
-                 batch_size: int,
+                 objective: str, max_drop: float | None, prefer: str | None, patience: int | None, batch_size: int,
                  out: Path | None, resume: bool, device: str, dtype: str, trust_remote_code: bool,
                  as_json: bool) -> None:
-    """Find a small head set whose removal improves TASK on MODEL, and test it on held-out data."""
+    """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, the largest
+    one whose removal TASK does not notice), and test it on held-out data."""
     from headprune.cli import exits
     from headprune.io import check_writable_folder
     from headprune.records import to_json
@@ -69,7 +82,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
         result = find(model, task_spec, heldout_task=heldout_task, discovery=discovery, heldout=heldout, seed=seed,
                       ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend, finalists=finalists,
                       control=control, control_limit=control_limit, alpha=alpha, rank_by=rank_by,
-                      screen=screen, candidates=candidates, batch_size=batch_size, out=out, resume=resume,
+                      screen=screen, candidates=candidates, objective=objective, max_drop=max_drop,
+                      prefer=prefer, patience=patience, batch_size=batch_size, out=out, resume=resume,
                       device=device, dtype=dtype, trust_remote_code=trust_remote_code,
                       progress=sys.stderr.isatty())
     except KeyboardInterrupt:
@@ -77,9 +91,14 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
         raise
     write_outputs(result, out)
     if as_json:
-        click.echo(json.dumps({"confirmed": result.confirmed, "primary": list(result.finalists[0].heads),
-                               "verdict": to_json(result.verdict), "out": str(out)}))
+        summary = {"confirmed": result.confirmed, "primary": list(result.finalists[0].heads),
+                   "verdict": to_json(result.verdict), "out": str(out)}
+        if result.compression is not None:
+            summary.update(accepted=result.accepted, compression={k: to_json(getattr(result.compression, k)) for k in (
+                "max_drop", "prefer", "heads", "verdict", "savings")})
+        click.echo(json.dumps(summary))
     else:
-        click.echo(f"wrote {out}/result.json, report.md, screen.png", err=True)
+        plot = ", tradeoff.png" if result.compression is not None else ""
+        click.echo(f"wrote {out}/result.json, report.md, screen.png{plot}", err=True)
         click.echo(verdict_line(result))
-    ctx.exit(exits.for_verdict(result.confirmed))
+    ctx.exit(exits.for_verdict(result.accepted))
