@@ -24,7 +24,7 @@ import torch
 from headprune.evaluation import Evaluator
 from headprune.exporter import export
 from headprune.exporter.loading import load
-from headprune.exporter.onnx_export import ONNX_NAME, OnnxModel
+from headprune.exporter.onnx_export import ONNX_NAME, OnnxModel, onnx_output
 from headprune.exporter.pipeline import resolve_heads
 from headprune.models import load_model
 from headprune.tasks import load_task
@@ -114,7 +114,8 @@ def main() -> None:
              decode_s, base_decode)
         if not args.no_onnx:
             export(lm, removed, format="onnx", verify_task=task, out=Path(folder) / "onnx")
-            session = OnnxModel(Path(folder) / "onnx" / ONNX_NAME, encoder=lm.is_encoder)
+            session = OnnxModel(Path(folder) / "onnx" / ONNX_NAME, output=onnx_output(lm.head),
+                                positions=not lm.is_encoder)
             seconds = _median_seconds(lambda: session(input_ids=ids, attention_mask=mask, **extra), args.repeats)
             line("sliced (onnxruntime)", seconds, base)
 
