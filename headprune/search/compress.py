@@ -245,7 +245,8 @@ def run(search: _Search, screened: list[tuple[Head, Paired, float | None]], pres
     max_drop, patience = settings.max_drop, settings.patience
     units = units_of(head_queue(screened, prescreen, lm.grid, search._rank), lm.grid, settings.prefer)
     log.info("compress: growing from %d %s, least harmful first, within %.3g points of the intact discovery "
-             "accuracy (%.1f%%)", len(units), settings.prefer, max_drop, 100 * search.base["discovery"].accuracy)
+             "accuracy (%.1f%%); each round evaluates up to 3 sets", len(units), settings.prefer, max_drop,
+             100 * search.base["discovery"].accuracy)
     grown = grow(units, lm.grid, search._paired, max_drop=max_drop, patience=patience)
     chosen = tuple(sorted(h for unit in grown.chosen for h in unit))
     evaluated = {(head,): paired for head, paired, _ in screened}
