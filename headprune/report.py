@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from headprune.heads import Head
-from headprune.search.result import ControlEffect, FindResult
-from headprune.search.stats import Verdict
+from headprune.search.result import Compression, ControlEffect, FindResult
+from headprune.search.stats import NonInferiority, Verdict
 
 
 def verdict_sentence(v: Verdict) -> str:
@@ -30,6 +30,8 @@ def control_text(c: ControlEffect) -> str:
 
 def verdict_line(result: FindResult) -> str:
     """The terminal's last line: the primary set and its held-out verdict."""
+    if result.compression is not None:
+        return compression_line(result.compression)
     return f"primary set {','.join(result.finalists[0].heads)}: {verdict_sentence(result.verdict)}"
 
 
@@ -50,6 +52,8 @@ def _pct(value: float | None) -> str:
 
 def render_markdown(result: FindResult) -> str:
     """A short report: what was found, the verdict, the finalists table and the settings."""
+    if result.compression is not None:
+        return render_compression(result)
     v, primary, base = result.verdict, result.finalists[0], result.baseline
     model = result.model
     lines = [
@@ -96,7 +100,7 @@ def render_markdown(result: FindResult) -> str:
         lines += ["", f"Control task `{control.name}` (n={control.n}): how the same sets move a second capability. "
                   "Removing heads that help one task often hurts another."]
     if controls:
-        lines += ["", "![trade-off: held-out gain against each control's change](tradeoff.png)"]
+        lines += ["", "![trade-off: held-out gain against each control's change](controls.png)"]
     settings = "\n".join(f"{k}: {val}" for k, val in vars(result.settings).items())
     lines += ["", "## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
               "![single-head screen](screen.png)", ""]
@@ -139,7 +143,7 @@ def save_heatmap(result: FindResult, path: Path) -> None:
     plt.close(fig)
 
 
-def save_tradeoff(result: FindResult, path: Path) -> None:
+def save_control_tradeoff(result: FindResult, path: Path) -> None:
     """Each finalist's held-out change on the task (x) against its change on every control task (y)."""
     import matplotlib
 
@@ -168,8 +172,8 @@ def save_tradeoff(result: FindResult, path: Path) -> None:
 
 
 def write_outputs(result: FindResult, folder: Path) -> None:
-    """result.json, report.md, screen.png (and tradeoff.png with controls), written to a staging folder and
-    moved into ``folder``."""
+    """result.json, report.md, screen.png (controls.png with controls; tradeoff.png for compress), written to
+    a staging folder and moved into ``folder``."""
     from headprune.io import atomic_folder
     from headprune.search.result import RESULT_NAME
 
@@ -177,5 +181,120 @@ def write_outputs(result: FindResult, folder: Path) -> None:
         result.save(staging / RESULT_NAME)
         (staging / "report.md").write_text(render_markdown(result), encoding="utf-8")
         save_heatmap(result, staging / "screen.png")
-        if result.control_tasks:
+        if result.control_tasks and result.compression is None:
+            save_control_tradeoff(result, staging / "controls.png")
+        if result.compression is not None:
             save_tradeoff(result, staging / "tradeoff.png")
+
+
+# ------------------------------------------------------------------ find --objective compress
+
+
+def non_inferiority_sentence(v: NonInferiority) -> str:
+    """``NON-INFERIOR within 0.5 points: held-out accuracy 80.0% -> 79.5% (-0.5%, 95% CI [...] > -0.5%...)``."""
+    margin = 100 * v.margin
+    if v.removed == 0:
+        outcome = "nothing to test (no head could go within the budget)"
+    else:
+        outcome = (f"NON-INFERIOR within {margin:.3g} points" if v.accepted
+                   else f"not shown non-inferior within {margin:.3g} points")
+    relation = ">" if v.ci95[0] > -v.margin else "<="
+    return (f"{outcome}: held-out accuracy {v.accuracy_before:.1%} -> {v.accuracy_after:.1%} ({v.difference:+.1%}, "
+            f"95% CI [{v.ci95[0]:+.1%}, {v.ci95[1]:+.1%}], lower end {relation} -{margin:.3g} points; n={v.n}, "
+            f"rescued {v.rescued}, damaged {v.damaged})")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def compression_line(c: Compression) -> str:
+    """The terminal's last line for a compress run: what goes, what it saves, and the verdict."""
+    s = c.savings
+    return (f"compress: {len(c.heads)} heads removed, {s.parameters_saved:,} parameters "
+            f"({s.parameters_saved / s.parameters_before:.1%}, {_size(s.bytes_saved)} in {s.dtype}) saved by the "
+            f"sliced export; {non_inferiority_sentence(c.verdict)}")
+
+
+def render_compression(result: FindResult) -> str:
+    """The report of a compress run: the set, its savings, the test stated exactly, controls and the curve."""
+    c, model, base = result.compression, result.model, result.baseline
+    assert c is not None
+    v, s = c.verdict, c.savings
+    within = [p for p in c.curve if p.within]
+    lines = [
+        f"# headprune find --objective compress: {model.name} on {result.task.name}", "",
+        f"- Model: `{model.name}` ({model.family}, {model.layers} layers x {model.heads} heads, "
+        f"{model.kv_heads} key/value heads per layer), weights `{model.weight_hash[:23]}...`",
+        f"- Task: `{result.task.name}` ({result.task.kind}), discovery n={result.split.discovery}, "
+        f"held-out n={result.split.heldout}, split seed {result.split.seed}",
+        f"- Intact model: discovery {_pct(base.discovery.accuracy)}, held-out {_pct(base.heldout.accuracy)}",
+        f"- Budget: discovery accuracy at most {c.max_drop:g} points below the intact model; grown by "
+        f"{c.prefer} from the screen's least harmful ({len(result.screen)} heads screened exactly"
+        + _prescreen_note(result) + f"), {c.queue} {c.prefer} in the queue; {len(c.curve)} sets evaluated, "
+        f"{len(c.rejected)} {c.prefer} rejected ({', '.join(c.rejected) or 'none'}).",
+        "", "## Result", "",
+        f"**{len(c.heads)} of {model.total_heads} heads removed** (set fixed on discovery: accuracy "
+        f"{c.discovery.accuracy_before:.1%} -> {c.discovery.accuracy_after:.1%}, rescued {c.discovery.rescued}, "
+        f"damaged {c.discovery.damaged}): `{','.join(c.heads) or '(none)'}`", "",
+        "| sliced export | original | compressed | saved |", "|---|---|---|---|",
+        f"| parameters | {s.parameters_before:,} | {s.parameters_after:,} | {s.parameters_saved:,} "
+        f"({s.parameters_saved / s.parameters_before:.2%}) |",
+        f"| weight bytes ({s.dtype}) | {s.bytes_before:,} | {s.bytes_after:,} | {s.bytes_saved:,} |",
+        f"| key/value heads | {s.kv_heads_before} | {s.kv_heads_after} | {s.kv_heads_before - s.kv_heads_after} |",
+        "", "## Held-out verdict (non-inferiority)", "",
+        non_inferiority_sentence(v) + ".", "",
+        f"The test: on the {v.n} held-out examples (never used to choose), the paired difference per example is "
+        "correct after removal minus correct before (-1, 0 or +1). Its mean has a percentile bootstrap 95% "
+        "confidence interval (10,000 resamples of examples, pairs kept together). The set is accepted as "
+        f"non-inferior when the interval's lower end is above -{c.max_drop:g} points, a one-sided test at the "
+        "2.5% level; otherwise no claim is made.", "",
+    ]
+    finalist = result.finalists[0]
+    if finalist.heldout.confirmed:
+        lines += [f"The removal also improves held-out accuracy significantly (exact McNemar p = "
+                  f"{finalist.heldout.p_value:.3g}).", ""]
+    else:
+        lines += ["No improvement is claimed (this objective does not look for one).", ""]
+    for task, effect in zip(result.control_tasks, finalist.controls):
+        lines += [f"Control `{task.name}` (n={effect.n}): {control_text(effect)} (95% CI), the cost of removing "
+                  "the same heads on a second task.", ""]
+    lines += ["## Trade-off explored on discovery", "",
+              f"{len(within)} of {len(c.curve)} evaluated sets stayed within the budget; the largest has "
+              f"{max((p.removed for p in within), default=0)} heads.", "",
+              "| heads removed | discovery accuracy | within budget | taken |", "|---|---|---|---|"]
+    lines += [f"| {p.removed} | {p.accuracy:.1%} | {'yes' if p.within else 'no'} | {'yes' if p.accepted else ''} |"
+              for p in c.curve]
+    settings = "\n".join(f"{k}: {val}" for k, val in vars(result.settings).items())
+    lines += ["", "![heads removed against discovery accuracy](tradeoff.png)", "",
+              "## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
+              "![single-head screen](screen.png)", ""]
+    return "\n".join(lines)
+
+
+def save_tradeoff(result: FindResult, path: Path) -> None:
+    """Heads removed against discovery accuracy for every set the compress search evaluated."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = result.compression
+    assert c is not None
+    intact = result.baseline.discovery.accuracy
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for within, colour, label in ((True, "tab:blue", "within budget"), (False, "tab:red", "over budget")):
+        points = [p for p in c.curve if p.within == within]
+        ax.scatter([p.removed for p in points], [100 * p.accuracy for p in points], color=colour, s=18, label=label)
+    path_points = sorted((p.removed, 100 * p.accuracy) for p in c.curve if p.accepted)
+    ax.plot([0] + [x for x, _ in path_points], [100 * intact] + [y for _, y in path_points], color="tab:blue",
+            lw=1, alpha=0.6, label="sets taken")
+    ax.axhline(100 * intact, color="grey", lw=0.8, ls=":", label="intact")
+    ax.axhline(100 * intact - c.max_drop, color="black", lw=0.8, ls="--", label=f"budget (-{c.max_drop:g} points)")
+    ax.set_xlabel("heads removed")
+    ax.set_ylabel("discovery accuracy (%)")
+    ax.set_title(f"{result.model.name} on {result.task.name}: compress by {c.prefer}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -152,7 +152,7 @@ def test_cli_find_writes_outputs_and_exits_0_when_confirmed(handmade_files, tmp_
     assert (out / "screen.png").stat().st_size > 1000
     assert [Path(c["name"]).stem for c in saved["control_tasks"]] == ["reversed", "cue"]
     assert all(len(f["controls"]) == 2 for f in saved["finalists"])  # every finalist on every control
-    assert (out / "tradeoff.png").stat().st_size > 1000 and "tradeoff.png" in (out / "report.md").read_text()
+    assert (out / "controls.png").stat().st_size > 1000 and "controls.png" in (out / "report.md").read_text()
     assert "L0.H0" in (out / "report.md").read_text()
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
 

@@ -81,7 +81,8 @@ def test_task_files_load_or_raise_a_headprune_error(tmp_path_factory, content) -
 @pytest.mark.slow  # each generated input runs the command line
 @FEW
 @given(content=task_file)
-def test_find_on_a_fuzzed_task_file_writes_nothing_when_refused(tmp_path_factory, tiny_dir, content) -> None:  # noqa: ANN001
+def test_find_on_a_fuzzed_task_file_writes_nothing_when_refused(tmp_path_factory, tiny_dir,  # noqa: ANN001
+                                                                content) -> None:
     folder = tmp_path_factory.mktemp("f")
     path = _write(folder / "task.jsonl", content)
     out = folder / "out"
@@ -164,7 +165,8 @@ result_file = st.one_of(
 @pytest.mark.slow  # each generated input runs the command line
 @FEW
 @given(content=result_file)
-def test_export_from_a_fuzzed_result_file_is_exit_2_and_writes_nothing(tmp_path_factory, tiny_dir, content) -> None:  # noqa: ANN001
+def test_export_from_a_fuzzed_result_file_is_exit_2_and_writes_nothing(tmp_path_factory, tiny_dir,  # noqa: ANN001
+                                                                       content) -> None:
     folder = tmp_path_factory.mktemp("r")
     path = _write(folder / "result.json", content)
     out = folder / "pruned"

@@ -1,6 +1,7 @@
 """Exit codes and error messages of the command line, in one place.
 
-    0    success (find: the primary set's gain is confirmed on held-out data)
+    0    success (find: the primary set's gain is confirmed on held-out data; with --objective compress:
+         the set is accepted as non-inferior on held-out data)
     1    a normal negative outcome: find confirmed no improvement; export failed its verification
     2    bad input (one line on stderr naming the problem)
     3    an internal error (a bug, or a self-check that failed; ``HEADPRUNE_DEBUG=1`` shows the traceback)
@@ -35,7 +36,7 @@ def for_error(error: HeadpruneError) -> int:
 
 
 def for_verdict(confirmed: bool) -> int:
-    """find's exit code: the verdict on the primary set."""
+    """find's exit code: the verdict on the primary set (``FindResult.accepted``)."""
     return OK if confirmed else NEGATIVE
 
 

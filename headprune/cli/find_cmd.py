@@ -1,4 +1,5 @@
-"""``headprune find``: screen, joint search and the held-out verdict. Exit 0 confirmed, 1 not, 2 bad input."""
+"""``headprune find``: screen, joint search and the held-out verdict. Exit 0 confirmed (compress: accepted as
+non-inferior), 1 not, 2 bad input."""
 
 from __future__ import annotations
 
@@ -56,6 +57,17 @@ def _refuse_code_tasks(*specs: str | None) -> None:
               "halving on growing shares of discovery, then the best --candidates exactly.")
 @click.option("--candidates", type=click.IntRange(min=1), default=30, show_default=True,
               help="With --screen attribution|halving: heads scored exactly on all of discovery.")
+@click.option("--objective", type=click.Choice(["improve", "compress"]), default="improve", show_default=True,
+              help="improve: a few heads whose removal helps; compress: the largest head set whose removal keeps "
+                   "discovery accuracy within --max-drop, tested for non-inferiority on held-out data.")
+@click.option("--max-drop", type=float, default=None, metavar="POINTS",
+              help="With --objective compress: accuracy points the task may lose [default: 0.5].")
+@click.option("--prefer", type=click.Choice(["heads", "groups"]), default=None,
+              help="With --objective compress: grow by single heads, or by whole key/value groups (what a sliced "
+                   "export of a grouped-query model can drop) [default: heads].")
+@click.option("--patience", type=int, default=None,
+              help="With --objective compress: stop after this many heads (groups) in a row break the budget "
+                   "[default: 3].")
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: runs/MODEL-TASK].")
@@ -71,10 +83,12 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
                  heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
                  control: tuple[str, ...], control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
+                 objective: str, max_drop: float | None, prefer: str | None, patience: int | None,
                  batch_size: int | str, out: Path | None, resume: bool, device: str, device_map: str | None,
                  max_memory: str | None, dtype: str, trust_remote_code: bool, allow_code_execution: bool,
                  as_json: bool) -> None:
-    """Find a small head set whose removal improves TASK on MODEL, and test it on held-out data.
+    """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, the largest
+    one whose removal TASK does not notice), and test it on held-out data.
 
     Code tasks run the model's generated code only with --allow-code-execution (untrusted code: use a
     container or VM).
@@ -97,7 +111,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
             result = find(model, task_spec, heldout_task=heldout_task, discovery=discovery, heldout=heldout,
                           seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
                           finalists=finalists, control=control or None, control_limit=control_limit, alpha=alpha,
-                          rank_by=rank_by, screen=screen, candidates=candidates, batch_size=batch_size, out=out,
+                          rank_by=rank_by, screen=screen, candidates=candidates, objective=objective,
+                          max_drop=max_drop, prefer=prefer, patience=patience, batch_size=batch_size, out=out,
                           resume=resume, device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
                           trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team)
     except KeyboardInterrupt:
@@ -110,11 +125,16 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
         ctx.exit(exits.OK)  # rank 0 reports; a launcher reads any other code as a crashed worker
     write_outputs(result, out)
     if as_json:
-        click.echo(json.dumps({"confirmed": result.confirmed, "primary": list(result.finalists[0].heads),
-                               "verdict": to_json(result.verdict), "out": str(out)}))
+        summary = {"confirmed": result.confirmed, "primary": list(result.finalists[0].heads),
+                   "verdict": to_json(result.verdict), "out": str(out)}
+        if result.compression is not None:
+            summary.update(accepted=result.accepted, compression={k: to_json(getattr(result.compression, k)) for k in (
+                "max_drop", "prefer", "heads", "verdict", "savings")})
+        click.echo(json.dumps(summary))
     else:
-        click.echo(f"wrote {out}/result.json, report.md, screen.png", err=True)
+        plot = ", tradeoff.png" if result.compression is not None else ", controls.png" if control else ""
+        click.echo(f"wrote {out}/result.json, report.md, screen.png{plot}", err=True)
         click.echo(verdict_line(result))
     # Under a launcher a non-zero code means a crashed worker (torchrun --max-restarts would restart it):
     # the verdict is in the output and result.json instead.
-    ctx.exit(exits.OK if team.parallel else exits.for_verdict(result.confirmed))
+    ctx.exit(exits.OK if team.parallel else exits.for_verdict(result.accepted))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from headprune.exporter.record import ExportRecord
+from headprune.exporter.record import ExportRecord, FindOrigin
 
 
 def model_index(record: ExportRecord) -> list | None:
@@ -74,7 +74,9 @@ def render_card(record: ExportRecord) -> str:
         lines.append(f"- Tensors of the original ({record.model_class}): {len(tensors.kept)} kept unchanged, "
                      f"{len(tensors.sliced)} sliced, {len(tensors.edited)} edited (heads silenced), "
                      f"{len(tensors.removed)} removed.")
-    if record.origin is not None:
+    if record.origin is not None and record.origin.non_inferiority is not None:
+        lines += _compression_lines(record.origin)
+    elif record.origin is not None:
         v = record.origin.verdict
         numbers = (f"accuracy {v.accuracy_before:.2%} -> {v.accuracy_after:.2%} (difference {v.difference:+.2%}, "
                    f"95% CI [{v.ci95[0]:+.2%}, {v.ci95[1]:+.2%}]")
@@ -92,6 +94,28 @@ def render_card(record: ExportRecord) -> str:
     changed = [f"L{p.layer}: {p.layout}" for p in record.layers if p.layout != "unchanged"]
     lines += ["", "Per-layer layouts: " + ", ".join(changed) if changed else "", ""]
     return "\n".join(lines)
+
+
+def _compression_lines(origin: FindOrigin) -> list[str]:
+    """What ``find --objective compress`` tested: non-inferiority within its margin, never an improvement
+    unless the superiority test confirmed one."""
+    ni, v = origin.non_inferiority, origin.verdict
+    assert ni is not None
+    margin = 100 * ni.margin
+    outcome = (f"**accepted as non-inferior**: the lower end of the 95% CI is above -{margin:g} points"
+               if ni.accepted else f"**not shown non-inferior**: the lower end of the 95% CI is not above "
+               f"-{margin:g} points, so this model may be worse than the original by more than that")
+    lines = ["", "## Held-out result from `headprune find --objective compress`", "",
+             f"The heads were chosen on discovery data as the largest set whose removal kept `{origin.task}` "
+             f"accuracy within {margin:g} points of the original. Tested on {ni.n} held-out examples the search "
+             f"never saw: accuracy {ni.accuracy_before:.2%} -> {ni.accuracy_after:.2%} (difference "
+             f"{ni.difference:+.2%}, paired bootstrap 95% CI [{ni.ci95[0]:+.2%}, {ni.ci95[1]:+.2%}]). "
+             f"Non-inferiority margin {margin:g} points: {outcome}."]
+    if v.confirmed:
+        lines.append(f"The held-out accuracy is also significantly higher (exact McNemar p = {v.p_value:.3g}).")
+    else:
+        lines.append("This is a smaller model that was tested for not being worse; no improvement is claimed.")
+    return lines
 
 
 def _how_to_load(record: ExportRecord) -> list[str]:

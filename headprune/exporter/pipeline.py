@@ -298,8 +298,9 @@ def export(
             bytes=Counts(_weight_bytes(lm.folder) if lm.folder.is_dir() and _weight_bytes(lm.folder) else
                          count_parameters(lm.model) * lm.model.dtype.itemsize, _weight_bytes(staging)),
             verification=Verification(logits, check, tensors),
-            origin=None if result is None else FindOrigin(result.task.name, set_rank,
-                                                          result.finalists[set_rank - 1].heldout),
+            origin=None if result is None else FindOrigin(
+                result.task.name, set_rank, result.finalists[set_rank - 1].heldout,
+                result.compression.verdict if result.compression is not None and set_rank == 1 else None),
             seconds=round(time.perf_counter() - started, 2))
         (staging / "README.md").write_text(render_card(record), encoding="utf-8")
         record = replace(record, files=file_hashes(staging))

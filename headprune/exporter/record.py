@@ -14,7 +14,7 @@ from headprune.errors import ResultFileError
 from headprune.exporter.plan import LayerPlan
 from headprune.io import sha256_file
 from headprune.records import from_json, to_json
-from headprune.search.stats import Verdict
+from headprune.search.stats import NonInferiority, Verdict
 
 RECORD_NAME = "headprune_export.json"
 SCHEMA_VERSION = 2
@@ -93,11 +93,13 @@ class Verification:
 
 @dataclass(frozen=True)
 class FindOrigin:
-    """The find result the heads came from: its task, the finalist's rank and held-out verdict."""
+    """The find result the heads came from: its task, the finalist's rank and held-out verdict (and, for a
+    ``find --objective compress`` result, its non-inferiority verdict)."""
 
     task: str
     rank: int
     verdict: Verdict
+    non_inferiority: NonInferiority | None = None
 
 
 @dataclass(frozen=True)

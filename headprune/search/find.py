@@ -61,7 +61,7 @@ def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | 
 
     if settings.screen not in SCREENS:
         refuse(f"screen must be one of {', '.join(SCREENS)}, not {settings.screen!r}", "screen")
-    if settings.candidates is not None and settings.candidates < settings.nominees:
+    if settings.candidates is not None and settings.candidates < settings.nominees and settings.objective == "improve":
         refuse(f"candidates ({settings.candidates}) is smaller than nominees ({settings.nominees})",
                "candidates", "nominees")
     if settings.rank_by not in RANK_KEYS:
@@ -76,6 +76,9 @@ def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | 
                "max_heads", "nominees")
     if resume and out is None:
         refuse("resume needs out (the folder of the interrupted run)", "resume", "out")
+    from headprune.search.compress import check_objective
+
+    check_objective(settings)
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,10 @@ def find(
     rank_by: str = "gain",
     screen: str = "exact",
     candidates: int = 30,
+    objective: str = "improve",
+    max_drop: float | None = None,
+    prefer: str | None = None,
+    patience: int | None = None,
     batch_size: int | str = "auto",
     out: Path | None = None,
     resume: bool = False,
@@ -151,6 +158,11 @@ def find(
         screen: ``exact`` (every head ablated alone), ``attribution`` (a one-pass first-order estimate for
             every head, then the best ``candidates`` heads scored exactly) or ``halving`` (successive halving
             on growing shares of discovery, then the ``candidates`` survivors scored exactly).
+        objective: ``improve`` (the protocol above) or ``compress``: the largest head set whose removal keeps
+            discovery accuracy within ``max_drop`` points of the intact model (default 0.5), grown from the
+            screen's least harmful ``prefer`` units (``heads``, the default, or whole key/value ``groups``)
+            until ``patience`` (default 3) units in a row break the budget; its held-out verdict is a
+            non-inferiority test (``headprune.search.compress``).
         out: folder for journal.jsonl (resume); ``None`` keeps everything in memory.
         resume: continue the journal in ``out``.
         device, dtype: where and in which precision the model runs (``auto``: a GPU in bfloat16 when there is
@@ -163,10 +175,13 @@ def find(
     Raises:
         SearchSettingsError, TaskError, ResultFileError, WorkerLostError, and the loading errors.
     """
+    from headprune.search.compress import compress_fields
+
     started = time.perf_counter()
     settings = FindSettings(seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
                             finalists=finalists, alpha=alpha, rank_by=rank_by, batch_size=batch_size, screen=screen,
-                            candidates=candidates if screen != "exact" else None, control_limit=control_limit)
+                            candidates=candidates if screen != "exact" else None, control_limit=control_limit,
+                            **compress_fields(objective, max_drop, prefer, patience))
     team = team or Team()
     if team.restarted and out is not None and (Path(out) / JOURNAL_NAME).is_file() and not resume:
         log.info("restarted by the launcher: resuming from %s", Path(out) / JOURNAL_NAME)
@@ -181,6 +196,10 @@ def find(
                     device_map=device_map, max_memory=max_memory) if isinstance(model, str) else model
     if team.parallel:
         log.info("data-parallel: %d processes share every stage's conditions", team.world)
+    if settings.objective == "compress":
+        from headprune.search.compress import check_layout
+
+        check_layout(lm.grid, settings.prefer)
     if settings.nominees > lm.grid.total:
         settings = FindSettings(**{**to_json(settings), "nominees": lm.grid.total,
                                    "max_heads": min(settings.max_heads, lm.grid.total)})
@@ -214,6 +233,13 @@ class _Search:
         mark = time.perf_counter()
         self.base = self.conditions.baselines()
         self._timed("baseline", mark)
+        if self.settings.objective == "compress":
+            from headprune.search import compress
+
+            screened, prescreen = self._screen()
+            evaluated, finalist_records, compression = compress.run(self, screened, prescreen)
+            return replace(self._record(inputs, screened, prescreen, [], evaluated, finalist_records),
+                           compression=compression)
         self._announce_cost()
         screened, prescreen = self._screen()
         evaluated, nominees = self._joint(screened)

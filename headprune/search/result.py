@@ -16,7 +16,7 @@ from headprune.evaluation.results import Summary
 from headprune.heads import Head, parse_heads
 from headprune.records import from_json, to_json
 from headprune.search.paired import Paired
-from headprune.search.stats import Verdict
+from headprune.search.stats import NonInferiority, Verdict
 
 SCHEMA_VERSION = 2
 RESULT_NAME = "result.json"
@@ -76,6 +76,10 @@ class FindSettings:
     screen: str = "exact"
     candidates: int | None = None  # pre-screens only
     control_limit: int = 500
+    objective: str = "improve"  # "improve" (the protocol) or "compress" (the largest set within max_drop)
+    max_drop: float | None = None  # compress: accuracy points discovery may lose
+    prefer: str | None = None  # compress: grow by single "heads" or whole key/value "groups"
+    patience: int | None = None  # compress: consecutive single-unit rejections that end the search
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,55 @@ class Prescreen:
 
 
 @dataclass(frozen=True)
+class CurvePoint:
+    """One set evaluated by the compress search: heads removed against discovery accuracy."""
+
+    removed: int
+    accuracy: float
+    within: bool  # within max_drop of the intact model (the search could accept it)
+    accepted: bool  # the search grew its set to this one
+
+
+@dataclass(frozen=True)
+class Savings:
+    """What the sliced export of a head set saves (counted on the sliced model itself)."""
+
+    parameters_before: int
+    parameters_after: int
+    bytes_before: int
+    bytes_after: int
+    dtype: str  # the precision the bytes are counted in
+    kv_heads_before: int
+    kv_heads_after: int  # key/value heads the sliced layers keep (duplicated ones counted)
+
+    _derived = ("parameters_saved", "bytes_saved")
+
+    @property
+    def parameters_saved(self) -> int:
+        return self.parameters_before - self.parameters_after
+
+    @property
+    def bytes_saved(self) -> int:
+        return self.bytes_before - self.bytes_after
+
+
+@dataclass(frozen=True)
+class Compression:
+    """``find --objective compress``: the largest set found within ``max_drop`` on discovery, its savings,
+    the held-out non-inferiority verdict and the trade-off curve the search explored."""
+
+    max_drop: float  # accuracy points
+    prefer: str  # "heads" or "groups"
+    heads: tuple[str, ...]
+    discovery: Paired
+    verdict: NonInferiority
+    savings: Savings
+    curve: tuple[CurvePoint, ...]
+    rejected: tuple[str, ...]  # units that broke the budget when added (each a head or a group's heads joined by +)
+    queue: int  # units the search could grow from
+
+
+@dataclass(frozen=True)
 class FindResult:
     """The record of one find run."""
 
@@ -168,6 +221,7 @@ class FindResult:
     sets: tuple[SetRecord, ...]
     finalists: tuple[Finalist, ...]
     prescreen: Prescreen | None = None
+    compression: Compression | None = None  # objective compress only
     timings: dict[str, float] = field(default_factory=dict, compare=False)
     schema_version: int = SCHEMA_VERSION
 
@@ -184,6 +238,11 @@ class FindResult:
     @property
     def confirmed(self) -> bool:
         return self.verdict.confirmed
+
+    @property
+    def accepted(self) -> bool:
+        """What the exit code reports: a confirmed improvement, or for compress a non-inferior set."""
+        return self.compression.verdict.accepted if self.compression is not None else self.confirmed
 
     def to_dict(self) -> dict:
         return to_json(self)

@@ -102,3 +102,44 @@ def verdict(before: np.ndarray, after: np.ndarray, *, alpha: float, seed: int) -
     ci95 = paired_bootstrap_ci(before, after, seed=seed)
     return Verdict(len(before), float(before.mean()), float(after.mean()), rescued, damaged, ci95,
                    mcnemar_exact(rescued, damaged), alpha)
+
+
+@dataclass(frozen=True)
+class NonInferiority:
+    """The held-out test of a compression: is accuracy after removal not worse than before by more than
+    ``margin``?
+
+    The test: the percentile bootstrap 95% CI (``BOOTSTRAP_RESAMPLES`` resamples of the held-out examples,
+    pairs kept together) of ``mean(correct_after - correct_before)``; the set is ``accepted`` when the lower
+    end of that interval lies above ``-margin`` (a one-sided test at 2.5%). ``margin`` is a fraction
+    (0.005 = 0.5 accuracy points). An empty set removes nothing and is never accepted.
+    """
+
+    n: int
+    accuracy_before: float
+    accuracy_after: float
+    rescued: int
+    damaged: int
+    ci95: tuple[float, float]
+    margin: float
+    removed: int  # heads in the set tested
+
+    _derived = ("difference", "accepted")
+
+    @property
+    def difference(self) -> float:
+        return self.accuracy_after - self.accuracy_before
+
+    @property
+    def accepted(self) -> bool:
+        return self.removed > 0 and self.ci95[0] > -self.margin
+
+
+def non_inferiority(before: np.ndarray, after: np.ndarray, *, margin: float, removed: int,
+                    seed: int) -> NonInferiority:
+    """Non-inferiority verdict from per-example correctness before and after (bool arrays)."""
+    before, after = np.asarray(before, dtype=bool), np.asarray(after, dtype=bool)
+    rescued, damaged = int((~before & after).sum()), int((before & ~after).sum())
+    ci95 = paired_bootstrap_ci(before, after, seed=seed)
+    return NonInferiority(len(before), float(before.mean()), float(after.mean()), rescued, damaged, ci95, margin,
+                          removed)

@@ -1,0 +1,203 @@
+"""find --objective compress: the search's invariants on real numbers, the non-inferiority verdict, the command
+line and the export card."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from helpers import build_tiny, random_choice_task
+from helpers.handmade import HARM, build_model, cue_task, reversed_task
+from headprune.cli.main import cli
+from headprune.errors import SearchSettingsError
+from headprune.heads import Head
+from headprune.models import wrap_model
+from headprune.search.compress import grow, within_budget
+from headprune.search.find import find
+from headprune.search.paired import compare
+from headprune.search.stats import non_inferiority, paired_bootstrap_ci
+from headprune.tasks import write_jsonl_task
+
+H0, H1, H2, H3 = (Head(0, h) for h in range(4))
+
+
+@pytest.fixture(scope="module")
+def helpful_h2():  # noqa: ANN201
+    """The hand-made model (H0 harmful to the cue task, H1 and H3 silent) with H2 made helpful: it writes the
+    cue back with the right sign, so removing it alone damages examples the intact model gets right."""
+    lm = build_model()
+    attention = lm.model.model.layers[0].self_attn
+    with torch.no_grad():
+        attention.v_proj.weight[8, 0] = 1.0  # head 2 (rows 8..11), value dim 0 <- normalised cue
+        attention.o_proj.weight[0, 8] = 2 * HARM  # written back, outweighing H0
+    return wrap_model(lm.model, lm.tokenizer, name="handmade-helpful-h2")
+
+
+def _evaluator(lm, task):  # noqa: ANN001, ANN202
+    """A real discovery evaluation of batches of head sets, paired against the intact model."""
+    from headprune.evaluation import Evaluator
+
+    evaluator = Evaluator(lm, task, batch_size=128)
+    base = evaluator.run()
+    calls = []
+
+    def evaluate(head_sets, label):  # noqa: ANN001, ANN202
+        calls.append(list(head_sets))
+        return {heads: compare(base, evaluator.run(heads)) for heads in head_sets}
+
+    return evaluate, calls
+
+
+def test_grow_rejects_the_harmful_head_and_stops_one_set_short(helpful_h2) -> None:
+    task = cue_task().subset(list(range(300)))
+    evaluate, calls = _evaluator(helpful_h2, task)
+    alone = evaluate([(H2,)], "check")[(H2,)]
+    assert alone.damaged - alone.rescued > 0.005 * alone.n  # removing H2 really costs more than 0.5 points
+
+    # Patience 1, H2 first in the queue: the only evaluated sets are {H2} and {H2, H1}, both over budget.
+    stopped = grow([(H2,), (H1,), (H3,), (H0,)], helpful_h2.grid, evaluate, max_drop=0.5, patience=1)
+    assert stopped.chosen == [] and stopped.rejected == [(H2,)]
+    assert not within_budget(stopped.evaluated[(H2,)], 0.5)  # a set one head larger, evaluated and rejected
+
+    # Patience 3: H2 is rejected, then the rest goes in galloping steps until no layer can lose another head.
+    calls.clear()
+    grown = grow([(H2,), (H1,), (H3,), (H0,)], helpful_h2.grid, evaluate, max_drop=0.5, patience=3)
+    chosen = tuple(sorted(h for unit in grown.chosen for h in unit))
+    assert chosen == (H0, H1, H3) and grown.rejected == [(H2,)]
+    assert within_budget(grown.evaluated[chosen], 0.5)
+    assert H2 not in chosen  # the queue is empty: H2 was rejected, and the layer keeps its last head anyway
+    assert all(len(batch) >= 1 for batch in calls) and max(len(batch) for batch in calls) >= 2  # batched
+    # Every evaluated set is on the curve, and the taken ones are exactly the sets the search grew through.
+    assert len(grown.curve) == sum(len(batch) for batch in calls)
+    assert [p.removed for p in grown.curve if p.accepted] == [2, 3]
+
+
+def test_find_compress_keeps_discovery_within_the_budget_and_accepts_on_heldout(helpful_h2, tmp_path) -> None:
+    result = find(helpful_h2, cue_task(), discovery=300, heldout=300, objective="compress", max_drop=0.5,
+                  control=reversed_task(), batch_size=128)
+    c = result.compression
+    assert result.settings.objective == "compress" and result.settings.patience == 3
+    # The screen orders H0 (helps when removed) first, H2 (hurts) last; H2 would be the 4th head of a 4-head
+    # layer, so the search ends with an empty queue after taking the three others.
+    assert c.heads == ("L0.H0", "L0.H1", "L0.H3")
+    assert c.discovery.damaged - c.discovery.rescued <= 0.005 * c.discovery.n
+    assert [p.removed for p in c.curve] == [1, 2, 3] and all(p.within for p in c.curve)
+    v = c.verdict
+    assert v.accepted and v.removed == 3 and v.margin == 0.005 and v.ci95[0] > -0.005
+    assert result.accepted and not result.verdict.confirmed  # with H2 helping, the intact model is at 99%
+    (cost,) = result.finalists[0].controls
+    assert cost.task == "reversed-cue" and cost.difference < 0  # the control pays for H0's removal
+    s = c.savings
+    assert s.parameters_saved == 3 * 4 * 16 * 4  # q, k, v rows and o columns of 3 heads (head_dim 4, hidden 16)
+    assert s.bytes_saved == 4 * s.parameters_saved and s.kv_heads_after == s.kv_heads_before - 3
+
+    from headprune.exporter import export
+
+    record = export(helpful_h2, result, verify_task=cue_task().subset(list(range(40))), out=tmp_path / "x")
+    assert record.parameters.after == s.parameters_after  # the savings are those of the real sliced export
+    card = (tmp_path / "x" / "README.md").read_text()
+    assert "find --objective compress" in card and "Non-inferiority margin 0.5 points" in card
+    assert "**accepted as non-inferior**" in card and "no improvement is claimed" in card
+
+
+def test_export_card_of_a_compression_that_improves_nothing_claims_nothing(tmp_path) -> None:
+    lm = build_model()  # H1..H3 silent: removing them changes nothing
+    result = find(lm, reversed_task(), discovery=200, heldout=200, objective="compress", max_drop=1.0,
+                  batch_size=128)
+    assert result.compression.heads == ("L0.H1", "L0.H2", "L0.H3")
+    assert result.compression.verdict.accepted and not result.confirmed
+    from headprune.exporter import export
+
+    export(lm, result, verify_task=reversed_task().subset(list(range(40))), out=tmp_path / "x")
+    card = (tmp_path / "x" / "README.md").read_text()
+    assert "Non-inferiority margin 1 points: **accepted as non-inferior**" in card
+    assert "no improvement is claimed" in card and "improved" not in card and "confirmed" not in card
+
+
+def test_non_inferiority_verdict_from_known_paired_vectors() -> None:
+    before = np.ones(400, dtype=bool)
+    after = before.copy()
+    after[:4] = False  # 4 of 400 damaged: -1 point
+    low, high = paired_bootstrap_ci(before, after, seed=0)
+    assert -0.025 < low < -0.01 < high <= 0
+    wide = non_inferiority(before, after, margin=0.03, removed=5, seed=0)
+    assert wide.accepted and wide.ci95 == (low, high) and wide.difference == pytest.approx(-0.01)
+    assert (wide.rescued, wide.damaged, wide.n) == (0, 4, 400)
+    narrow = non_inferiority(before, after, margin=0.005, removed=5, seed=0)
+    assert not narrow.accepted
+    assert narrow.ci95[0] <= -0.005
+    # Nothing removed: nothing to accept, even though the interval is [0, 0].
+    assert not non_inferiority(before, before, margin=0.03, removed=0, seed=0).accepted
+
+
+def test_prefer_groups_removes_whole_key_value_groups(tokenizer) -> None:
+    lm = build_tiny("llama", tokenizer, seed=3)  # 2 layers x 4 heads, 2 key/value groups of 2
+    result = find(lm, random_choice_task(160), discovery=60, heldout=60, objective="compress", max_drop=2.0,
+                  prefer="groups", batch_size=64)
+    c = result.compression
+    heads = [Head.parse(h) for h in c.heads]
+    groups = {(h.layer, h.head // 2) for h in heads}
+    assert len(heads) == 2 * len(groups) > 0  # only whole groups
+    assert {layer for layer, _ in groups} <= {0, 1} and len(groups) <= 2  # every layer keeps a group
+    assert c.savings.kv_heads_after == c.savings.kv_heads_before - len(groups)
+    assert within_budget(c.discovery, 2.0)
+    with pytest.raises(SearchSettingsError, match="grouped-query"):
+        find(build_model(), cue_task(), discovery=50, heldout=50, objective="compress", prefer="groups")
+
+
+# ------------------------------------------------------------------ the command line
+
+
+@pytest.fixture(scope="module")
+def handmade_files(tmp_path_factory):  # noqa: ANN001, ANN201
+    folder = tmp_path_factory.mktemp("handmade")
+    lm = build_model()
+    lm.model.save_pretrained(folder / "model")
+    lm.tokenizer.save_pretrained(folder / "model")
+    write_jsonl_task(cue_task(), folder / "cue.jsonl")
+    write_jsonl_task(reversed_task(), folder / "reversed.jsonl")
+    return folder
+
+
+def _find(*args: str):  # noqa: ANN202
+    return CliRunner().invoke(cli, ["find", *args], catch_exceptions=False)
+
+
+def test_cli_compress_exit_codes_and_outputs(handmade_files, tmp_path) -> None:
+    common = [str(handmade_files / "model"), "--task", str(handmade_files / "reversed.jsonl"), "--discovery",
+              "200", "--heldout", "200", "--batch-size", "128", "--objective", "compress"]
+    out = tmp_path / "ok"
+    result = _find(*common, "--max-drop", "1", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith("compress: 3 heads removed") and "NON-INFERIOR within 1 points" in last
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["compression"]["verdict"]["accepted"] is True and saved["settings"]["max_drop"] == 1.0
+    assert (out / "tradeoff.png").stat().st_size > 1000
+    report = (out / "report.md").read_text()
+    assert "lower end is above -1 points" in report and "![heads removed against discovery accuracy]" in report
+    # A margin of 0: the lower end of the interval must be above 0, which removing silent heads cannot give.
+    result = _find(*common, "--max-drop", "0", "--out", str(tmp_path / "zero"), "--json")
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout)
+    assert summary["accepted"] is False and summary["compression"]["heads"] == ["L0.H1", "L0.H2", "L0.H3"]
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--objective", "compress", "--max-drop", "-1"], "--max-drop must be a number of accuracy points >= 0"),
+    (["--objective", "compress", "--max-drop", "nan"], "--max-drop must be"),
+    (["--objective", "compress", "--prefer", "groups"], "--prefer groups needs grouped-query attention"),
+    (["--objective", "compress", "--patience", "0"], "--patience must be at least 1"),
+    (["--max-drop", "2"], "--max-drop: only with --objective compress"),
+    (["--objective", "shrink"], "Invalid value for '--objective'"),
+])
+def test_cli_compress_bad_input(handmade_files, tmp_path, args, fragment) -> None:
+    result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--discovery", "50",
+                   "--heldout", "50", *args, "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2, result.output
+    assert fragment in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "o" / "result.json").exists()
