@@ -98,7 +98,7 @@ def check_writable_folder(folder: Path) -> None:
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise ResultFileError(f"cannot create {folder}: {existing} is not a folder")
+        raise ResultFileError(f"cannot write to {folder}: {existing} is not a folder")
     try:
         handle, probe = tempfile.mkstemp(prefix=".write-probe-", dir=existing)
         os.close(handle)
