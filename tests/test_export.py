@@ -285,3 +285,40 @@ def test_cli_export_verification_failure_exits_1(handmade_run, tmp_path, monkeyp
     result = _export(str(handmade_run / "model"), "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
                      "--tolerance", "5", "--out", str(tmp_path / "o"))
     assert result.exit_code == 2 and "--tolerance must be between 0 and 0.1" in result.output
+
+
+def _card_claim(folder) -> str:  # noqa: ANN001
+    """The model card's first line after its YAML front matter."""
+    body = (folder / "README.md").read_text().split("---\n", 2)[2]
+    return body.lstrip("\n").splitlines()[0]
+
+
+def test_cli_export_of_an_unconfirmed_set_needs_allow_unconfirmed(handmade_run, tmp_path) -> None:
+    from dataclasses import replace
+
+    from headprune.search.result import FindResult
+
+    model, run = str(handmade_run / "model"), handmade_run / "run"
+    confirmed = FindResult.load(run / "result.json")
+    assert confirmed.confirmed and len(confirmed.finalists) >= 2
+    unconfirmed = replace(confirmed, finalists=(replace(confirmed.finalists[0], heldout=replace(
+        confirmed.verdict, p_value=0.5)), *confirmed.finalists[1:]))
+    unconfirmed.save(tmp_path / "unconfirmed.json")
+    for heads, extra, why in ((str(run), ["--set", "2"], "finalist 2 is exploratory"),
+                              (str(tmp_path / "unconfirmed.json"), [], "the primary set is not confirmed")):
+        refused = _export(model, "--heads", heads, *extra, "--out", str(tmp_path / "o"))
+        assert refused.exit_code == 2 and not (tmp_path / "o").exists()
+        assert refused.output.count("\n") == 1 and why in refused.output and "--allow-unconfirmed" in refused.output
+    written = _export(model, "--heads", str(run), "--set", "2", "--allow-unconfirmed", "--out", str(tmp_path / "x"))
+    assert written.exit_code == 0, written.output
+    assert _card_claim(tmp_path / "x").startswith("**Unconfirmed (exploratory)**: finalist 2")
+    written = _export(model, "--heads", str(tmp_path / "unconfirmed.json"), "--allow-unconfirmed",
+                      "--out", str(tmp_path / "u"))
+    assert written.exit_code == 0 and _card_claim(tmp_path / "u").startswith("**Unconfirmed**")
+    assert "confirmed**." not in (tmp_path / "u" / "README.md").read_text().replace("not confirmed**.", "")
+    # The primary set of a confirmed run needs no flag; heads given by hand make no claim and need none.
+    assert _export(model, "--heads", str(run), "--out", str(tmp_path / "c")).exit_code == 0
+    assert _card_claim(tmp_path / "c").startswith("**Confirmed**")
+    assert _export(model, "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
+                   "--out", str(tmp_path / "h")).exit_code == 0
+    assert _card_claim(tmp_path / "h").startswith("**No claim**")

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsError, UnsupportedModelError,
-                              VerificationError)
+from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsError, UnconfirmedSetError,
+                              UnsupportedModelError, VerificationError)
 from headprune.exporter.plan import plan_layers
 from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes)
 from headprune.heads import Head, parse_heads
@@ -62,6 +62,26 @@ def resolve_heads(heads: HeadsLike, lm: LoadedModel, set_rank: int = 1
     if not chosen:
         raise HeadSpecError("no heads to remove")
     return lm.grid.check(chosen), result
+
+
+def refuse_unconfirmed(result: FindResult, set_rank: int) -> None:
+    """An unconfirmed set (a primary set whose held-out verdict is not confirmed, or any other finalist, which
+    is exploratory by construction) is exported only when asked for explicitly.
+
+    Raises:
+        UnconfirmedSetError
+    """
+    verdict = result.finalists[set_rank - 1].heldout
+    if verdict.confirmed:
+        return
+    if verdict.role == "exploratory":
+        why = (f"finalist {set_rank} is exploratory (not the set find chose on discovery; Holm-adjusted "
+               f"p = {verdict.adjusted_p:.3g})")
+    else:
+        why = (f"the primary set is not confirmed on held-out data ({verdict.difference * 100:+.1f} points, "
+               f"p = {verdict.p_value:.3g})")
+    raise UnconfirmedSetError(f"{why}; give allow_unconfirmed to export it anyway (its model card then says it is "
+                              "unconfirmed)", settings=("allow_unconfirmed",))
 
 
 def result_splits(result: FindResult) -> tuple[Task, Task] | None:
@@ -155,6 +175,7 @@ def export(
     device: str = "auto",
     dtype: str | None = None,
     trust_remote_code: bool = False,
+    allow_unconfirmed: bool = False,
 ) -> ExportRecord:
     """Remove ``heads`` from ``model`` and write a verified checkpoint to ``out``.
 
@@ -174,12 +195,16 @@ def export(
         dtype: the export's dtype (``None``: the checkpoint's own; a loaded model keeps its dtype).
         out: the folder to write (replaced atomically).
         trust_remote_code: allow a checkpoint whose class only its own code defines.
+        allow_unconfirmed: export a finalist whose held-out gain is not confirmed (an exploratory finalist, or
+            a primary set find did not confirm); its card says so in its first line. Heads given as a list
+            make no claim and need no permission (their card says that no improvement is claimed).
 
     Returns:
         The record written as ``headprune_export.json``.
 
     Raises:
-        VerificationError (nothing written), HeadSpecError, ResultFileError, SearchSettingsError, TaskError.
+        VerificationError (nothing written), UnconfirmedSetError, HeadSpecError, ResultFileError,
+        SearchSettingsError, TaskError.
     """
     from headprune.evaluation import Evaluator
     from headprune.exporter.card import render_card
@@ -206,6 +231,8 @@ def export(
                                   settings=("tolerance",))
     _refuse_lossy(lm)
     removed, result = resolve_heads(heads, lm, set_rank)
+    if result is not None and not allow_unconfirmed:
+        refuse_unconfirmed(result, set_rank)
     plans = plan_layers(lm.grid, removed)  # refuses removing a whole layer before any work
     splits = result_splits(result) if result is not None else None
     task = (load_task(verify_task) if isinstance(verify_task, (str, Path)) else verify_task) or (
