@@ -82,6 +82,14 @@ def ablated(
 
 
 @torch.no_grad()
+def means_digest(means: torch.Tensor) -> str:
+    """A content hash of head means (their float32 bytes): export checks it to use exactly find's means."""
+    import hashlib
+
+    data = means.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy().tobytes()
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
 def collect_head_means(
     lm: LoadedModel, batches: Iterable[tuple[torch.Tensor, torch.Tensor, dict]]
 ) -> torch.Tensor:

@@ -322,3 +322,36 @@ def test_cli_export_of_an_unconfirmed_set_needs_allow_unconfirmed(handmade_run, 
     assert _export(model, "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
                    "--out", str(tmp_path / "h")).exit_code == 0
     assert _card_claim(tmp_path / "h").startswith("**No claim**")
+
+
+def test_mean_ablation_export_uses_exactly_the_means_find_used(models, tmp_path) -> None:
+    from dataclasses import replace
+
+    from headprune.evaluation import Evaluator
+    from headprune.search.find import find
+    from headprune.search.split import split_task
+    from headprune.tasks import load_task, write_jsonl_task
+    from helpers import random_choice_task
+
+    gpt2, task = models["gpt2"], random_choice_task(40, seed=3)
+    write_jsonl_task(task, tmp_path / "t.jsonl")
+    options = dict(discovery=20, heldout=20, ablation="mean", nominees=2, max_heads=2, finalists=1, batch_size=4)
+    result = find(gpt2, str(tmp_path / "t.jsonl"), **options)
+    # The means find ablated with: its discovery set, its batch size (the verification task would give others).
+    discovery = split_task(load_task(str(tmp_path / "t.jsonl")), discovery=20, heldout=20, seed=0).discovery
+    means = Evaluator(gpt2, discovery, batch_size=4).head_means()
+    assert not torch.equal(means, Evaluator(gpt2, choice_task(), batch_size=4).head_means())
+    export(gpt2, result, ablation="mean", allow_unconfirmed=True, verify_task=choice_task(), out=tmp_path / "m")
+    pruned = load(tmp_path / "m")
+    with ablated(gpt2, result.primary, mode="mean", means=means):
+        expected = _out(gpt2.model, gpt2)
+    torch.testing.assert_close(_out(pruned.model, pruned), expected, atol=1e-5, rtol=1e-5)
+    # Refused, with nothing written: other means, another ablation, a discovery set that cannot be rebuilt.
+    for bad, kwargs, fragment in (
+            (replace(result, means_digest="sha256:" + "0" * 64), {}, "differ from those find used"),
+            (result, {"ablation": "zero"}, "find measured this set with mean ablation"),
+            (find(gpt2, task, **options), {}, "cannot be rebuilt")):
+        with pytest.raises((ResultFileError, SearchSettingsError), match=fragment):
+            export(gpt2, bad, **{"ablation": "mean", **kwargs}, allow_unconfirmed=True, verify_task=choice_task(),
+                   out=tmp_path / "never")
+    assert not (tmp_path / "never").exists()

@@ -99,6 +99,32 @@ def result_splits(result: FindResult) -> tuple[Task, Task] | None:
     return split.discovery, split.heldout
 
 
+def find_means(lm: LoadedModel, result: FindResult, splits: tuple[Task, Task] | None) -> torch.Tensor:
+    """The head means find ablated with: recomputed on its discovery set (checked by content hash) the way find
+    computed them, and checked against the digest find recorded; otherwise refused, never replaced by others.
+
+    Raises:
+        ResultFileError
+    """
+    from headprune.ablation import means_digest
+    from headprune.evaluation import Evaluator
+
+    def refuse(why: str) -> None:
+        raise ResultFileError(f"mean ablation: {why}; the export would not be the model find measured")
+
+    if splits is None:
+        refuse("find's discovery set cannot be rebuilt (the result's task was given in memory, not as a spec)")
+    if result.means_digest is None or result.task.discovery_hash is None:
+        refuse("the result does not record the means find used (made with zero ablation or by an older headprune)")
+    if splits[0].content_hash() != result.task.discovery_hash:
+        refuse("the task changed since find ran (its discovery set hash differs)")
+    means = Evaluator(lm, splits[0], batch_size=result.settings.batch_size).head_means()
+    if means_digest(means) != result.means_digest:
+        refuse(f"the head means recomputed on find's discovery set differ from those find used (digest "
+               f"{result.means_digest[:19]}...); export with the dtype and device find ran with")
+    return means
+
+
 def count_parameters(model: nn.Module) -> int:
     """Parameters, each shared tensor counted once (tied embeddings)."""
     seen, total = set(), 0
@@ -241,10 +267,13 @@ def export(
         raise SearchSettingsError("a task is needed to verify the export: give verify_task (or a find result)",
                                   settings=("verify_task",))
     task = task.head(verify_limit)
+    if result is not None and result.settings.ablation != ablation:
+        raise SearchSettingsError(f"find measured this set with {result.settings.ablation} ablation, not {ablation}; "
+                                  f"export it with ablation {result.settings.ablation}", settings=("ablation",))
     means = None
-    if ablation == "mean":  # the same reference inputs as find used: its discovery set, when known
-        reference = splits[0] if splits else task
-        means = Evaluator(lm, reference, batch_size=batch_size).head_means()
+    if ablation == "mean":  # a find result: exactly the means find used; heads given by hand: the verify task's
+        means = find_means(lm, result, splits) if result is not None else Evaluator(
+            lm, task, batch_size=batch_size).head_means()
     artifact = slice_model(lm, plans, removed, means=means) if layout == "sliced" else densify(lm, removed,
                                                                                                means=means)
     artifact.eval()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from headprune.ablation import means_digest
 from headprune.errors import SearchSettingsError, TaskError
 from headprune.heads import Head
 from headprune.models import LoadedModel, load_model
@@ -322,6 +323,7 @@ class _Search:
             nominees=tuple(str(h) for h in nominees),
             sets=tuple(SetRecord(tuple(str(h) for h in heads), evaluated[heads]) for heads in ranked_sets),
             finalists=tuple(finalists),
+            means_digest=None if self.conditions.means is None else means_digest(self.conditions.means),
         )
 
 

@@ -170,6 +170,7 @@ class FindResult:
     prescreen: Prescreen | None = None
     timings: dict[str, float] = field(default_factory=dict, compare=False)
     schema_version: int = SCHEMA_VERSION
+    means_digest: str | None = None  # mean ablation: the hash of the head means find used (see ablation.means_digest)
 
     @property
     def primary(self) -> tuple[Head, ...]:
