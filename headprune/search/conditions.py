@@ -20,6 +20,7 @@ from headprune.heads import Head
 from headprune.models import LoadedModel
 from headprune.progress import Progress
 from headprune.records import to_json
+from headprune.search.determinism import run_environment
 from headprune.search.journal import Journal
 from headprune.search.result import FindSettings
 from headprune.search.split import Split
@@ -47,7 +48,7 @@ class Conditions:
         """Open (or resume) the journal for these inputs and build one evaluator per set."""
         identity = {"model": lm.name, "model_hash": lm.weight_hash, "task": split.discovery.content_hash(),
                     "heldout": split.heldout.content_hash(), "controls": [c.content_hash() for c in controls],
-                    "dtype": dtype_name(lm.dtype), **to_json(settings)}
+                    "dtype": dtype_name(lm.dtype), **to_json(settings), "environment": run_environment(lm)}
         journal = Journal(out, identity, resume=resume)
         batch = settings.batch_size
         # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs.

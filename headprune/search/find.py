@@ -26,6 +26,7 @@ from headprune.models import LoadedModel, load_model
 from headprune.progress import duration
 from headprune.records import to_json
 from headprune.search.conditions import Conditions
+from headprune.search.determinism import check_determinism
 from headprune.search.paired import Paired, compare
 from headprune.search.result import (Baseline, ControlEffect, Finalist, FindResult, FindSettings, ModelInfo,
                                      Prescreen, ScreenRow, SetRecord, SplitInfo, TaskInfo)
@@ -196,6 +197,7 @@ class _Search:
     def run(self, inputs: _Inputs) -> FindResult:
         mark = time.perf_counter()
         self.base = self.conditions.baselines()
+        check_determinism(self.conditions, self.base["discovery"])  # before anything is paired against it
         self._timed("baseline", mark)
         self._announce_cost()
         screened, prescreen = self._screen()

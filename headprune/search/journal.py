@@ -53,6 +53,12 @@ class Journal:
         if recorded.get("model_hash") != settings.get("model_hash"):
             raise ResultFileError(f"cannot resume: {self.path.parent} was made for a different model "
                                   f"({recorded.get('model')}, {str(recorded.get('model_hash'))[:19]}...)")
+        then, now = recorded.get("environment") or {}, settings.get("environment") or {}
+        moved = [k for k in now if then.get(k) != now[k]]
+        if moved:  # results are reproducible only with the same software and hardware settings
+            details = ", ".join(f"{k}: {then.get(k, 'not recorded')} then, {now[k]} now" for k in moved)
+            raise ResultFileError(f"cannot resume: the environment differs from the interrupted run's ({details})",
+                                  settings=("resume",))
         changed = sorted(k for k in set(recorded) | set(settings) if recorded.get(k) != settings.get(k))
         if changed:
             details = ", ".join(f"{k}: {recorded.get(k)!r} then, {settings.get(k)!r} now" for k in changed[:3])
