@@ -82,3 +82,98 @@ def test_resume_refuses_another_environment(tmp_path, tokenizer) -> None:
     finally:
         torch.set_num_threads(threads)
     find(lm, task, out=tmp_path, resume=True, **SMALL)  # the same environment resumes
+
+
+# ------------------------------------------------------------------ one run per folder, journalled pre-screens
+
+
+def test_a_second_find_on_the_same_folder_is_refused_and_a_stale_lock_taken_over(tmp_path, tokenizer) -> None:
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from headprune.cli.main import cli
+    from headprune.io import LOCK_NAME
+    from headprune.tasks import write_jsonl_task
+
+    lm = build_tiny("llama", tokenizer, seed=1)
+    lm.model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    write_jsonl_task(random_choice_task(40), tmp_path / "t.jsonl")
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom headprune.io import FolderLock\n"
+                               f"lock = FolderLock({str(out)!r}).acquire()\nprint('locked', flush=True)\ntime.sleep(120)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        args = ["find", str(tmp_path / "model"), "--task", str(tmp_path / "t.jsonl"), "--discovery", "24",
+                "--heldout", "16", "--nominees", "2", "--max-heads", "2", "--finalists", "1", "--out", str(out)]
+        refused = CliRunner().invoke(cli, args)
+        assert refused.exit_code == 2 and refused.output.count("\n") == 1
+        assert f"pid {holder.pid} on host {socket.gethostname()}" in refused.output
+        assert not (out / JOURNAL_NAME).exists()
+        os.kill(holder.pid, signal.SIGKILL)  # dies holding the lock
+        holder.wait()
+        assert (out / LOCK_NAME).exists()
+        taken = CliRunner().invoke(cli, args)
+        assert taken.exit_code in (0, 1), taken.output
+        assert f"taking over the lock of find (pid {holder.pid}" in taken.output
+        assert not (out / LOCK_NAME).exists()  # released when the run ended
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+@pytest.mark.slow  # four small find runs
+def test_prescreens_are_journalled_and_never_recomputed_on_resume(tmp_path, tokenizer, monkeypatch) -> None:
+    import headprune.search.attribution as attribution
+    import headprune.search.halving as halving
+    from headprune.evaluation import Evaluator
+
+    lm = build_tiny("gpt2", tokenizer, seed=2)
+    task = random_choice_task(40, seed=3)
+    results = {screen: find(lm, task, out=tmp_path / screen, screen=screen, candidates=3, **SMALL).to_dict()
+               for screen in ("attribution", "halving")}
+
+    def never(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("a journalled pre-screen was computed again")
+
+    class NoRuns(Evaluator):
+        run = never
+
+    monkeypatch.setattr(attribution, "estimate_effects", never)
+    monkeypatch.setattr(halving, "Evaluator", NoRuns)
+    for screen, whole in results.items():
+        resumed = find(lm, task, out=tmp_path / screen, screen=screen, candidates=3, resume=True, **SMALL).to_dict()
+        whole.pop("timings"), resumed.pop("timings")
+        assert resumed == whole
+
+
+def test_the_journal_rewrite_on_resume_is_atomic(tmp_path, monkeypatch) -> None:
+    import headprune.io
+    from headprune.evaluation.results import EvalResult, ExampleResult
+    from headprune.search.journal import Journal
+
+    settings = {"model_hash": "sha256:x", "environment": {"threads": 1}}
+    journal = Journal(tmp_path, settings)
+    journal.put("discovery|", EvalResult("t", "choice", (ExampleResult("a", True, 1.5), ExampleResult("b", False, -2))))
+    del journal  # releases the folder's lock
+    path = tmp_path / JOURNAL_NAME
+    with path.open("a") as handle:
+        handle.write('{"key": "discovery|L1.H')  # a line cut short by a kill: resume rewrites the journal
+    before = path.read_bytes()
+
+    def killed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the process dies before the rename
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(headprune.io.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        Journal(tmp_path, settings, resume=True)
+    assert path.read_bytes() == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(f".{JOURNAL_NAME}")]
+    monkeypatch.undo()
+    assert Journal(tmp_path, settings, resume=True).has("discovery|") and not path.read_text().endswith("L1.H")

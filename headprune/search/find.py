@@ -237,7 +237,9 @@ class _Search:
         if settings.screen == "attribution":
             from headprune.search.attribution import estimate_effects
 
-            estimates = estimate_effects(conditions.evaluators["discovery"], means=conditions.means)
+            estimates = {Head.parse(name): value for name, value in conditions.journal.remember(
+                "prescreen|attribution", lambda: {str(h): e for h, e in estimate_effects(
+                    conditions.evaluators["discovery"], means=conditions.means).items()}).items()}
             to_screen = sorted(to_screen, key=lambda h: (-estimates[h], h))[: settings.candidates]
         elif settings.screen == "halving":
             from headprune.search.halving import halving_candidates
@@ -245,7 +247,7 @@ class _Search:
             to_screen, rounds = halving_candidates(
                 self.lm, conditions.evaluators["discovery"].task, keep=settings.candidates, rank_key=self._rank,
                 mode=settings.ablation, means=conditions.means, batch_size=settings.batch_size,
-                progress=conditions.progress)
+                progress=conditions.progress, journal=conditions.journal)
             prescreen = Prescreen("halving", len(to_screen), rounds=rounds)
         self._timed("prescreen", mark)
         singles = self._paired([(h,) for h in to_screen], "screen")

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from headprune.errors import ResultFileError
+from headprune.io import FolderLock, atomic_write_text
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.tasks import Task
 
@@ -28,18 +30,14 @@ class Journal:
         self._entries: dict[str, dict] = {}
         if self.path is None:
             return
+        self.lock = FolderLock(Path(folder)).acquire()  # one run per folder, before anything is read or written
         if resume:
             self._load(settings)
         else:
             self._start(settings)
 
     def _start(self, settings: dict) -> None:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("w", encoding="utf-8") as handle:
-                handle.write(json.dumps({"settings": settings}) + "\n")
-        except OSError as error:
-            raise ResultFileError(f"cannot write {self.path}: {error.strerror or error}") from error
+        atomic_write_text(self.path, json.dumps({"settings": settings}) + "\n")
 
     def _load(self, settings: dict) -> None:
         if not self.path.is_file():
@@ -69,9 +67,10 @@ class Journal:
                 self._entries[entry["key"]] = entry
             except (json.JSONDecodeError, KeyError):
                 continue  # the last line of a killed run may be cut short
-        # Rewrite without any broken tail so later appends start on a fresh line.
+        # Rewrite without any broken tail so later appends start on a fresh line (atomically: a kill during the
+        # rewrite leaves the old journal).
         body = [json.dumps({"settings": recorded})] + [json.dumps(e) for e in self._entries.values()]
-        self.path.write_text("\n".join(body) + "\n", encoding="utf-8")
+        atomic_write_text(self.path, "\n".join(body) + "\n")
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -90,10 +89,20 @@ class Journal:
             for example, flag, margin in zip(task.examples, entry["correct"], entry["margins"])
         ))
 
+    def remember(self, key: str, compute: Callable[[], object]) -> object:
+        """A JSON value (a pre-screen's output) from the journal, or computed now and journalled."""
+        if key in self._entries:
+            return self._entries[key]["data"]
+        data = compute()
+        self._append({"key": key, "data": data})
+        return json.loads(json.dumps(data))  # what a resumed run reads back
+
     def put(self, key: str, result: EvalResult) -> None:
-        entry = {"key": key, "correct": "".join("1" if r.correct else "0" for r in result.results),
-                 "margins": [r.margin for r in result.results]}
-        self._entries[key] = entry
+        self._append({"key": key, "correct": "".join("1" if r.correct else "0" for r in result.results),
+                      "margins": [r.margin for r in result.results]})
+
+    def _append(self, entry: dict) -> None:
+        self._entries[entry["key"]] = entry
         if self.path is None:
             return
         with self.path.open("a", encoding="utf-8") as handle:
