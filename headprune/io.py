@@ -121,8 +121,10 @@ class FolderLock:
 
     Created with ``O_EXCL``, so two processes cannot both take a free lock. A lock left by a dead process on
     this host is taken over with a warning; a live one (or one held on another host, whose process cannot be
-    checked from here) is refused with a message naming it. Released by :meth:`release`, when the lock
-    object is garbage-collected, or at interpreter exit.
+    checked from here) is refused with a message naming it. A lock of this very process (an earlier run in it
+    that was interrupted) is taken over: runs in one process follow each other. Released by :meth:`release`,
+    when the lock object is garbage-collected, or at interpreter exit; a release never removes another
+    holder's lock (each lock carries a random token).
     """
 
     def __init__(self, folder: Path, *, what: str = "find") -> None:
@@ -140,7 +142,7 @@ class FolderLock:
         import weakref
 
         host, me = socket.gethostname(), os.getpid()
-        record = json.dumps({"pid": me, "host": host, "command": self.what,
+        record = json.dumps({"pid": me, "host": host, "command": self.what, "token": os.urandom(8).hex(),
                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         for _ in range(3):
             try:
@@ -152,7 +154,10 @@ class FolderLock:
                     time.sleep(0.1)
                     continue
                 pid, other = holder.get("pid"), holder.get("host")
-                if other == host and isinstance(pid, int) and pid != me and not _alive(pid):
+                if other == host and pid == me:  # an earlier run of this process that was not released
+                    self.path.unlink(missing_ok=True)  # (interrupted, its journal still referenced): runs in one
+                    continue  # process follow each other
+                if other == host and isinstance(pid, int) and not _alive(pid):
                     logging.getLogger("headprune").warning(
                         "%s: taking over the lock of %s (pid %s on %s), which is no longer running",
                         self.path.parent, holder.get("command", "a run"), pid, other)
