@@ -105,9 +105,9 @@ def test_a_second_find_on_the_same_folder_is_refused_and_a_stale_lock_taken_over
     tokenizer.save_pretrained(tmp_path / "model")
     write_jsonl_task(random_choice_task(40), tmp_path / "t.jsonl")
     out = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom headprune.io import FolderLock\n"
-                               f"lock = FolderLock({str(out)!r}).acquire()\nprint('locked', flush=True)\ntime.sleep(120)"],
-                              stdout=subprocess.PIPE, text=True)
+    script = (f"import time\nfrom headprune.io import FolderLock\nlock = FolderLock({str(out)!r}).acquire()\n"
+              "print('locked', flush=True)\ntime.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         args = ["find", str(tmp_path / "model"), "--task", str(tmp_path / "t.jsonl"), "--discovery", "24",
@@ -177,3 +177,28 @@ def test_the_journal_rewrite_on_resume_is_atomic(tmp_path, monkeypatch) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(f".{JOURNAL_NAME}")]
     monkeypatch.undo()
     assert Journal(tmp_path, settings, resume=True).has("discovery|") and not path.read_text().endswith("L1.H")
+
+
+# ------------------------------------------------------------------ the split
+
+
+def test_the_split_is_disjoint_by_input_and_counts_what_it_drops() -> None:
+    from headprune.search.split import split_task
+    from headprune.tasks import Example, Task
+
+    # 30 inputs, each asked twice with opposite answers, plus 5 exact duplicates.
+    examples = [Example(f"a{i}", prompt=f"question {i}", choices=(" yes", " no"), answer=0) for i in range(30)]
+    examples += [Example(f"b{i}", prompt=f"question {i}", choices=(" yes", " no"), answer=1) for i in range(30)]
+    examples += [Example(f"c{i}", prompt=f"question {i}", choices=(" yes", " no"), answer=0) for i in range(5)]
+    task = Task("conflicts", "choice", tuple(examples))
+    for seed in range(5):
+        split = split_task(task, discovery=15, heldout=15, seed=seed)
+        inputs = [{e.prompt for e in side.examples} for side in (split.discovery, split.heldout)]
+        assert not inputs[0] & inputs[1] and all(len(s) == 15 for s in inputs)
+        assert (split.duplicates_dropped, split.conflicts_dropped) == (5, 30)
+    # A second task with the same inputs (other answers) as held-out: those in discovery are dropped there.
+    split = split_task(Task("d", "choice", tuple(examples[:30])), discovery=10, heldout=10, seed=0,
+                       heldout_task=Task("h", "choice", tuple(examples[30:60]) + tuple(
+                           Example(f"n{i}", prompt=f"new {i}", choices=(" yes", " no"), answer=0) for i in range(12))))
+    assert not {e.prompt for e in split.discovery.examples} & {e.prompt for e in split.heldout.examples}
+    assert split.conflicts_dropped == 10

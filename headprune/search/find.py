@@ -318,7 +318,7 @@ class _Search:
                                   split.heldout.content_hash(), inputs.specs["heldout"]),
             control_tasks=tuple(TaskInfo(c.name, c.kind, len(c), c.content_hash()) for c in inputs.controls),
             split=SplitInfo(self.settings.seed, len(split.discovery), len(split.heldout), split.source,
-                            split.duplicates_dropped),
+                            split.duplicates_dropped, split.conflicts_dropped),
             settings=self.settings,
             baseline=Baseline(self.base["discovery"].summary(), self.base["heldout"].summary(),
                               tuple(self.base[name].summary() for name in names)),

@@ -58,6 +58,7 @@ class SplitInfo:
     heldout: int
     source: str  # "split" (one task split in two) or "heldout-task"
     duplicates_dropped: int
+    conflicts_dropped: int = 0  # same input as an earlier example, another answer (kept on no side)
 
 
 @dataclass(frozen=True)
