@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from headprune.errors import InternalCheckError, ResultFileError
-from headprune.search.determinism import KEY, MARGIN_TOLERANCE, compare_passes, reordered_pass
+from headprune.evaluation.contract import MARGIN_TOLERANCE
+from headprune.search.determinism import KEY, compare_passes, reordered_pass
 from headprune.search.find import find
 from headprune.search.journal import JOURNAL_NAME
 from helpers import build_tiny, random_choice_task
@@ -202,3 +203,115 @@ def test_the_split_is_disjoint_by_input_and_counts_what_it_drops() -> None:
                            Example(f"n{i}", prompt=f"new {i}", choices=(" yes", " no"), answer=0) for i in range(12))))
     assert not {e.prompt for e in split.discovery.examples} & {e.prompt for e in split.heldout.examples}
     assert split.conflicts_dropped == 10
+
+
+# ------------------------------------------------------------------ nothing silent: fired hooks, replay start
+
+
+def _cached_evaluator(lm):  # noqa: ANN001, ANN202
+    from headprune.evaluation import Evaluator
+    from headprune.layer_cache import LayerInputCache
+
+    evaluator = Evaluator(lm, random_choice_task(12, seed=6), batch_size=4, reuse_layers=True)
+    evaluator._layer_cache = LayerInputCache(lm, [1, 2])  # checkpoints at layers 1 and 2 of 4
+    evaluator.run()  # the intact run captures the layer inputs
+    return evaluator
+
+
+def test_a_replay_that_starts_above_the_ablated_layer_is_an_internal_error(tokenizer, monkeypatch) -> None:
+    from headprune.heads import Head
+    from headprune.layer_cache import LayerInputCache
+
+    lm = build_tiny("llama", tokenizer, seed=7, layers=4)
+    evaluator = _cached_evaluator(lm)
+    sound = evaluator.run([Head(1, 1)])  # replays from layer 1: fine
+    monkeypatch.setattr(LayerInputCache, "start_for", lambda self, lowest: 2)  # an off-by-one bug
+    with pytest.raises(InternalCheckError, match=r"ablation hook of layer 1 \(L1.H1\) ran 0 times in \d+ forward"):
+        evaluator.run([Head(1, 1)])
+    monkeypatch.undo()
+    assert evaluator.run([Head(1, 1)]) == sound
+
+
+def test_a_replay_that_never_feeds_its_start_layer_is_an_internal_error(tokenizer, monkeypatch) -> None:
+    import copy
+
+    from headprune.heads import Head
+
+    lm = build_tiny("llama", tokenizer, seed=7, layers=4)
+    evaluator = _cached_evaluator(lm)
+    real = type(lm.adapter).layers_container
+    # An adapter bug: the replay patches copies of the layers, not those the model runs, so the pass does not
+    # start from the cache.
+    monkeypatch.setattr(type(lm.adapter), "layers_container", lambda self, model: copy.deepcopy(real(self, model)))
+    with pytest.raises(InternalCheckError, match="should start at layer 2, but layer 2 was fed 0 times"):
+        evaluator.run([Head(3, 0)])
+
+
+def test_a_hook_on_a_module_outside_the_forward_pass_is_an_internal_error(tokenizer, monkeypatch) -> None:
+    from torch import nn
+
+    from headprune.evaluation import evaluate
+    from headprune.heads import Head
+
+    lm = build_tiny("gpt2", tokenizer, seed=7)
+    stray = nn.Linear(4, 4)
+    real = type(lm.adapter).output_projection
+    monkeypatch.setattr(type(lm.adapter), "output_projection",
+                        lambda self, model, layer: stray if layer == 1 else real(self, model, layer))
+    with pytest.raises(InternalCheckError, match=r"layer 1 \(L1.H0\) ran 0 times"):
+        evaluate(lm, random_choice_task(6), heads=[Head(0, 1), Head(1, 0)])
+
+
+# ------------------------------------------------------------------ "identical" means the stated contract
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox"])
+def test_fast_paths_keep_the_contract_against_a_plain_full_forward_pass(family, tokenizer) -> None:
+    from headprune.evaluation import Evaluator
+    from headprune.evaluation.contract import disagreement
+    from headprune.heads import parse_heads
+    from helpers import choice_task, generate_task, prefixed
+
+    lm = build_tiny(family, tokenizer, seed=7, layers=4)
+    for task in (prefixed(choice_task()), prefixed(generate_task())):
+        plain = Evaluator(lm, task, batch_size=5, share_prefix=False)  # every token of every sequence, every layer
+        fast = Evaluator(lm, task, batch_size=5, reuse_layers=True)  # shared prefix + layer cache (find's setup)
+        assert fast._layer_cache.checkpoints and (fast._prefix or fast.scorer.generates) and not plain._prefix
+        means = plain.head_means()
+        assert disagreement(plain.run(), fast.run(), "float32")[0] is None  # the intact run fills the cache
+        for spec in ("L0.H1", "L2.H0,L3.H3", "L1.H2"):
+            for mode in ("zero", "mean"):
+                heads = parse_heads(spec)
+                reference = plain.run(heads, mode=mode, means=means)
+                problem, _ = disagreement(reference, fast.run(heads, mode=mode, means=means), "float32")
+                assert problem is None, f"{family} {task.name} {spec} {mode}: {problem}"
+
+
+def test_bench_screen_exits_1_when_an_answer_differs_from_the_naive_loop(tmp_path, tokenizer, monkeypatch) -> None:
+    import runpy
+    from dataclasses import replace
+
+    from headprune.evaluation import Evaluator
+    from headprune.tasks import write_jsonl_task
+    from helpers import choice_task
+
+    lm = build_tiny("llama", tokenizer, seed=7)
+    lm.model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    write_jsonl_task(choice_task(), tmp_path / "t.jsonl")
+    bench = runpy.run_path("scripts/bench_screen.py")
+    argv = ["--model", str(tmp_path / "m"), "--task", str(tmp_path / "t.jsonl"), "--n", "12", "--layer-step", "1"]
+    bench["main"](argv)  # the fast paths keep the contract: no exit
+    real = Evaluator.run
+
+    def one_answer_off(self, heads=(), **kwargs):  # noqa: ANN001, ANN003, ANN202 - a fast path that flips one answer
+        result = real(self, heads, **kwargs)
+        if not heads:
+            return result
+        first = result.results[0]
+        return replace(result, results=(replace(first, correct=not first.correct), *result.results[1:]))
+
+    monkeypatch.setattr(Evaluator, "run", one_answer_off)
+    with pytest.raises(SystemExit) as stopped:
+        bench["main"](argv)
+    assert stopped.value.code == 1
