@@ -265,6 +265,7 @@ def test_a_hook_on_a_module_outside_the_forward_pass_is_an_internal_error(tokeni
 # ------------------------------------------------------------------ "identical" means the stated contract
 
 
+@pytest.mark.slow  # decoding on two tasks x six conditions x two evaluators per family
 @pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox"])
 def test_fast_paths_keep_the_contract_against_a_plain_full_forward_pass(family, tokenizer) -> None:
     from headprune.evaluation import Evaluator
