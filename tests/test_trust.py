@@ -294,12 +294,12 @@ def test_bench_screen_exits_1_when_an_answer_differs_from_the_naive_loop(tmp_pat
 
     from headprune.evaluation import Evaluator
     from headprune.tasks import write_jsonl_task
-    from helpers import choice_task
 
     lm = build_tiny("llama", tokenizer, seed=7)
     lm.model.save_pretrained(tmp_path / "m")
     tokenizer.save_pretrained(tmp_path / "m")
-    write_jsonl_task(choice_task(), tmp_path / "t.jsonl")
+    # One-token choices: the naive loop tokenizes prompt + choice together, so longer choices could merge.
+    write_jsonl_task(random_choice_task(12, seed=4), tmp_path / "t.jsonl")
     bench = runpy.run_path("scripts/bench_screen.py")
     argv = ["--model", str(tmp_path / "m"), "--task", str(tmp_path / "t.jsonl"), "--n", "12", "--layer-step", "1"]
     bench["main"](argv)  # the fast paths keep the contract: no exit
