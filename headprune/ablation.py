@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from headprune.errors import HeadSpecError
+from headprune.errors import HeadSpecError, InternalCheckError
 from headprune.heads import Head
 from headprune.models import LoadedModel
 
@@ -23,10 +23,32 @@ AblationMode = Literal["zero", "mean"]
 ABLATION_MODES: tuple[str, ...] = ("zero", "mean")
 
 
-def _make_pre_hook(indices: list[int], head_dim: int, replacement: torch.Tensor | None):  # noqa: ANN202
+class FiredHooks:
+    """Counts, during one ``ablated`` block, the model's forward passes and how often each targeted layer's
+    hook ran: every pass must run every targeted hook once, or the heads were not (all) ablated."""
+
+    def __init__(self, layers: Iterable[int]) -> None:
+        self.forwards = 0
+        self.calls = {layer: 0 for layer in layers}
+
+    def check(self, heads: Iterable[Head]) -> None:
+        """Raises: InternalCheckError naming the first layer whose hook did not run on every forward pass."""
+        if not self.forwards:
+            return  # no forward pass in the block: nothing was measured
+        for layer, calls in sorted(self.calls.items()):
+            if calls != self.forwards:
+                named = ",".join(str(h) for h in heads if h.layer == layer)
+                raise InternalCheckError(f"the ablation hook of layer {layer} ({named}) ran {calls} times in "
+                                         f"{self.forwards} forward passes: those heads were not ablated on every "
+                                         "pass, so the result would be wrong")
+
+
+def _make_pre_hook(indices: list[int], head_dim: int, replacement: torch.Tensor | None,  # noqa: ANN202
+                   fired: FiredHooks, layer: int):
     index = torch.tensor(indices)
 
     def hook(module: nn.Module, args: tuple) -> tuple:
+        fired.calls[layer] += 1
         hidden = args[0].clone()  # (B, T, H * head_dim); cloned so the caller's tensor is never changed
         per_head = hidden.view(*hidden.shape[:-1], -1, head_dim)  # (B, T, H, head_dim), a view of `hidden`
         where = index.to(hidden.device)
@@ -46,8 +68,9 @@ def ablated(
     *,
     mode: AblationMode = "zero",
     means: torch.Tensor | None = None,
-) -> Iterator[None]:
-    """Ablate ``heads`` for the duration of the ``with`` block.
+) -> Iterator[FiredHooks]:
+    """Ablate ``heads`` for the duration of the ``with`` block; when it ends normally, check that every
+    forward pass of the model in it ran the hook of every targeted layer (two integer counters per pass).
 
     Args:
         lm: the model.
@@ -58,6 +81,7 @@ def ablated(
 
     Raises:
         HeadSpecError: a head is out of range, or ``mean`` without means.
+        InternalCheckError: a targeted layer's hook did not run on every forward pass (names the layer).
     """
     checked = lm.grid.check(heads)
     if mode not in ABLATION_MODES:
@@ -68,20 +92,34 @@ def ablated(
     for head in checked:
         by_layer.setdefault(head.layer, []).append(head.head)
     handles = []
+    fired = FiredHooks(by_layer)
     try:
+        if by_layer:
+            def count(module: nn.Module, args: tuple) -> None:
+                fired.forwards += 1
+
+            handles.append(lm.model.register_forward_pre_hook(count))
         for layer, indices in by_layer.items():
             replacement = means[layer, indices] if mode == "mean" else None
             projection = lm.adapter.output_projection(lm.model, layer)
-            handles.append(
-                projection.register_forward_pre_hook(_make_pre_hook(indices, lm.grid.head_dim, replacement))
-            )
-        yield
+            handles.append(projection.register_forward_pre_hook(
+                _make_pre_hook(indices, lm.grid.head_dim, replacement, fired, layer)))
+        yield fired
+        fired.check(checked)
     finally:
         for handle in handles:
             handle.remove()
 
 
 @torch.no_grad()
+def means_digest(means: torch.Tensor) -> str:
+    """A content hash of head means (their float32 bytes): export checks it to use exactly find's means."""
+    import hashlib
+
+    data = means.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy().tobytes()
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
 def collect_head_means(
     lm: LoadedModel, batches: Iterable[tuple[torch.Tensor, torch.Tensor, dict]]
 ) -> torch.Tensor:

@@ -53,6 +53,10 @@ class ResultFileError(HeadpruneError, ValueError):
     """A result, journal or export file or folder cannot be used (unwritable, from another model, corrupt)."""
 
 
+class UnconfirmedSetError(HeadpruneError, ValueError):
+    """An export of a head set whose held-out gain is not confirmed, without ``allow_unconfirmed``."""
+
+
 class VerificationError(HeadpruneError, RuntimeError):
     """An exported artifact does not reproduce the masked original; nothing was written."""
 

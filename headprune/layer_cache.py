@@ -18,6 +18,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from headprune.errors import InternalCheckError
 from headprune.models import LoadedModel
 
 DEFAULT_BUDGET_MB = int(os.environ.get("HEADPRUNE_LAYER_CACHE_MB", "2048"))
@@ -97,8 +98,10 @@ class LayerInputCache:
         cached = self._store[batch_index][start]
         container = self.lm.adapter.layers_container(self.lm.model)
         originals = [container[i] for i in range(start)]
+        fed: list[tuple[int, ...]] = []  # the shape of what layer `start` was given, per forward pass
 
         def substitute(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            fed.append(tuple(_hidden_from(args, kwargs).shape))
             return _with_hidden(args, kwargs, cached)
 
         handle = container[start].register_forward_pre_hook(substitute, with_kwargs=True)
@@ -110,3 +113,9 @@ class LayerInputCache:
             for i, layer in enumerate(originals):
                 container[i] = layer
             handle.remove()
+        # Checked on a normal exit: the replay must have fed layer `start` (once per pass) with a cached input
+        # of the shape the pass had; otherwise the pass ran from somewhere else.
+        if not fed or any(shape != tuple(cached.shape) for shape in fed):
+            raise InternalCheckError(f"layer cache: the replay of batch {batch_index} should start at layer {start}, "
+                                     f"but layer {start} was fed {len(fed)} times (shapes {fed[:2]}, cached "
+                                     f"{tuple(cached.shape)})")

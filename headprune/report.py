@@ -62,7 +62,9 @@ def render_markdown(result: FindResult) -> str:
         f"- Model: `{model.name}` ({model.family}, {model.layers} layers x {model.heads} heads), weights "
         f"`{model.weight_hash[:23]}...`",
         f"- Task: `{result.task.name}` ({result.task.kind}), discovery n={result.split.discovery}, "
-        f"held-out n={result.split.heldout}, split seed {result.split.seed}",
+        f"held-out n={result.split.heldout}, split seed {result.split.seed}; disjoint by input: "
+        f"{result.split.duplicates_dropped} duplicate(s) and {result.split.conflicts_dropped} example(s) repeating "
+        "an earlier input with another answer dropped",
         f"- Intact model: discovery {_pct(base.discovery.accuracy)}, held-out {_pct(base.heldout.accuracy)}",
         f"- Screened {len(result.screen)} heads exactly" + _prescreen_note(result)
         + f", {len(result.nominees)} nominees, {len(result.sets)} sets evaluated on discovery; "

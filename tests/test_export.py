@@ -310,3 +310,73 @@ def test_cli_export_verification_failure_exits_1(handmade_run, tmp_path, monkeyp
     result = _export(str(handmade_run / "model"), "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
                      "--tolerance", "5", "--out", str(tmp_path / "o"))
     assert result.exit_code == 2 and "--tolerance must be between 0 and 0.1" in result.output
+
+
+def _card_claim(folder) -> str:  # noqa: ANN001
+    """The model card's first line after its YAML front matter."""
+    body = (folder / "README.md").read_text().split("---\n", 2)[2]
+    return body.lstrip("\n").splitlines()[0]
+
+
+def test_cli_export_of_an_unconfirmed_set_needs_allow_unconfirmed(handmade_run, tmp_path) -> None:
+    from dataclasses import replace
+
+    from headprune.search.result import FindResult
+
+    model, run = str(handmade_run / "model"), handmade_run / "run"
+    confirmed = FindResult.load(run / "result.json")
+    assert confirmed.confirmed and len(confirmed.finalists) >= 2
+    unconfirmed = replace(confirmed, finalists=(replace(confirmed.finalists[0], heldout=replace(
+        confirmed.verdict, p_value=0.5)), *confirmed.finalists[1:]))
+    unconfirmed.save(tmp_path / "unconfirmed.json")
+    for heads, extra, why in ((str(run), ["--set", "2"], "finalist 2 is exploratory"),
+                              (str(tmp_path / "unconfirmed.json"), [], "the primary set is not confirmed")):
+        refused = _export(model, "--heads", heads, *extra, "--out", str(tmp_path / "o"))
+        assert refused.exit_code == 2 and not (tmp_path / "o").exists()
+        assert refused.output.count("\n") == 1 and why in refused.output and "--allow-unconfirmed" in refused.output
+    written = _export(model, "--heads", str(run), "--set", "2", "--allow-unconfirmed", "--out", str(tmp_path / "x"))
+    assert written.exit_code == 0, written.output
+    assert _card_claim(tmp_path / "x").startswith("**Unconfirmed (exploratory)**: finalist 2")
+    written = _export(model, "--heads", str(tmp_path / "unconfirmed.json"), "--allow-unconfirmed",
+                      "--out", str(tmp_path / "u"))
+    assert written.exit_code == 0 and _card_claim(tmp_path / "u").startswith("**Unconfirmed**")
+    assert "confirmed**." not in (tmp_path / "u" / "README.md").read_text().replace("not confirmed**.", "")
+    # The primary set of a confirmed run needs no flag; heads given by hand make no claim and need none.
+    assert _export(model, "--heads", str(run), "--out", str(tmp_path / "c")).exit_code == 0
+    assert _card_claim(tmp_path / "c").startswith("**Confirmed**")
+    assert _export(model, "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
+                   "--out", str(tmp_path / "h")).exit_code == 0
+    assert _card_claim(tmp_path / "h").startswith("**No claim**")
+
+
+def test_mean_ablation_export_uses_exactly_the_means_find_used(models, tmp_path) -> None:
+    from dataclasses import replace
+
+    from headprune.evaluation import Evaluator
+    from headprune.search.find import find
+    from headprune.search.split import split_task
+    from headprune.tasks import load_task, write_jsonl_task
+    from helpers import random_choice_task
+
+    gpt2, task = models["gpt2"], random_choice_task(40, seed=3)
+    write_jsonl_task(task, tmp_path / "t.jsonl")
+    options = dict(discovery=20, heldout=20, ablation="mean", nominees=2, max_heads=2, finalists=1, batch_size=4)
+    result = find(gpt2, str(tmp_path / "t.jsonl"), **options)
+    # The means find ablated with: its discovery set, its batch size (the verification task would give others).
+    discovery = split_task(load_task(str(tmp_path / "t.jsonl")), discovery=20, heldout=20, seed=0).discovery
+    means = Evaluator(gpt2, discovery, batch_size=4).head_means()
+    assert not torch.equal(means, Evaluator(gpt2, choice_task(), batch_size=4).head_means())
+    export(gpt2, result, ablation="mean", allow_unconfirmed=True, verify_task=choice_task(), out=tmp_path / "m")
+    pruned = load(tmp_path / "m")
+    with ablated(gpt2, result.primary, mode="mean", means=means):
+        expected = _out(gpt2.model, gpt2)
+    torch.testing.assert_close(_out(pruned.model, pruned), expected, atol=1e-5, rtol=1e-5)
+    # Refused, with nothing written: other means, another ablation, a discovery set that cannot be rebuilt.
+    for bad, kwargs, fragment in (
+            (replace(result, means_digest="sha256:" + "0" * 64), {}, "differ from those find used"),
+            (result, {"ablation": "zero"}, "find measured this set with mean ablation"),
+            (find(gpt2, task, **options), {}, "cannot be rebuilt")):
+        with pytest.raises((ResultFileError, SearchSettingsError), match=fragment):
+            export(gpt2, bad, **{"ablation": "mean", **kwargs}, allow_unconfirmed=True, verify_task=choice_task(),
+                   out=tmp_path / "never")
+    assert not (tmp_path / "never").exists()

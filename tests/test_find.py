@@ -242,6 +242,7 @@ def test_only_the_primary_set_can_be_confirmed(handmade, tmp_path) -> None:
     # An export of finalist 2 says exploratory in its card and never claims confirmation.
     from headprune.exporter import export
 
-    record = export(handmade, result, set_rank=2, verify_task=cue_task().subset(list(range(40))), out=tmp_path / "x")
+    record = export(handmade, result, set_rank=2, allow_unconfirmed=True,
+                    verify_task=cue_task().subset(list(range(40))), out=tmp_path / "x")
     card = (tmp_path / "x" / "README.md").read_text()
     assert record.origin.verdict.role == "exploratory" and "**Exploratory**" in card and "confirmed**" not in card

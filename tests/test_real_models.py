@@ -137,8 +137,8 @@ def test_finetuned_minilm_classifier_find_export_verify(minilm_classifier, tmp_p
     result = FindResult.load(tmp_path / "run")
     print(run.output.strip().splitlines()[-1])
     assert result.task.kind == "classify" and len(result.screen) == 72
-    export_run = CliRunner().invoke(cli, ["export", str(model), "--heads", str(tmp_path / "run"), "--out",
-                                          str(tmp_path / "pruned"), "--json"])
+    export_run = CliRunner().invoke(cli, ["export", str(model), "--heads", str(tmp_path / "run"), "--allow-unconfirmed",
+                                          "--out", str(tmp_path / "pruned"), "--json"])
     assert export_run.exit_code == 0, export_run.output
     summary = json.loads(export_run.stdout)
     check = summary["verification"]

@@ -18,6 +18,8 @@ from headprune.cli.options import (ablation_option, batch_option, json_option, m
               help="A find result (result.json or its folder) or heads like L0.H1,L3.H2.")
 @click.option("--set", "set_rank", type=click.IntRange(min=1), default=1, show_default=True,
               help="With a result: which finalist (1 = the primary set).")
+@click.option("--allow-unconfirmed", is_flag=True,
+              help="Export a finalist whose held-out gain is not confirmed (its model card says so first).")
 @click.option("--format", "fmt", type=click.Choice(["safetensors", "onnx"]), default="safetensors", show_default=True)
 @click.option("--layout", type=click.Choice(["sliced", "dense"]), default="sliced", show_default=True,
               help="sliced: heads physically removed (smaller); dense: same shapes, heads silenced.")
@@ -37,8 +39,8 @@ from headprune.cli.options import (ablation_option, batch_option, json_option, m
               help="The export's precision [default: the checkpoint's own]; the verification tolerance follows it.")
 @trust_remote_code_option
 @json_option
-def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout: str, ablation: str,
-                   verify_task: str | None, verify_limit: int, tolerance: float | None, batch_size: int | str,
+def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed: bool, fmt: str, layout: str,
+                   ablation: str, verify_task: str | None, verify_limit: int, tolerance: float | None, batch_size: int | str,
                    out: Path | None, device: str, dtype: str | None, trust_remote_code: bool, as_json: bool) -> None:
     """Remove heads from MODEL and write a verified checkpoint (safetensors or ONNX)."""
     from headprune.cli.find_cmd import _slug
@@ -51,7 +53,7 @@ def export_command(model: str, heads_spec: str, set_rank: int, fmt: str, layout:
     record = export(model, heads_spec, set_rank=set_rank, format=fmt, layout=layout, ablation=ablation,
                     verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,
                     batch_size=batch_size, device=device, dtype=dtype,
-                    trust_remote_code=trust_remote_code)
+                    trust_remote_code=trust_remote_code, allow_unconfirmed=allow_unconfirmed)
     if as_json:
         click.echo(json.dumps({"out": str(out), **{k: to_json(getattr(record, k)) for k in (
             "removed_heads", "layout", "format", "parameters", "bytes", "verification")}}))

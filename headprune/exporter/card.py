@@ -49,7 +49,7 @@ def _front_matter(meta: dict) -> list[str]:
 def render_card(record: ExportRecord) -> str:
     """README.md for an export folder, from its verification record."""
     source, removed, layout = record.source, record.removed_heads, record.layout
-    lines = _front_matter(card_metadata(record))
+    lines = _front_matter(card_metadata(record)) + ["", claim_line(record)]
     lines += ["", f"# {source.name}, {len(removed)} attention heads removed", "",
               f"Made with [headprune](https://pypi.org/project/headprune/): the attention heads "
               f"`{','.join(removed)}` of `{source.name}` were removed ({layout} layout, {record.ablation} "
@@ -94,6 +94,30 @@ def render_card(record: ExportRecord) -> str:
     changed = [f"L{p.layer}: {p.layout}" for p in record.layers if p.layout != "unchanged"]
     lines += ["", "Per-layer layouts: " + ", ".join(changed) if changed else "", ""]
     return "\n".join(lines)
+
+
+def claim_line(record: ExportRecord) -> str:
+    """The card's first line: what is (and is not) claimed for this model."""
+    if record.origin is None:
+        return ("**No claim**: these heads were given by hand, not chosen by `headprune find`; no improvement "
+                "is claimed.")
+    v, ni = record.origin.verdict, record.origin.non_inferiority
+    if ni is not None and not v.confirmed:  # find --objective compress: a test of not being worse
+        if ni.accepted:
+            return (f"**Non-inferior, not improved**: held-out `{record.origin.task}` accuracy stays within "
+                    f"{100 * ni.margin:g} points of the original (95% CI lower end {100 * ni.ci95[0]:+.1f} points); "
+                    "no improvement is claimed.")
+        return (f"**Not shown non-inferior**: held-out `{record.origin.task}` accuracy may be more than "
+                f"{100 * ni.margin:g} points below the original (95% CI lower end {100 * ni.ci95[0]:+.1f} points); "
+                "exported with --allow-unconfirmed.")
+    if v.confirmed:
+        return (f"**Confirmed**: the head set find chose on discovery improves `{record.origin.task}` on held-out "
+                f"data ({v.difference * 100:+.1f} points, p = {v.p_value:.3g}).")
+    if v.role == "exploratory":
+        return (f"**Unconfirmed (exploratory)**: finalist {record.origin.rank}, exported with --allow-unconfirmed; "
+                f"Holm-adjusted p = {v.adjusted_p:.3g}. No improvement is claimed.")
+    return (f"**Unconfirmed**: find's held-out verdict did not confirm a gain ({v.difference * 100:+.1f} points, "
+            f"p = {v.p_value:.3g}); exported with --allow-unconfirmed. No improvement is claimed.")
 
 
 def _compression_lines(origin: FindOrigin) -> list[str]:

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsError, UnsupportedModelError,
-                              VerificationError)
+from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsError, UnconfirmedSetError,
+                              UnsupportedModelError, VerificationError)
 from headprune.exporter.plan import plan_layers
 from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes)
 from headprune.heads import Head, parse_heads
@@ -64,6 +64,34 @@ def resolve_heads(heads: HeadsLike, lm: LoadedModel, set_rank: int = 1
     return lm.grid.check(chosen), result
 
 
+def refuse_unconfirmed(result: FindResult, set_rank: int) -> None:
+    """An unconfirmed set (a primary set whose held-out verdict is not confirmed, or any other finalist, which
+    is exploratory by construction) is exported only when asked for explicitly.
+
+    Raises:
+        UnconfirmedSetError
+    """
+    verdict = result.finalists[set_rank - 1].heldout
+    if verdict.confirmed:
+        return
+    if set_rank == 1 and result.compression is not None:  # find --objective compress: non-inferiority
+        tested = result.compression.verdict
+        if tested.accepted:
+            return
+        raise UnconfirmedSetError(
+            f"the compressed set was not shown non-inferior on held-out data (95% CI lower end "
+            f"{100 * tested.ci95[0]:+.1f} points, margin -{100 * tested.margin:g}); give allow_unconfirmed to export "
+            "it anyway (its model card then says so)", settings=("allow_unconfirmed",))
+    if verdict.role == "exploratory":
+        why = (f"finalist {set_rank} is exploratory (not the set find chose on discovery; Holm-adjusted "
+               f"p = {verdict.adjusted_p:.3g})")
+    else:
+        why = (f"the primary set is not confirmed on held-out data ({verdict.difference * 100:+.1f} points, "
+               f"p = {verdict.p_value:.3g})")
+    raise UnconfirmedSetError(f"{why}; give allow_unconfirmed to export it anyway (its model card then says it is "
+                              "unconfirmed)", settings=("allow_unconfirmed",))
+
+
 def result_splits(result: FindResult) -> tuple[Task, Task] | None:
     """Rebuild find's discovery and held-out tasks from the result (checked by content hash)."""
     from headprune.search.split import split_task
@@ -77,6 +105,32 @@ def result_splits(result: FindResult) -> tuple[Task, Task] | None:
         raise ResultFileError("the task files changed since find ran (held-out hash differs); give a verify_task",
                               settings=("verify_task",))
     return split.discovery, split.heldout
+
+
+def find_means(lm: LoadedModel, result: FindResult, splits: tuple[Task, Task] | None) -> torch.Tensor:
+    """The head means find ablated with: recomputed on its discovery set (checked by content hash) the way find
+    computed them, and checked against the digest find recorded; otherwise refused, never replaced by others.
+
+    Raises:
+        ResultFileError
+    """
+    from headprune.ablation import means_digest
+    from headprune.evaluation import Evaluator
+
+    def refuse(why: str) -> None:
+        raise ResultFileError(f"mean ablation: {why}; the export would not be the model find measured")
+
+    if splits is None:
+        refuse("find's discovery set cannot be rebuilt (the result's task was given in memory, not as a spec)")
+    if result.means_digest is None or result.task.discovery_hash is None:
+        refuse("the result does not record the means find used (made with zero ablation or by an older headprune)")
+    if splits[0].content_hash() != result.task.discovery_hash:
+        refuse("the task changed since find ran (its discovery set hash differs)")
+    means = Evaluator(lm, splits[0], batch_size=result.settings.batch_size).head_means()
+    if means_digest(means) != result.means_digest:
+        refuse(f"the head means recomputed on find's discovery set differ from those find used (digest "
+               f"{result.means_digest[:19]}...); export with the dtype and device find ran with")
+    return means
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -169,6 +223,7 @@ def export(
     device: str = "auto",
     dtype: str | None = None,
     trust_remote_code: bool = False,
+    allow_unconfirmed: bool = False,
 ) -> ExportRecord:
     """Remove ``heads`` from ``model`` and write a verified checkpoint to ``out``.
 
@@ -188,12 +243,16 @@ def export(
         dtype: the export's dtype (``None``: the checkpoint's own; a loaded model keeps its dtype).
         out: the folder to write (replaced atomically).
         trust_remote_code: allow a checkpoint whose class only its own code defines.
+        allow_unconfirmed: export a finalist whose held-out gain is not confirmed (an exploratory finalist, or
+            a primary set find did not confirm); its card says so in its first line. Heads given as a list
+            make no claim and need no permission (their card says that no improvement is claimed).
 
     Returns:
         The record written as ``headprune_export.json``.
 
     Raises:
-        VerificationError (nothing written), HeadSpecError, ResultFileError, SearchSettingsError, TaskError.
+        VerificationError (nothing written), UnconfirmedSetError, HeadSpecError, ResultFileError,
+        SearchSettingsError, TaskError.
     """
     from headprune.evaluation import Evaluator
     from headprune.exporter.card import render_card
@@ -221,6 +280,8 @@ def export(
                                   settings=("tolerance",))
     _refuse_lossy(lm)
     removed, result = resolve_heads(heads, lm, set_rank)
+    if result is not None and not allow_unconfirmed:
+        refuse_unconfirmed(result, set_rank)
     plans = plan_layers(lm.grid, removed)  # refuses removing a whole layer before any work
     splits = result_splits(result) if result is not None else None
     task = (load_task(verify_task) if isinstance(verify_task, (str, Path)) else verify_task) or (
@@ -229,10 +290,13 @@ def export(
         raise SearchSettingsError("a task is needed to verify the export: give verify_task (or a find result)",
                                   settings=("verify_task",))
     task = task.head(verify_limit)
+    if result is not None and result.settings.ablation != ablation:
+        raise SearchSettingsError(f"find measured this set with {result.settings.ablation} ablation, not {ablation}; "
+                                  f"export it with ablation {result.settings.ablation}", settings=("ablation",))
     means = None
-    if ablation == "mean":  # the same reference inputs as find used: its discovery set, when known
-        reference = splits[0] if splits else task
-        means = Evaluator(lm, reference, batch_size=batch_size).head_means()
+    if ablation == "mean":  # a find result: exactly the means find used; heads given by hand: the verify task's
+        means = find_means(lm, result, splits) if result is not None else Evaluator(
+            lm, task, batch_size=batch_size).head_means()
     if (format == "onnx" and layout == "sliced" and generates(lm.model.config.model_type, lm.head)
             and len({len(p.kv_heads) for p in plans}) > 1):
         log.warning("export: ONNX Runtime GenAI needs one key/value head count in every layer, and this sliced "

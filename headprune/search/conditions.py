@@ -25,6 +25,7 @@ from headprune.heads import Head
 from headprune.models import LoadedModel
 from headprune.progress import Progress
 from headprune.records import to_json
+from headprune.search.determinism import run_environment
 from headprune.search.journal import Journal
 from headprune.search.result import FindSettings
 from headprune.search.split import Split
@@ -57,7 +58,7 @@ class Conditions:
         team = team or Team()
         identity = {"model": lm.name, "model_hash": lm.weight_hash, "task": split.discovery.content_hash(),
                     "heldout": split.heldout.content_hash(), "controls": [c.content_hash() for c in controls],
-                    "dtype": dtype_name(lm.dtype), **to_json(settings)}
+                    "dtype": dtype_name(lm.dtype), **to_json(settings), "environment": run_environment(lm)}
         opened = team.from_main(lambda: Journal(out, identity, resume=resume))
         journal = opened if team.is_main else Journal(None, identity, entries=opened.entries)
         batch = settings.batch_size

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from headprune.ablation import means_digest
 from headprune.distributed import Team
 from headprune.errors import SearchSettingsError, TaskError
 from headprune.heads import Head
@@ -26,6 +27,7 @@ from headprune.models import LoadedModel, load_model
 from headprune.progress import duration
 from headprune.records import to_json
 from headprune.search.conditions import Conditions
+from headprune.search.determinism import check_determinism
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.paired import Paired, compare
 from headprune.search.result import (Baseline, ControlEffect, Finalist, FindResult, FindSettings, ModelInfo,
@@ -232,6 +234,7 @@ class _Search:
     def run(self, inputs: _Inputs) -> FindResult:
         mark = time.perf_counter()
         self.base = self.conditions.baselines()
+        check_determinism(self.conditions, self.base["discovery"])  # before anything is paired against it
         self._timed("baseline", mark)
         if self.settings.objective == "compress":
             from headprune.search import compress
@@ -282,8 +285,9 @@ class _Search:
             from headprune.search.attribution import estimate_effects
 
             # Rank 0's estimates for every process: the candidates must not depend on a device's rounding.
-            estimates = conditions.team.broadcast(
-                estimate_effects(conditions.evaluators["discovery"], means=conditions.means))
+            remembered = conditions.journal.remember("prescreen|attribution", lambda: {
+                str(h): e for h, e in estimate_effects(conditions.evaluators["discovery"], means=conditions.means).items()})
+            estimates = conditions.team.broadcast({Head.parse(name): value for name, value in remembered.items()})
             to_screen = sorted(to_screen, key=lambda h: (-estimates[h], h))[: settings.candidates]
         elif settings.screen == "halving":
             from headprune.search.halving import halving_candidates
@@ -291,7 +295,7 @@ class _Search:
             to_screen, rounds = halving_candidates(
                 self.lm, conditions.evaluators["discovery"].task, keep=settings.candidates, rank_key=self._rank,
                 mode=settings.ablation, means=conditions.means, batch_size=settings.batch_size,
-                progress=conditions.progress)
+                progress=conditions.progress, journal=conditions.journal)
             to_screen, rounds = conditions.team.broadcast((to_screen, rounds))
             prescreen = Prescreen("halving", len(to_screen), rounds=rounds)
         self._timed("prescreen", mark)
@@ -363,7 +367,7 @@ class _Search:
                                   split.heldout.content_hash(), inputs.specs["heldout"]),
             control_tasks=tuple(TaskInfo(c.name, c.kind, len(c), c.content_hash()) for c in inputs.controls),
             split=SplitInfo(self.settings.seed, len(split.discovery), len(split.heldout), split.source,
-                            split.duplicates_dropped),
+                            split.duplicates_dropped, split.conflicts_dropped),
             settings=self.settings,
             baseline=Baseline(self.base["discovery"].summary(), self.base["heldout"].summary(),
                               tuple(self.base[name].summary() for name in names)),
@@ -372,6 +376,7 @@ class _Search:
             nominees=tuple(str(h) for h in nominees),
             sets=tuple(SetRecord(tuple(str(h) for h in heads), evaluated[heads]) for heads in ranked_sets),
             finalists=tuple(finalists),
+            means_digest=None if self.conditions.means is None else means_digest(self.conditions.means),
         )
 
 

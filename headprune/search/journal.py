@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from headprune.errors import ResultFileError
+from headprune.io import FolderLock, atomic_write_text
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.tasks import Task
 
@@ -30,18 +32,14 @@ class Journal:
         self._entries: dict[str, dict] = dict(entries or {})
         if self.path is None:
             return
+        self.lock = FolderLock(Path(folder)).acquire()  # one run per folder, before anything is read or written
         if resume:
             self._load(settings)
         else:
             self._start(settings)
 
     def _start(self, settings: dict) -> None:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("w", encoding="utf-8") as handle:
-                handle.write(json.dumps({"settings": settings}) + "\n")
-        except OSError as error:
-            raise ResultFileError(f"cannot write {self.path}: {error.strerror or error}") from error
+        atomic_write_text(self.path, json.dumps({"settings": settings}) + "\n")
 
     def _load(self, settings: dict) -> None:
         if not self.path.is_file():
@@ -55,6 +53,12 @@ class Journal:
         if recorded.get("model_hash") != settings.get("model_hash"):
             raise ResultFileError(f"cannot resume: {self.path.parent} was made for a different model "
                                   f"({recorded.get('model')}, {str(recorded.get('model_hash'))[:19]}...)")
+        then, now = recorded.get("environment") or {}, settings.get("environment") or {}
+        moved = [k for k in now if then.get(k) != now[k]]
+        if moved:  # results are reproducible only with the same software and hardware settings
+            details = ", ".join(f"{k}: {then.get(k, 'not recorded')} then, {now[k]} now" for k in moved)
+            raise ResultFileError(f"cannot resume: the environment differs from the interrupted run's ({details})",
+                                  settings=("resume",))
         changed = sorted(k for k in set(recorded) | set(settings) if recorded.get(k) != settings.get(k))
         if changed:
             details = ", ".join(f"{k}: {recorded.get(k)!r} then, {settings.get(k)!r} now" for k in changed[:3])
@@ -65,9 +69,10 @@ class Journal:
                 self._entries[entry["key"]] = entry
             except (json.JSONDecodeError, KeyError):
                 continue  # the last line of a killed run may be cut short
-        # Rewrite without any broken tail so later appends start on a fresh line.
+        # Rewrite without any broken tail so later appends start on a fresh line (atomically: a kill during the
+        # rewrite leaves the old journal).
         body = [json.dumps({"settings": recorded})] + [json.dumps(e) for e in self._entries.values()]
-        self.path.write_text("\n".join(body) + "\n", encoding="utf-8")
+        atomic_write_text(self.path, "\n".join(body) + "\n")
 
     @property
     def entries(self) -> dict[str, dict]:
@@ -91,10 +96,20 @@ class Journal:
             for example, flag, margin in zip(task.examples, entry["correct"], entry["margins"])
         ))
 
+    def remember(self, key: str, compute: Callable[[], object]) -> object:
+        """A JSON value (a pre-screen's output) from the journal, or computed now and journalled."""
+        if key in self._entries:
+            return self._entries[key]["data"]
+        data = compute()
+        self._append({"key": key, "data": data})
+        return json.loads(json.dumps(data))  # what a resumed run reads back
+
     def put(self, key: str, result: EvalResult) -> None:
-        entry = {"key": key, "correct": "".join("1" if r.correct else "0" for r in result.results),
-                 "margins": [r.margin for r in result.results]}
-        self._entries[key] = entry
+        self._append({"key": key, "correct": "".join("1" if r.correct else "0" for r in result.results),
+                      "margins": [r.margin for r in result.results]})
+
+    def _append(self, entry: dict) -> None:
+        self._entries[entry["key"]] = entry
         if self.path is None:
             return
         with self.path.open("a", encoding="utf-8") as handle:

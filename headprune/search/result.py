@@ -58,6 +58,7 @@ class SplitInfo:
     heldout: int
     source: str  # "split" (one task split in two) or "heldout-task"
     duplicates_dropped: int
+    conflicts_dropped: int = 0  # same input as an earlier example, another answer (kept on no side)
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ class FindResult:
     compression: Compression | None = None  # objective compress only
     timings: dict[str, float] = field(default_factory=dict, compare=False)
     schema_version: int = SCHEMA_VERSION
+    means_digest: str | None = None  # mean ablation: the hash of the head means find used (see ablation.means_digest)
 
     @property
     def primary(self) -> tuple[Head, ...]:

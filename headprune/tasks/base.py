@@ -72,6 +72,12 @@ class Example:
     def content_key(self) -> str:
         return hashlib.sha256(json.dumps(self.content(), sort_keys=True).encode()).hexdigest()
 
+    def input_key(self) -> str:
+        """A hash of what the model is given (the content without its answer, target or label): examples with
+        the same input but different answers must stay on one side of a split."""
+        given = {k: v for k, v in self.content().items() if k not in ("answer", "target", "label")}
+        return hashlib.sha256(json.dumps(given, sort_keys=True).encode()).hexdigest()
+
 
 @dataclass(frozen=True)
 class Task:
