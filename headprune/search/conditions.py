@@ -59,8 +59,9 @@ class Conditions:
         identity = {"model": lm.name, "model_hash": lm.weight_hash, "task": split.discovery.content_hash(),
                     "heldout": split.heldout.content_hash(), "controls": [c.content_hash() for c in controls],
                     "dtype": dtype_name(lm.dtype), **to_json(settings), "environment": run_environment(lm)}
-        opened = team.from_main(lambda: Journal(out, identity, resume=resume))
-        journal = opened if team.is_main else Journal(None, identity, entries=opened.entries)
+        opened: list[Journal] = []  # rank 0's, with the file and its lock; the others get its entries
+        entries = team.from_main(lambda: opened.append(Journal(out, identity, resume=resume)) or opened[0].entries)
+        journal = opened[0] if team.is_main else Journal(None, identity, entries=entries)
         batch = settings.batch_size
         # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs.
         evaluators = {"discovery": Evaluator(lm, split.discovery, batch_size=batch, reuse_layers=True),
