@@ -232,8 +232,8 @@ def render_compression(result: FindResult) -> str:
         f"held-out n={result.split.heldout}, split seed {result.split.seed}",
         f"- Intact model: discovery {_pct(base.discovery.accuracy)}, held-out {_pct(base.heldout.accuracy)}",
         f"- Budget: discovery accuracy at most {c.max_drop:g} points below the intact model; grown by "
-        f"{c.prefer} from the screen's least harmful ({len(result.screen)} heads screened exactly"
-        + _prescreen_note(result) + f"), {c.queue} {c.prefer} in the queue; {len(c.curve)} sets evaluated, "
+        f"{c.prefer} from the screen's least harmful; {len(result.screen)} heads screened exactly"
+        + _prescreen_note(result) + f"; {c.queue} {c.prefer} in the queue; {len(c.curve)} sets evaluated, "
         f"{len(c.rejected)} {c.prefer} rejected ({', '.join(c.rejected) or 'none'}).",
         "", "## Result", "",
         f"**{len(c.heads)} of {model.total_heads} heads removed** (set fixed on discovery: accuracy "

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-
 from helpers import build_tiny, random_choice_task
 from helpers.handmade import HARM, build_model, cue_task, reversed_task
+
 from headprune.cli.main import cli
 from headprune.errors import SearchSettingsError
 from headprune.heads import Head
