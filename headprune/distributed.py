@@ -130,7 +130,15 @@ def join(device: str = "auto") -> Team:
         if gpu:
             torch.cuda.set_device(torch.device(team.device(device)))
         try:
-            torch.distributed.init_process_group("nccl" if gpu else "gloo", timeout=TIMEOUT)
+            from torch.distributed.rendezvous import rendezvous
+
+            store, _, _ = next(rendezvous("env://", timeout=TIMEOUT))
+            # A key space per launch attempt: workers restarted by torchrun must not read the addresses their
+            # predecessors left in the launcher's store.
+            restarts = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            attempt = torch.distributed.PrefixStore(f"headprune/attempt_{restarts}", store)
+            torch.distributed.init_process_group("nccl" if gpu else "gloo", store=attempt, rank=team.rank,
+                                                 world_size=team.world, timeout=TIMEOUT)
         except (RuntimeError, ValueError, torch.distributed.DistError) as error:
             raise WorkerLostError(f"cannot join the other processes of this run: {error}") from error
     if not team.is_main:

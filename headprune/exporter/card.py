@@ -104,7 +104,7 @@ def claim_line(record: ExportRecord) -> str:
     v, ni = record.origin.verdict, record.origin.non_inferiority
     if ni is not None and not v.confirmed:  # find --objective compress: a test of not being worse
         if ni.accepted:
-            return (f"**Non-inferior, not improved**: held-out `{record.origin.task}` accuracy stays within "
+            return (f"**Non-inferior**: held-out `{record.origin.task}` accuracy stays within "
                     f"{100 * ni.margin:g} points of the original (95% CI lower end {100 * ni.ci95[0]:+.1f} points); "
                     "no improvement is claimed.")
         return (f"**Not shown non-inferior**: held-out `{record.origin.task}` accuracy may be more than "
