@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -29,9 +30,14 @@ from headprune.tasks import Task, load_task
 
 log = logging.getLogger("headprune")
 
-FORMATS = ("safetensors", "onnx")
+FORMATS = ("safetensors", "onnx", "gguf")
 LAYOUTS = ("sliced", "dense")
 DEFAULT_VERIFY_LIMIT = 500
+# llama.cpp against torch, both float32 with a float32 key/value cache: different kernels sum in another order
+# (measured on SmolLM2-135M: a few 1e-5 of the largest logit).
+GGUF_TOLERANCE = 1e-3
+GREEDY_PROMPTS = 16  # task prompts decoded greedily in llama.cpp and in the masked original
+GREEDY_STEPS = 16
 
 HeadsLike = str | Path | Sequence[Head | str] | FindResult
 
@@ -90,7 +96,7 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def _weight_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".onnx"))
+    return sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".onnx", ".gguf"))
 
 
 def _source_info(lm: LoadedModel) -> SourceInfo:
@@ -155,6 +161,7 @@ def export(
     device: str = "auto",
     dtype: str | None = None,
     trust_remote_code: bool = False,
+    gguf_type: str = "f32",
 ) -> ExportRecord:
     """Remove ``heads`` from ``model`` and write a verified checkpoint to ``out``.
 
@@ -162,7 +169,8 @@ def export(
         model: model spec or loaded model.
         heads: a find result (object, ``result.json`` or its folder) or heads like ``"L0.H1,L3.H2"``.
         set_rank: which finalist of a result (1 = the primary set).
-        format: ``safetensors`` or ``onnx`` (ONNX is exported from the chosen layout).
+        format: ``safetensors``, ``onnx`` (exported from the chosen layout) or ``gguf`` (llama.cpp; Llama-style
+            models: dense as the stock ``llama``/``qwen2`` architecture, sliced as ``deci``).
         layout: ``sliced`` (heads physically removed) or ``dense`` (same shapes, heads silenced).
         ablation: ``zero``, or ``mean`` (the mean output folded into the output bias, where there is one).
         verify_task: task re-measured on the artifact (default: the held-out set recorded in the result).
@@ -174,6 +182,7 @@ def export(
         dtype: the export's dtype (``None``: the checkpoint's own; a loaded model keeps its dtype).
         out: the folder to write (replaced atomically).
         trust_remote_code: allow a checkpoint whose class only its own code defines.
+        gguf_type: the GGUF file's tensor type (f32, f16, bf16, q8_0); the runtime check runs a float32 copy.
 
     Returns:
         The record written as ``headprune_export.json``.
@@ -184,10 +193,21 @@ def export(
     from headprune.evaluation import Evaluator
     from headprune.exporter.card import render_card
     from headprune.exporter.loading import load
-    from headprune.exporter.onnx_export import ONNX_NAME, OnnxModel, export_onnx, onnx_output
+    from headprune.exporter.onnx_export import (
+        ONNX_NAME,
+        OnnxModel,
+        export_onnx,
+        onnx_output,
+    )
     from headprune.exporter.slicing import densify, slice_model
-    from headprune.exporter.verify import (MAX_TOLERANCE, MIN_TIE, check_logits, check_task, check_tensors,
-                                           default_tolerance)
+    from headprune.exporter.verify import (
+        MAX_TOLERANCE,
+        MIN_TIE,
+        check_logits,
+        check_task,
+        check_tensors,
+        default_tolerance,
+    )
     from headprune.scoring import scorer_for
 
     for name, value, allowed in (("format", format, FORMATS), ("layout", layout, LAYOUTS),
@@ -198,13 +218,21 @@ def export(
     quiet_transformers()
     lm = load_model(model, dtype=dtype or "checkpoint", device=device,
                     trust_remote_code=trust_remote_code) if isinstance(model, str) else model
+    _refuse_lossy(lm)
+    arch = None
+    if format == "gguf":
+        from headprune.exporter.gguf_export import check_supported
+
+        arch = check_supported(lm, layout, gguf_type)
+        if lm.dtype != torch.float32:
+            raise SearchSettingsError("GGUF export is verified in float32; give dtype float32 (gguf_type sets the "
+                                      "file's own type)", settings=("dtype", "format"))
     if tolerance is None:
-        tolerance = default_tolerance(lm.dtype)
+        tolerance = GGUF_TOLERANCE if format == "gguf" else default_tolerance(lm.dtype)
     if not 0 <= tolerance <= MAX_TOLERANCE:
         raise SearchSettingsError(f"tolerance must be between 0 and {MAX_TOLERANCE} (relative to the largest logit), "
                                   f"not {tolerance:g}: a larger one would pass a broken export",
                                   settings=("tolerance",))
-    _refuse_lossy(lm)
     removed, result = resolve_heads(heads, lm, set_rank)
     plans = plan_layers(lm.grid, removed)  # refuses removing a whole layer before any work
     splits = result_splits(result) if result is not None else None
@@ -228,9 +256,31 @@ def export(
         raise SearchSettingsError("ONNX export runs in float32; give dtype float32", settings=("dtype", "format"))
 
     log.info("export: removing %d heads (%s, %s); writing %s", len(removed), layout, format, out)
-    with atomic_folder(Path(out), replace=True) as staging:
-        lm.tokenizer.save_pretrained(staging)
-        if format == "onnx":
+    gguf_info, closers = None, []
+    with atomic_folder(Path(out), replace=True) as staging, tempfile.TemporaryDirectory() as scratch:
+        if format != "gguf":  # a GGUF file carries its tokenizer
+            lm.tokenizer.save_pretrained(staging)
+        if format == "gguf":
+            from headprune.exporter import gguf_export
+
+            written = gguf_export.write_files(lm, artifact, arch, plans, staging, Path(scratch), gguf_type)
+            version, reason = gguf_export.llama_cpp_version()
+            runtime = f"llama.cpp (llama-cpp-python {version})"
+            weights = artifact
+            if version is None:
+                log.warning("export: the GGUF file was not run in llama.cpp: %s", reason)
+                runner = artifact
+                exported = LoadedModel("gguf-source", staging, artifact, lm.tokenizer, lm.adapter, lm.grid,
+                                       lm.model_class)
+                measured_on = "the torch model the GGUF file was written from (llama.cpp was not available)"
+            else:
+                n_ctx = _context_for(lm, task, GREEDY_STEPS)
+                runner = gguf_export.LlamaCppModel(written.f32_path, n_ctx=n_ctx, eos=gguf_export.eos_ids(lm))
+                closers.append(runner)
+                exported = LoadedModel("gguf", staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
+                                       lm.model_class)
+                measured_on = f"{runtime}, float32 file"
+        elif format == "onnx":
             export_onnx(artifact, staging / ONNX_NAME, output=output, positions=not lm.is_encoder)
             artifact.config.save_pretrained(staging)
             runner = OnnxModel(staging / ONNX_NAME, output=output, positions=not lm.is_encoder)
@@ -266,6 +316,10 @@ def export(
         if check.disagreements:
             raise VerificationError(f"the exported model answers {check.disagreements} of {check.n} {task.name} "
                                     "examples differently from the masked original; nothing was written")
+        if format == "gguf":
+            gguf_info = _check_gguf(lm, removed, written, runner if closers else None, task, mode=ablation,
+                                    means=means, tolerance=tolerance, runtime=runtime, reason=reason,
+                                    gguf_type=gguf_type, closers=closers)
         record = ExportRecord(
             source=_source_info(lm), removed_heads=tuple(str(h) for h in removed), layout=layout, format=format,
             ablation=ablation, encoder=lm.is_encoder, model_class=lm.model_class.name, head=lm.head,
@@ -276,8 +330,52 @@ def export(
             verification=Verification(logits, check, tensors),
             origin=None if result is None else FindOrigin(result.task.name, set_rank,
                                                           result.finalists[set_rank - 1].heldout),
-            seconds=round(time.perf_counter() - started, 2))
+            seconds=round(time.perf_counter() - started, 2), gguf=gguf_info)
         (staging / "README.md").write_text(render_card(record), encoding="utf-8")
         record = replace(record, files=file_hashes(staging))
         record.save(staging)
+        for closer in closers:
+            closer.close()
     return record
+
+
+def _context_for(lm: LoadedModel, task: Task, steps: int) -> int:
+    """A llama.cpp context that holds the longest verification input plus the greedy tokens."""
+    from headprune.evaluation import Evaluator
+
+    longest = max(ids.shape[1] for ids, _, _ in Evaluator(lm, task, share_prefix=False).reference_batches())
+    need = longest + max(steps, task.max_new_tokens or 0) + 8
+    return min(int(lm.model.config.max_position_embeddings), 64 * -(-need // 64))
+
+
+def _check_gguf(lm: LoadedModel, removed: Sequence[Head], written, runner, task: Task, *, mode: str,  # noqa: ANN001
+                means, tolerance: float, runtime: str, reason: str, gguf_type: str, closers: list):  # noqa: ANN001
+    """The runtime gate on the float32 file (greedy tokens, tokenizer), and the written type's agreement
+    reported beside it when that type is lossy. Raises VerificationError when the float32 file disagrees."""
+    from headprune.exporter import gguf_export
+    from headprune.exporter.record import GgufInfo
+
+    texts = gguf_export.task_texts(task)[:GREEDY_PROMPTS]
+    prompts = [list(lm.tokenizer(text)["input_ids"]) for text in texts]
+    if runner is None:
+        check = gguf_export.not_run(reason, "f32")
+        typed = None if gguf_type == "f32" else gguf_export.not_run(reason, gguf_type)
+    else:
+        options = dict(steps=GREEDY_STEPS, mode=mode, means=means, tolerance=tolerance, runtime=runtime, texts=texts)
+        check = gguf_export.compare_greedy(lm, removed, runner, prompts, gguf_type="f32", gated=True, **options)
+        if check.mismatches:
+            raise VerificationError(f"in llama.cpp, {check.mismatches} of {check.prompts} prompts decode greedily to "
+                                    "other tokens than the masked original; nothing was written")
+        if check.tokenizer_agree < check.tokenizer_texts:
+            raise VerificationError(f"llama.cpp tokenizes {check.tokenizer_texts - check.tokenizer_agree} of "
+                                    f"{check.tokenizer_texts} task texts differently from the model's tokenizer; "
+                                    "nothing was written")
+        typed = None
+        if gguf_type != "f32":
+            typed_runner = gguf_export.LlamaCppModel(written.path, n_ctx=runner.llm.n_ctx(), eos=runner.eos)
+            closers.append(typed_runner)
+            typed = gguf_export.compare_greedy(lm, removed, typed_runner, prompts, gguf_type=gguf_type, gated=False,
+                                               **options)
+    return GgufInfo(written.plan.arch, gguf_type, written.path.name, written.plan.head_count,
+                    written.plan.head_count_kv, written.tokenizer, written.chat_template, written.read_back,
+                    written.read_back_diff, check, typed, written.notes)
