@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from helpers import build_tiny, choice_task, generate_task, text_task, tiny_config
+from helpers import build_tiny, choice_task, generate_task, text_task
 
 from headprune.cli.main import cli
 from headprune.exporter import export, gguf_export, read_record, verify_record
@@ -263,10 +263,6 @@ def test_cli_gguf_export(models, tokenizer, tmp_path) -> None:
                          "--out", str(tmp_path / "o2"))
     assert result.exit_code == 0, result.output
     assert "llama.cpp (deci, float32)" in result.output and "model.gguf" in result.output
-
-
-def test_tiny_config_is_llama_style() -> None:  # the helpers' configs the tests above rely on
-    assert tiny_config("llama", 300).model_type == "llama"
 
 
 @pytest.mark.slow

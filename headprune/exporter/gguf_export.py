@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import tempfile
 from dataclasses import dataclass
 from hashlib import sha256
@@ -496,10 +495,9 @@ class LlamaCppModel:
     def __init__(self, path: Path, *, n_ctx: int, eos: tuple[int, ...], threads: int | None = None) -> None:
         import llama_cpp
 
-        if threads is None:
-            threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         # logits at every position (the verifier compares them all); float32 keys and values (type 0: the default
         # f16 cache would round them); no flash attention (per-layer head counts pad it differently).
+        # Threads: llama-cpp-python's default (half the CPUs); more spin against each other on a busy machine.
         self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=min(n_ctx, 512), logits_all=True,
                                    n_threads=threads, n_threads_batch=threads, verbose=False, type_k=0, type_v=0,
                                    flash_attn=False)
