@@ -266,18 +266,25 @@ def test_cli_gguf_export(models, tokenizer, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_smollm2_gguf_decodes_like_the_masked_original(smollm2, tmp_path) -> None:
-    """The default model (itself from a GGUF file): a few heads removed, sliced, in llama.cpp."""
+def test_smollm2_gguf_decodes_like_the_masked_original(smollm2, tmp_path, monkeypatch) -> None:
+    """The default model (itself from a GGUF file): two KV groups and two single heads removed, sliced, run in
+    llama.cpp; its tokenizer and chat template are the source file's."""
     from helpers import PROMPTS
 
+    from headprune.exporter import pipeline
     from headprune.tasks import Example, Task
 
-    task = Task("gen", "generate", tuple(Example(f"g{i}", prompt=p, target="x") for i, p in enumerate(PROMPTS)),
-                max_new_tokens=8)
-    record = export(smollm2, "L3.H2,L3.H5,L10.H0,L10.H1,L10.H2", format="gguf", layout="sliced", verify_task=task,
-                    out=tmp_path / "g")
-    check = record.gguf.runtime
-    assert check.done and check.mismatches == 0 and check.identical == check.prompts == len(PROMPTS)
-    assert check.tokenizer_agree == check.tokenizer_texts
-    assert record.gguf.chat_template and "copied from" in record.gguf.tokenizer
-    assert record.bytes.after < smollm2.model.num_parameters() * 4
+    monkeypatch.setattr(pipeline, "GREEDY_STEPS", 8)
+    prompts = PROMPTS[:4]
+    task = Task("gen", "generate", tuple(Example(f"g{i}", prompt=p, target="x") for i, p in enumerate(prompts)),
+                max_new_tokens=4)
+    record = export(smollm2, "L3.H0,L3.H1,L3.H2,L10.H3,L10.H4,L10.H5,L12.H1,L20.H7", format="gguf", layout="sliced",
+                    verify_task=task, out=tmp_path / "g")
+    info = record.gguf
+    check = info.runtime
+    assert check.done and check.mismatches == 0 and check.identical == check.prompts == len(prompts)
+    assert check.tokenizer_agree == check.tokenizer_texts == len(prompts)
+    assert info.chat_template and "copied from SmolLM2-135M-Instruct" in info.tokenizer
+    assert info.head_count[3] == info.head_count[10] == 6 and info.head_count_kv[3] == 2
+    assert record.parameters.after < record.parameters.before
+    assert record.verification.task.disagreements == 0

@@ -495,12 +495,18 @@ class LlamaCppModel:
     def __init__(self, path: Path, *, n_ctx: int, eos: tuple[int, ...], threads: int | None = None) -> None:
         import llama_cpp
 
+        from headprune.errors import VerificationError
+
         # logits at every position (the verifier compares them all); float32 keys and values (type 0: the default
         # f16 cache would round them); no flash attention (per-layer head counts pad it differently).
         # Threads: llama-cpp-python's default (half the CPUs); more spin against each other on a busy machine.
-        self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=min(n_ctx, 512), logits_all=True,
-                                   n_threads=threads, n_threads_batch=threads, verbose=False, type_k=0, type_v=0,
-                                   flash_attn=False)
+        try:
+            self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=min(n_ctx, 512), logits_all=True,
+                                       n_threads=threads, n_threads_batch=threads, verbose=False, type_k=0,
+                                       type_v=0, flash_attn=False)
+        except ValueError as error:  # llama.cpp refused the file (its reason went to stderr)
+            raise VerificationError(f"llama.cpp could not load the written GGUF file ({error}); nothing was "
+                                    "written") from error
         self.eos = eos
         self.n_vocab = self.llm.n_vocab()
 
