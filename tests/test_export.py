@@ -121,6 +121,8 @@ def test_onnx_decoder_generates_in_onnxruntime_genai(models, family, tmp_path) -
     heads = parse_heads("L0.H1,L1.H2")  # a query head of a group, per layer: the sliced layout keeps every group
     record = export(lm, heads, format="onnx", verify_task=choice_task(), out=tmp_path / "onnx")
     assert record.layout == "sliced"
+    checked = record.verification.runtime  # the export gate ran the runtime itself
+    assert checked.done and checked.runtime.startswith("ONNX Runtime GenAI") and checked.identical == checked.prompts
     genai = json.loads((tmp_path / "onnx" / "genai_config.json").read_text())
     assert genai["model"]["decoder"]["num_hidden_layers"] == 2
     runner = GenaiRunner(tmp_path / "onnx")

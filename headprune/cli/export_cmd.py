@@ -20,7 +20,8 @@ from headprune.cli.options import (ablation_option, batch_option, json_option, m
               help="With a result: which finalist (1 = the primary set).")
 @click.option("--allow-unconfirmed", is_flag=True,
               help="Export a finalist whose held-out gain is not confirmed (its model card says so first).")
-@click.option("--format", "fmt", type=click.Choice(["safetensors", "onnx"]), default="safetensors", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["safetensors", "onnx", "gguf"]), default="safetensors",
+              show_default=True, help="gguf: for llama.cpp (Llama-style models); run in llama.cpp before writing.")
 @click.option("--layout", type=click.Choice(["sliced", "dense"]), default="sliced", show_default=True,
               help="sliced: heads physically removed (smaller); dense: same shapes, heads silenced.")
 @ablation_option
@@ -37,38 +38,45 @@ from headprune.cli.options import (ablation_option, batch_option, json_option, m
 @device_option
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
               help="The export's precision [default: the checkpoint's own]; the verification tolerance follows it.")
+@click.option("--gguf-type", type=click.Choice(["f32", "f16", "bf16", "q8_0"]), default="f32", show_default=True,
+              help="With --format gguf: the file's tensor type (a float32 copy is the one verified in llama.cpp).")
 @trust_remote_code_option
 @json_option
 def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed: bool, fmt: str, layout: str,
-                   ablation: str, verify_task: str | None, verify_limit: int, tolerance: float | None, batch_size: int | str,
-                   out: Path | None, device: str, dtype: str | None, trust_remote_code: bool, as_json: bool) -> None:
-    """Remove heads from MODEL and write a verified checkpoint (safetensors or ONNX)."""
+                   ablation: str, verify_task: str | None, verify_limit: int, tolerance: float | None,
+                   batch_size: int | str, out: Path | None, device: str, dtype: str | None, gguf_type: str,
+                   trust_remote_code: bool, as_json: bool) -> None:
+    """Remove heads from MODEL and write a verified checkpoint (safetensors, ONNX or GGUF)."""
     from headprune.cli.find_cmd import _slug
     from headprune.exporter.pipeline import export
     from headprune.io import check_writable_folder
     from headprune.records import to_json
 
-    out = out or Path("exports") / f"{_slug(model)}-pruned{'-onnx' if fmt == 'onnx' else ''}"
+    out = out or Path("exports") / f"{_slug(model)}-pruned{'' if fmt == 'safetensors' else '-' + fmt}"
     check_writable_folder(out.parent)
     record = export(model, heads_spec, set_rank=set_rank, format=fmt, layout=layout, ablation=ablation,
                     verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,
                     batch_size=batch_size, device=device, dtype=dtype,
-                    trust_remote_code=trust_remote_code, allow_unconfirmed=allow_unconfirmed)
+                    trust_remote_code=trust_remote_code, allow_unconfirmed=allow_unconfirmed, gguf_type=gguf_type)
     if as_json:
         click.echo(json.dumps({"out": str(out), **{k: to_json(getattr(record, k)) for k in (
-            "removed_heads", "layout", "format", "parameters", "bytes", "verification")}}))
+            "removed_heads", "layout", "format", "parameters", "bytes", "verification", "gguf")}}))
         return
     logits, task = record.verification.logits, record.verification.task
     params, size = record.parameters, record.bytes
     click.echo(f"removed {','.join(record.removed_heads)} ({layout}, {ablation}); parameters "
                f"{params.before:,} -> {params.after:,}; weight bytes {size.before:,} -> {size.after:,}")
-    if layout == "sliced" and params.after >= params.before:
+    if layout == "sliced" and params.after >= params.before and fmt != "gguf":
         click.echo("note: no size change: removing some but not all query heads of a KV group cannot shrink that "
                    "layer exactly (the heads are kept, zeroed; see the per-layer layouts in the model card)")
     click.echo(f"verified: max |logit diff| {logits.max_abs_diff:.2e} <= {logits.allowed:.2e}; "
                f"{task.task} (n={task.n}): original {_metric(task.intact, task.metric)}, masked "
                f"{_metric(task.masked, task.metric)}, exported {_metric(task.exported, task.metric)}")
-    if fmt == "onnx":
+    if record.gguf is not None:
+        _echo_gguf(record.gguf)
+    if fmt == "gguf":
+        how = f"llama-cli -m {out}/model.gguf  or  llama_cpp.Llama(\"{out}/model.gguf\")"
+    elif fmt == "onnx":
         how = f'onnxruntime.InferenceSession("{out}/model.onnx")'
     elif layout == "sliced":
         how = f'headprune.load("{out}")  or  {record.auto_class}.from_pretrained("{out}", trust_remote_code=True)'
@@ -79,3 +87,17 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
 
 def _metric(value: float | None, metric: str) -> str:
     return "n/a" if value is None else f"{value:.2%}" if metric == "accuracy" else f"{value:.4f}"
+
+
+def _echo_gguf(info) -> None:  # noqa: ANN001
+    check = info.runtime
+    if not check.done:
+        click.echo(f"note: the GGUF file was not run in llama.cpp: {check.reason}")
+    else:
+        click.echo(f"llama.cpp ({info.architecture}, float32): {check.identical} of {check.prompts} prompts decode "
+                   f"greedily to the masked original's tokens ({check.ties} near-ties, {check.tokens} tokens); "
+                   f"tokenizer agrees on {check.tokenizer_agree} of {check.tokenizer_texts} texts")
+    typed = info.typed_runtime
+    if typed is not None and typed.done:
+        click.echo(f"{info.gguf_type} file (lossy, reported, not gated): {typed.identical} of {typed.prompts} prompts "
+                   f"give the same greedy tokens ({typed.mismatches} diverge)")

@@ -23,7 +23,7 @@ def model_index(record: ExportRecord) -> list | None:
 
 def card_metadata(record: ExportRecord) -> dict:
     """The card's YAML front matter as data (what ``push --dry-run`` shows)."""
-    meta: dict = {"library_name": "transformers" if record.format == "safetensors" else "onnx",
+    meta: dict = {"library_name": {"safetensors": "transformers"}.get(record.format, record.format),
                   "tags": ["headprune", "pruned", f"headprune-{record.layout}", "attention-head-pruning"]}
     if record.source.hub_id:
         meta["base_model"] = record.source.hub_id
@@ -74,6 +74,13 @@ def render_card(record: ExportRecord) -> str:
         lines.append(f"- Tensors of the original ({record.model_class}): {len(tensors.kept)} kept unchanged, "
                      f"{len(tensors.sliced)} sliced, {len(tensors.edited)} edited (heads silenced), "
                      f"{len(tensors.removed)} removed.")
+    runtime = record.verification.runtime
+    if runtime is not None:
+        lines.append(f"- Run in {runtime.runtime}: greedy decoding of {runtime.prompts} task prompts gives the masked "
+                     f"original's tokens on {runtime.identical} ({runtime.tokens} tokens compared)." if runtime.done
+                     else f"- Not run in its runtime: {runtime.reason}.")
+    if record.gguf is not None:
+        lines += _gguf_lines(record.gguf)
     if record.origin is not None and record.origin.non_inferiority is not None:
         lines += _compression_lines(record.origin)
     elif record.origin is not None:
@@ -144,6 +151,13 @@ def _compression_lines(origin: FindOrigin) -> list[str]:
 
 def _how_to_load(record: ExportRecord) -> list[str]:
     auto = record.auto_class or "AutoModel"
+    if record.format == "gguf" and record.gguf is not None:
+        lines = ["```bash", f"llama-cli -m {record.gguf.file}", "```", "", "```python",
+                 "from llama_cpp import Llama", f'llm = Llama("{record.gguf.file}")', "```"]
+        if record.gguf.architecture == "deci":
+            lines += ["", "Layers have different head counts: the file uses llama.cpp's `deci` architecture, which "
+                      "reads them per layer (`deci.attention.head_count`, `deci.attention.head_count_kv`)."]
+        return lines
     if record.format == "onnx":
         output = "last_hidden_state" if record.head == "base" else "logits"
         return ["```python", "import onnxruntime", 'session = onnxruntime.InferenceSession("model.onnx")',
@@ -159,3 +173,22 @@ def _how_to_load(record: ExportRecord) -> list[str]:
                 "`modeling_headprune.py` next to the weights (it imports only torch and transformers) rebuilds "
                 "the shapes recorded in `config.json` under `headprune`."]
     return ["```python", f"from transformers import {auto}", f'model = {auto}.from_pretrained("PATH_OR_REPO")', "```"]
+
+
+def _gguf_lines(info) -> list[str]:  # noqa: ANN001
+    lines = [f"- GGUF `{info.file}` ({info.architecture} architecture, {info.gguf_type}; tokenizer {info.tokenizer}"
+             f"{', chat template' if info.chat_template else ''}): {info.tensors_read_back} tensors read back and "
+             f"compared with the pruned model's (largest difference {info.read_back_max_abs_diff:.2e})."]
+    for check in (info.runtime, info.typed_runtime):
+        if check is None:
+            continue
+        if not check.done:
+            lines.append(f"- Not run in llama.cpp ({check.gguf_type}): {check.reason}.")
+            continue
+        lossy = "" if check.gated else " (lossy: reported, not gated)"
+        lines.append(f"- In {check.runtime}, {check.gguf_type} file{lossy}: {check.identical} of {check.prompts} "
+                     f"task prompts decode greedily to the masked original's tokens ({check.ties} near-ties, "
+                     f"{check.mismatches} mismatches; {check.tokens} tokens, largest logit difference "
+                     f"{check.max_abs_logit_diff:.2e}); llama.cpp's tokenizer agrees on {check.tokenizer_agree} of "
+                     f"{check.tokenizer_texts} task texts.")
+    return lines + [f"- Note: {note}." for note in info.notes]

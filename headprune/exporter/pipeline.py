@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -21,6 +22,7 @@ from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsErro
                               UnsupportedModelError, VerificationError)
 from headprune.exporter.plan import plan_layers
 from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes)
+from headprune.exporter.runtime_check import compare_greedy, eos_ids, task_texts
 from headprune.heads import Head, parse_heads
 from headprune.io import atomic_folder
 from headprune.models import LoadedModel, load_model, quiet_transformers
@@ -29,9 +31,15 @@ from headprune.tasks import Task, load_task
 
 log = logging.getLogger("headprune")
 
-FORMATS = ("safetensors", "onnx")
+FORMATS = ("safetensors", "onnx", "gguf")
 LAYOUTS = ("sliced", "dense")
 DEFAULT_VERIFY_LIMIT = 500
+# llama.cpp against torch, both float32 with a float32 key/value cache: different kernels sum in another order
+# (measured on SmolLM2-135M: 1.3e-4 with logits up to 38, 3.5e-6 of the largest; a q/k permutation left out
+# gives 0.2 on a tiny model whose logits are below 1).
+GGUF_TOLERANCE = 1e-3
+GREEDY_PROMPTS = 16  # task prompts decoded greedily in the runtime (llama.cpp, ONNX Runtime GenAI) and in torch
+GREEDY_STEPS = 16
 
 HeadsLike = str | Path | Sequence[Head | str] | FindResult
 
@@ -143,22 +151,13 @@ def count_parameters(model: nn.Module) -> int:
     return total
 
 
-def eos_ids(lm: LoadedModel) -> tuple[int, ...]:
-    """The token ids that end generation (the generation config's, else the tokenizer's)."""
-    config = getattr(lm.model, "generation_config", None) or lm.model.config
-    eos = getattr(config, "eos_token_id", None)
-    if eos is None:
-        eos = lm.tokenizer.eos_token_id
-    return tuple(eos) if isinstance(eos, (list, tuple)) else (() if eos is None else (int(eos),))
-
-
 def _pad_id(lm: LoadedModel) -> int:
     tokenizer = lm.tokenizer
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos_ids(lm) or (0,))[0]
 
 
 def _weight_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".onnx"))
+    return sum(p.stat().st_size for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".onnx", ".gguf"))
 
 
 def _source_info(lm: LoadedModel) -> SourceInfo:
@@ -224,6 +223,7 @@ def export(
     dtype: str | None = None,
     trust_remote_code: bool = False,
     allow_unconfirmed: bool = False,
+    gguf_type: str = "f32",
 ) -> ExportRecord:
     """Remove ``heads`` from ``model`` and write a verified checkpoint to ``out``.
 
@@ -231,7 +231,8 @@ def export(
         model: model spec or loaded model.
         heads: a find result (object, ``result.json`` or its folder) or heads like ``"L0.H1,L3.H2"``.
         set_rank: which finalist of a result (1 = the primary set).
-        format: ``safetensors`` or ``onnx`` (ONNX is exported from the chosen layout).
+        format: ``safetensors``, ``onnx`` (exported from the chosen layout) or ``gguf`` (llama.cpp; Llama-style
+            models: dense as the stock ``llama``/``qwen2`` architecture, sliced as ``deci``).
         layout: ``sliced`` (heads physically removed) or ``dense`` (same shapes, heads silenced).
         ablation: ``zero``, or ``mean`` (the mean output folded into the output bias, where there is one).
         verify_task: task re-measured on the artifact (default: the held-out set recorded in the result).
@@ -246,6 +247,7 @@ def export(
         allow_unconfirmed: export a finalist whose held-out gain is not confirmed (an exploratory finalist, or
             a primary set find did not confirm); its card says so in its first line. Heads given as a list
             make no claim and need no permission (their card says that no improvement is claimed).
+        gguf_type: the GGUF file's tensor type (f32, f16, bf16, q8_0); the runtime check runs a float32 copy.
 
     Returns:
         The record written as ``headprune_export.json``.
@@ -260,8 +262,14 @@ def export(
     from headprune.exporter.onnx_export import (ONNX_NAME, OnnxModel, export_decoder, export_onnx, generates,
                                                 onnx_output)
     from headprune.exporter.slicing import densify, slice_model
-    from headprune.exporter.verify import (MAX_TOLERANCE, MIN_TIE, check_logits, check_task, check_tensors,
-                                           default_tolerance)
+    from headprune.exporter.verify import (
+        MAX_TOLERANCE,
+        MIN_TIE,
+        check_logits,
+        check_task,
+        check_tensors,
+        default_tolerance,
+    )
     from headprune.scoring import scorer_for
 
     for name, value, allowed in (("format", format, FORMATS), ("layout", layout, LAYOUTS),
@@ -272,13 +280,21 @@ def export(
     quiet_transformers()
     lm = load_model(model, dtype=dtype or "checkpoint", device=device,
                     trust_remote_code=trust_remote_code) if isinstance(model, str) else model
+    _refuse_lossy(lm)
+    arch = None
+    if format == "gguf":
+        from headprune.exporter.gguf_export import check_supported
+
+        arch = check_supported(lm, layout, gguf_type)
+        if lm.dtype != torch.float32:
+            raise SearchSettingsError("GGUF export is verified in float32; give dtype float32 (gguf_type sets the "
+                                      "file's own type)", settings=("dtype", "format"))
     if tolerance is None:
-        tolerance = default_tolerance(lm.dtype)
+        tolerance = GGUF_TOLERANCE if format == "gguf" else default_tolerance(lm.dtype)
     if not 0 <= tolerance <= MAX_TOLERANCE:
         raise SearchSettingsError(f"tolerance must be between 0 and {MAX_TOLERANCE} (relative to the largest logit), "
                                   f"not {tolerance:g}: a larger one would pass a broken export",
                                   settings=("tolerance",))
-    _refuse_lossy(lm)
     removed, result = resolve_heads(heads, lm, set_rank)
     if result is not None and not allow_unconfirmed:
         refuse_unconfirmed(result, set_rank)
@@ -313,9 +329,31 @@ def export(
         raise SearchSettingsError("ONNX export runs in float32; give dtype float32", settings=("dtype", "format"))
 
     log.info("export: removing %d heads (%s, %s); writing %s", len(removed), layout, format, out)
-    with atomic_folder(Path(out), replace=True) as staging:
-        lm.tokenizer.save_pretrained(staging)
-        if format == "onnx":
+    gguf_info, closers = None, []
+    with atomic_folder(Path(out), replace=True) as staging, tempfile.TemporaryDirectory() as scratch:
+        if format != "gguf":  # a GGUF file carries its tokenizer
+            lm.tokenizer.save_pretrained(staging)
+        if format == "gguf":
+            from headprune.exporter import gguf_export
+
+            written = gguf_export.write_files(lm, artifact, arch, plans, staging, Path(scratch), gguf_type)
+            version, reason = gguf_export.llama_cpp_version()
+            runtime = f"llama.cpp (llama-cpp-python {version})"
+            weights = artifact
+            if version is None:
+                log.warning("export: the GGUF file was not run in llama.cpp: %s", reason)
+                runner = artifact
+                exported = LoadedModel("gguf-source", staging, artifact, lm.tokenizer, lm.adapter, lm.grid,
+                                       lm.model_class)
+                measured_on = "the torch model the GGUF file was written from (llama.cpp was not available)"
+            else:
+                n_ctx = _context_for(lm, task, GREEDY_STEPS)
+                runner = gguf_export.LlamaCppModel(written.f32_path, n_ctx=n_ctx, eos=eos_ids(lm))
+                closers.append(runner)
+                exported = LoadedModel("gguf", staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
+                                       lm.model_class)
+                measured_on = f"{runtime}, float32 file"
+        elif format == "onnx":
             if generates(lm.model.config.model_type, lm.head):  # a decoder with a cache, for ONNX Runtime GenAI
                 export_decoder(artifact, staging, eos=eos_ids(lm), pad=_pad_id(lm), bos=lm.tokenizer.bos_token_id)
             else:
@@ -354,6 +392,13 @@ def export(
         if check.disagreements:
             raise VerificationError(f"the exported model answers {check.disagreements} of {check.n} {task.name} "
                                     "examples differently from the masked original; nothing was written")
+        runtime_check = None
+        if format == "onnx" and generates(lm.model.config.model_type, lm.head):
+            runtime_check = _check_genai(lm, removed, staging, task, mode=ablation, means=means, tolerance=tolerance)
+        if format == "gguf":
+            gguf_info = _check_gguf(lm, removed, written, runner if closers else None, task, mode=ablation,
+                                    means=means, tolerance=tolerance, runtime=runtime, reason=reason,
+                                    gguf_type=gguf_type, closers=closers)
         record = ExportRecord(
             source=_source_info(lm), removed_heads=tuple(str(h) for h in removed), layout=layout, format=format,
             ablation=ablation, encoder=lm.is_encoder, model_class=lm.model_class.name, head=lm.head,
@@ -361,12 +406,77 @@ def export(
             parameters=Counts(count_parameters(lm.model), count_parameters(artifact)),
             bytes=Counts(_weight_bytes(lm.folder) if lm.folder.is_dir() and _weight_bytes(lm.folder) else
                          count_parameters(lm.model) * lm.model.dtype.itemsize, _weight_bytes(staging)),
-            verification=Verification(logits, check, tensors),
+            verification=Verification(logits, check, tensors, runtime_check),
             origin=None if result is None else FindOrigin(
                 result.task.name, set_rank, result.finalists[set_rank - 1].heldout,
                 result.compression.verdict if result.compression is not None and set_rank == 1 else None),
-            seconds=round(time.perf_counter() - started, 2))
+            seconds=round(time.perf_counter() - started, 2), gguf=gguf_info)
         (staging / "README.md").write_text(render_card(record), encoding="utf-8")
         record = replace(record, files=file_hashes(staging))
         record.save(staging)
+        for closer in closers:
+            closer.close()
     return record
+
+
+def _context_for(lm: LoadedModel, task: Task, steps: int) -> int:
+    """A llama.cpp context that holds the longest verification input plus the greedy tokens."""
+    from headprune.evaluation import Evaluator
+
+    longest = max(ids.shape[1] for ids, _, _ in Evaluator(lm, task, share_prefix=False).reference_batches())
+    need = longest + max(steps, task.max_new_tokens or 0) + 8
+    return min(int(lm.model.config.max_position_embeddings), 64 * -(-need // 64))
+
+
+def _check_genai(lm: LoadedModel, removed: Sequence[Head], folder: Path, task: Task, *, mode: str,
+                 means: torch.Tensor | None, tolerance: float):  # noqa: ANN202 - a RuntimeCheck
+    """ONNX Runtime GenAI itself loads the folder and decodes task prompts greedily like the masked original.
+    Raises VerificationError on a mismatch; records why when onnxruntime-genai is not installed."""
+    from headprune.exporter.onnx_export import GenaiRunner, genai_version
+    from headprune.exporter.record import RuntimeCheck
+
+    version, reason = genai_version()
+    if version is None:
+        log.warning("export: the ONNX model was not run in ONNX Runtime GenAI: %s", reason)
+        return RuntimeCheck("", False, reason)
+    prompts = [list(lm.tokenizer(text)["input_ids"]) for text in task_texts(task)[:GREEDY_PROMPTS]]
+    check = compare_greedy(lm, removed, GenaiRunner(folder), prompts, steps=GREEDY_STEPS, mode=mode, means=means,
+                           tolerance=tolerance, runtime=f"ONNX Runtime GenAI {version}", gguf_type="f32",
+                           gated=True, texts=[])
+    if check.mismatches:
+        raise VerificationError(f"in ONNX Runtime GenAI, {check.mismatches} of {check.prompts} prompts decode "
+                                "greedily to other tokens than the masked original; nothing was written")
+    return check
+
+
+def _check_gguf(lm: LoadedModel, removed: Sequence[Head], written, runner, task: Task, *, mode: str,  # noqa: ANN001
+                means, tolerance: float, runtime: str, reason: str, gguf_type: str, closers: list):  # noqa: ANN001
+    """The runtime gate on the float32 file (greedy tokens, tokenizer), and the written type's agreement
+    reported beside it when that type is lossy. Raises VerificationError when the float32 file disagrees."""
+    from headprune.exporter import gguf_export
+    from headprune.exporter.record import GgufInfo
+
+    texts = task_texts(task)[:GREEDY_PROMPTS]
+    prompts = [list(lm.tokenizer(text)["input_ids"]) for text in texts]
+    if runner is None:
+        check = gguf_export.not_run(reason, "f32")
+        typed = None if gguf_type == "f32" else gguf_export.not_run(reason, gguf_type)
+    else:
+        options = dict(steps=GREEDY_STEPS, mode=mode, means=means, tolerance=tolerance, runtime=runtime, texts=texts)
+        check = compare_greedy(lm, removed, runner, prompts, gguf_type="f32", gated=True, **options)
+        if check.mismatches:
+            raise VerificationError(f"in llama.cpp, {check.mismatches} of {check.prompts} prompts decode greedily to "
+                                    "other tokens than the masked original; nothing was written")
+        if check.tokenizer_agree < check.tokenizer_texts:
+            raise VerificationError(f"llama.cpp tokenizes {check.tokenizer_texts - check.tokenizer_agree} of "
+                                    f"{check.tokenizer_texts} task texts differently from the model's tokenizer; "
+                                    "nothing was written")
+        typed = None
+        if gguf_type != "f32":
+            typed_runner = gguf_export.LlamaCppModel(written.path, n_ctx=runner.llm.n_ctx(), eos=runner.eos)
+            closers.append(typed_runner)
+            typed = compare_greedy(lm, removed, typed_runner, prompts, gguf_type=gguf_type, gated=False,
+                                               **options)
+    return GgufInfo(written.plan.arch, gguf_type, written.path.name, written.plan.head_count,
+                    written.plan.head_count_kv, written.tokenizer, written.chat_template, written.read_back,
+                    written.read_back_diff, check, typed, written.notes)

@@ -89,6 +89,47 @@ class Verification:
     logits: LogitCheck
     task: TaskCheck
     tensors: TensorCheck | None = None  # None in records written before tensors were checked
+    runtime: RuntimeCheck | None = None  # ONNX: the folder run in ONNX Runtime GenAI (GGUF: see GgufInfo)
+
+
+@dataclass(frozen=True)
+class RuntimeCheck:
+    """An exported file run in its runtime (llama.cpp through llama-cpp-python, ONNX Runtime GenAI) against the
+    hook-masked original in torch: greedy tokens on task prompts, and (llama.cpp) the runtime's tokenizer against
+    the model's own on the task texts."""
+
+    runtime: str  # "llama.cpp (llama-cpp-python 0.3.36)"; "" when not done
+    done: bool
+    reason: str = ""  # why it was not done
+    gguf_type: str = "f32"  # the type of the file run
+    gated: bool = True  # False: reported only (a lossy type; the float32 copy is the one the gate ran)
+    prompts: int = 0
+    tokens: int = 0  # greedy tokens compared
+    identical: int = 0  # prompts whose greedy tokens all equal the masked original's
+    ties: int = 0  # prompts that diverged where the original's two candidates were within the tolerance
+    mismatches: int = 0  # prompts that diverged beyond it
+    max_abs_logit_diff: float = 0.0  # over the compared steps
+    max_abs_logit: float = 0.0
+    tokenizer_texts: int = 0
+    tokenizer_agree: int = 0  # texts llama.cpp tokenizes exactly as the model's tokenizer does
+
+
+@dataclass(frozen=True)
+class GgufInfo:
+    """What a GGUF export wrote and how the file itself was checked."""
+
+    architecture: str  # llama, qwen2 (dense) or deci (sliced: per-layer head counts)
+    gguf_type: str  # f32, f16, bf16, q8_0
+    file: str
+    head_count: tuple[int, ...]  # per layer
+    head_count_kv: tuple[int, ...]
+    tokenizer: str
+    chat_template: bool
+    tensors_read_back: int  # tensors read back from the file and compared with what was written
+    read_back_max_abs_diff: float  # 0 for float32; the rounding of the stored type otherwise
+    runtime: RuntimeCheck  # the float32 file (the written one, or a verification copy for other types)
+    typed_runtime: RuntimeCheck | None = None  # the written file when it is not float32
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,7 +148,7 @@ class ExportRecord:
     source: SourceInfo
     removed_heads: tuple[str, ...]
     layout: str  # "sliced" or "dense"
-    format: str  # "safetensors" or "onnx"
+    format: str  # "safetensors", "onnx" or "gguf"
     ablation: str
     encoder: bool
     layers: tuple[LayerPlan, ...]  # sliced layout only
@@ -120,6 +161,7 @@ class ExportRecord:
     origin: FindOrigin | None = None
     seconds: float = 0.0
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every other file of the folder
+    gguf: GgufInfo | None = None  # GGUF exports only
     schema_version: int = SCHEMA_VERSION
 
     def save(self, folder: Path) -> None:

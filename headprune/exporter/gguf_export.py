@@ -1,0 +1,620 @@
+"""GGUF for llama.cpp (and ollama, LM Studio, ...): write a pruned Llama-style model, read it back, run it.
+
+Layouts:
+
+- ``dense``: the stock ``llama`` architecture (``qwen2`` for Qwen2), every layer with the original head
+  counts; a removed head's ``attn_output`` columns are zero. Any llama.cpp loads it.
+- ``sliced``: heads physically removed, written as llama.cpp's ``deci`` architecture, which reads
+  ``{arch}.attention.head_count`` and ``.head_count_kv`` as per-layer arrays (``src/models/deci.cpp``). The
+  plain ``llama`` architecture cannot: its graph and tensor shapes use layer 0's counts for every layer
+  (``llm_graph_context::n_head = hparams.n_head()``), so arrays there would only load when all layers agree.
+
+Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel``, ``DeciModel``, the
+``TextModel`` defaults) as vendored by llama-cpp-python 0.3.36:
+
+- tensor names through ``gguf.get_tensor_name_map`` (``token_embd``, ``blk.N.attn_q``, ...);
+- Hugging Face stores Llama's query and key rows in "rotate half" order; llama.cpp's ``llama`` and ``deci``
+  graphs rotate adjacent pairs, so q and k rows (and biases) are permuted per head (``LlamaModel.permute``).
+  ``qwen2`` uses llama.cpp's NeoX rotation and takes the rows as they are;
+- ``attention.key_length`` / ``value_length`` are always written: llama.cpp otherwise derives the head size
+  from layer 0's head count, which a sliced layer 0 no longer has;
+- the tokenizer: copied from the source GGUF when the model came from one (the default model does), else
+  built from the Hugging Face tokenizer (byte-level BPE as ``gpt2`` with the pre-tokenizer identified the way
+  the converter does, by hashing a test string's tokens; SentencePiece-style BPE with byte fallback as
+  ``llama``), special token ids and the chat template through ``gguf.SpecialVocab``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from dataclasses import dataclass
+from hashlib import sha256
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from headprune.errors import SearchSettingsError, UnsupportedModelError
+
+GGUF_NAME = "model.gguf"
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
+MODEL_TYPES = ("llama", "mistral", "qwen2")  # Llama-style models llama.cpp runs as llama / qwen2 / deci
+OTHER_FORMATS = "safetensors, onnx"
+_PRETOKENIZERS = Path(__file__).with_name("gguf_pretokenizers.json")
+
+
+def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
+    """The GGUF architecture for ``lm`` in ``layout``.
+
+    Raises:
+        UnsupportedModelError: a family or configuration llama.cpp's llama/qwen2/deci graphs do not compute.
+        SearchSettingsError: an unknown GGUF type.
+    """
+    if gguf_type not in GGUF_TYPES:
+        raise SearchSettingsError(f"gguf_type must be one of {', '.join(GGUF_TYPES)}, not {gguf_type!r}",
+                                  settings=("gguf_type",))
+    config = lm.model.config
+    model_type = getattr(config, "model_type", "")
+    if lm.is_encoder or model_type not in MODEL_TYPES or lm.head != "causal-lm":
+        raise UnsupportedModelError(
+            f"{lm.name} ({model_type or lm.adapter.family}"
+            f"{'' if lm.head == 'causal-lm' else ', ' + lm.head + ' head'}) cannot be exported as GGUF: GGUF export "
+            f"supports Llama-style causal language models ({', '.join(MODEL_TYPES)}); this model can be exported "
+            f"as {OTHER_FORMATS}")
+    if getattr(config, "use_sliding_window", False):
+        raise UnsupportedModelError(f"{lm.name}: sliding-window attention is not written to GGUF by headprune; "
+                                    f"this model can be exported as {OTHER_FORMATS}")
+    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
+        raise UnsupportedModelError(f"{lm.name}: GGUF export needs a SiLU gated MLP without biases; this model can "
+                                    f"be exported as {OTHER_FORMATS}")
+    rope = _rope(config)
+    if rope.get("rope_type", "default") not in ("default", "linear", "llama3", "yarn"):
+        raise UnsupportedModelError(f"{lm.name}: RoPE type {rope.get('rope_type')!r} is not written to GGUF by "
+                                    f"headprune; this model can be exported as {OTHER_FORMATS}")
+    if layout == "sliced":
+        return "deci"
+    return "qwen2" if model_type == "qwen2" else "llama"
+
+
+def _rope(config: Any) -> dict:
+    params = getattr(config, "rope_parameters", None) or {}
+    params = dict(params.get("full_attention", params))
+    params.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
+    return params
+
+
+def permute(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """llama.cpp's ``LlamaModel.permute``: per head, rows in "rotate half" order -> adjacent pairs."""
+    heads = weight.shape[0] // head_dim
+    return (weight.reshape(heads, 2, head_dim // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape))
+
+
+def unpermute(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
+    heads = weight.shape[0] // head_dim
+    return (weight.reshape(heads, head_dim // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape))
+
+
+@dataclass(frozen=True)
+class GgufPlan:
+    """What a GGUF file of the artifact holds: its architecture and per-layer head counts."""
+
+    arch: str
+    head_count: tuple[int, ...]
+    head_count_kv: tuple[int, ...]
+    head_dim: int
+    permuted: bool  # q/k rows permuted to llama.cpp's rotation
+
+
+def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
+    grid = lm.grid
+    if arch == "deci":
+        heads = tuple(len(p.q_heads) for p in plans)
+        kv = tuple(len(p.kv_heads) for p in plans)
+    else:
+        heads = (grid.num_heads,) * grid.num_layers
+        kv = (grid.num_kv_heads,) * grid.num_layers
+    return GgufPlan(arch, heads, kv, grid.head_dim, arch in ("llama", "deci"))
+
+
+def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.Tensor]:
+    """The artifact's tensors under their GGUF names, in float32, q/k permuted where the graph needs it.
+
+    Raises:
+        UnsupportedModelError: a tensor llama.cpp's graph has no place for (it would be lost).
+    """
+    import gguf
+
+    arch_enum = next(a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == plan.arch)
+    names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
+    state = artifact.state_dict()
+    tied = bool(getattr(artifact.config, "tie_word_embeddings", False))
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight"):
+            continue
+        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            raise UnsupportedModelError(f"GGUF export: no llama.cpp tensor for {name} (it would be lost); this "
+                                        f"model can be exported as {OTHER_FORMATS}")
+        data = tensor.detach().to("cpu", torch.float32)
+        if plan.permuted and (".attn_q." in new or ".attn_k." in new):
+            data = permute(data, plan.head_dim)
+        out[new] = data.contiguous()
+    return out
+
+
+def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any]:
+    """The array to store and its GGML type: 1-D tensors (norms, biases) stay float32, as the converter keeps
+    them; matrices take the requested type (q8_0 falls back to f16 for rows that are not a multiple of 32)."""
+    import gguf
+    from gguf.quants import QuantError, quantize
+
+    qt = gguf.GGMLQuantizationType
+    if data.ndim == 1 or gguf_type == "f32":
+        return data.astype(np.float32), qt.F32
+    if gguf_type == "f16":
+        return data.astype(np.float16), qt.F16
+    if gguf_type == "bf16":
+        return quantize(data, qt.BF16), qt.BF16
+    try:
+        return quantize(data, qt.Q8_0), qt.Q8_0
+    except QuantError:
+        return data.astype(np.float16), qt.F16
+
+
+FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32}  # gguf.LlamaFileType: ALL_F32, MOSTLY_F16, ...
+
+
+def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: dict[str, torch.Tensor],
+               tokenizer_writer: Any, *, name: str, gguf_type: str) -> None:
+    """Write one GGUF file: metadata as llama.cpp's converter writes it, the tokenizer, the tensors."""
+    import gguf
+
+    config = artifact.config
+    writer = gguf.GGUFWriter(str(path), plan.arch)
+    writer.add_type(gguf.GGUFType.MODEL)
+    writer.add_name(name)
+    writer.add_block_count(len(plan.head_count))
+    writer.add_context_length(int(config.max_position_embeddings))
+    writer.add_embedding_length(int(config.hidden_size))
+    writer.add_feed_forward_length(int(config.intermediate_size))
+    if plan.arch == "deci" or len(set(plan.head_count)) > 1 or len(set(plan.head_count_kv)) > 1:
+        writer.add_head_count(list(plan.head_count))
+        writer.add_head_count_kv(list(plan.head_count_kv))
+    else:
+        writer.add_head_count(plan.head_count[0])
+        writer.add_head_count_kv(plan.head_count_kv[0])
+    writer.add_key_length(plan.head_dim)
+    writer.add_value_length(plan.head_dim)
+    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    rope = _rope(config)
+    writer.add_rope_freq_base(float(rope["rope_theta"]))
+    if plan.arch != "qwen2":
+        writer.add_rope_dimension_count(plan.head_dim)
+        writer.add_vocab_size(int(config.vocab_size))
+    kind = rope.get("rope_type", "default")
+    if kind == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(rope["factor"]))
+    elif kind == "yarn":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(float(rope["factor"]))
+        writer.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
+    writer.add_file_type(FILE_TYPES[gguf_type])
+    if gguf_type == "q8_0":
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    tokenizer_writer(writer)
+    extra = {"rope_freqs.weight": _llama3_rope_factors(rope, plan.head_dim)} if kind == "llama3" else {}
+    for tensor_name, data in {**tensors, **extra}.items():
+        array, raw = _typed(tensor_name, data.numpy(), gguf_type)
+        writer.add_tensor(tensor_name, array, raw_dtype=raw)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _llama3_rope_factors(rope: dict, dim: int) -> torch.Tensor:
+    """``rope_freqs.weight`` for Llama 3.1-style scaling (the converter's ``generate_extra_tensors``)."""
+    base = rope.get("rope_theta", 10000.0)
+    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor = rope.get("factor", 8.0)
+    low, high = rope.get("low_freq_factor", 1.0), rope.get("high_freq_factor", 4.0)
+    old = rope.get("original_max_position_embeddings", 8192)
+    low_wavelen, high_wavelen = old / low, old / high
+    factors = []
+    for freq in freqs.tolist():
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            factors.append(1.0)
+        elif wavelen > low_wavelen:
+            factors.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return torch.tensor(factors, dtype=torch.float32)
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+def source_gguf(lm: Any) -> Path | None:
+    """The GGUF file the model was converted from (the default model is), if it can still be found."""
+    marker = Path(lm.folder) / "headprune_source.json"
+    if not marker.is_file():
+        return None
+    source = json.loads(marker.read_text(encoding="utf-8"))
+    path = Path(source.get("gguf", ""))
+    if path.is_file():
+        return path
+    try:  # a built-in model's file, from this environment's package (the cache may be older than the venv)
+        from headprune.models import _builtin_gguf
+
+        path = _builtin_gguf(str(lm.name))
+    except Exception:  # noqa: BLE001 - not a built-in model, or its package is gone
+        return None
+    return path if path.is_file() and path.name == source.get("gguf_name") else None
+
+
+def tokenizer_writer(lm: Any, vocab_size: int) -> tuple[Any, str, bool]:
+    """A function that adds the tokenizer to a ``GGUFWriter``, a description, and whether a chat template
+    goes with it.
+
+    Raises:
+        UnsupportedModelError: a tokenizer llama.cpp's vocabularies cannot represent exactly.
+    """
+    source = source_gguf(lm)
+    if source is not None:
+        fields, _, _ = read_gguf(source, tensors=False)
+        fields = {k: v for k, v in fields.items() if k.startswith("tokenizer.")}
+        tokens = fields.get("tokenizer.ggml.tokens")
+        if tokens is not None and len(tokens[1]) == vocab_size:
+            def copy(writer: Any) -> None:
+                for key, (kind, value, sub) in fields.items():
+                    writer.add_key_value(key, value, kind, sub_type=sub)
+            model = fields["tokenizer.ggml.model"][1]
+            return copy, f"{model}, copied from {source.name}", "tokenizer.chat_template" in fields
+    return _hf_tokenizer_writer(lm.tokenizer, vocab_size)
+
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def read_gguf(path: Path, *, tensors: bool = True) -> tuple[dict, dict, int]:
+    """A GGUF file's key/values ``{key: (type, value, array item type)}``, its tensors
+    ``{name: (numpy shape, ggml type, absolute offset, bytes)}`` and the data start. A plain parse of the
+    format (``gguf.GGUFReader`` takes a minute over a 49k-token vocabulary; this takes well under a second)."""
+    import mmap
+    import struct
+
+    import gguf
+
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        pos = 0
+
+        def take(fmt: str) -> Any:
+            nonlocal pos
+            (value,) = struct.unpack_from(fmt, view, pos)
+            pos += struct.calcsize(fmt)
+            return value
+
+        def text() -> str:
+            nonlocal pos
+            n = take("<Q")
+            value = bytes(view[pos: pos + n]).decode("utf-8", errors="surrogateescape")
+            pos += n
+            return value
+
+        def value(kind: int) -> Any:
+            if kind == 8:
+                return text()
+            return take(_SCALARS[kind])
+
+        if bytes(view[:4]) != b"GGUF":
+            raise UnsupportedModelError(f"{path} is not a GGUF file")
+        pos = 4
+        take("<I")
+        n_tensors, n_kv = take("<Q"), take("<Q")
+        fields: dict = {}
+        for _ in range(n_kv):
+            key, kind = text(), take("<I")
+            if kind == 9:
+                sub, n = take("<I"), take("<Q")
+                if sub in _SCALARS:
+                    fmt = _SCALARS[sub]
+                    size = struct.calcsize(fmt)
+                    items = list(np.frombuffer(view, dtype=np.dtype(fmt), count=n, offset=pos).tolist())
+                    pos += size * n
+                else:
+                    items = [value(sub) for _ in range(n)]
+                fields[key] = (gguf.GGUFValueType(kind), items, gguf.GGUFValueType(sub))
+            else:
+                fields[key] = (gguf.GGUFValueType(kind), value(kind), None)
+        infos: dict = {}
+        for _ in range(n_tensors if tensors else 0):
+            name = text()
+            dims = [take("<Q") for _ in range(take("<I"))]
+            kind, offset = take("<I"), take("<Q")
+            block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(kind)]
+            infos[name] = (tuple(reversed(dims)), gguf.GGMLQuantizationType(kind), offset,
+                           int(np.prod(dims)) // block * size)
+        alignment = fields.get("general.alignment", (None, 32, None))[1]
+        start = -(-pos // alignment) * alignment
+    return fields, {k: (shape, kind, start + off, n) for k, (shape, kind, off, n) in infos.items()}, start
+
+
+def _hf_tokenizer_writer(tokenizer: Any, vocab_size: int) -> tuple[Any, str, bool]:
+    import gguf
+
+    folder = Path(tempfile.mkdtemp(prefix="headprune-tok-"))
+    tokenizer.save_pretrained(folder)
+    spec_path = folder / "tokenizer.json"
+    if not spec_path.is_file():
+        raise UnsupportedModelError("GGUF export needs a fast tokenizer (tokenizer.json) to write the vocabulary")
+    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    model = spec.get("model", {})
+    special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=vocab_size)
+    if model.get("type") == "BPE" and not model.get("byte_fallback"):
+        tokens, types = _bpe_tokens(tokenizer, vocab_size)
+        pre = pretokenizer(tokenizer, spec)
+
+        def write(writer: Any) -> None:
+            writer.add_tokenizer_model("gpt2")
+            writer.add_tokenizer_pre(pre)
+            writer.add_token_list(tokens)
+            writer.add_token_types(types)
+            special.add_to_gguf(writer, quiet=True)
+        return write, f"gpt2 (byte-level BPE, pre-tokenizer {pre})", special.chat_template is not None
+    if model.get("type") == "BPE" and model.get("byte_fallback"):
+        vocab = gguf.LlamaHfVocab(folder)
+        entries = list(vocab.all_tokens())
+        if len(entries) != vocab_size:
+            raise UnsupportedModelError(f"GGUF export: the tokenizer has {len(entries)} tokens, the model "
+                                        f"{vocab_size} embeddings")
+        special = gguf.SpecialVocab(folder, n_vocab=vocab_size)
+
+        def write(writer: Any) -> None:
+            writer.add_tokenizer_model("llama")
+            writer.add_tokenizer_pre("default")
+            writer.add_token_list([t for t, _, _ in entries])
+            writer.add_token_scores([s for _, s, _ in entries])
+            writer.add_token_types([k for _, _, k in entries])
+            special.add_to_gguf(writer, quiet=True)
+        return write, "llama (SentencePiece-style BPE with byte fallback)", special.chat_template is not None
+    raise UnsupportedModelError(f"GGUF export: a {model.get('type')} tokenizer is not written by headprune")
+
+
+def _bpe_tokens(tokenizer: Any, vocab_size: int) -> tuple[list[str], list[int]]:
+    """Token texts and types by id, as the converter's ``get_vocab_base`` makes them."""
+    import gguf
+
+    vocab = tokenizer.get_vocab()
+    if max(vocab.values()) >= vocab_size:
+        raise UnsupportedModelError(f"GGUF export: token id {max(vocab.values())} is beyond the model's "
+                                    f"{vocab_size} embeddings")
+    reverse = {i: t for t, i in vocab.items()}
+    added = tokenizer.get_added_vocab()
+    decoder = tokenizer.added_tokens_decoder
+    tokens, types = [], []
+    for i in range(vocab_size):
+        if i not in reverse:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+            continue
+        token = reverse[i]
+        if token in added:
+            if not decoder[i].normalized:
+                token = tokenizer.decode(tokenizer.encode(token, add_special_tokens=False))
+            if decoder[i].special or (token.startswith("<|") and token.endswith("|>")):
+                types.append(gguf.TokenType.CONTROL)
+            else:
+                token = token.replace("\u2581", " ")
+                types.append(gguf.TokenType.USER_DEFINED)
+        else:
+            types.append(gguf.TokenType.NORMAL)
+        tokens.append(token)
+    return tokens, [int(t) for t in types]
+
+
+def pretokenizer(tokenizer: Any, spec: dict) -> str:
+    """llama.cpp's name for the tokenizer's pre-tokenizer: the converter's hash of a test string's tokens,
+    or ``gpt-2`` for a plain byte-level pre-tokenizer (GPT-2's own regex).
+
+    Raises:
+        UnsupportedModelError: an unknown pre-tokenizer (llama.cpp would split words differently).
+    """
+    table = json.loads(_PRETOKENIZERS.read_text(encoding="utf-8"))
+    digest = sha256(str(tokenizer.encode(table["chktxt"])).encode()).hexdigest()
+    if digest in table["hashes"]:
+        return table["hashes"][digest]
+    pre = spec.get("pre_tokenizer") or {}
+    if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
+        return "gpt-2"
+    raise UnsupportedModelError("GGUF export: llama.cpp does not know this tokenizer's pre-tokenizer (hash "
+                                f"{digest[:16]}...); its words would be split differently")
+
+
+# ---------------------------------------------------------------- reading back
+
+
+def read_back(path: Path, expected: dict[str, torch.Tensor]) -> tuple[int, float]:
+    """Every tensor of the file against the one written (de-quantised): how many, and the largest absolute
+    difference (0 for float32, which must be bit-identical).
+
+    Raises:
+        UnsupportedModelError: a tensor is missing, extra, or has another shape.
+    """
+    from gguf.quants import dequantize
+
+    _, found, _ = read_gguf(path)
+    if set(found) != set(expected):
+        odd = sorted(set(found) ^ set(expected))
+        raise UnsupportedModelError(f"the written GGUF file's tensors differ from the model's: {', '.join(odd[:4])}")
+    worst = 0.0
+    with open(path, "rb") as handle:
+        for name, want in expected.items():
+            shape, kind, offset, nbytes = found[name]
+            handle.seek(offset)
+            raw = np.frombuffer(handle.read(nbytes), dtype=np.uint8)
+            if kind.name == "F32":
+                data = raw.view(np.float32).reshape(shape)
+            else:
+                data = dequantize(raw.reshape(-1, nbytes // max(1, int(np.prod(shape[:-1])))), kind).reshape(shape)
+            if tuple(data.shape) != tuple(want.shape):
+                raise UnsupportedModelError(f"GGUF tensor {name}: shape {tuple(data.shape)}, expected "
+                                            f"{tuple(want.shape)}")
+            if kind.name == "F32":
+                if not np.array_equal(data, want.numpy()):
+                    worst = max(worst, float(np.abs(data - want.numpy()).max()))
+            elif data.size:
+                worst = max(worst, float(np.abs(data.astype(np.float32) - want.numpy()).max()))
+    return len(expected), worst
+
+
+# ---------------------------------------------------------------- running in llama.cpp
+
+
+def llama_cpp_version() -> tuple[str | None, str]:
+    """llama-cpp-python's version, or None and why it cannot be used."""
+    try:
+        import llama_cpp
+    except Exception as error:  # noqa: BLE001 - an ImportError, or a shared library that fails to load
+        return None, (f"llama-cpp-python is not importable ({type(error).__name__}: {error}); install it with "
+                      "pip install 'headprune[gguf]' (it builds llama.cpp from source, see scripts/setup.sh)")
+    return str(getattr(llama_cpp, "__version__", "?")), ""
+
+
+class LlamaCppModel:
+    """A GGUF file in llama.cpp (llama-cpp-python), answering the calls headprune's evaluator and verifier
+    make of a model: rows are run one by one without their padding; float32 key/value cache."""
+
+    def __init__(self, path: Path, *, n_ctx: int, eos: tuple[int, ...], threads: int | None = None) -> None:
+        import llama_cpp
+
+        from headprune.errors import VerificationError
+
+        # logits at every position (the verifier compares them all); float32 keys and values (type 0: the default
+        # f16 cache would round them); no flash attention (per-layer head counts pad it differently).
+        # Threads: llama-cpp-python's default (half the CPUs); more spin against each other on a busy machine.
+        try:
+            self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=min(n_ctx, 512), logits_all=True,
+                                       n_threads=threads, n_threads_batch=threads, verbose=False, type_k=0,
+                                       type_v=0, flash_attn=False)
+        except ValueError as error:  # llama.cpp refused the file (its reason went to stderr)
+            raise VerificationError(f"llama.cpp could not load the written GGUF file ({error}); nothing was "
+                                    "written") from error
+        self.eos = eos
+        self.n_vocab = self.llm.n_vocab()
+
+    def close(self) -> None:
+        self.llm.close()
+
+    def logits(self, tokens: list[int]) -> torch.Tensor:
+        """``(len(tokens), vocab)`` logits of one unpadded sequence."""
+        self.llm.reset()
+        self.llm.eval(tokens)
+        return torch.from_numpy(np.array(self.llm.scores[: len(tokens)], dtype=np.float32))
+
+    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int = 0,
+                 **_: object) -> SimpleNamespace:
+        batch, width = input_ids.shape
+        out = torch.zeros(batch, width, self.n_vocab)
+        for row in range(batch):
+            real = attention_mask[row].bool().cpu()
+            tokens = input_ids[row].cpu()[real].tolist()
+            out[row, real] = self.logits(tokens)
+        if logits_to_keep:
+            out = out[:, -logits_to_keep:]
+        return SimpleNamespace(logits=out)
+
+    def tokenize(self, text: str) -> list[int]:
+        """llama.cpp's own tokens for ``text`` (BOS and special tokens as the model's tokenizer adds them)."""
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=True, special=True))
+
+    def greedy(self, prompt: list[int], steps: int, stop: bool = True) -> tuple[list[int], list[torch.Tensor]]:
+        """Greedy tokens after ``prompt`` and the logits each was chosen from."""
+        self.llm.reset()
+        self.llm.eval(prompt)
+        tokens, logits = [], []
+        for _ in range(steps):
+            last = torch.from_numpy(np.array(self.llm.scores[self.llm.n_tokens - 1], dtype=np.float32))
+            token = int(last.argmax())
+            tokens.append(token)
+            logits.append(last)
+            if stop and token in self.eos:
+                break
+            self.llm.eval([token])
+        return tokens, logits
+
+    def generate(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+                 pad_token_id: int, **_: object) -> torch.Tensor:
+        """Like ``transformers``' greedy ``generate`` on left-padded rows: prompt then new tokens, padded."""
+        batch, width = input_ids.shape
+        out = torch.full((batch, width + max_new_tokens), pad_token_id, dtype=torch.long)
+        out[:, :width] = input_ids.cpu()
+        for row in range(batch):
+            real = attention_mask[row].bool().cpu()
+            tokens, _ = self.greedy(input_ids[row].cpu()[real].tolist(), max_new_tokens)
+            out[row, width: width + len(tokens)] = torch.tensor(tokens)
+        return out
+
+
+def not_run(reason: str, gguf_type: str) -> Any:
+    from headprune.exporter.record import RuntimeCheck
+
+    return RuntimeCheck("", False, reason, gguf_type)
+
+
+@dataclass
+class Written:
+    """A GGUF export's files: the one written, the float32 one the runtime gate runs, and what they hold."""
+
+    path: Path
+    f32_path: Path
+    plan: GgufPlan
+    tensors: dict[str, torch.Tensor]
+    tokenizer: str
+    chat_template: bool
+    read_back: int
+    read_back_diff: float
+    notes: tuple[str, ...]
+
+
+def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folder: Path, scratch: Path,
+                gguf_type: str) -> Written:
+    """Write ``model.gguf`` in ``gguf_type`` (and a float32 copy in ``scratch`` for the runtime check when the
+    type is another), then read every tensor back.
+
+    Raises:
+        VerificationError: a float32 file does not hold exactly the artifact's tensors.
+    """
+    from headprune.errors import VerificationError
+
+    plan = gguf_plan(lm, arch, plans)
+    tensors = gguf_tensors(artifact, plan)
+    write_tokenizer, description, chat = tokenizer_writer(lm, int(artifact.config.vocab_size))
+    name = f"{Path(str(lm.name)).name} (headprune)"
+    path = folder / GGUF_NAME
+    write_gguf(path, artifact, plan, tensors, write_tokenizer, name=name, gguf_type=gguf_type)
+    count, diff = read_back(path, tensors)
+    f32_path, exact = path, diff
+    if gguf_type != "f32":
+        f32_path = scratch / "verify-f32.gguf"
+        write_gguf(f32_path, artifact, plan, tensors, write_tokenizer, name=name, gguf_type="f32")
+        _, exact = read_back(f32_path, tensors)
+    if exact != 0.0:
+        raise VerificationError(f"the float32 GGUF file does not hold the pruned tensors exactly (largest "
+                                f"difference {exact:.3g}); nothing was written")
+    notes = []
+    window = getattr(artifact.config, "sliding_window", None)
+    if window and getattr(artifact.config, "model_type", "") == "mistral":
+        notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's llama graph does "
+                     "not apply: the two agree on contexts up to that length")
+    if arch == "deci":
+        notes.append("sliced: llama.cpp's deci architecture (per-layer head counts); stock llama-architecture "
+                     "tools that assume equal layers do not apply")
+    return Written(path, f32_path, plan, tensors, description, chat, count, diff, tuple(notes))

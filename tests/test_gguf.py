@@ -1,0 +1,290 @@
+"""export --format gguf: the file runs in llama.cpp itself (llama-cpp-python) and decodes like the masked original.
+
+These tests need llama-cpp-python (``scripts/setup.sh`` builds it); without it they fail, saying so, rather than
+skip: a GGUF export that was never run in llama.cpp is not tested.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from helpers import build_tiny, choice_task, generate_task, text_task
+
+from headprune.cli.main import cli
+from headprune.exporter import export, gguf_export, read_record, verify_record
+from headprune.exporter.pipeline import GGUF_TOLERANCE
+from headprune.exporter.slicing import densify
+from headprune.heads import parse_heads
+from headprune.models import wrap_model
+
+
+@pytest.fixture(scope="module", autouse=True)
+def llama_cpp():  # noqa: ANN201
+    version, reason = gguf_export.llama_cpp_version()
+    if version is None:
+        pytest.fail(f"these tests run GGUF files in llama.cpp: {reason}")
+    import llama_cpp
+
+    return llama_cpp
+
+
+def _mistral(tokenizer, seed: int = 0):  # noqa: ANN001, ANN202
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(seed)
+    config = MistralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, max_position_embeddings=256, sliding_window=None,
+                           vocab_size=len(tokenizer), pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    return wrap_model(MistralForCausalLM(config).eval(), tokenizer, name="tiny-mistral")
+
+
+@pytest.fixture(scope="module")
+def models(tokenizer):  # noqa: ANN001, ANN201
+    built = {family: build_tiny(family, tokenizer, seed=5) for family in ("llama", "qwen2")}
+    built["mistral"] = _mistral(tokenizer, seed=5)
+    return built
+
+
+def _gguf_info(path):  # noqa: ANN001, ANN202
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    return reader, {key: field.contents() for key, field in reader.fields.items()}
+
+
+# L0.H1 leaves layer 0 with an uneven group (keep-zeroed); L1.H0 + L1.H1 remove a whole KV group of the llama.
+HEADS = "L0.H1,L1.H0,L1.H1"
+
+
+@pytest.mark.parametrize("layout", ["dense", "sliced"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral"])
+def test_gguf_decodes_like_the_masked_original_in_llama_cpp(models, family, layout, tmp_path) -> None:
+    lm = models[family]
+    record = export(lm, HEADS, format="gguf", layout=layout, verify_task=generate_task(), out=tmp_path / "g")
+    info = record.gguf
+    check = info.runtime
+    assert check.done and check.gated and check.runtime.startswith("llama.cpp")
+    assert check.prompts == len(generate_task()) and check.tokens > 0
+    assert check.mismatches == 0 and check.identical + check.ties == check.prompts
+    assert check.identical >= check.prompts - 1
+    assert check.tokenizer_agree == check.tokenizer_texts > 0
+    assert record.verification.task.measured_on.startswith("llama.cpp")
+    assert record.verification.task.disagreements == 0
+    assert record.verification.logits.max_abs_diff <= record.verification.logits.allowed
+    assert info.read_back_max_abs_diff == 0.0 and info.tensors_read_back > 0
+    # The file: architecture, per-layer head counts, key length, tokenizer.
+    _, meta = _gguf_info(tmp_path / "g" / "model.gguf")
+    arch = meta["general.architecture"]
+    assert arch == info.architecture == ("deci" if layout == "sliced" else "qwen2" if family == "qwen2" else "llama")
+    heads = meta[f"{arch}.attention.head_count"]
+    if layout == "sliced":
+        assert list(heads) == list(info.head_count) and sum(heads) < 8
+    else:
+        assert heads == 4
+    assert meta[f"{arch}.attention.key_length"] == lm.grid.head_dim
+    assert meta["tokenizer.ggml.model"] == "gpt2" and meta["tokenizer.ggml.pre"] == "gpt-2"
+    assert meta["tokenizer.ggml.eos_token_id"] == lm.tokenizer.eos_token_id
+    assert len(meta["tokenizer.ggml.tokens"]) == lm.model.config.vocab_size
+    verify_record(tmp_path / "g")
+    assert set(read_record(tmp_path / "g").files) == {"model.gguf", "README.md"}
+
+
+def test_gguf_choice_and_text_tasks_are_remeasured_in_llama_cpp(models, tmp_path) -> None:
+    lm = models["llama"]
+    for name, task in (("c", choice_task()), ("t", text_task())):
+        record = export(lm, "L1.H2", format="gguf", layout="sliced", verify_task=task, out=tmp_path / name)
+        assert record.verification.task.disagreements == 0
+        assert record.verification.task.measured_on.startswith("llama.cpp")
+        assert record.gguf.runtime.mismatches == 0
+
+
+def _llama_cpp_logits(path, tokens) -> torch.Tensor:  # noqa: ANN001
+    runner = gguf_export.LlamaCppModel(path, n_ctx=64, eos=())
+    try:
+        return runner.logits(tokens)
+    finally:
+        runner.close()
+
+
+def _write_intact(lm, folder):  # noqa: ANN001, ANN202
+    arch = gguf_export.check_supported(lm, "dense", "f32")
+    plans = None
+    return gguf_export.write_files(lm, lm.model, arch, plans, folder, folder, "f32")
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_qk_permutation_is_what_llama_cpp_expects(models, family, tmp_path, monkeypatch) -> None:
+    """Intact model: llama.cpp's logits equal torch's; with the q/k permutation left out they do not. Queries and
+    keys are scaled up so that attention is sharp and the rotation's pairing of dimensions shows in the logits."""
+    import copy
+
+    lm = copy.copy(models[family])
+    lm.model = copy.deepcopy(lm.model)
+    with torch.no_grad():
+        for layer in lm.model.model.layers:
+            layer.self_attn.q_proj.weight *= 12
+            layer.self_attn.k_proj.weight *= 12
+    tokens = lm.tokenizer("the film is a delight from start to finish")["input_ids"]
+    with torch.no_grad():
+        want = lm.model(input_ids=torch.tensor([tokens])).logits[0].float()
+    written = _write_intact(lm, tmp_path)
+    got = _llama_cpp_logits(written.f32_path, tokens)
+    allowed = GGUF_TOLERANCE * max(1.0, float(want.abs().max()))
+    assert float((got - want).abs().max()) <= allowed / 10
+    # A dense llama and every sliced model are permuted; qwen2 runs NeoX rotation on rows as they are.
+    assert written.plan.permuted == (family == "llama")
+    (tmp_path / "wrong").mkdir()
+    if family == "llama":
+        monkeypatch.setattr(gguf_export, "permute", lambda weight, head_dim: weight)
+    else:
+        monkeypatch.setattr(gguf_export, "gguf_plan", lambda lm, arch, plans: gguf_export.GgufPlan(
+            arch, (4, 4), (1, 1), lm.grid.head_dim, True))
+    wrong = _write_intact(lm, tmp_path / "wrong")
+    bad = _llama_cpp_logits(wrong.f32_path, tokens)
+    assert float((bad - want).abs().max()) > 10 * allowed
+
+
+def test_permute_matches_llama_cpp_converter_and_inverts() -> None:
+    weight = torch.arange(4 * 8 * 3, dtype=torch.float32).reshape(4 * 8, 3)
+    # The converter's LlamaModel.permute, verbatim.
+    n_head = 4
+    expected = (weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:])
+                .swapaxes(1, 2).reshape(weight.shape))
+    assert torch.equal(gguf_export.permute(weight, 8), expected)
+    assert torch.equal(gguf_export.unpermute(gguf_export.permute(weight, 8), 8), weight)
+
+
+def test_plain_llama_architecture_cannot_take_per_layer_head_counts(models, tmp_path, llama_cpp) -> None:
+    """Why sliced GGUF is deci: llama.cpp's llama graph sizes every layer by layer 0's head count, so a llama
+    file with per-layer head-count arrays does not load; the same tensors as deci do."""
+    from headprune.exporter.plan import plan_layers
+    from headprune.exporter.slicing import slice_model
+
+    lm = models["llama"]
+    removed = parse_heads("L1.H0,L1.H1")
+    plans = plan_layers(lm.grid, removed)
+    artifact = slice_model(lm, plans, removed)
+    write, _, _ = gguf_export.tokenizer_writer(lm, lm.model.config.vocab_size)
+    for arch in ("llama", "deci"):
+        plan = gguf_export.GgufPlan(arch, (4, 2), (2, 1), lm.grid.head_dim, True)
+        tensors = gguf_export.gguf_tensors(artifact, plan)
+        path = tmp_path / f"{arch}.gguf"
+        gguf_export.write_gguf(path, artifact, plan, tensors, write, name="x", gguf_type="f32")
+        if arch == "llama":
+            with pytest.raises(ValueError):
+                llama_cpp.Llama(model_path=str(path), n_ctx=32, verbose=False)
+        else:
+            llama_cpp.Llama(model_path=str(path), n_ctx=32, verbose=False).close()
+
+
+@pytest.mark.parametrize("gguf_type", ["f16", "bf16", "q8_0"])
+def test_gguf_types_verify_a_float32_copy_and_report_their_own_agreement(models, gguf_type, tmp_path) -> None:
+    lm = models["llama"]
+    record = export(lm, HEADS, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g",
+                    gguf_type=gguf_type)
+    info = record.gguf
+    assert info.gguf_type == gguf_type and info.runtime.gguf_type == "f32" and info.runtime.mismatches == 0
+    typed = info.typed_runtime
+    assert typed is not None and typed.done and not typed.gated and typed.gguf_type == gguf_type
+    assert typed.prompts == info.runtime.prompts
+    assert 0 < info.read_back_max_abs_diff < 0.05  # the stored type's rounding, read back
+    reader, meta = _gguf_info(tmp_path / "g" / "model.gguf")
+    assert meta["general.file_type"] == gguf_export.FILE_TYPES[gguf_type]
+    types = {t.name: t.tensor_type.name for t in reader.tensors}
+    assert types["blk.0.attn_norm.weight"] == "F32"
+    assert types["blk.0.attn_q.weight"] == gguf_type.upper()
+    assert sorted(p.name for p in (tmp_path / "g").iterdir()) == ["README.md", "headprune_export.json", "model.gguf"]
+
+
+def test_sliced_gguf_is_smaller_than_dense(models, tmp_path) -> None:
+    lm = models["llama"]
+    dense = export(lm, "L1.H0,L1.H1", format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "d")
+    sliced = export(lm, "L1.H0,L1.H1", format="gguf", layout="sliced", verify_task=generate_task(),
+                    out=tmp_path / "s")
+    assert sliced.bytes.after < dense.bytes.after
+    assert sliced.gguf.head_count == (4, 2) and sliced.gguf.head_count_kv == (2, 1)
+
+
+def test_dense_gguf_zeroes_the_removed_heads_output_columns(models, tmp_path) -> None:
+    lm = models["llama"]
+    export(lm, "L0.H2", format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "d")
+    reader, _ = _gguf_info(tmp_path / "d" / "model.gguf")
+    wo = next(t for t in reader.tensors if t.name == "blk.0.attn_output.weight")
+    data = np.array(wo.data).reshape(32, 4 * 8)  # (out, in): head 2 is input columns 16..23
+    assert not data[:, 16:24].any() and data[:, :16].any()
+    want = densify(lm, parse_heads("L0.H2")).model.layers[0].self_attn.o_proj.weight.detach().numpy()
+    assert np.array_equal(data, want)
+
+
+def test_without_llama_cpp_the_record_says_it_was_not_run(models, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(gguf_export, "llama_cpp_version", lambda: (None, "llama-cpp-python is not importable (test)"))
+    record = export(models["llama"], "L1.H2", format="gguf", layout="sliced", verify_task=generate_task(),
+                    out=tmp_path / "g")
+    assert not record.gguf.runtime.done and "not importable (test)" in record.gguf.runtime.reason
+    assert "llama.cpp was not available" in record.verification.task.measured_on
+    assert "Not run in llama.cpp" in (tmp_path / "g" / "README.md").read_text()
+
+
+def _cli_export(*args: str):  # noqa: ANN202
+    return CliRunner().invoke(cli, ["export", *args], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "bert", "gemma2"])
+def test_families_without_gguf_are_refused_with_exit_2(family, tokenizer, tmp_path) -> None:
+    lm = build_tiny(family, tokenizer)
+    lm.model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    task = tmp_path / "t.jsonl"
+    task.write_text(json.dumps({"prompt": "the film is", "choices": [" a", " b"], "answer": 0}) + "\n")
+    result = _cli_export(str(tmp_path / "m"), "--heads", "L0.H1", "--format", "gguf", "--verify-task", str(task),
+                         "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "safetensors, onnx" in lines[0] and "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_gguf_export(models, tokenizer, tmp_path) -> None:
+    lm = models["llama"]
+    lm.model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    task = tmp_path / "t.jsonl"
+    task.write_text("".join(json.dumps({"prompt": p, "target": "19"}) + "\n" for p in ("12 + 7 =", "the film is")))
+    result = _cli_export(str(tmp_path / "m"), "--heads", "L1.H0,L1.H1", "--format", "gguf", "--layout", "sliced",
+                         "--gguf-type", "q8_0", "--verify-task", str(task), "--out", str(tmp_path / "o"), "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["format"] == "gguf" and out["gguf"]["gguf_type"] == "q8_0" and out["gguf"]["runtime"]["done"]
+    result = _cli_export(str(tmp_path / "m"), "--heads", "L1.H0", "--format", "gguf", "--verify-task", str(task),
+                         "--out", str(tmp_path / "o2"))
+    assert result.exit_code == 0, result.output
+    assert "llama.cpp (deci, float32)" in result.output and "model.gguf" in result.output
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_decodes_like_the_masked_original(smollm2, tmp_path, monkeypatch) -> None:
+    """The default model (itself from a GGUF file): two KV groups and two single heads removed, sliced, run in
+    llama.cpp; its tokenizer and chat template are the source file's."""
+    from helpers import PROMPTS
+
+    from headprune.exporter import pipeline
+    from headprune.tasks import Example, Task
+
+    monkeypatch.setattr(pipeline, "GREEDY_STEPS", 8)
+    prompts = PROMPTS[:4]
+    task = Task("gen", "generate", tuple(Example(f"g{i}", prompt=p, target="x") for i, p in enumerate(prompts)),
+                max_new_tokens=4)
+    record = export(smollm2, "L3.H0,L3.H1,L3.H2,L10.H3,L10.H4,L10.H5,L12.H1,L20.H7", format="gguf", layout="sliced",
+                    verify_task=task, out=tmp_path / "g")
+    info = record.gguf
+    check = info.runtime
+    assert check.done and check.mismatches == 0 and check.identical == check.prompts == len(prompts)
+    assert check.tokenizer_agree == check.tokenizer_texts == len(prompts)
+    assert info.chat_template and "copied from SmolLM2-135M-Instruct" in info.tokenizer
+    assert info.head_count[3] == info.head_count[10] == 6 and info.head_count_kv[3] == 2
+    assert record.parameters.after < record.parameters.before
+    assert record.verification.task.disagreements == 0
