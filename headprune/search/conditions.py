@@ -11,6 +11,7 @@ every process holds the same journal and returns the same results as a run on it
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from headprune.search.journal import Journal
 from headprune.search.result import FindSettings
 from headprune.search.split import Split
 from headprune.tasks import Task
+
+log = logging.getLogger("headprune")
 
 
 def condition_key(split: str, heads: Sequence[Head]) -> str:
@@ -119,6 +122,10 @@ class Conditions:
         from); rank 0's results are the ones kept. The other sets are dealt out like any condition.
         """
         intact = condition_key("discovery", ())
+        missing = [name for name in self.evaluators if not self.journal.has(condition_key(name, ()))]
+        if missing:
+            log.info("baseline: the intact model on %s", ", ".join(
+                f"{name} ({len(self.evaluators[name].task)} examples)" for name in missing))
         if not self.journal.has(intact):
             self.journal.put(intact, self.team.broadcast(self._evaluate("discovery", ())))
         self._fill([(name, ()) for name in self.evaluators])
