@@ -111,7 +111,6 @@ def ablated(
             handle.remove()
 
 
-@torch.no_grad()
 def means_digest(means: torch.Tensor) -> str:
     """A content hash of head means (their float32 bytes): export checks it to use exactly find's means."""
     import hashlib
@@ -120,6 +119,7 @@ def means_digest(means: torch.Tensor) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+@torch.no_grad()
 def collect_head_means(
     lm: LoadedModel, batches: Iterable[tuple[torch.Tensor, torch.Tensor, dict]]
 ) -> torch.Tensor:
