@@ -57,10 +57,6 @@ class Team:
             return f"cuda:{self.local_rank % torch.cuda.device_count()}"
         return spec
 
-    def share(self, count: int) -> range:
-        """Which of ``count`` items, dealt round-robin, are this process's."""
-        return range(self.rank, count, self.world)
-
     def gather(self, value: T) -> list[T]:
         """Every process's ``value``, in rank order, on every process."""
         if not self.parallel:

@@ -63,7 +63,12 @@ class Conditions:
                     "heldout": split.heldout.content_hash(), "controls": [c.content_hash() for c in controls],
                     "dtype": dtype_name(lm.dtype), **to_json(settings), "environment": run_environment(lm)}
         opened: list[Journal] = []  # rank 0's, with the file and its lock; the others get its entries
-        entries = team.from_main(lambda: opened.append(Journal(out, identity, resume=resume)) or opened[0].entries)
+
+        def open_journal() -> dict[str, dict]:
+            opened.append(Journal(out, identity, resume=resume))
+            return opened[0].entries
+
+        entries = team.from_main(open_journal)
         journal = opened[0] if team.is_main else Journal(None, identity, entries=entries)
         batch = settings.batch_size
         # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs.
