@@ -49,7 +49,7 @@ def test_no_improvement_is_confirmed_when_labels_are_random(handmade) -> None:
 
 def test_exhaustive_stage_evaluates_every_subset_exactly_once(tmp_path, tokenizer) -> None:
     lm = build_tiny("llama", tokenizer, seed=3)  # 2 layers x 4 heads
-    result = find(lm, random_choice_task(120), discovery=60, heldout=60, nominees=5, max_heads=3, finalists=4,
+    result = find(lm, random_choice_task(130), discovery=60, heldout=60, nominees=5, max_heads=3, finalists=4,
                   out=tmp_path, batch_size=32)
     assert expected_joint_evaluations(5, 3) == math.comb(5, 2) + math.comb(5, 3) == 20
     assert len(result.sets) == 5 + 20
