@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import struct
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -293,8 +294,9 @@ def _convert_gguf(path: Path) -> Path:
     try:
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    except (OSError, ValueError, KeyError) as error:
-        raise UnsupportedModelError(f"{path}: cannot read this GGUF file ({error})") from error
+    except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError, AssertionError, RuntimeError,
+            struct.error) as error:  # whatever a malformed file makes the GGUF parser raise
+        raise UnsupportedModelError(f"{path}: cannot read this GGUF file ({str(error)[:200]})") from error
     # A de-quantised GGUF model cannot be save_pretrained-ed as is: rebuild it from a plain config.
     config_dict = model.config.to_dict()
     config_dict.pop("quantization_config", None)
