@@ -138,7 +138,8 @@ def test_gqa_layouts(tokenizer) -> None:
     llama = build_tiny("llama", tokenizer, seed=4)  # 4 query heads over 2 KV heads
     plans = plan_layers(llama.grid, parse_heads("L0.H0,L0.H1,L1.H1"))
     assert plans[0].layout == "grouped" and plans[0].kv_heads == (1,) and plans[0].q_heads == (2, 3)
-    assert plans[1].layout in ("keep-zeroed", "duplicate-kv")
+    assert plans[1].layout == "mapped" and plans[1].kv_slots == (0, 1, 1) and plans[1].q_heads == (0, 2, 3)
+    assert plan_layers(llama.grid, parse_heads("L1.H1"), kv_map=False)[1].layout in ("keep-zeroed", "duplicate-kv")
     for heads in ("L0.H0,L0.H1", "L0.H1", "L0.H1,L0.H2,L0.H3", "L0.H0,L0.H2"):
         sliced = slice_model(llama, plan_layers(llama.grid, parse_heads(heads)), parse_heads(heads))
         torch.testing.assert_close(_out(sliced, llama), _masked(llama, parse_heads(heads)), atol=1e-5, rtol=1e-5)
@@ -151,6 +152,29 @@ def test_gqa_layouts(tokenizer) -> None:
                                rtol=1e-5)
     with pytest.raises(HeadSpecError, match="every head of layer 0"):
         plan_layers(qwen.grid, parse_heads("L0.H0,L0.H1,L0.H2,L0.H3"))
+
+
+def test_mapped_layout_drops_every_removed_query_head_and_keeps_the_kv_cache(tokenizer, tmp_path) -> None:
+    """One query head out of a group of two: its q rows and o columns go, its KV head and the layer's KV cache
+    stay, and the loaded export equals the masked original under every attention function, cache included."""
+    llama = build_tiny("llama", tokenizer, seed=4)  # 4 query heads over 2 KV heads
+    heads = parse_heads("L1.H1")
+    export(llama, heads, verify_task=choice_task(), out=tmp_path / "m")
+    model = load(tmp_path / "m").model
+    hd, hidden = llama.grid.head_dim, llama.model.config.hidden_size
+    before = sum(p.numel() for p in llama.model.parameters())
+    assert before - sum(p.numel() for p in model.parameters()) == 2 * hd * hidden  # q rows and o columns
+    prompt = torch.tensor([[5, 9, 14, 3, 27]])
+    with torch.inference_mode(), ablated(llama, heads):
+        want = llama.model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    for implementation in ("eager", "sdpa"):
+        model.set_attn_implementation(implementation)
+        torch.testing.assert_close(_out(model, llama), _masked(llama, heads), atol=1e-5, rtol=1e-5)
+        with torch.inference_mode():
+            out = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0,
+                                 return_dict_in_generate=True)
+        assert torch.equal(out.sequences, want)
+        assert [layer.keys.shape[1] for layer in out.past_key_values.layers] == [2, 2]  # KV heads, not repeated
 
 
 @pytest.mark.slow

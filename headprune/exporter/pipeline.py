@@ -298,7 +298,8 @@ def export(
     removed, result = resolve_heads(heads, lm, set_rank)
     if result is not None and not allow_unconfirmed:
         refuse_unconfirmed(result, set_rank)
-    plans = plan_layers(lm.grid, removed)  # refuses removing a whole layer before any work
+    # Refuses removing a whole layer before any work; llama.cpp repeats KV heads evenly, so no query-to-KV map.
+    plans = plan_layers(lm.grid, removed, kv_map=format != "gguf")
     splits = result_splits(result) if result is not None else None
     task = (load_task(verify_task) if isinstance(verify_task, (str, Path)) else verify_task) or (
         splits[1] if splits else None)

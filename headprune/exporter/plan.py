@@ -2,9 +2,13 @@
 
 Design decision 4, for grouped-query attention: a KV head whose query heads are all removed goes too. If the
 remaining query heads still split evenly over the remaining KV heads, that is the layout (``grouped``).
-Otherwise two exact layouts exist and the smaller is chosen: ``duplicate-kv`` gives every kept query head
-its own copy of its KV head; ``keep-zeroed`` keeps some removed query heads (output columns zeroed) so that
-every KV group has the same count. Plain data, no torch: export records carry the plans.
+Otherwise the layer's query heads read unevenly many per KV head, and the smallest exact layout is ``mapped``:
+every removed query head goes, every KV head with a kept query head stays, and ``kv_slots`` records which KV
+slot each query slot reads (the exported modeling code repeats each KV head for its own query heads).
+Runtimes that repeat KV heads evenly (llama.cpp) cannot take a map; for them (``kv_map=False``) the smaller
+of two even layouts is chosen: ``duplicate-kv`` gives every kept query head its own copy of its KV head;
+``keep-zeroed`` keeps some removed query heads (output columns zeroed) so that every KV group has the same
+count. Plain data, no torch: export records carry the plans.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 from headprune.errors import HeadSpecError
 from headprune.heads import Head, HeadGrid
 
-LAYOUTS = ("unchanged", "grouped", "duplicate-kv", "keep-zeroed")
+LAYOUTS = ("unchanged", "grouped", "mapped", "duplicate-kv", "keep-zeroed")
 
 
 @dataclass(frozen=True)
@@ -25,10 +29,12 @@ class LayerPlan:
     kv_heads: tuple[int, ...]  # original KV head behind each KV slot
     zeroed: tuple[int, ...]  # kept query heads whose output is zeroed (keep-zeroed layout)
     layout: str  # one of LAYOUTS
+    kv_slots: tuple[int, ...] = ()  # mapped layout: the KV slot each query slot reads (others: even groups)
 
 
-def plan_layers(grid: HeadGrid, heads: Sequence[Head]) -> list[LayerPlan]:
-    """The per-layer sliced layout for removing ``heads``.
+def plan_layers(grid: HeadGrid, heads: Sequence[Head], *, kv_map: bool = True) -> list[LayerPlan]:
+    """The per-layer sliced layout for removing ``heads``; ``kv_map=False`` for runtimes whose layers need an
+    even number of query heads per KV head.
 
     Raises:
         HeadSpecError: a head is out of range, or every head of a layer would go.
@@ -49,6 +55,11 @@ def plan_layers(grid: HeadGrid, heads: Sequence[Head]) -> list[LayerPlan]:
         if len({len(qs) for qs in by_kv.values()}) == 1:
             plans.append(LayerPlan(layer, tuple(q for qs in by_kv.values() for q in qs), tuple(by_kv), (),
                                    "grouped"))
+            continue
+        if kv_map:
+            slots = tuple(slot for slot, qs in enumerate(by_kv.values()) for _ in qs)
+            plans.append(LayerPlan(layer, tuple(q for qs in by_kv.values() for q in qs), tuple(by_kv), (), "mapped",
+                                   slots))
             continue
         widest = max(len(qs) for qs in by_kv.values())
         # Parameter cost beyond the grouped ideal: duplicate-kv adds k and v rows, keep-zeroed adds q rows

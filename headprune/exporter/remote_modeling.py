@@ -8,13 +8,23 @@ config, then each layer's attention projections are re-created with the sizes re
 
 Per layer the record says which original query heads are kept (``q_heads``, in order), which original KV
 heads back them (``kv_heads``) and which kept query heads are zeroed (``zeroed``). Query slot ``j`` reads
-KV slot ``j // (len(q_heads) // len(kv_heads))``, as ``repeat_kv`` expects.
+KV slot ``j // (len(q_heads) // len(kv_heads))``, as ``repeat_kv`` expects, unless the layer has a map
+(``kv_slots``, the KV slot of each query slot, in order): such a layer's attention module repeats each KV head
+for its own query heads and then runs the model's attention function, whichever it is (sdpa, eager, flash).
+The key/value cache keeps the layer's KV heads, not the repeated ones.
 """
 
 from __future__ import annotations
 
+import copy
+import sys
+
+import torch
 import transformers
 from torch import nn
+from transformers import AttentionInterface
+
+KV_MAP_ATTENTION = "headprune_kv_map"
 
 BASE_CLASS = "{base_class}"  # filled in when the file is written next to a checkpoint
 
@@ -40,6 +50,33 @@ def _linear(old: nn.Module, out_features: int | None = None, in_features: int | 
     return new.to(device=weight.device, dtype=weight.dtype)
 
 
+def kv_mapped_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        attention_mask: torch.Tensor | None, **kwargs):  # noqa: ANN003, ANN201
+    """Attention for a layer whose query heads read unevenly many per KV head (``module.headprune_kv_counts``,
+    query heads per KV head in order): repeat each KV head that often, then run the model's own attention."""
+    counts = module.headprune_kv_counts
+    key, value = (torch.cat([t[:, i:i + 1].expand(-1, n, -1, -1) for i, n in enumerate(counts)], dim=1)
+                  for t in (key, value))
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    inner = transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS.get_interface(
+        module.headprune_model_config._attn_implementation, eager)
+    return inner(module, query, key, value, attention_mask, **kwargs)
+
+
+AttentionInterface.register(KV_MAP_ATTENTION, kv_mapped_attention)
+
+
+def _map_kv(attention: nn.Module, kv_slots: list[int]) -> None:
+    """Give ``attention`` (its KV heads already sliced) the uneven query-to-KV map ``kv_slots``."""
+    if list(kv_slots) != sorted(kv_slots):
+        raise ValueError(f"kv_slots must be in KV order, not {kv_slots}")
+    attention.headprune_kv_counts = [kv_slots.count(slot) for slot in range(max(kv_slots) + 1)]
+    attention.headprune_model_config = attention.config  # the model's: its attention function may change later
+    attention.config = copy.copy(attention.config)  # this layer's own, dispatching to kv_mapped_attention
+    attention.config._attn_implementation_internal = KV_MAP_ATTENTION
+    attention.num_key_value_groups = 1  # the map has repeated the KV heads already
+
+
 def shrink(model: nn.Module, record: dict) -> None:
     """Re-create every attention projection with the per-layer head counts of ``record`` (weights unset)."""
     paths, head_dim = record["paths"], int(record["head_dim"])
@@ -63,6 +100,8 @@ def shrink(model: nn.Module, record: dict) -> None:
         _set(layer, paths["output"], _linear(_get(layer, paths["output"]), in_features=n_q * head_dim))
         if hasattr(attention, "num_key_value_groups"):
             attention.num_key_value_groups = n_q // n_kv
+        if layer_record.get("kv_slots"):
+            _map_kv(attention, layer_record["kv_slots"])
         for attr in paths["count_attrs"]:
             setattr(attention, attr, n_q)
         if hasattr(attention, "all_head_size"):
