@@ -45,22 +45,30 @@ def test_minilm_encoder_scores_a_choice_task() -> None:
 def test_smollm2_three_heads_exported_and_verified(smollm2, tmp_path, fmt, layout) -> None:
     from headprune.exporter import export
 
-    # L3.H0..H2 are the whole group of KV head 0 (groups of 3): the KV head goes too. (Uneven removals
-    # inside a group are exact but save nothing at GQA groups of 3; the tiny-model tests cover them.)
-    record = export(smollm2, "L3.H0,L3.H1,L3.H2", format=fmt, layout=layout, verify_task="sentiment:n=48",
-                    out=tmp_path / "out")
+    # L3.H0..H2 are the whole group of KV head 0 (groups of 3): the KV head goes too. L7.H4 is one query head of
+    # a group that stays: the layer keeps its 3 KV heads and reads them through a query-to-KV map. ONNX Runtime
+    # GenAI needs one KV head count per layer, so its export removes single query heads only (a whole group
+    # would make it dense).
+    heads = "L7.H4,L12.H3" if fmt == "onnx" else "L3.H0,L3.H1,L3.H2,L7.H4"
+    record = export(smollm2, heads, format=fmt, layout=layout, verify_task="sentiment:n=48", out=tmp_path / "out")
     logits, task = record.verification.logits, record.verification.task
     print(f"\n{fmt}/{layout}: max |logit diff| {logits.max_abs_diff:.2e}; parameters "
           f"{record.parameters.before:,} -> {record.parameters.after:,}; bytes "
           f"{record.bytes.before:,} -> {record.bytes.after:,}; task {task}")
     assert logits.max_abs_diff <= logits.allowed and task.disagreements == 0
     assert logits.allowed <= 1e-5 * 100  # logits of this model stay well under 100
-    if fmt == "onnx":  # ONNX Runtime GenAI needs one KV head count per layer: a removed group means dense
-        assert record.layout == "dense"
+    hd, hidden = smollm2.grid.head_dim, smollm2.model.config.hidden_size
+    if fmt == "onnx":
         runtime = record.verification.runtime
         assert runtime.done and runtime.mismatches == 0 and runtime.prompts > 0
-    elif layout == "sliced":
-        assert record.parameters.after < record.parameters.before
+    if layout == "sliced":  # every removed query head takes its q rows and o columns along
+        assert record.layout == "sliced" and record.layers[7].layout == "mapped"
+        assert record.layers[7].q_heads == (0, 1, 2, 3, 5, 6, 7, 8) and record.layers[7].kv_slots == (0, 0, 0, 1, 1,
+                                                                                                      2, 2, 2)
+        removed = len(heads.split(","))
+        whole_groups = 1 if fmt == "safetensors" else 0
+        assert record.parameters.before - record.parameters.after == (2 * removed + 2 * whole_groups) * hd * hidden
+    if fmt == "safetensors" and layout == "sliced":
         assert record.layers[3].layout == "grouped" and record.layers[3].kv_heads == (1, 2)
 
 

@@ -66,9 +66,6 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
     params, size = record.parameters, record.bytes
     click.echo(f"removed {','.join(record.removed_heads)} ({layout}, {ablation}); parameters "
                f"{params.before:,} -> {params.after:,}; weight bytes {size.before:,} -> {size.after:,}")
-    if layout == "sliced" and params.after >= params.before and fmt != "gguf":
-        click.echo("note: no size change: removing some but not all query heads of a KV group cannot shrink that "
-                   "layer exactly (the heads are kept, zeroed; see the per-layer layouts in the model card)")
     click.echo(f"verified: max |logit diff| {logits.max_abs_diff:.2e} <= {logits.allowed:.2e}; "
                f"{task.task} (n={task.n}): original {_metric(task.intact, task.metric)}, masked "
                f"{_metric(task.masked, task.metric)}, exported {_metric(task.exported, task.metric)}")
