@@ -210,6 +210,13 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
+def _search_note(c: Compression) -> str:
+    """How the set was grown and what that cost: ``beam search of width 4: 31 distinct sets evaluated``."""
+    how = f"beam search of width {c.beam_width}" if c.search == "beam" else "galloping greedy search"
+    cost = f"{c.searched} distinct sets evaluated" if c.searched is not None else f"{len(c.curve)} sets evaluated"
+    return f"{how}: {cost}"
+
+
 def compression_line(c: Compression) -> str:
     """The terminal's last line for a compress run: what goes, what it saves, and the verdict."""
     s = c.savings
@@ -233,7 +240,7 @@ def render_compression(result: FindResult) -> str:
         f"- Intact model: discovery {_pct(base.discovery.accuracy)}, held-out {_pct(base.heldout.accuracy)}",
         f"- Budget: discovery accuracy at most {c.max_drop:g} points below the intact model; grown by "
         f"{c.prefer} from the screen's least harmful; {len(result.screen)} heads screened exactly"
-        + _prescreen_note(result) + f"; {c.queue} {c.prefer} in the queue; {len(c.curve)} sets evaluated, "
+        + _prescreen_note(result) + f"; {c.queue} {c.prefer} in the queue; {_search_note(c)}, "
         f"{len(c.rejected)} {c.prefer} rejected ({', '.join(c.rejected) or 'none'}).",
         "", "## Result", "",
         f"**{len(c.heads)} of {model.total_heads} heads removed** (set fixed on discovery: accuracy "

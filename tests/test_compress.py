@@ -16,8 +16,10 @@ from headprune.cli.main import cli
 from headprune.errors import SearchSettingsError
 from headprune.heads import Head
 from headprune.models import wrap_model
-from headprune.search.compress import grow, within_budget
+from headprune.search.compress import beam, grow, within_budget
+from headprune.search.conditions import Conditions, condition_key
 from headprune.search.find import find
+from headprune.search.journal import JOURNAL_NAME
 from headprune.search.paired import compare
 from headprune.search.stats import non_inferiority, paired_bootstrap_ci
 from headprune.tasks import write_jsonl_task
@@ -35,6 +37,22 @@ def helpful_h2():  # noqa: ANN201
         attention.v_proj.weight[8, 0] = 1.0  # head 2 (rows 8..11), value dim 0 <- normalised cue
         attention.o_proj.weight[0, 8] = 2 * HARM  # written back, outweighing H0
     return wrap_model(lm.model, lm.tokenizer, name="handmade-helpful-h2")
+
+
+@pytest.fixture(scope="module")
+def knapsack():  # noqa: ANN201
+    """The hand-made model with every head helpful: H0 writes the cue back with weight 0.6, H1..H3 with 0.15
+    each. On the first 300 cue examples removing H0 alone loses 3 examples, H0 and any other head 5, and H1, H2
+    and H3 together 2: within a budget of 3 examples (1 point), taking H0 first leaves room for nothing else."""
+    lm = build_model()
+    attention = lm.model.model.layers[0].self_attn
+    with torch.no_grad():
+        attention.o_proj.weight.zero_()
+        attention.v_proj.weight.zero_()
+        for head, weight in enumerate((0.6, 0.15, 0.15, 0.15)):
+            attention.v_proj.weight[4 * head, 0] = 1.0  # value dim 0 of the head <- normalised cue
+            attention.o_proj.weight[0, 4 * head] = weight  # written back with the right sign
+    return wrap_model(lm.model, lm.tokenizer, name="handmade-knapsack")
 
 
 def _evaluator(lm, task):  # noqa: ANN001, ANN202
@@ -74,6 +92,92 @@ def test_grow_rejects_the_harmful_head_and_stops_one_set_short(helpful_h2) -> No
     # Every evaluated set is on the curve, and the taken ones are exactly the sets the search grew through.
     assert len(grown.curve) == sum(len(batch) for batch in calls)
     assert [p.removed for p in grown.curve if p.accepted] == [2, 3]
+
+
+def _plain_greedy(units, grid, evaluate, *, max_drop, patience):  # noqa: ANN001, ANN202
+    """The reference: walk the queue once, keep a unit when the set stays within budget, stop after ``patience``
+    rejections in a row (no backtracking, no galloping, one set per evaluation)."""
+    chosen, rejected, streak = (), [], 0
+    for unit in units:
+        if sum(h.layer == unit[0].layer for h in chosen) + len(unit) >= grid.num_heads:
+            continue  # the layer would lose its last head
+        heads = tuple(sorted(chosen + unit))
+        if within_budget(evaluate([heads], "plain")[heads], max_drop):
+            chosen, streak = heads, 0
+        else:
+            rejected.append(unit)
+            streak += 1
+            if streak == patience:
+                break
+    return chosen, rejected
+
+
+@pytest.mark.parametrize(("queue", "patience"), [((H1, H2, H3, H0), 3), ((H2, H1, H3, H0), 1), ((H1, H2, H0, H3), 1)])
+def test_beam_of_width_one_is_the_plain_greedy(helpful_h2, queue, patience) -> None:
+    task = cue_task().subset(list(range(300)))
+    evaluate, calls = _evaluator(helpful_h2, task)
+    units = [(h,) for h in queue]
+    want, want_rejected = _plain_greedy(units, helpful_h2.grid, evaluate, max_drop=0.5, patience=patience)
+    plain_calls = [batch for batch in calls]
+    calls.clear()
+    intact = evaluate([()], "intact")[()]
+    calls.clear()
+    got = beam(units, helpful_h2.grid, evaluate, intact, max_drop=0.5, patience=patience, width=1)
+    assert tuple(sorted(h for unit in got.chosen for h in unit)) == want
+    assert got.rejected == want_rejected and calls == plain_calls  # the same sets, in the same order
+    assert [p.removed for p in got.curve if p.accepted] == list(range(1, len(want) + 1))
+    if patience == 3:  # H2 really is rejected: removing it costs more than half a point
+        assert want == (H0, H1, H3) and want_rejected == [(H2,)]
+
+
+def test_beam_keeps_the_set_that_greedy_passes_over(knapsack) -> None:
+    task = cue_task().subset(list(range(300)))
+    evaluate, calls = _evaluator(knapsack, task)
+    units = [(H0,), (H1,), (H2,), (H3,)]  # the big head first: greedy takes it and has no room left
+    losses = {heads: p.damaged - p.rescued for heads, p in evaluate([(H0,), (H0, H1), (H1, H2, H3)], "x").items()}
+    assert losses == {(H0,): 3, (H0, H1): 5, (H1, H2, H3): 2}  # the case the fixture describes
+    intact = evaluate([()], "intact")[()]
+    greedy = grow(units, knapsack.grid, evaluate, max_drop=1.0, patience=3)
+    assert greedy.chosen == [(H0,)] and greedy.rejected == [(H1,), (H2,), (H3,)]
+    assert beam(units, knapsack.grid, evaluate, intact, max_drop=1.0, patience=3, width=1).chosen == [(H0,)]
+    calls.clear()
+    wide = beam(units, knapsack.grid, evaluate, intact, max_drop=1.0, patience=3, width=2)
+    assert wide.chosen == [(H1,), (H2,), (H3,)] and within_budget(wide.evaluated[(H1, H2, H3)], 1.0)
+    assert max(len(batch) for batch in calls) == 2 and len(calls) == 4  # a batch of at most width sets per unit
+    assert len(wide.curve) == sum(len(batch) for batch in calls) == len(wide.evaluated)
+    assert [p.removed for p in wide.curve if p.accepted] == [1, 2, 3]
+
+
+def test_find_compress_beam_resumes_without_recomputing(knapsack, tmp_path, monkeypatch) -> None:
+    settings = dict(discovery=300, heldout=300, objective="compress", max_drop=1.0, compress_search="beam",
+                    beam_width=2, batch_size=128)
+    whole = find(knapsack, cue_task(), out=tmp_path / "whole", **settings)
+    c = whole.compression
+    assert (c.search, c.beam_width, whole.settings.compress_search) == ("beam", 2, "beam")
+    assert len(c.heads) == 3 and within_budget(c.discovery, 1.0) and c.searched == len(c.curve)
+
+    real = Conditions._evaluate
+    done: list[str] = []
+
+    def interrupted(self, split, heads):  # noqa: ANN001, ANN202
+        if len(done) == 7:  # baselines (2) and the screen (4) done, one beam set evaluated
+            raise KeyboardInterrupt
+        done.append(condition_key(split, heads))
+        return real(self, split, heads)
+
+    monkeypatch.setattr(Conditions, "_evaluate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        find(knapsack, cue_task(), out=tmp_path / "cut", **settings)
+    before = set(done)
+    done.clear()
+    monkeypatch.setattr(Conditions, "_evaluate", lambda self, split, heads: done.append(
+        condition_key(split, heads)) or real(self, split, heads))
+    resumed = find(knapsack, cue_task(), out=tmp_path / "cut", resume=True, **settings)
+    assert resumed.to_dict() | {"timings": {}} == whole.to_dict() | {"timings": {}}
+    assert done and not before & set(done)  # nothing in the journal was evaluated again
+    keys = {line.split('"key": "')[1].split('"')[0] for line in
+            (tmp_path / "whole" / JOURNAL_NAME).read_text().splitlines()[1:]}
+    assert before | set(done) == keys - {k for k in keys if "determinism" in k or "prescreen" in k}
 
 
 def test_find_compress_keeps_discovery_within_the_budget_and_accepts_on_heldout(helpful_h2, tmp_path) -> None:
@@ -185,6 +289,12 @@ def test_cli_compress_exit_codes_and_outputs(handmade_files, tmp_path) -> None:
     assert result.exit_code == 1, result.output
     summary = json.loads(result.stdout)
     assert summary["accepted"] is False and summary["compression"]["heads"] == ["L0.H1", "L0.H2", "L0.H3"]
+    result = _find(*common, "--max-drop", "1", "--compress-search", "beam", "--beam-width", "2", "--out",
+                   str(tmp_path / "beam"))
+    assert result.exit_code == 0 and "compress: 3 heads removed" in result.stdout.splitlines()[-1], result.output
+    assert "beam search of width 2: " in (tmp_path / "beam" / "report.md").read_text()
+    saved = json.loads((tmp_path / "beam" / "result.json").read_text())
+    assert saved["settings"]["compress_search"] == "beam" and saved["compression"]["beam_width"] == 2
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
@@ -193,6 +303,9 @@ def test_cli_compress_exit_codes_and_outputs(handmade_files, tmp_path) -> None:
     (["--objective", "compress", "--prefer", "groups"], "--prefer groups needs grouped-query attention"),
     (["--objective", "compress", "--patience", "0"], "--patience must be at least 1"),
     (["--max-drop", "2"], "--max-drop: only with --objective compress"),
+    (["--compress-search", "beam"], "--compress-search: only with --objective compress"),
+    (["--objective", "compress", "--beam-width", "2"], "--beam-width: only with --compress-search beam"),
+    (["--objective", "compress", "--compress-search", "beam", "--beam-width", "0"], "--beam-width must be at least 1"),
     (["--objective", "shrink"], "Invalid value for '--objective'"),
 ])
 def test_cli_compress_bad_input(handmade_files, tmp_path, args, fragment) -> None:

@@ -104,3 +104,17 @@ def test_workers_restarted_by_torchrun_resume_by_themselves(inputs, alone) -> No
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert "restarted by the launcher: resuming" in restarted.stderr
     assert comparable(out) == alone
+
+
+@pytest.mark.slow  # two launches (one and two processes) of a beam search: ~40 s
+def test_compress_beam_on_two_processes_gives_the_one_process_result(inputs) -> None:  # noqa: ANN001
+    args = ["find", str(inputs / "model"), "--task", str(inputs / "task.jsonl"), "--discovery", "48", "--heldout",
+            "32", "--device", "cpu", "--batch-size", "8", "--objective", "compress", "--max-drop", "2",
+            "--compress-search", "beam", "--beam-width", "2"]
+    one = headprune(*args, "--out", str(inputs / "beam-one"))
+    assert one.returncode in (0, 1), one.stderr
+    two = headprune(*args, "--out", str(inputs / "beam-two"), processes=2)
+    assert two.returncode == 0, two.stderr
+    assert comparable(inputs / "beam-two") == comparable(inputs / "beam-one")
+    compression = comparable(inputs / "beam-one")["compression"]
+    assert compression["search"] == "beam" and compression["searched"] >= 2  # rounds of two sets were dealt out

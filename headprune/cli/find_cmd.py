@@ -68,6 +68,11 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.option("--patience", type=int, default=None,
               help="With --objective compress: stop after this many heads (groups) in a row break the budget "
                    "[default: 3].")
+@click.option("--compress-search", type=click.Choice(["greedy", "beam"]), default=None,
+              help="With --objective compress: greedy (galloping, with backtracking) or beam (keeps the "
+                   "--beam-width best sets, tries each with the next head every round) [default: greedy].")
+@click.option("--beam-width", type=int, default=None,
+              help="With --compress-search beam: sets kept per round; 1 is the plain greedy [default: 4].")
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: runs/MODEL-TASK].")
@@ -84,9 +89,9 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                  heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
                  control: tuple[str, ...], control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
                  objective: str, max_drop: float | None, prefer: str | None, patience: int | None,
-                 batch_size: int | str, out: Path | None, resume: bool, device: str, device_map: str | None,
-                 max_memory: str | None, dtype: str, trust_remote_code: bool, allow_code_execution: bool,
-                 as_json: bool) -> None:
+                 compress_search: str | None, beam_width: int | None, batch_size: int | str, out: Path | None,
+                 resume: bool, device: str, device_map: str | None, max_memory: str | None, dtype: str,
+                 trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:
     """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, the largest
     one whose removal TASK does not notice), and test it on held-out data.
 
@@ -112,7 +117,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                           seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
                           finalists=finalists, control=control or None, control_limit=control_limit, alpha=alpha,
                           rank_by=rank_by, screen=screen, candidates=candidates, objective=objective,
-                          max_drop=max_drop, prefer=prefer, patience=patience, batch_size=batch_size, out=out,
+                          max_drop=max_drop, prefer=prefer, patience=patience, compress_search=compress_search,
+                          beam_width=beam_width, batch_size=batch_size, out=out,
                           resume=resume, device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
                           trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team)
     except KeyboardInterrupt:

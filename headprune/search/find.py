@@ -131,6 +131,8 @@ def find(
     max_drop: float | None = None,
     prefer: str | None = None,
     patience: int | None = None,
+    compress_search: str | None = None,
+    beam_width: int | None = None,
     batch_size: int | str = "auto",
     out: Path | None = None,
     resume: bool = False,
@@ -165,6 +167,8 @@ def find(
             screen's least harmful ``prefer`` units (``heads``, the default, or whole key/value ``groups``)
             until ``patience`` (default 3) units in a row break the budget; its held-out verdict is a
             non-inferiority test (``headprune.search.compress``).
+        compress_search: ``greedy`` (default: galloping, with backtracking) or ``beam`` (keeps the ``beam_width``
+            best sets, default 4, and tries each with the next unit every round).
         out: folder for journal.jsonl (resume); ``None`` keeps everything in memory.
         resume: continue the journal in ``out``.
         device, dtype: where and in which precision the model runs (``auto``: a GPU in bfloat16 when there is
@@ -183,7 +187,7 @@ def find(
     settings = FindSettings(seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
                             finalists=finalists, alpha=alpha, rank_by=rank_by, batch_size=batch_size, screen=screen,
                             candidates=candidates if screen != "exact" else None, control_limit=control_limit,
-                            **compress_fields(objective, max_drop, prefer, patience))
+                            **compress_fields(objective, max_drop, prefer, patience, compress_search, beam_width))
     team = team or Team()
     if team.restarted and out is not None and (Path(out) / JOURNAL_NAME).is_file() and not resume:
         log.info("restarted by the launcher: resuming from %s", Path(out) / JOURNAL_NAME)

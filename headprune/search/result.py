@@ -81,6 +81,8 @@ class FindSettings:
     max_drop: float | None = None  # compress: accuracy points discovery may lose
     prefer: str | None = None  # compress: grow by single "heads" or whole key/value "groups"
     patience: int | None = None  # compress: consecutive single-unit rejections that end the search
+    compress_search: str | None = None  # compress: "greedy" (galloping, with backtracking) or "beam"
+    beam_width: int | None = None  # compress with beam: sets kept per round
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,9 @@ class Compression:
     curve: tuple[CurvePoint, ...]
     rejected: tuple[str, ...]  # units that broke the budget when added (each a head or a group's heads joined by +)
     queue: int  # units the search could grow from
+    search: str = "greedy"  # "greedy" or "beam"
+    beam_width: int | None = None
+    searched: int | None = None  # distinct sets the search evaluated on discovery (its cost; None in older results)
 
 
 @dataclass(frozen=True)
