@@ -201,13 +201,21 @@ def _why(error: Exception) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
 
+def _failed(name: str, error: Exception) -> Entry:
+    return Entry(name, "-", 0, 0, 0, None, None, f"export failed: {_why(error)}")
+
+
 def build_torch(lm: LoadedModel, prunes: dict, folder: Path, options: dict) -> list[Entry]:
     from headprune.exporter.loading import load
 
     entries = [Entry("original", "-", count_parameters(lm.model), _size(lm.folder) if lm.folder.is_dir() else 0,
                      _kv_bytes(lm.grid, None, 4), _weight_bytes(lm.model), TorchRunner(lm.model))]
     for name, heads in prunes.items():
-        record = export(lm, heads, out=folder / f"{name}-torch", **options)
+        try:
+            record = export(lm, heads, out=folder / f"{name}-torch", **options)
+        except Exception as error:  # noqa: BLE001 - one prune's failed export is a row; the others go on
+            entries.append(_failed(name, error))
+            continue
         pruned = load(folder / f"{name}-torch", dtype=torch.float32, device="cpu")
         entries.append(Entry(name, record.layout, record.parameters.after, record.bytes.after,
                              _kv_bytes(lm.grid, record, 4), _weight_bytes(pruned.model), TorchRunner(pruned.model)))
@@ -224,7 +232,11 @@ def build_genai(lm: LoadedModel, prunes: dict, folder: Path, options: dict, thre
     entries = [Entry("original", "dense", count_parameters(lm.model), _size(base), _kv_bytes(lm.grid, None, 4), None,
                      GenaiRunner(base, threads))]
     for name, heads in prunes.items():
-        record = export(lm, heads, format="onnx", out=folder / f"{name}-onnx", **options)
+        try:
+            record = export(lm, heads, format="onnx", out=folder / f"{name}-onnx", **options)
+        except Exception as error:  # noqa: BLE001
+            entries.append(_failed(name, error))
+            continue
         note = "" if record.layout == "sliced" else "fallback: layers would keep different KV head counts"
         entries.append(Entry(name, record.layout, record.parameters.after, _size(folder / f"{name}-onnx"),
                              _kv_bytes(lm.grid, record, 4), None, GenaiRunner(folder / f"{name}-onnx", threads),
@@ -245,7 +257,11 @@ def build_llama_cpp(lm: LoadedModel, prunes: dict, folder: Path, options: dict, 
                      None, LlamaCppRunner(written.path, n_ctx, threads, flash_attn))]
     for name, heads in prunes.items():
         out = folder / f"{name}-gguf"
-        record = export(lm, heads, format="gguf", layout="sliced", gguf_type=gguf_type, out=out, **options)
+        try:
+            record = export(lm, heads, format="gguf", layout="sliced", gguf_type=gguf_type, out=out, **options)
+        except Exception as error:  # noqa: BLE001
+            entries.append(_failed(name, error))
+            continue
         entries.append(Entry(name, f"sliced ({record.gguf.architecture})", record.parameters.after,
                              _size(out / gguf_export.GGUF_NAME), _kv_bytes(lm.grid, record, kv, not flash_attn),
                              None, LlamaCppRunner(out / gguf_export.GGUF_NAME, n_ctx, threads, flash_attn)))
@@ -255,6 +271,7 @@ def build_llama_cpp(lm: LoadedModel, prunes: dict, folder: Path, options: dict, 
 def measure(entries: list[Entry], prompts: list[list[int]], steps: int, repeats: int, warmup: int) -> None:
     """Warm-up, then ``repeats`` rounds; each round runs every entry over every prompt, the entries in a rotated
     order so that a slow or fast stretch of the machine is shared."""
+    entries = [e for e in entries if e.runner is not None]
     for entry in entries:
         for prompt in prompts[:warmup]:
             entry.runner.timed(prompt, steps)
@@ -286,6 +303,9 @@ def table_rows(runtime: str, entries: list[Entry], sizes: dict[str, int]) -> lis
     base_prompt, base_decode = statistics.median(entries[0].prompt), statistics.median(entries[0].decode)
     rows = []
     for entry in entries:
+        if entry.runner is None:
+            rows.append(_row((runtime, f"{entry.name} ({sizes[entry.name]} heads)", entry.note)))
+            continue
         prompt, decode = statistics.median(entry.prompt), statistics.median(entry.decode)
         rows.append(_row((
             runtime, entry.name if entry.name == "original" else f"{entry.name} ({sizes[entry.name]} heads)",
@@ -376,7 +396,8 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
                 rows = [_row((label, f"failed: {_why(error)}"))]
             finally:
                 for entry in entries:
-                    entry.runner.close()
+                    if entry.runner is not None:
+                        entry.runner.close()
             for row in rows:
                 print(row, flush=True)
             lines += rows
