@@ -1,43 +1,177 @@
-"""Benchmark: what an exported model buys at inference against the original, in one process.
+"""Benchmark: what pruning buys at deployment, in one process: generation speed of the original and the pruned
+model in torch (transformers), ONNX Runtime GenAI and llama.cpp, for a realistic and a heavy prune.
 
-Exports the heads (sliced safetensors, and ONNX unless --no-onnx) into a temporary folder, loads each the
-way a user would, and measures on the same batch of real task prompts: parameters, weight memory, the
-key/value cache per token, the forward pass over the prompts (logits for every position; prompt tokens/s)
-and, for causal LMs, greedy decoding of --new-tokens tokens per prompt (generated tokens/s): original torch,
-sliced torch, and the ONNX graph in onnxruntime (forward only). Prints each with its ratio to the original
-measured here. --heads takes a head list or a find result (a ``find --objective compress`` folder).
+Each prune is exported with ``headprune.exporter.export`` (the CLI's code path, verified on a few examples):
+sliced safetensors for torch, ``--format onnx`` for ONNX Runtime GenAI (whose exporter falls back to the dense
+layout when layers would keep different key/value head counts; the table says which layout each runtime got)
+and ``--format gguf --layout sliced`` for llama.cpp. The baseline in each runtime is the original model
+converted by the same writer (``export_decoder`` for ONNX, ``gguf_export.write_files`` as the stock ``llama``
+architecture for GGUF), run in the same process on the same prompts. Prompts are real task prompts, one at a
+time (batch 1, as a local deployment runs); each is prefilled (prompt tokens/s: the prompt's forward pass and
+the first token) and then decoded greedily for exactly --new-tokens single-token steps (decode tokens/s; no
+early stop at end-of-sequence). After a warm-up, every model of a runtime runs in turn in each repeat, so
+drift hits all alike; the table gives the median over repeats and the ratio pruned/original per runtime, with
+parameters, file bytes and key/value cache bytes per token.
 
-    python scripts/bench_export.py [--model smollm2-135m] [--heads L3.H0,L3.H1,L3.H2|RUN/result.json]
-                                   [--task sentiment] [--batch 8] [--repeats 5] [--new-tokens 16] [--no-onnx]
+Prunes: ``realistic`` is --heads (a head list or a find result: file or folder); ``heavy`` is --heavy-heads or,
+by default, :func:`heavy_heads` (a fixed rule: a quarter of the heads as whole key/value groups, one group in
+each of evenly spaced layers, topped up with single heads; every layer keeps heads).
+
+    python scripts/bench_export.py [--model smollm2-135m] [--heads L3.H0,...|RUN/result.json] [--heavy-heads ...]
+        [--tasks sentiment,arithmetic] [--prompts 4] [--new-tokens 16] [--repeats 3] [--threads N]
+        [--runtimes torch,onnx-genai,llama.cpp] [--gguf-type f32] [--verify-limit 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 
-from headprune.evaluation import Evaluator
-from headprune.exporter import export
-from headprune.exporter.loading import load
-from headprune.exporter.onnx_export import ONNX_NAME, OnnxModel, onnx_output
-from headprune.exporter.pipeline import resolve_heads
-from headprune.models import load_model
+from headprune.exporter import export, resolve_heads
+from headprune.exporter.pipeline import count_parameters
+from headprune.exporter.runtime_check import eos_ids, task_texts
+from headprune.heads import Head, HeadGrid, parse_heads
+from headprune.models import LoadedModel, load_model
 from headprune.tasks import load_task
 
+RUNTIMES = ("torch", "onnx-genai", "llama.cpp")
+REALISTIC = "L3.H0,L3.H1,L3.H2,L10.H3,L10.H4,L10.H5,L12.H1,L20.H7"  # two whole KV groups and two single heads
 
-def _median_seconds(fn, repeats: int) -> float:  # noqa: ANN001
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
+
+def heavy_heads(grid: HeadGrid, fraction: float = 0.25) -> tuple[Head, ...]:
+    """``fraction`` of the heads by a fixed rule: whole key/value groups first (so the model really shrinks),
+    one per layer in evenly spaced layers (group ``layer % kv_heads``), then single heads (the first query head
+    of group ``(layer + 1) % kv_heads``) in the first layers still untouched, or else in any layer that keeps
+    more than one group. Every layer keeps heads."""
+    target = int(grid.total * fraction)
+    size = grid.num_heads // grid.num_kv_heads
+    groups = min(target // size, grid.num_layers if grid.num_kv_heads > 1 else 0)
+    layers = sorted({int(i * grid.num_layers / groups) for i in range(groups)}) if groups else []
+    chosen = [Head(layer, (layer % grid.num_kv_heads) * size + i) for layer in layers for i in range(size)]
+    order = [*(x for x in range(grid.num_layers) if x not in layers), *layers]
+    while len(chosen) < target:
+        grown = len(chosen)
+        for layer in order:
+            taken = {h.head for h in chosen if h.layer == layer}
+            free = [h for h in range(grid.num_heads) if h not in taken]
+            pick = ((layer + 1) % grid.num_kv_heads) * size
+            if len(chosen) < target and len(free) > 1:
+                chosen.append(Head(layer, pick if pick in free else free[0]))
+        if len(chosen) == grown:
+            break
+    return grid.check(chosen)
+
+
+@dataclass
+class Entry:
+    """One model in one runtime: what it is, and a runner (``timed(prompt, steps) -> (prefill s, decode s)``)."""
+
+    name: str  # "original" or the prune's name
+    layout: str
+    params: int
+    file_bytes: int
+    kv_bytes: int  # key/value cache per token
+    memory: int | None  # weights in memory (torch)
+    runner: Any = None
+    note: str = ""
+    prompt: list[float] = field(default_factory=list)  # tokens/s per repeat
+    decode: list[float] = field(default_factory=list)
+
+
+class TorchRunner:
+    """transformers: one forward over the prompt (last logits only, as ``generate`` does), then one token a step
+    through the key/value cache."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    @torch.inference_mode()
+    def timed(self, prompt: list[int], steps: int) -> tuple[float, float]:
         start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        out = self.model(input_ids=torch.tensor([prompt]), use_cache=True, logits_to_keep=1)
+        token = int(out.logits[0, -1].argmax())
+        middle = time.perf_counter()
+        for _ in range(steps):
+            out = self.model(input_ids=torch.tensor([[token]]), cache=out.cache, use_cache=True)
+            token = int(out.logits[0, -1].argmax())
+        return middle - start, time.perf_counter() - middle
+
+    def close(self) -> None:
+        pass
+
+
+class GenaiRunner:
+    """ONNX Runtime GenAI's own generator loop: ``append_tokens`` runs the prompt, each ``generate_next_token``
+    picks a token from the last logits and (after the first) runs the model on the previous one."""
+
+    def __init__(self, folder: Path, threads: int) -> None:
+        import onnxruntime_genai as og
+
+        config = og.Config(str(folder))
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
+        self.og, self.model = og, og.Model(config)
+
+    def timed(self, prompt: list[int], steps: int) -> tuple[float, float]:
+        params = self.og.GeneratorParams(self.model)
+        length = len(prompt) + steps + 1
+        params.set_search_options(do_sample=False, max_length=length, min_length=length)  # no early stop
+        generator = self.og.Generator(self.model, params)
+        start = time.perf_counter()
+        generator.append_tokens([prompt])
+        generator.generate_next_token()  # the first token, from the prompt's logits
+        middle = time.perf_counter()
+        for _ in range(steps):
+            generator.generate_next_token()
+        return middle - start, time.perf_counter() - middle
+
+    def close(self) -> None:
+        self.model = None
+
+
+class LlamaCppRunner:
+    """llama.cpp through llama-cpp-python with its default settings (f16 key/value cache, last logits only; flash
+    attention off unless asked for)."""
+
+    def __init__(self, path: Path, n_ctx: int, threads: int, flash_attn: bool) -> None:
+        import llama_cpp
+
+        self.lib = llama_cpp
+        self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                                   flash_attn=flash_attn, verbose=False)
+        self.n_vocab = self.llm.n_vocab()
+
+    def _next(self) -> int:
+        logits = self.lib.llama_get_logits_ith(self.llm.ctx, -1)
+        return int(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)).argmax())
+
+    def timed(self, prompt: list[int], steps: int) -> tuple[float, float]:
+        self.llm.reset()
+        start = time.perf_counter()
+        self.llm.eval(prompt)
+        token = self._next()
+        middle = time.perf_counter()
+        for _ in range(steps):
+            self.llm.eval([token])
+            token = self._next()
+        return middle - start, time.perf_counter() - middle
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in (".safetensors", ".onnx", ".data", ".gguf")
+               ) if path.is_dir() else path.stat().st_size
 
 
 def _weight_bytes(model: torch.nn.Module) -> int:
@@ -50,74 +184,224 @@ def _weight_bytes(model: torch.nn.Module) -> int:
     return total
 
 
-def _mib(n: float) -> str:
-    return f"{n / 2**20:8.1f} MiB"
+def _kv_bytes(grid: HeadGrid, record: Any | None, itemsize: int, padded_values: bool = False) -> int:
+    """Keys and values per token: the sliced layers' own key/value heads, else every layer's. ``padded_values``:
+    llama.cpp without flash attention stores every layer's values as wide as the widest layer's."""
+    heads = [len(p.kv_heads) for p in record.layers] if record is not None and record.layers else (
+        [grid.num_kv_heads] * grid.num_layers)
+    values = len(heads) * max(heads) if padded_values else sum(heads)
+    return (sum(heads) + values) * grid.head_dim * itemsize
 
 
-def main() -> None:
+class Unavailable(Exception):
+    """A runtime that cannot be imported here."""
+
+
+def _why(error: Exception) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
+def _failed(name: str, error: Exception) -> Entry:
+    return Entry(name, "-", 0, 0, 0, None, None, f"export failed: {_why(error)}")
+
+
+def build_torch(lm: LoadedModel, prunes: dict, folder: Path, options: dict) -> list[Entry]:
+    from headprune.exporter.loading import load
+
+    entries = [Entry("original", "-", count_parameters(lm.model), _size(lm.folder) if lm.folder.is_dir() else 0,
+                     _kv_bytes(lm.grid, None, 4), _weight_bytes(lm.model), TorchRunner(lm.model))]
+    for name, heads in prunes.items():
+        try:
+            record = export(lm, heads, out=folder / f"{name}-torch", **options)
+        except Exception as error:  # noqa: BLE001 - one prune's failed export is a row; the others go on
+            entries.append(_failed(name, error))
+            continue
+        pruned = load(folder / f"{name}-torch", dtype=torch.float32, device="cpu")
+        entries.append(Entry(name, record.layout, record.parameters.after, record.bytes.after,
+                             _kv_bytes(lm.grid, record, 4), _weight_bytes(pruned.model), TorchRunner(pruned.model)))
+    return entries
+
+
+def build_genai(lm: LoadedModel, prunes: dict, folder: Path, options: dict, threads: int) -> list[Entry]:
+    from headprune.exporter.onnx_export import export_decoder
+
+    base = folder / "original-onnx"
+    base.mkdir()
+    export_decoder(lm.model, base, eos=eos_ids(lm), pad=lm.tokenizer.pad_token_id or 0,
+                   bos=lm.tokenizer.bos_token_id)
+    entries = [Entry("original", "dense", count_parameters(lm.model), _size(base), _kv_bytes(lm.grid, None, 4), None,
+                     GenaiRunner(base, threads))]
+    for name, heads in prunes.items():
+        try:
+            record = export(lm, heads, format="onnx", out=folder / f"{name}-onnx", **options)
+        except Exception as error:  # noqa: BLE001
+            entries.append(_failed(name, error))
+            continue
+        note = "" if record.layout == "sliced" else "fallback: layers would keep different KV head counts"
+        entries.append(Entry(name, record.layout, record.parameters.after, _size(folder / f"{name}-onnx"),
+                             _kv_bytes(lm.grid, record, 4), None, GenaiRunner(folder / f"{name}-onnx", threads),
+                             note))
+    return entries
+
+
+def build_llama_cpp(lm: LoadedModel, prunes: dict, folder: Path, options: dict, threads: int, n_ctx: int,
+                    gguf_type: str, flash_attn: bool) -> list[Entry]:
+    from headprune.exporter import gguf_export
+
+    arch = gguf_export.check_supported(lm, "dense", gguf_type)
+    base = folder / "original-gguf"
+    base.mkdir()
+    written = gguf_export.write_files(lm, lm.model, arch, None, base, base, gguf_type)
+    kv = 2  # llama.cpp's default f16 key/value cache
+    entries = [Entry("original", arch, count_parameters(lm.model), _size(written.path), _kv_bytes(lm.grid, None, kv),
+                     None, LlamaCppRunner(written.path, n_ctx, threads, flash_attn))]
+    for name, heads in prunes.items():
+        out = folder / f"{name}-gguf"
+        try:
+            record = export(lm, heads, format="gguf", layout="sliced", gguf_type=gguf_type, out=out, **options)
+        except Exception as error:  # noqa: BLE001
+            entries.append(_failed(name, error))
+            continue
+        entries.append(Entry(name, f"sliced ({record.gguf.architecture})", record.parameters.after,
+                             _size(out / gguf_export.GGUF_NAME), _kv_bytes(lm.grid, record, kv, not flash_attn),
+                             None, LlamaCppRunner(out / gguf_export.GGUF_NAME, n_ctx, threads, flash_attn)))
+    return entries
+
+
+def measure(entries: list[Entry], prompts: list[list[int]], steps: int, repeats: int, warmup: int) -> None:
+    """Warm-up, then ``repeats`` rounds; each round runs every entry over every prompt, the entries in a rotated
+    order so that a slow or fast stretch of the machine is shared."""
+    entries = [e for e in entries if e.runner is not None]
+    for entry in entries:
+        for prompt in prompts[:warmup]:
+            entry.runner.timed(prompt, steps)
+    tokens = sum(len(p) for p in prompts)
+    for round_ in range(repeats):
+        for entry in entries[round_ % len(entries):] + entries[: round_ % len(entries)]:
+            prefill = decode = 0.0
+            for prompt in prompts:
+                a, b = entry.runner.timed(prompt, steps)
+                prefill, decode = prefill + a, decode + b
+            entry.prompt.append(tokens / prefill)
+            entry.decode.append(len(prompts) * steps / decode)
+
+
+WIDTHS = (-35, -20, -14, 12, 8, 7, 8, 12, 12, 8, 8)  # negative: left-aligned; columns are two spaces apart
+COLUMNS = ("runtime", "model", "layout", "parameters", "file MiB", "mem MiB", "KV B/tok", "prompt tok/s",
+           "decode tok/s", "x prompt", "x decode")
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "  ".join(f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, w in zip(cells, WIDTHS)).rstrip()
+
+
+HEADER = _row(COLUMNS)
+
+
+def table_rows(runtime: str, entries: list[Entry], sizes: dict[str, int]) -> list[str]:
+    """The runtime's rows: absolute medians, and ratios to the original (the first entry)."""
+    base_prompt, base_decode = statistics.median(entries[0].prompt), statistics.median(entries[0].decode)
+    rows = []
+    for entry in entries:
+        if entry.runner is None:
+            rows.append(_row((runtime, f"{entry.name} ({sizes[entry.name]} heads)", entry.note)))
+            continue
+        prompt, decode = statistics.median(entry.prompt), statistics.median(entry.decode)
+        rows.append(_row((
+            runtime, entry.name if entry.name == "original" else f"{entry.name} ({sizes[entry.name]} heads)",
+            entry.layout, f"{entry.params:,}", f"{entry.file_bytes / 2**20:.1f}",
+            "-" if entry.memory is None else f"{entry.memory / 2**20:.1f}", f"{entry.kv_bytes:,}",
+            f"{prompt:.1f}", f"{decode:.1f}", f"{prompt / base_prompt:.2f}", f"{decode / base_decode:.2f}"))
+            + (f"  {entry.note}" if entry.note else ""))
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> list[str]:
+    """Run the benchmark; prints the table and returns its lines (header first)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--heads", default="L3.H0,L3.H1,L3.H2", help="heads, or a find result (file or folder)")
-    parser.add_argument("--task", default="sentiment")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--new-tokens", type=int, default=16, help="greedy decoding per prompt (0: skip)")
-    parser.add_argument("--no-onnx", action="store_true")
-    args = parser.parse_args()
-    lm = load_model(args.model)
-    removed, _ = resolve_heads(args.heads, lm)
-    task = load_task(args.task).head(args.batch)
-    ids, mask, extra = next(Evaluator(lm, task, batch_size=args.batch, share_prefix=False).reference_batches())
-    tokens = int(mask.sum())
-    decode = args.new_tokens > 0 and not lm.is_encoder
-    print(f"{args.model}: {len(removed)} of {lm.grid.total} heads removed; batch {tuple(ids.shape)} of {args.task} "
-          f"prompts ({tokens} real tokens), median of {args.repeats}, torch threads {torch.get_num_threads()}, "
-          f"{lm.dtype}")
+    parser.add_argument("--heads", default=REALISTIC, help="the realistic prune: heads, or a find result")
+    parser.add_argument("--heavy-heads", default=None, help="the heavy prune (default: heavy_heads' fixed rule)")
+    parser.add_argument("--tasks", default="sentiment,arithmetic", help="task specs whose prompts are run")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per task")
+    parser.add_argument("--new-tokens", type=int, default=16, help="decode steps after each prompt")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2, help="prompts each model runs before timing")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--runtimes", default=",".join(RUNTIMES))
+    parser.add_argument("--gguf-type", default="f32", help="the GGUF files' tensor type (f32, f16, bf16, q8_0)")
+    parser.add_argument("--flash-attn", action="store_true", help="llama.cpp with flash attention")
+    parser.add_argument("--verify-limit", type=int, default=8, help="examples each export verifies on")
+    args = parser.parse_args(argv)
+    runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    unknown = sorted(set(runtimes) - set(RUNTIMES))
+    if unknown:
+        parser.error(f"unknown runtimes {unknown}; choose from {', '.join(RUNTIMES)}")
+    if min(args.new_tokens, args.repeats, args.prompts) < 1:
+        parser.error("--new-tokens, --repeats and --prompts must be at least 1")
+    torch.set_num_threads(args.threads)
+    lm = load_model(args.model, dtype="float32", device="cpu")
+    realistic, _ = resolve_heads(args.heads, lm)
+    heavy = lm.grid.check(parse_heads(args.heavy_heads)) if args.heavy_heads else heavy_heads(lm.grid)
+    prunes = {"realistic": realistic, "heavy": heavy}
+    sizes = {name: len(heads) for name, heads in prunes.items()}
+    tasks = [load_task(spec) for spec in args.tasks.split(",")]
+    texts = [text for task in tasks for text in task_texts(task)[: args.prompts]]
+    prompts = [list(lm.tokenizer(text)["input_ids"]) for text in texts]
+    options = dict(verify_task=tasks[0], verify_limit=args.verify_limit)
+    n_ctx = 64 * -(-(max(map(len, prompts)) + args.new_tokens + 16) // 64)
+    print(f"{args.model}: {lm.grid.num_layers} layers x {lm.grid.num_heads} query heads ({lm.grid.num_kv_heads} KV "
+          f"heads); float32 weights; {len(prompts)} prompts ({', '.join(t.name for t in tasks)}; "
+          f"{sum(map(len, prompts))} prompt tokens), batch 1, {args.new_tokens} decode steps each, warm-up "
+          f"{args.warmup} prompts, median of {args.repeats} repeats, {args.threads} threads")
+    how = {"realistic": "--heads", "heavy": "--heavy-heads" if args.heavy_heads else
+           "fixed rule heavy_heads(): whole KV groups in evenly spaced layers, then single heads"}
+    for name, heads in prunes.items():
+        print(f"{name} ({how[name]}): {len(heads)} of {lm.grid.total} heads removed: {','.join(map(str, heads))}")
+    lines = [HEADER]
+    print(HEADER)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        for runtime in runtimes:
+            entries: list[Entry] = []
+            label = runtime
+            try:
+                if runtime == "torch":
+                    import transformers
 
-    def run(model) -> None:  # noqa: ANN001
-        with torch.inference_mode():
-            model(input_ids=ids, attention_mask=mask, **extra)
+                    label = f"torch {torch.__version__.split('+')[0]} (transformers {transformers.__version__})"
+                    entries = build_torch(lm, prunes, folder, options)
+                elif runtime == "onnx-genai":
+                    from headprune.exporter.onnx_export import genai_version
 
-    def generate(model) -> None:  # noqa: ANN001
-        with torch.inference_mode():
-            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.new_tokens,
-                           min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=lm.tokenizer.pad_token_id)
+                    version, reason = genai_version()
+                    label = f"ONNX Runtime GenAI {version}"
+                    if version is None:
+                        raise Unavailable(reason)
+                    entries = build_genai(lm, prunes, folder, options, args.threads)
+                else:
+                    from headprune.exporter.gguf_export import llama_cpp_version
 
-    itemsize = lm.model.dtype.itemsize
-    grid = lm.grid
-    kv_before = 2 * grid.num_layers * grid.num_kv_heads * grid.head_dim * itemsize  # keys and values per token
-
-    def line(name: str, seconds: float, base: float, params: int | None = None, weights: int | None = None,
-             kv: int | None = None, decode_s: float | None = None, decode_base: float | None = None) -> None:
-        text = (f"{name:22s} forward {seconds * 1000:8.1f} ms ({tokens / seconds:7.0f} prompt tok/s, "
-                f"x{base / seconds:.2f})")
-        if decode_s is not None:
-            generated = ids.shape[0] * args.new_tokens
-            text += f"  decode {generated / decode_s:7.1f} tok/s (x{decode_base / decode_s:.2f})"
-        if params is not None:
-            text += f"  parameters {params:,}  weights {_mib(weights)}  KV cache/token {kv:,} B"
-        print(text)
-
-    base = _median_seconds(lambda: run(lm.model), args.repeats)
-    base_decode = _median_seconds(lambda: generate(lm.model), max(1, args.repeats // 2)) if decode else None
-    from headprune.exporter.pipeline import count_parameters
-
-    line("original (torch)", base, base, count_parameters(lm.model), _weight_bytes(lm.model), kv_before,
-         base_decode, base_decode)
-    with tempfile.TemporaryDirectory() as folder:
-        record = export(lm, removed, verify_task=task, out=Path(folder) / "sliced")
-        sliced = load(Path(folder) / "sliced")
-        kv_after = 2 * grid.head_dim * itemsize * sum(len(p.kv_heads) for p in record.layers)
-        seconds = _median_seconds(lambda: run(sliced.model), args.repeats)
-        decode_s = _median_seconds(lambda: generate(sliced.model), max(1, args.repeats // 2)) if decode else None
-        line("sliced (torch)", seconds, base, record.parameters.after, _weight_bytes(sliced.model), kv_after,
-             decode_s, base_decode)
-        if not args.no_onnx:
-            export(lm, removed, format="onnx", verify_task=task, out=Path(folder) / "onnx")
-            session = OnnxModel(Path(folder) / "onnx" / ONNX_NAME, output=onnx_output(lm.head),
-                                positions=not lm.is_encoder)
-            seconds = _median_seconds(lambda: session(input_ids=ids, attention_mask=mask, **extra), args.repeats)
-            line("sliced (onnxruntime)", seconds, base)
+                    version, reason = llama_cpp_version()
+                    label = f"llama.cpp (python {version}, {args.gguf_type}{', FA' if args.flash_attn else ''})"
+                    if version is None:
+                        raise Unavailable(reason)
+                    entries = build_llama_cpp(lm, prunes, folder, options, args.threads, n_ctx, args.gguf_type,
+                                              args.flash_attn)
+                measure(entries, prompts, args.new_tokens, args.repeats, args.warmup)
+                rows = table_rows(label, entries, sizes)
+            except Unavailable as error:
+                rows = [_row((label, f"not available: {error}"))]
+            except Exception as error:  # noqa: BLE001 - a runtime that fails is a row, not the end of the others
+                rows = [_row((label, f"failed: {_why(error)}"))]
+            finally:
+                for entry in entries:
+                    if entry.runner is not None:
+                        entry.runner.close()
+            for row in rows:
+                print(row, flush=True)
+            lines += rows
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+"""scripts/bench_export.py on a tiny random Llama: the table's rows come from running each runtime itself."""
+
+from __future__ import annotations
+
+import re
+import runpy
+from pathlib import Path
+
+import pytest
+from helpers import build_tiny, random_choice_task
+
+from headprune.exporter import gguf_export
+from headprune.heads import HeadGrid
+from headprune.tasks import write_jsonl_task
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_export.py"
+
+
+@pytest.fixture(scope="module")
+def bench():  # noqa: ANN201
+    return runpy.run_path(str(SCRIPT))
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
+    folder = tmp_path_factory.mktemp("bench")
+    lm = build_tiny("llama", tokenizer, seed=3)  # 2 layers x 4 query heads over 2 KV heads
+    lm.model.save_pretrained(folder / "m")
+    tokenizer.save_pretrained(folder / "m")
+    write_jsonl_task(random_choice_task(6, seed=1), folder / "t.jsonl")
+    return folder
+
+
+def _args(folder: Path, runtimes: str) -> list[str]:
+    # Realistic: a whole KV group of layer 1 and a single head of layer 0; heavy: the fixed rule (L0's group 0).
+    return ["--model", str(folder / "m"), "--heads", "L1.H0,L1.H1,L0.H3", "--tasks", str(folder / "t.jsonl"),
+            "--prompts", "2", "--new-tokens", "3", "--repeats", "1", "--warmup", "1", "--verify-limit", "2",
+            "--threads", "1", "--runtimes", runtimes]
+
+
+def _cells(line: str) -> list[str]:
+    return re.split(r"\s{2,}", line.strip())
+
+
+def test_bench_runs_torch_and_llama_cpp_and_prints_positive_speeds(bench, tiny_folder, capsys) -> None:
+    lines = bench["main"](_args(tiny_folder, "torch,llama.cpp"))
+    printed = capsys.readouterr().out
+    assert all(line in printed for line in lines)
+    header, rows = _cells(lines[0]), [dict(zip(_cells(lines[0]), _cells(line))) for line in lines[1:]]
+    assert header[-4:] == ["prompt tok/s", "decode tok/s", "x prompt", "x decode"]
+    assert [(r["runtime"].split()[0], r["model"]) for r in rows] == [
+        (runtime, model) for runtime in ("torch", "llama.cpp")
+        for model in ("original", "realistic (3 heads)", "heavy (2 heads)")]
+    for row in rows:
+        for column in ("prompt tok/s", "decode tok/s", "x prompt", "x decode", "file MiB"):
+            assert float(row[column]) > 0, (row, column)
+    for runtime in ("torch", "llama.cpp"):
+        original, *pruned = [r for r in rows if r["runtime"].startswith(runtime)]
+        assert original["x prompt"] == original["x decode"] == "1.00"
+        params = int(original["parameters"].replace(",", ""))
+        for row in pruned:  # each prune drops a whole KV group: fewer parameters in the file that ran
+            assert int(row["parameters"].replace(",", "")) < params
+    torch_rows = [r for r in rows if r["runtime"].startswith("torch")]
+    assert [r["layout"] for r in torch_rows] == ["-", "sliced", "sliced"]
+    assert all(int(r["KV B/tok"].replace(",", "")) < int(torch_rows[0]["KV B/tok"].replace(",", ""))
+               for r in torch_rows[1:])
+    assert [r["layout"] for r in rows if r["runtime"].startswith("llama.cpp")] == [
+        "llama", "sliced (deci)", "sliced (deci)"]
+
+
+def test_a_runtime_that_cannot_be_imported_is_a_row_that_says_why(bench, tiny_folder, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(gguf_export, "llama_cpp_version", lambda: (None, "llama-cpp-python is not importable (test)"))
+    lines = bench["main"](_args(tiny_folder, "llama.cpp"))
+    assert len(lines) == 2 and "not available: llama-cpp-python is not importable (test)" in lines[1]
+
+
+def test_heavy_rule_takes_a_quarter_in_whole_groups_and_leaves_every_layer_heads(bench) -> None:
+    grid = HeadGrid(num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64)  # SmolLM2-135M
+    heads = bench["heavy_heads"](grid)
+    assert len(heads) == 67
+    per_layer = {}
+    for head in heads:
+        per_layer.setdefault(head.layer, set()).add(head.head)
+    whole = [layer for layer, hs in per_layer.items() if len(hs) == 3 and len({h // 3 for h in hs}) == 1]
+    assert len(whole) == 22 and all(len(hs) < 9 for hs in per_layer.values())
+
+
+@pytest.mark.slow  # three ONNX exports with a key/value cache (about half a minute)
+def test_bench_runs_onnx_runtime_genai_and_says_which_layout_it_got(bench, tiny_folder) -> None:
+    lines = bench["main"](_args(tiny_folder, "onnx-genai"))
+    rows = [dict(zip(_cells(lines[0]), _cells(line))) for line in lines[1:]]
+    assert [r["model"] for r in rows] == ["original", "realistic (3 heads)", "heavy (2 heads)"]
+    assert all(r["runtime"].startswith("ONNX Runtime GenAI") for r in rows)
+    assert all(float(r[c]) > 0 for r in rows for c in ("prompt tok/s", "decode tok/s", "x prompt", "x decode"))
+    # Both prunes leave the layers with different KV head counts: the export falls back to dense, and says so.
+    assert [r["layout"] for r in rows] == ["dense"] * 3
+    assert all("fallback" in line for line in lines[2:])
