@@ -56,7 +56,7 @@ def test_smollm2_three_heads_exported_and_verified(smollm2, tmp_path, fmt, layou
           f"{record.parameters.before:,} -> {record.parameters.after:,}; bytes "
           f"{record.bytes.before:,} -> {record.bytes.after:,}; task {task}")
     assert logits.max_abs_diff <= logits.allowed and task.disagreements == 0
-    assert logits.allowed <= 1e-5 * 100  # logits of this model stay well under 100
+    assert logits.allowed <= (1e-4 if fmt == "onnx" else 1e-5) * 100  # logits of this model stay well under 100
     hd, hidden = smollm2.grid.head_dim, smollm2.model.config.hidden_size
     if fmt == "onnx":
         runtime = record.verification.runtime
