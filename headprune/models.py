@@ -98,8 +98,9 @@ class LoadedModel:
         return self._weight_hash
 
 
-def resolve_model(spec: str) -> Path:
-    """Turn a model specification into a local Hugging Face folder (converting GGUF on first use).
+def resolve_model(spec: str, *, trust_remote_code: bool = False) -> Path:
+    """Turn a model specification into a local Hugging Face folder (converting GGUF on first use; a Hub id
+    not in the cache downloads only the files a load reads, see :mod:`headprune.model_download`).
 
     Raises:
         ModelNotFoundError: nothing loadable is there (with what was tried).
@@ -116,9 +117,11 @@ def resolve_model(spec: str) -> Path:
     if path.exists():
         raise ModelNotFoundError(f"{spec}: not a model (expected a Hugging Face folder or a .gguf file)")
     if _looks_like_hub_id(spec):
-        return _from_hub_cache(spec)
+        from headprune.model_download import from_hub
+
+        return from_hub(spec, trust_remote_code=trust_remote_code)
     raise ModelNotFoundError(
-        f"model {spec!r} not found: give a local folder, a .gguf file, a Hub id in the local cache, "
+        f"model {spec!r} not found: give a local folder, a .gguf file, a Hub id (OWNER/NAME), "
         f"or one of the built-ins ({', '.join(_BUILTIN_MODELS)})"
     )
 
@@ -155,7 +158,8 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     which class was used and what was left out, before anything runs.
 
     Args:
-        spec: local folder, ``.gguf`` file, Hub id in the local cache, or ``smollm2-135m``.
+        spec: local folder, ``.gguf`` file, Hub id (cached, or downloaded: only what a load reads), or
+            ``smollm2-135m``.
         dtype: ``auto`` (bfloat16 on a GPU, float32 on a CPU), ``checkpoint`` (the checkpoint's own),
             ``float32``, ``bfloat16``, ``float16``, or a torch dtype.
         device: ``auto`` (the GPU when there is one), ``cpu``, ``cuda``, ``cuda:N``, ``mps``, or a torch device.
@@ -176,7 +180,7 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
         raise SearchSettingsError("max_memory needs device_map (e.g. auto)", settings=("max_memory", "device_map"))
     target = resolve_device(device if device_map is None else "auto")
     quiet_transformers()
-    folder = resolve_model(spec)
+    folder = resolve_model(spec, trust_remote_code=trust_remote_code)
     config = load_config(folder)
     dtype = checkpoint_dtype(config) if dtype == "checkpoint" else resolve_dtype(dtype, target)
     adapter = adapter_for(config)
@@ -323,22 +327,3 @@ def _convert_gguf(path: Path) -> Path:
 def _looks_like_hub_id(spec: str) -> bool:
     parts = spec.split("/")
     return len(parts) == 2 and all(parts) and not spec.startswith((".", "/", "~"))
-
-
-def _from_hub_cache(repo_id: str) -> Path:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
-
-    try:
-        return Path(snapshot_download(repo_id, local_files_only=True))
-    except LocalEntryNotFoundError:
-        pass
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        raise ModelNotFoundError(f"{repo_id}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
-    try:
-        return Path(snapshot_download(repo_id))
-    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as error:
-        raise ModelNotFoundError(
-            f"{repo_id}: not in the local Hugging Face cache and the Hub cannot be reached "
-            f"({type(error).__name__}); download it on a connected machine or pass a local folder"
-        ) from error

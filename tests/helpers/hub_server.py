@@ -1,5 +1,6 @@
 """A small local server that answers the Hugging Face Hub API calls of create_repo, create_branch and
-create_commit the way the Hub does, and records what arrived. Started by the tests, on 127.0.0.1 only.
+create_commit, and the downloads' repo_info, list_repo_tree and file resolve (HEAD and GET), the way the Hub
+does, and records what arrived. Started by the tests, on 127.0.0.1 only.
 
 Behaviour knobs: ``token_owner`` (the user a valid token belongs to; other namespaces get 403),
 ``fail`` (path fragment -> status code to answer), ``drop`` (path fragment whose requests are cut off
@@ -9,6 +10,7 @@ without an answer).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import threading
@@ -27,6 +29,22 @@ class HubState:
         self.drop: set[str] = set()
         self.card_metadata: list[dict] = []  # parsed front matter of every validated model card
 
+    def add_repo(self, repo_id: str, files: dict[str, bytes], *, private: bool = False) -> None:
+        """A repository whose main branch holds ``files`` (path -> bytes), as if pushed earlier."""
+        self.repos[repo_id] = {"private": private, "branches": {"main": dict(files)}}
+
+    def downloaded(self, repo_id: str) -> set[str]:
+        """The files of ``repo_id`` whose bytes were sent (GET on a resolve URL)."""
+        prefix = f"/{repo_id}/resolve/"
+        return {path[len(prefix):].split("/", 1)[1] for method, path in self.requests
+                if method == "GET" and path.startswith(prefix)}
+
+
+def branch_sha(files: dict[str, bytes]) -> str:
+    """A commit id for a branch's content (stable while the content is)."""
+    listing = json.dumps(sorted((path, hashlib.sha1(data).hexdigest()) for path, data in files.items()))
+    return hashlib.sha1(listing.encode()).hexdigest()
+
 
 def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -44,6 +62,70 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 self.send_header("X-Error-Message", error)
             self.end_headers()
             self.wfile.write(data)
+
+        def _files(self, repo_id: str, revision: str) -> tuple[str, dict[str, bytes]] | None:
+            """The commit id and files of a branch name or commit id, or ``None`` (answered 404)."""
+            from urllib.parse import unquote
+
+            repo = state.repos.get(repo_id)
+            if repo is None:
+                self._answer(404, {"error": "Repository not found"}, "Repository not found")
+                return None
+            revision = unquote(revision)
+            for files in repo["branches"].values():
+                sha = branch_sha(files)
+                if revision == sha:
+                    return sha, files
+            if revision in repo["branches"]:
+                files = repo["branches"][revision]
+                return branch_sha(files), files
+            self._answer(404, {"error": f"Invalid rev id: {revision}"}, f"Invalid rev id: {revision}")
+            return None
+
+        def do_HEAD(self) -> None:  # noqa: N802 - the http.server naming
+            self._download(send_body=False)
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server naming
+            self._download(send_body=True)
+
+        def _download(self, *, send_body: bool) -> None:
+            path = self.path.split("?")[0]
+            state.requests.append(("GET" if send_body else "HEAD", path))
+            info = re.match(r"^/api/models/([^/]+/[^/]+)/(revision|tree)/([^/]+)$", path)
+            if info:
+                repo_id, kind, revision = info.groups()
+                found = self._files(repo_id, revision)
+                if found is not None:
+                    sha, files = found
+                    if kind == "revision":
+                        self._answer(200, {"id": repo_id, "sha": sha, "private": state.repos[repo_id]["private"],
+                                           "siblings": [{"rfilename": name} for name in sorted(files)]})
+                    else:
+                        self._answer(200, [{"type": "file", "path": name, "size": len(data),
+                                            "oid": hashlib.sha1(data).hexdigest()}
+                                           for name, data in sorted(files.items())])
+                return
+            resolve = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+            if not resolve:
+                self._answer(404, {"error": "not found"})
+                return
+            repo_id, revision, name = resolve.groups()
+            found = self._files(repo_id, revision)
+            if found is None:
+                return
+            sha, files = found
+            if name not in files:
+                self._answer(404, {"error": "Entry not found"}, "Entry not found")
+                return
+            data = files[name]
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("ETag", f'"{hashlib.sha1(data).hexdigest()}"')
+            self.send_header("X-Repo-Commit", sha)
+            self.end_headers()
+            if send_body:
+                self.wfile.write(data)
 
         def do_POST(self) -> None:  # noqa: N802 - the http.server naming
             length = int(self.headers.get("Content-Length", 0))
