@@ -26,7 +26,8 @@ from headprune.cli.options import (ablation_option, batch_option, json_option, m
               help="sliced: heads physically removed (smaller); dense: same shapes, heads silenced.")
 @ablation_option
 @click.option("--verify-task", default=None, metavar="TASK",
-              help="Task re-measured on the export [default: the result's held-out set].")
+              help="Task re-measured on the export [default: the result's held-out set; heads given by hand: "
+                   "none, outputs are verified on a built-in text sample].")
 @click.option("--verify-limit", type=click.IntRange(min=1), default=500, show_default=True,
               help="At most this many verification examples.")
 @click.option("--tolerance", type=float, default=None,
@@ -66,9 +67,10 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
     params, size = record.parameters, record.bytes
     click.echo(f"removed {','.join(record.removed_heads)} ({layout}, {ablation}); parameters "
                f"{params.before:,} -> {params.after:,}; weight bytes {size.before:,} -> {size.after:,}")
-    click.echo(f"verified: max |logit diff| {logits.max_abs_diff:.2e} <= {logits.allowed:.2e}; "
+    click.echo(f"verified: max |logit diff| {logits.max_abs_diff:.2e} <= {logits.allowed:.2e}; " + (
                f"{task.task} (n={task.n}): original {_metric(task.intact, task.metric)}, masked "
-               f"{_metric(task.masked, task.metric)}, exported {_metric(task.exported, task.metric)}")
+               f"{_metric(task.masked, task.metric)}, exported {_metric(task.exported, task.metric)}"
+               if task is not None else f"on a built-in text sample ({logits.examples} texts); no task re-measured"))
     if record.gguf is not None:
         _echo_gguf(record.gguf)
     if fmt == "gguf":

@@ -68,7 +68,9 @@ def render_card(record: ExportRecord) -> str:
               f"(allowed {logits.allowed:.1e}: {logits.tolerance:.0e} x the largest |value|).",
               f"- `{task.task}` (n={task.n}, {task.metric.replace('_', ' ')}): original {metric(task.intact)}, "
               f"masked {metric(task.masked)}, this model {metric(task.exported)} ({task.disagreements} answers "
-              f"differ from the masked model; measured on {task.measured_on})."]
+              f"differ from the masked model; measured on {task.measured_on})." if task is not None else
+              "- **No task was re-measured**: the heads were given by hand without a task, so the outputs were "
+              "compared on headprune's built-in text sample only; nothing is claimed about any task."]
     tensors = record.verification.tensors
     if tensors is not None:
         lines.append(f"- Tensors of the original ({record.model_class}): {len(tensors.kept)} kept unchanged, "

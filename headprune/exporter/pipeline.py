@@ -238,7 +238,8 @@ def export(
             models: dense as the stock ``llama``/``qwen2`` architecture, sliced as ``deci``).
         layout: ``sliced`` (heads physically removed) or ``dense`` (same shapes, heads silenced).
         ablation: ``zero``, or ``mean`` (the mean output folded into the output bias, where there is one).
-        verify_task: task re-measured on the artifact (default: the held-out set recorded in the result).
+        verify_task: task re-measured on the artifact (default: the held-out set recorded in the result; heads
+            given by hand without one are verified on a built-in text sample, and no task is re-measured).
         verify_limit: at most this many verification examples.
         tolerance: largest allowed logit difference to the masked original, relative to the largest |logit|
             (at least 1): the gate passes when ``max |diff| <= tolerance * max(1, max |logit|)``; ``None``
@@ -306,9 +307,16 @@ def export(
     splits = result_splits(result) if result is not None else None
     task = (load_task(verify_task) if isinstance(verify_task, (str, Path)) else verify_task) or (
         splits[1] if splits else None)
+    remeasured = task is not None  # heads given by hand without a task: outputs on a text sample, no task
     if task is None:
-        raise SearchSettingsError("a task is needed to verify the export: give verify_task (or a find result)",
-                                  settings=("verify_task",))
+        if ablation == "mean":
+            raise SearchSettingsError("mean ablation of heads given by hand takes its means over a task's inputs: "
+                                      "give verify_task", settings=("ablation", "verify_task"))
+        from headprune.exporter.sample import sample_task
+
+        task = sample_task(lm)
+        log.info("export: no task given: outputs are verified on a built-in text sample (%d texts); no task is "
+                 "re-measured", len(task))
     task = task.head(verify_limit)
     if result is not None and result.settings.ablation != ablation:
         raise SearchSettingsError(f"find measured this set with {result.settings.ablation} ablation, not {ablation}; "
@@ -392,8 +400,8 @@ def export(
                                     f"(allowed {logits.allowed:.3g}: tolerance {tolerance:g} x largest |logit| "
                                     f"{logits.max_abs_logit:.3g}); nothing was written")
         check = check_task(lm, removed, exported, task, mode=ablation, means=means, measured_on=measured_on,
-                           batch_size=batch_size, tie=max(MIN_TIE, 2 * logits.allowed))
-        if check.disagreements:
+                           batch_size=batch_size, tie=max(MIN_TIE, 2 * logits.allowed)) if remeasured else None
+        if check is not None and check.disagreements:
             raise VerificationError(f"the exported model answers {check.disagreements} of {check.n} {task.name} "
                                     "examples differently from the masked original; nothing was written")
         runtime_check = None

@@ -87,7 +87,7 @@ class TaskCheck:
 @dataclass(frozen=True)
 class Verification:
     logits: LogitCheck
-    task: TaskCheck
+    task: TaskCheck | None  # None: heads given by hand without a task (outputs compared on a text sample)
     tensors: TensorCheck | None = None  # None in records written before tensors were checked
     runtime: RuntimeCheck | None = None  # ONNX: the folder run in ONNX Runtime GenAI (GGUF: see GgufInfo)
 
