@@ -41,12 +41,15 @@ from headprune.cli.options import (ablation_option, batch_option, json_option, m
               help="The export's precision [default: the checkpoint's own]; the verification tolerance follows it.")
 @click.option("--gguf-type", type=click.Choice(["f32", "f16", "bf16", "q8_0"]), default="f32", show_default=True,
               help="With --format gguf: the file's tensor type (a float32 copy is the one verified in llama.cpp).")
+@click.option("--max-shard-size", default=None, metavar="SIZE",
+              help="Safetensors exports larger than this (5GB, 500MB, bytes) are written in shards with an index "
+                   "[default: transformers' save_pretrained default].")
 @trust_remote_code_option
 @json_option
 def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed: bool, fmt: str, layout: str,
                    ablation: str, verify_task: str | None, verify_limit: int, tolerance: float | None,
                    batch_size: int | str, out: Path | None, device: str, dtype: str | None, gguf_type: str,
-                   trust_remote_code: bool, as_json: bool) -> None:
+                   max_shard_size: str | None, trust_remote_code: bool, as_json: bool) -> None:
     """Remove heads from MODEL and write a verified checkpoint (safetensors, ONNX or GGUF)."""
     from headprune.cli.find_cmd import _slug
     from headprune.exporter.pipeline import export
@@ -58,7 +61,8 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
     record = export(model, heads_spec, set_rank=set_rank, format=fmt, layout=layout, ablation=ablation,
                     verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,
                     batch_size=batch_size, device=device, dtype=dtype,
-                    trust_remote_code=trust_remote_code, allow_unconfirmed=allow_unconfirmed, gguf_type=gguf_type)
+                    trust_remote_code=trust_remote_code, allow_unconfirmed=allow_unconfirmed, gguf_type=gguf_type,
+                    max_shard_size=max_shard_size)
     if as_json:
         click.echo(json.dumps({"out": str(out), **{k: to_json(getattr(record, k)) for k in (
             "removed_heads", "layout", "format", "parameters", "bytes", "verification", "gguf")}}))

@@ -23,6 +23,7 @@ from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsErro
 from headprune.exporter.plan import plan_layers
 from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes)
 from headprune.exporter.runtime_check import compare_greedy, eos_ids, task_texts
+from headprune.exporter.shards import shard_size
 from headprune.heads import Head, parse_heads
 from headprune.io import atomic_folder
 from headprune.models import LoadedModel, load_model, quiet_transformers
@@ -227,6 +228,7 @@ def export(
     trust_remote_code: bool = False,
     allow_unconfirmed: bool = False,
     gguf_type: str = "f32",
+    max_shard_size: int | str | None = None,
 ) -> ExportRecord:
     """Remove ``heads`` from ``model`` and write a verified checkpoint to ``out``.
 
@@ -252,6 +254,8 @@ def export(
             a primary set find did not confirm); its card says so in its first line. Heads given as a list
             make no claim and need no permission (their card says that no improvement is claimed).
         gguf_type: the GGUF file's tensor type (f32, f16, bf16, q8_0); the runtime check runs a float32 copy.
+        max_shard_size: safetensors exports larger than this (bytes, or ``"5GB"``, ``"500MB"``) are written in
+            shards with a ``model.safetensors.index.json``, as ``save_pretrained`` does (``None``: its default).
 
     Returns:
         The record written as ``headprune_export.json``.
@@ -280,6 +284,7 @@ def export(
                                  ("ablation", ablation, ("zero", "mean"))):
         if value not in allowed:
             raise SearchSettingsError(f"{name} must be one of {', '.join(allowed)}, not {value!r}", settings=(name,))
+    shard_bytes = shard_size(max_shard_size, format)
     started = time.perf_counter()
     quiet_transformers()
     lm = load_model(model, dtype=dtype or "checkpoint", device=device,
@@ -380,7 +385,7 @@ def export(
                 exported = LoadedModel("sliced", staging, artifact, lm.tokenizer, lm.adapter, lm.grid, lm.model_class)
                 measured_on = "the torch model the ONNX graph was exported from (decoding)"
         else:
-            artifact.save_pretrained(staging)
+            artifact.save_pretrained(staging, **({} if shard_bytes is None else {"max_shard_size": shard_bytes}))
             if layout == "sliced":
                 _write_sliced_code(staging, type(lm.model).__name__, lm.model_class.auto_class)
             exported = load(staging, dtype=lm.dtype, device=lm.device)

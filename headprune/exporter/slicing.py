@@ -8,7 +8,8 @@ config and the tensor shapes describe each other by construction.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
@@ -27,11 +28,24 @@ def _rows(weight: torch.Tensor, blocks: Sequence[int], size: int, dim: int) -> t
     return torch.cat([weight.narrow(dim, b * size, size) for b in blocks], dim=dim)
 
 
-def _copy_into(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    with torch.no_grad():
-        module.weight.copy_(weight)
-        if bias is not None:
-            module.bias.copy_(bias)
+def _adopt(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """Give a re-created projection its weights without copying them: a kept layer's are the original's own
+    tensors, a sliced layer's the new smaller ones (the empty tensors the module was built with are freed)."""
+    module.weight = nn.Parameter(weight.detach(), requires_grad=False)
+    if bias is not None:
+        module.bias = nn.Parameter(bias.detach(), requires_grad=False)
+
+
+def copy_sharing(model: nn.Module, *, edited: Iterable[torch.Tensor] = ()) -> nn.Module:
+    """A copy of ``model``'s modules whose parameters and buffers are ``model``'s own tensors (no memory), except
+    ``edited``, which are real copies because the caller changes them in place.
+
+    An export holds the original (to verify against) and the pruned model at once: copying every tensor would
+    double the weights in memory before anything is written. Only the tensors surgery touches are new.
+    """
+    fresh = {id(tensor) for tensor in edited}
+    memo = {id(t): t for t in itertools.chain(model.parameters(), model.buffers()) if id(t) not in fresh}
+    return copy.deepcopy(model, memo)
 
 
 def slice_model(lm: LoadedModel, plans: Sequence[LayerPlan], removed: Sequence[Head], *,
@@ -54,14 +68,15 @@ def slice_model(lm: LoadedModel, plans: Sequence[LayerPlan], removed: Sequence[H
     record = {"paths": adapter.module_paths(), "head_dim": hd, "layers": layers,
               "removed": [str(h) for h in sorted(removed)], "base_class": type(lm.model).__name__,
               "original_heads": lm.grid.num_heads, "original_kv_heads": lm.grid.num_kv_heads}
-    # Validate done; now build the new weights from the original, then shrink a copy and load them.
+    # Validate done; now build the new weights from the original, then shrink a copy and give them to it.
     originals = adapter.layers(lm.model)
-    new_weights = [_sliced_weights(lm, originals[p.layer], p, means) for p in plans]
-    model = copy.deepcopy(lm.model)
+    new_weights = [_kept_weights(lm, originals[p.layer]) if p.layout == "unchanged" else
+                   _sliced_weights(lm, originals[p.layer], p, means) for p in plans]
+    model = copy_sharing(lm.model)
     shrink(model, record)
     for layer, weights in zip(adapter.layers(model), new_weights):
         for path, (weight, bias) in weights.items():
-            _copy_into(get_path(layer, path), weight, bias)
+            _adopt(get_path(layer, path), weight, bias)
     model.config.headprune = record
     return model
 
@@ -70,6 +85,13 @@ def _check_bias_for_mean(lm: LoadedModel) -> None:
     if lm.adapter.output_projection(lm.model, 0).bias is None:
         raise HeadSpecError(f"mean ablation cannot be exported exactly: the {lm.adapter.family} attention output "
                             "projection has no bias to fold the mean into (use --ablation zero)")
+
+
+def _kept_weights(lm: LoadedModel, layer: nn.Module) -> dict:
+    """A layer that keeps every head keeps its projections' own tensors (shared, not copied)."""
+    adapter = lm.adapter
+    modules = {path: get_path(layer, path) for path in (*adapter.qkv_paths, adapter.output_projection_path)}
+    return {path: (module.weight, module.bias) for path, module in modules.items()}
 
 
 def _sliced_weights(lm: LoadedModel, layer: nn.Module, plan: LayerPlan, means: torch.Tensor | None) -> dict:
@@ -115,7 +137,8 @@ def densify(lm: LoadedModel, heads: Sequence[Head], *, means: torch.Tensor | Non
     checked = lm.grid.check(heads)
     if means is not None:
         _check_bias_for_mean(lm)
-    model = copy.deepcopy(lm.model)
+    projections = [lm.adapter.output_projection(lm.model, layer) for layer in sorted({h.layer for h in checked})]
+    model = copy_sharing(lm.model, edited=[t for p in projections for t in (p.weight, p.bias) if t is not None])
     hd = lm.grid.head_dim
     with torch.no_grad():
         for head in checked:

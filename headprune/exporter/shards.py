@@ -1,0 +1,35 @@
+"""Shard sizes of safetensors exports: ``--max-shard-size 5GB`` as ``save_pretrained`` takes it."""
+
+from __future__ import annotations
+
+import re
+
+from headprune.errors import SearchSettingsError
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
+               "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(value: int | str) -> int | None:
+    """Bytes in ``5GB`` (decimal units, as the Hub's sharding counts), ``500MiB`` (binary) or a number; ``None``
+    for anything else."""
+    if isinstance(value, int):
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(value))
+    if match is None or match.group(2).upper() not in _SIZE_UNITS:
+        return None
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
+
+
+def shard_size(value: int | str | None, format: str) -> int | None:  # noqa: A002 - the CLI's name
+    """``max_shard_size`` in bytes (``None``: save_pretrained's default), refused where it cannot apply."""
+    if value is None:
+        return None
+    if format != "safetensors":
+        raise SearchSettingsError(f"max_shard_size applies to safetensors exports, not {format}",
+                                  settings=("max_shard_size", "format"))
+    size = parse_size(value)
+    if size is None or size < 1:
+        raise SearchSettingsError(f"max_shard_size must be a size such as 5GB, 500MB or a number of bytes, not "
+                                  f"{value!r}", settings=("max_shard_size",))
+    return size
