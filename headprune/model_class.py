@@ -9,7 +9,10 @@ transformers' own auto-class mappings (model type -> class name).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from transformers import PretrainedConfig
 
@@ -44,6 +47,7 @@ class ModelClass:
     head: str
     auto_class: str | None
     declared: bool
+    stands_in_for: str | None = None  # the checkpoint's own class, which transformers lacks (no auto_map)
 
     def loader(self, *, trust_remote_code: bool = False):  # noqa: ANN201 - a from_pretrained
         """``from_pretrained`` of the class itself, or of its auto class for remote code."""
@@ -73,13 +77,16 @@ def head_of(model_type: str, class_name: str) -> tuple[str, str | None]:
     return "other", None
 
 
-def model_class(config: PretrainedConfig, *, encoder: bool, trust_remote_code: bool = False) -> ModelClass:
+def model_class(config: PretrainedConfig, *, encoder: bool, trust_remote_code: bool = False,
+                tensor_names: Callable[[], frozenset[str]] | None = None) -> ModelClass:
     """The class that loads a checkpoint with its own head.
 
     Args:
         config: the checkpoint's config.
         encoder: the family is an encoder (its default without ``architectures`` is the bare model).
         trust_remote_code: allow a class that only the checkpoint's own code defines.
+        tensor_names: reads the checkpoint's tensor names: where its class is neither in transformers nor shipped
+            with it (no ``auto_map``), the family's class that uses most of them stands in (:func:`best_match`).
 
     Raises:
         UnsupportedModelError: the class is not in transformers and remote code was not allowed.
@@ -93,6 +100,11 @@ def model_class(config: PretrainedConfig, *, encoder: bool, trust_remote_code: b
         head, auto_class = head_of(model_type, name)
         if not hasattr(transformers, name):
             auto_map = getattr(config, "auto_map", None) or {}
+            if not auto_map:  # no code to trust: the family's class that fits the tensors best stands in
+                if tensor_names is None:
+                    raise UnsupportedModelError(f"the checkpoint's class {name} is not part of transformers and the "
+                                                "checkpoint ships no code for it (no auto_map)")
+                return best_match(config, name, tensor_names(), encoder=encoder)
             if not trust_remote_code:
                 raise UnsupportedModelError(
                     f"the checkpoint's class {name} is not part of transformers: it needs the checkpoint's own code "
@@ -107,6 +119,65 @@ def model_class(config: PretrainedConfig, *, encoder: bool, trust_remote_code: b
     if not name:
         raise UnsupportedModelError(f"transformers has no {auto_class} class for model type {model_type!r}")
     return ModelClass(name, head, auto_class, False)
+
+
+def checkpoint_tensor_names(folder: Path) -> frozenset[str]:
+    """The tensor names of a safetensors checkpoint (its index, or the files' headers: nothing is loaded).
+
+    Raises:
+        UnsupportedModelError: no safetensors weights to read names from.
+    """
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        return frozenset(json.loads(index.read_text(encoding="utf-8"))["weight_map"])
+    names: set[str] = set()
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(path, framework="pt") as handle:
+            names.update(handle.keys())
+    if not names:
+        raise UnsupportedModelError(f"{folder}: the checkpoint's class is not part of transformers and its weights "
+                                    "are not safetensors, whose names headprune could match to a class")
+    return frozenset(names)
+
+
+def class_tensor_names(class_name: str, config: PretrainedConfig) -> frozenset[str]:
+    """The state-dict names of a transformers class built from ``config`` (on the meta device: no memory)."""
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        model = getattr(transformers, class_name)(config)
+    return frozenset(model.state_dict())
+
+
+def best_match(config: PretrainedConfig, name: str, tensor_names: frozenset[str], *, encoder: bool
+               ) -> ModelClass:
+    """The family's head class whose tensors cover most of the checkpoint's (then: the fewest of its own
+    missing, then an encoder's own heads before a causal LM head, then the order of :data:`_HEADS`), standing
+    in for ``name``, which transformers lacks.
+
+    Raises:
+        UnsupportedModelError: no class of the family uses any of the checkpoint's tensors.
+    """
+    import transformers
+
+    scored = []
+    for order, (head, auto_class, mapping) in enumerate(_HEADS):
+        entry = _mapping(mapping).get(config.model_type)
+        for candidate in entry if isinstance(entry, (tuple, list)) else (entry,):
+            if not candidate or not hasattr(transformers, candidate):
+                continue
+            own = class_tensor_names(candidate, config)
+            used, missing = len(own & tensor_names), len(own - tensor_names)
+            causal_on_encoder = encoder and head == "causal-lm"  # BertLMHeadModel has BertForMaskedLM's tensors
+            scored.append(((-used, missing, causal_on_encoder, order),
+                           ModelClass(candidate, head, auto_class, False, name)))
+    if not scored or -min(scored, key=lambda item: item[0])[0][0] == 0:
+        raise UnsupportedModelError(f"the checkpoint's class {name} is not part of transformers, ships no code "
+                                    f"(no auto_map), and no {config.model_type} class uses its tensors")
+    return min(scored, key=lambda item: item[0])[1]
 
 
 def _auto_for_remote(auto_map: dict) -> str | None:

@@ -26,7 +26,7 @@ from headprune.adapters import Adapter, adapter_for, supported_model_types
 from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
 from headprune.heads import HeadGrid
 from headprune.io import hash_weights, sha256_file
-from headprune.model_class import ModelClass, head_of, model_class
+from headprune.model_class import ModelClass, checkpoint_tensor_names, head_of, model_class
 
 log = logging.getLogger("headprune")
 
@@ -193,7 +193,8 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
         chosen = ModelClass(sliced["base_class"], *head_of(config.model_type, sliced["base_class"]), True)
         load = headpruned_class(sliced["base_class"]).from_pretrained
     else:
-        chosen = model_class(config, encoder=adapter.is_encoder, trust_remote_code=trust_remote_code)
+        chosen = model_class(config, encoder=adapter.is_encoder, trust_remote_code=trust_remote_code,
+                             tensor_names=lambda: checkpoint_tensor_names(folder))
         load = chosen.loader(trust_remote_code=trust_remote_code)
     placement = {} if device_map is None else {
         "device_map": device_map, "max_memory": max_memory, "offload_folder": _offload_folder()}
@@ -245,7 +246,11 @@ def _report_loading(spec: str, chosen: ModelClass, unused: tuple[str, ...], miss
     def few(names: tuple[str, ...]) -> str:
         return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
-    if not chosen.declared:
+    if chosen.stands_in_for:
+        log.warning("%s: config.json names %s, which transformers lacks and the checkpoint ships no code for; "
+                    "loaded as %s (%s), the class of its family whose tensors match best", spec,
+                    chosen.stands_in_for, chosen.name, chosen.head)
+    elif not chosen.declared:
         log.warning("%s: config.json names no architecture; loaded as %s (%s)", spec, chosen.name, chosen.head)
     if unused:
         log.warning("%s: %d checkpoint tensors are not used by %s and are left out: %s", spec, len(unused),
@@ -273,7 +278,8 @@ def _hash_state_dict(model: PreTrainedModel) -> str:
     digest = hashlib.sha256()
     for key, tensor in sorted(model.state_dict().items()):
         digest.update(key.encode())
-        digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+        # Raw bytes (numpy has no bfloat16): the same digest as the tensor's own bytes in every dtype.
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return "sha256:" + digest.hexdigest()
 
 

@@ -71,6 +71,13 @@ def render_card(record: ExportRecord) -> str:
               f"differ from the masked model; measured on {task.measured_on})." if task is not None else
               "- **No task was re-measured**: the heads were given by hand without a task, so the outputs were "
               "compared on headprune's built-in text sample only; nothing is claimed about any task."]
+    if record.stands_in_for:
+        lines.append(f"- The checkpoint's class `{record.stands_in_for}` is not in transformers and ships no code; "
+                     f"`{record.model_class}` (the class of its family whose tensors match best) was used to prune and "
+                     f"verify, and the {len(record.passthrough)} checkpoint tensors it does not use were written "
+                     "through unchanged (compared bit for bit): "
+                     + ", ".join(f"`{name}`" for name in record.passthrough[:6])
+                     + (" ..." if len(record.passthrough) > 6 else "") + ".")
     tensors = record.verification.tensors
     if tensors is not None:
         lines.append(f"- Tensors of the original ({record.model_class}): {len(tensors.kept)} kept unchanged, "

@@ -20,6 +20,7 @@ from torch import nn
 
 from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsError, UnconfirmedSetError,
                               UnsupportedModelError, VerificationError)
+from headprune.exporter.passthrough import unchanged, write_through
 from headprune.exporter.plan import plan_layers
 from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes)
 from headprune.exporter.runtime_check import compare_greedy, eos_ids, task_texts
@@ -201,13 +202,21 @@ def changed_prefixes(lm: LoadedModel, layers: Sequence[int]) -> list[str]:
             for path in (*adapter.qkv_paths, adapter.output_projection_path)]
 
 
-def _refuse_lossy(lm: LoadedModel) -> None:
-    if lm.unused_tensors:
-        shown = ", ".join(lm.unused_tensors[:4]) + (" ..." if len(lm.unused_tensors) > 4 else "")
-        raise UnsupportedModelError(
-            f"{lm.name}: {len(lm.unused_tensors)} checkpoint tensors are not used by "
-            f"{lm.model_class.name if lm.model_class else 'the loaded class'} ({shown}); an export would lose them. "
-            "Give the checkpoint an architectures entry in config.json that names its head class")
+def _passthrough(lm: LoadedModel, format: str) -> tuple[str, ...]:  # noqa: A002 - the CLI's name
+    """The checkpoint tensors a safetensors export writes through unchanged (those the class that stands in
+    for one transformers lacks does not use); refuses an export that would lose checkpoint tensors."""
+    if not lm.unused_tensors:
+        return ()
+    chosen = lm.model_class.name if lm.model_class else "the loaded class"
+    shown = ", ".join(lm.unused_tensors[:4]) + (" ..." if len(lm.unused_tensors) > 4 else "")
+    lost = f"{lm.name}: {len(lm.unused_tensors)} checkpoint tensors are not used by {chosen} ({shown})"
+    if lm.model_class is not None and lm.model_class.stands_in_for:
+        if format == "safetensors" and any(lm.folder.glob("*.safetensors")):
+            return lm.unused_tensors
+        raise UnsupportedModelError(f"{lost}; a safetensors export writes them through, a {format} file cannot hold "
+                                    "them", settings=("format",))
+    raise UnsupportedModelError(f"{lost}; an export would lose them. Give the checkpoint an architectures entry in "
+                                "config.json that names its head class")
 
 
 def export(
@@ -289,7 +298,7 @@ def export(
     quiet_transformers()
     lm = load_model(model, dtype=dtype or "checkpoint", device=device,
                     trust_remote_code=trust_remote_code) if isinstance(model, str) else model
-    _refuse_lossy(lm)
+    passthrough = _passthrough(lm, format)
     arch = None
     if format == "gguf":
         from headprune.exporter.gguf_export import check_supported
@@ -388,12 +397,17 @@ def export(
             artifact.save_pretrained(staging, **({} if shard_bytes is None else {"max_shard_size": shard_bytes}))
             if layout == "sliced":
                 _write_sliced_code(staging, type(lm.model).__name__, lm.model_class.auto_class)
+            if passthrough:
+                write_through(lm.folder, staging, passthrough, lm.model_class.stands_in_for)
             exported = load(staging, dtype=lm.dtype, device=lm.device)
             runner = weights = exported.model
             measured_on = "the checkpoint loaded back from disk"
         log.info("export: verifying against the masked original (tensors, outputs, %s on %d examples)", task.name,
                  len(task))
         tensors = check_tensors(lm.model, weights, changed_prefixes(lm, pruned_layers))
+        if passthrough:  # the tensors no class loads: compared file against file
+            same, differ = unchanged(lm.folder, staging, passthrough)
+            tensors = replace(tensors, kept=tensors.kept + tuple(same), unexpected=tensors.unexpected + tuple(differ))
         if not tensors.ok:
             lost = tensors.removed or tensors.unexpected
             raise VerificationError(f"the export would lose or change tensors it was not asked to prune "
@@ -427,7 +441,8 @@ def export(
             origin=None if result is None else FindOrigin(
                 result.task.name, set_rank, result.finalists[set_rank - 1].heldout,
                 result.compression.verdict if result.compression is not None and set_rank == 1 else None),
-            seconds=round(time.perf_counter() - started, 2), gguf=gguf_info)
+            seconds=round(time.perf_counter() - started, 2), gguf=gguf_info,
+            stands_in_for=lm.model_class.stands_in_for if lm.model_class else None, passthrough=passthrough)
         (staging / "README.md").write_text(render_card(record), encoding="utf-8")
         record = replace(record, files=file_hashes(staging))
         record.save(staging)

@@ -162,6 +162,10 @@ class ExportRecord:
     seconds: float = 0.0
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every other file of the folder
     gguf: GgufInfo | None = None  # GGUF exports only
+    # The checkpoint's own class where transformers lacks it (model_class stood in), and the checkpoint tensors
+    # model_class does not use, written through unchanged.
+    stands_in_for: str | None = None
+    passthrough: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     def save(self, folder: Path) -> None:

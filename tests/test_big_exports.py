@@ -1,0 +1,53 @@
+"""Big checkpoints: an export's peak memory on a 1.5B-shaped model, and a real model written in six shards."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from headprune.ablation import ablated
+from headprune.exporter import export, verify_record
+from headprune.exporter.loading import load
+from headprune.heads import parse_heads
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+export_memory = importlib.import_module("export_memory")
+
+# The bound README states: the original and the export loaded back for verification, plus the fixed overhead of
+# Python, torch and transformers (measured in its own process) and a little room for activations.
+BOUND_X_WEIGHTS, ROOM = 2.0, 256 * 2**20
+
+
+@pytest.mark.slow
+def test_export_peak_memory_on_a_1_5b_shaped_model_in_bfloat16(tmp_path_factory) -> None:
+    work = tmp_path_factory.mktemp("export-memory")
+    folder = export_memory.build("1.5b", "bfloat16", work / "model", layers=None)
+    weights = export_memory.weight_bytes(folder)
+    assert weights > 2.9e9  # about 1.5B parameters in bfloat16
+    (row,) = export_memory.measure(str(folder), weights, ["safetensors"], "L0.H0,L0.H1,L3.H5,L20.H11", "sliced",
+                                   work)
+    assert row["exit"] == 0, row["tail"]
+    assert row["peak"] <= BOUND_X_WEIGHTS * weights + row["overhead"] + ROOM, row
+
+
+@pytest.mark.slow
+def test_smollm2_export_in_six_shards_round_trips(tmp_path, smollm2) -> None:  # noqa: ANN001
+    heads = "L3.H0,L7.H4,L12.H3"
+    out = tmp_path / "sharded"
+    record = export(smollm2, heads, max_shard_size="100MB", out=out)
+    shards = sorted(p.name for p in out.glob("model-*.safetensors"))
+    assert len(shards) == 6, shards
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert sorted(set(index["weight_map"].values())) == shards and set(shards) <= set(record.files)
+    ids = smollm2.tokenizer("The capital of France is Paris, and", return_tensors="pt")["input_ids"]
+    with ablated(smollm2, parse_heads(heads)), torch.no_grad():
+        want = smollm2.model(input_ids=ids).logits
+    with torch.no_grad():
+        got = load(out, device="cpu").model(input_ids=ids).logits
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4 * float(want.abs().max()))
+    verify_record(out)
