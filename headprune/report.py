@@ -7,6 +7,19 @@ from pathlib import Path
 from headprune.search.result import Compression, ControlEffect, FindResult
 from headprune.search.stats import NonInferiority, Verdict
 
+IMPROVE_TEST = (
+    "The test: the exact McNemar test (a two-sided binomial test of rescued against damaged examples, the only "
+    "ones that differ) at alpha={alpha}; the CI is a percentile bootstrap 95% interval of the paired difference "
+    "(10,000 resamples of the held-out examples, pairs kept together).")
+
+NON_INFERIORITY_TEST = (
+    "The test: Tango's score test for the difference of paired proportions (Tango 1998, continuity-corrected), "
+    "of the hypothesis that removing the heads costs more than {margin:g} points, at one-sided {one_sided:g}% "
+    "(`--alpha` {alpha:g}). On the {n} held-out examples (never used to choose), each example is rescued "
+    "(wrong before, right after), damaged (the reverse) or unchanged; the test uses those counts. The set is "
+    "accepted as non-inferior when the lower end of the {level:g}% score interval is above -{margin:g} points; "
+    "otherwise no claim is made. Unlike a bootstrap interval, it holds its level when few answers change.")
+
 
 def verdict_sentence(v: Verdict) -> str:
     """``CONFIRMED improvement: held-out accuracy 78.0% -> 81.0% (+3.0%, 95% CI [...], McNemar p=..., ...)``."""
@@ -16,7 +29,7 @@ def verdict_sentence(v: Verdict) -> str:
         outcome = "CONFIRMED improvement" if v.confirmed else "no confirmed improvement"
         p = f"McNemar p={v.p_value:.3g}"
     return (f"{outcome}: held-out accuracy {v.accuracy_before:.1%} -> {v.accuracy_after:.1%} "
-            f"({v.difference:+.1%}, 95% CI [{v.ci95[0]:+.1%}, {v.ci95[1]:+.1%}], "
+            f"({v.difference:+.1%}, 95% bootstrap CI [{v.ci95[0]:+.1%}, {v.ci95[1]:+.1%}], "
             f"{p}, n={v.n}, rescued {v.rescued}, damaged {v.damaged})")
 
 
@@ -76,14 +89,16 @@ def render_markdown(result: FindResult) -> str:
         "",
         verdict_sentence(v) + ".",
         "",
+        IMPROVE_TEST.format(alpha=v.alpha),
+        "",
     ]
     if not v.confirmed:
         lines += ["No improvement is claimed: the held-out data did not confirm the discovery gain at "
                   f"alpha={v.alpha}.", ""]
     controls = result.control_tasks
     lines += ["## Finalists (chosen on discovery; held-out shown, never used to choose)", "",
-              "| rank | role | heads | discovery gain | held-out before | held-out after | diff | 95% CI | p | "
-              "p (Holm) |" + "".join(f" {c.name} |" for c in controls),
+              "| rank | role | heads | discovery gain | held-out before | held-out after | diff | 95% bootstrap CI | "
+              "p | p (Holm) |" + "".join(f" {c.name} |" for c in controls),
               "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(controls)]
     for f in result.finalists:
         h = f.heldout
@@ -129,17 +144,20 @@ def write_outputs(result: FindResult, folder: Path) -> None:
 
 
 def non_inferiority_sentence(v: NonInferiority) -> str:
-    """``NON-INFERIOR within 0.5 points: held-out accuracy 80.0% -> 79.5% (-0.5%, 95% CI [...] > -0.5%...)``."""
+    """``NON-INFERIOR within 2 points: held-out accuracy 80.0% -> 79.5% (-0.5%, 95% score CI [-1.6%, +0.6%],
+    lower end > -2 points: Tango's score test, one-sided 2.5%; n=..., rescued ..., damaged ...)``."""
     margin = 100 * v.margin
     if v.removed == 0:
         outcome = "nothing to test (no head could go within the budget)"
     else:
         outcome = (f"NON-INFERIOR within {margin:.3g} points" if v.accepted
                    else f"not shown non-inferior within {margin:.3g} points")
-    relation = ">" if v.ci95[0] > -v.margin else "<="
+    low, high = v.interval
+    relation = ">" if low > -v.margin else "<="
     return (f"{outcome}: held-out accuracy {v.accuracy_before:.1%} -> {v.accuracy_after:.1%} ({v.difference:+.1%}, "
-            f"95% CI [{v.ci95[0]:+.1%}, {v.ci95[1]:+.1%}], lower end {relation} -{margin:.3g} points; n={v.n}, "
-            f"rescued {v.rescued}, damaged {v.damaged})")
+            f"{100 * v.level:g}% score CI [{low:+.1%}, {high:+.1%}], lower end {relation} -{margin:.3g} points: "
+            f"Tango's score test, one-sided {100 * v.alpha / 2:g}%; n={v.n}, rescued {v.rescued}, "
+            f"damaged {v.damaged})")
 
 
 def _size(n: int) -> str:
@@ -189,11 +207,8 @@ def render_compression(result: FindResult) -> str:
         f"| key/value heads | {s.kv_heads_before} | {s.kv_heads_after} | {s.kv_heads_before - s.kv_heads_after} |",
         "", "## Held-out verdict (non-inferiority)", "",
         non_inferiority_sentence(v) + ".", "",
-        f"The test: on the {v.n} held-out examples (never used to choose), the paired difference per example is "
-        "correct after removal minus correct before (-1, 0 or +1). Its mean has a percentile bootstrap 95% "
-        "confidence interval (10,000 resamples of examples, pairs kept together). The set is accepted as "
-        f"non-inferior when the interval's lower end is above -{c.max_drop:g} points, a one-sided test at the "
-        "2.5% level; otherwise no claim is made.", "",
+        NON_INFERIORITY_TEST.format(n=v.n, margin=c.max_drop, level=100 * v.level, one_sided=100 * v.alpha / 2,
+                                    alpha=v.alpha), "",
     ]
     finalist = result.finalists[0]
     if finalist.heldout.confirmed:
@@ -202,8 +217,8 @@ def render_compression(result: FindResult) -> str:
     else:
         lines += ["No improvement is claimed (this objective does not look for one).", ""]
     for task, effect in zip(result.control_tasks, finalist.controls):
-        lines += [f"Control `{task.name}` (n={effect.n}): {control_text(effect)} (95% CI), the cost of removing "
-                  "the same heads on a second task.", ""]
+        lines += [f"Control `{task.name}` (n={effect.n}): {control_text(effect)} (95% bootstrap CI), the cost of "
+                  "removing the same heads on a second task.", ""]
     lines += ["## Trade-off explored on discovery", "",
               f"{len(within)} of {len(c.curve)} evaluated sets stayed within the budget; the largest has "
               f"{max((p.removed for p in within), default=0)} heads.", "",

@@ -288,7 +288,8 @@ def test_cli_compress_exit_codes_and_outputs(handmade_files, tmp_path) -> None:
     assert saved["compression"]["verdict"]["accepted"] is True and saved["settings"]["max_drop"] == 3.0
     assert (out / "tradeoff.png").stat().st_size > 1000
     report = (out / "report.md").read_text()
-    assert "lower end is above -3 points" in report and "![heads removed against discovery accuracy]" in report
+    assert "lower end of the 95% score interval is above -3 points" in report and "Tango's score test" in report
+    assert "![heads removed against discovery accuracy]" in report
     # A margin of 0: the lower end of the interval must be above 0, which removing silent heads cannot give.
     result = _find(*common, "--max-drop", "0", "--out", str(tmp_path / "zero"), "--json")
     assert result.exit_code == 1, result.output
