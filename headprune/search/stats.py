@@ -193,8 +193,9 @@ class NonInferiority:
     data can: with no discordant pair of 10 examples its 95% interval is [-34%, +34%]; of 1,000, [-0.48%, +0.48%].
     A statistician's alternatives were an exact unconditional test (costly at n in the thousands) or a
     conditional exact bound (which cannot test a non-zero difference: the discordant split then depends on a
-    nuisance rate); Tango's interval is the one Fagerland, Lydersen & Laake (2014, Stat Methods Med Res 23:2)
-    recommend for paired proportions.
+    nuisance rate). Tango's is the standard score interval for this difference, evaluated against the others by
+    Agresti & Min (2005, Stat Med 24:729) and Fagerland, Lydersen & Laake (2014, Stat Med 33:2850); the
+    continuity correction removes the small excess over the level it shows on few pairs.
 
     ``margin`` is a fraction (0.005 = 0.5 accuracy points). An empty set removes nothing and is never accepted.
     ``ci95`` is the 95% score interval (the test's interval when ``alpha`` is 0.05; result files written before
