@@ -1,12 +1,24 @@
-"""Rendering a FindResult for people: the one-line verdict, ``report.md`` and the ``screen.png`` heatmap."""
+"""Rendering a FindResult for people: the one-line verdict and ``report.md`` (the figures: ``headprune.plots``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from headprune.heads import Head
 from headprune.search.result import Compression, ControlEffect, FindResult
 from headprune.search.stats import NonInferiority, Verdict
+
+IMPROVE_TEST = (
+    "The test: the exact McNemar test (a two-sided binomial test of rescued against damaged examples, the only "
+    "ones that differ) at alpha={alpha}; the CI is a percentile bootstrap 95% interval of the paired difference "
+    "(10,000 resamples of the held-out examples, pairs kept together).")
+
+NON_INFERIORITY_TEST = (
+    "The test: Tango's score test for the difference of paired proportions (Tango 1998, continuity-corrected), "
+    "of the hypothesis that removing the heads costs more than {margin:g} points, at one-sided {one_sided:g}% "
+    "(`--alpha` {alpha:g}). On the {n} held-out examples (never used to choose), each example is rescued "
+    "(wrong before, right after), damaged (the reverse) or unchanged; the test uses those counts. The set is "
+    "accepted as non-inferior when the lower end of the {level:g}% score interval is above -{margin:g} points; "
+    "otherwise no claim is made. Unlike a bootstrap interval, it holds its level when few answers change.")
 
 
 def verdict_sentence(v: Verdict) -> str:
@@ -17,7 +29,7 @@ def verdict_sentence(v: Verdict) -> str:
         outcome = "CONFIRMED improvement" if v.confirmed else "no confirmed improvement"
         p = f"McNemar p={v.p_value:.3g}"
     return (f"{outcome}: held-out accuracy {v.accuracy_before:.1%} -> {v.accuracy_after:.1%} "
-            f"({v.difference:+.1%}, 95% CI [{v.ci95[0]:+.1%}, {v.ci95[1]:+.1%}], "
+            f"({v.difference:+.1%}, 95% bootstrap CI [{v.ci95[0]:+.1%}, {v.ci95[1]:+.1%}], "
             f"{p}, n={v.n}, rescued {v.rescued}, damaged {v.damaged})")
 
 
@@ -77,14 +89,16 @@ def render_markdown(result: FindResult) -> str:
         "",
         verdict_sentence(v) + ".",
         "",
+        IMPROVE_TEST.format(alpha=v.alpha),
+        "",
     ]
     if not v.confirmed:
         lines += ["No improvement is claimed: the held-out data did not confirm the discovery gain at "
                   f"alpha={v.alpha}.", ""]
     controls = result.control_tasks
     lines += ["## Finalists (chosen on discovery; held-out shown, never used to choose)", "",
-              "| rank | role | heads | discovery gain | held-out before | held-out after | diff | 95% CI | p | "
-              "p (Holm) |" + "".join(f" {c.name} |" for c in controls),
+              "| rank | role | heads | discovery gain | held-out before | held-out after | diff | 95% bootstrap CI | "
+              "p | p (Holm) |" + "".join(f" {c.name} |" for c in controls),
               "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(controls)]
     for f in result.finalists:
         h = f.heldout
@@ -109,74 +123,11 @@ def render_markdown(result: FindResult) -> str:
     return "\n".join(lines)
 
 
-def save_heatmap(result: FindResult, path: Path) -> None:
-    """Layer x head heatmap of single-head discovery gain; finalists' heads outlined, the primary's starred."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    layers, heads = result.model.layers, result.model.heads
-    grid = np.full((layers, heads), np.nan)  # heads not screened exactly stay blank
-    for row in result.screen:
-        head = Head.parse(row.head)
-        grid[head.layer, head.head] = row.paired.gain
-    limit = max(1.0, float(np.nanmax(np.abs(grid))))
-    fig, ax = plt.subplots(figsize=(max(4.0, heads * 0.55 + 2), max(3.0, layers * 0.28 + 1.5)))
-    cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="#d0d0d0")  # grey: heads a pre-screen passed over
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-limit, vmax=limit, aspect="auto", origin="upper")
-    fig.colorbar(image, ax=ax, label="discovery gain (rescued - damaged)")
-    for name in {name for f in result.finalists for name in f.heads}:
-        h = Head.parse(name)
-        ax.add_patch(plt.Rectangle((h.head - 0.5, h.layer - 0.5), 1, 1, fill=False, edgecolor="black", lw=1.2))
-    for h in result.primary:
-        ax.plot(h.head, h.layer, marker="*", color="gold", markersize=12, markeredgecolor="black")
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_xticks(range(heads))
-    ax.set_yticks(range(0, layers, max(1, layers // 15)))
-    title = f"{result.model.name} on {result.task.name}: single-head ablation"
-    if result.prescreen:
-        title += f"\n(grey: not screened exactly; {result.prescreen.method} pre-screen)"
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def save_control_tradeoff(result: FindResult, path: Path) -> None:
-    """Each finalist's held-out change on the task (x) against its change on every control task (y)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    for index, control in enumerate(result.control_tasks):
-        points = [(f.rank, f.heldout.difference, f.controls[index]) for f in result.finalists]
-        accuracy = points[0][2].metric == "accuracy"
-        ys = [100 * c.difference if accuracy else -c.difference for _, _, c in points]
-        xs = [100 * x for _, x, _ in points]
-        label = f"{control.name} ({'accuracy, points' if accuracy else '-mean NLL'})"
-        ax.scatter(xs, ys, label=label, marker="os^Dv"[index % 5])
-        for (rank, _, _), x, y in zip(points, xs, ys):
-            ax.annotate(str(rank), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
-    ax.axhline(0, color="grey", lw=0.6)
-    ax.axvline(0, color="grey", lw=0.6)
-    ax.set_xlabel(f"held-out change on {result.task.name} (accuracy points)")
-    ax.set_ylabel("change on the control (higher is better)")
-    ax.set_title("finalists: the gain and what it costs elsewhere (labels: rank)", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def write_outputs(result: FindResult, folder: Path) -> None:
     """result.json, report.md, screen.png (controls.png with controls; tradeoff.png for compress), written to
     a staging folder and moved into ``folder``."""
     from headprune.io import atomic_folder
+    from headprune.plots import save_control_tradeoff, save_heatmap, save_tradeoff
     from headprune.search.result import RESULT_NAME
 
     with atomic_folder(folder) as staging:
@@ -193,17 +144,20 @@ def write_outputs(result: FindResult, folder: Path) -> None:
 
 
 def non_inferiority_sentence(v: NonInferiority) -> str:
-    """``NON-INFERIOR within 0.5 points: held-out accuracy 80.0% -> 79.5% (-0.5%, 95% CI [...] > -0.5%...)``."""
+    """``NON-INFERIOR within 2 points: held-out accuracy 80.0% -> 79.5% (-0.5%, 95% score CI [-1.6%, +0.6%],
+    lower end > -2 points: Tango's score test, one-sided 2.5%; n=..., rescued ..., damaged ...)``."""
     margin = 100 * v.margin
     if v.removed == 0:
         outcome = "nothing to test (no head could go within the budget)"
     else:
         outcome = (f"NON-INFERIOR within {margin:.3g} points" if v.accepted
                    else f"not shown non-inferior within {margin:.3g} points")
-    relation = ">" if v.ci95[0] > -v.margin else "<="
+    low, high = v.interval
+    relation = ">" if low > -v.margin else "<="
     return (f"{outcome}: held-out accuracy {v.accuracy_before:.1%} -> {v.accuracy_after:.1%} ({v.difference:+.1%}, "
-            f"95% CI [{v.ci95[0]:+.1%}, {v.ci95[1]:+.1%}], lower end {relation} -{margin:.3g} points; n={v.n}, "
-            f"rescued {v.rescued}, damaged {v.damaged})")
+            f"{100 * v.level:g}% score CI [{low:+.1%}, {high:+.1%}], lower end {relation} -{margin:.3g} points: "
+            f"Tango's score test, one-sided {100 * v.alpha / 2:g}%; n={v.n}, rescued {v.rescued}, "
+            f"damaged {v.damaged})")
 
 
 def _size(n: int) -> str:
@@ -253,11 +207,8 @@ def render_compression(result: FindResult) -> str:
         f"| key/value heads | {s.kv_heads_before} | {s.kv_heads_after} | {s.kv_heads_before - s.kv_heads_after} |",
         "", "## Held-out verdict (non-inferiority)", "",
         non_inferiority_sentence(v) + ".", "",
-        f"The test: on the {v.n} held-out examples (never used to choose), the paired difference per example is "
-        "correct after removal minus correct before (-1, 0 or +1). Its mean has a percentile bootstrap 95% "
-        "confidence interval (10,000 resamples of examples, pairs kept together). The set is accepted as "
-        f"non-inferior when the interval's lower end is above -{c.max_drop:g} points, a one-sided test at the "
-        "2.5% level; otherwise no claim is made.", "",
+        NON_INFERIORITY_TEST.format(n=v.n, margin=c.max_drop, level=100 * v.level, one_sided=100 * v.alpha / 2,
+                                    alpha=v.alpha), "",
     ]
     finalist = result.finalists[0]
     if finalist.heldout.confirmed:
@@ -266,8 +217,8 @@ def render_compression(result: FindResult) -> str:
     else:
         lines += ["No improvement is claimed (this objective does not look for one).", ""]
     for task, effect in zip(result.control_tasks, finalist.controls):
-        lines += [f"Control `{task.name}` (n={effect.n}): {control_text(effect)} (95% CI), the cost of removing "
-                  "the same heads on a second task.", ""]
+        lines += [f"Control `{task.name}` (n={effect.n}): {control_text(effect)} (95% bootstrap CI), the cost of "
+                  "removing the same heads on a second task.", ""]
     lines += ["## Trade-off explored on discovery", "",
               f"{len(within)} of {len(c.curve)} evaluated sets stayed within the budget; the largest has "
               f"{max((p.removed for p in within), default=0)} heads.", "",
@@ -279,31 +230,3 @@ def render_compression(result: FindResult) -> str:
               "## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
               "![single-head screen](screen.png)", ""]
     return "\n".join(lines)
-
-
-def save_tradeoff(result: FindResult, path: Path) -> None:
-    """Heads removed against discovery accuracy for every set the compress search evaluated."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    c = result.compression
-    assert c is not None
-    intact = result.baseline.discovery.accuracy
-    fig, ax = plt.subplots(figsize=(6.0, 4.0))
-    for within, colour, label in ((True, "tab:blue", "within budget"), (False, "tab:red", "over budget")):
-        points = [p for p in c.curve if p.within == within]
-        ax.scatter([p.removed for p in points], [100 * p.accuracy for p in points], color=colour, s=18, label=label)
-    path_points = sorted((p.removed, 100 * p.accuracy) for p in c.curve if p.accepted)
-    ax.plot([0] + [x for x, _ in path_points], [100 * intact] + [y for _, y in path_points], color="tab:blue",
-            lw=1, alpha=0.6, label="sets taken")
-    ax.axhline(100 * intact, color="grey", lw=0.8, ls=":", label="intact")
-    ax.axhline(100 * intact - c.max_drop, color="black", lw=0.8, ls="--", label=f"budget (-{c.max_drop:g} points)")
-    ax.set_xlabel("heads removed")
-    ax.set_ylabel("discovery accuracy (%)")
-    ax.set_title(f"{result.model.name} on {result.task.name}: compress by {c.prefer}", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -21,7 +21,7 @@ from headprune.search.conditions import Conditions, condition_key
 from headprune.search.find import find
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.paired import compare
-from headprune.search.stats import non_inferiority, paired_bootstrap_ci
+from headprune.search.stats import non_inferiority, score_interval
 from headprune.tasks import write_jsonl_task
 
 H0, H1, H2, H3 = (Head(0, h) for h in range(4))
@@ -181,17 +181,19 @@ def test_find_compress_beam_resumes_without_recomputing(knapsack, tmp_path, monk
 
 
 def test_find_compress_keeps_discovery_within_the_budget_and_accepts_on_heldout(helpful_h2, tmp_path) -> None:
-    result = find(helpful_h2, cue_task(), discovery=300, heldout=300, objective="compress", max_drop=0.5,
+    # 2 points: 300 held-out examples with no answer changed bound the loss at 1.6 points (95% score interval),
+    # so they cannot show 0.5.
+    result = find(helpful_h2, cue_task(), discovery=300, heldout=300, objective="compress", max_drop=2.0,
                   control=reversed_task(), batch_size=128)
     c = result.compression
     assert result.settings.objective == "compress" and result.settings.patience == 3
     # The screen orders H0 (helps when removed) first, H2 (hurts) last; H2 would be the 4th head of a 4-head
     # layer, so the search ends with an empty queue after taking the three others.
     assert c.heads == ("L0.H0", "L0.H1", "L0.H3")
-    assert c.discovery.damaged - c.discovery.rescued <= 0.005 * c.discovery.n
+    assert c.discovery.damaged - c.discovery.rescued <= 0.02 * c.discovery.n
     assert [p.removed for p in c.curve] == [1, 2, 3] and all(p.within for p in c.curve)
     v = c.verdict
-    assert v.accepted and v.removed == 3 and v.margin == 0.005 and v.ci95[0] > -0.005
+    assert v.accepted and v.removed == 3 and v.margin == 0.02 and v.interval[0] > -0.02
     assert result.accepted and not result.verdict.confirmed  # with H2 helping, the intact model is at 99%
     (cost,) = result.finalists[0].controls
     assert cost.task == "reversed-cue" and cost.difference < 0  # the control pays for H0's removal
@@ -204,13 +206,13 @@ def test_find_compress_keeps_discovery_within_the_budget_and_accepts_on_heldout(
     record = export(helpful_h2, result, verify_task=cue_task().subset(list(range(40))), out=tmp_path / "x")
     assert record.parameters.after == s.parameters_after  # the savings are those of the real sliced export
     card = (tmp_path / "x" / "README.md").read_text()
-    assert "find --objective compress" in card and "Non-inferiority margin 0.5 points" in card
+    assert "find --objective compress" in card and "Non-inferiority margin 2 points" in card
     assert "**accepted as non-inferior**" in card and "no improvement is claimed" in card
 
 
 def test_export_card_of_a_compression_that_improves_nothing_claims_nothing(tmp_path) -> None:
     lm = build_model()  # H1..H3 silent: removing them changes nothing
-    result = find(lm, reversed_task(), discovery=200, heldout=200, objective="compress", max_drop=1.0,
+    result = find(lm, reversed_task(), discovery=200, heldout=200, objective="compress", max_drop=3.0,
                   batch_size=128)
     assert result.compression.heads == ("L0.H1", "L0.H2", "L0.H3")
     assert result.compression.verdict.accepted and not result.confirmed
@@ -218,7 +220,7 @@ def test_export_card_of_a_compression_that_improves_nothing_claims_nothing(tmp_p
 
     export(lm, result, verify_task=reversed_task().subset(list(range(40))), out=tmp_path / "x")
     card = (tmp_path / "x" / "README.md").read_text()
-    assert "Non-inferiority margin 1 points: **accepted as non-inferior**" in card
+    assert "Non-inferiority margin 3 points: **accepted as non-inferior**" in card
     assert "no improvement is claimed" in card and "improved" not in card and "confirmed" not in card
 
 
@@ -226,16 +228,19 @@ def test_non_inferiority_verdict_from_known_paired_vectors() -> None:
     before = np.ones(400, dtype=bool)
     after = before.copy()
     after[:4] = False  # 4 of 400 damaged: -1 point
-    low, high = paired_bootstrap_ci(before, after, seed=0)
-    assert -0.025 < low < -0.01 < high <= 0
-    wide = non_inferiority(before, after, margin=0.03, removed=5, seed=0)
-    assert wide.accepted and wide.ci95 == (low, high) and wide.difference == pytest.approx(-0.01)
+    low, high = score_interval(0, 4, 400, alpha=0.05)
+    assert -0.03 < low < -0.01 < high <= 0.005
+    wide = non_inferiority(before, after, margin=0.03, removed=5)
+    assert wide.accepted and wide.ci95 == (low, high) == wide.interval and wide.difference == pytest.approx(-0.01)
     assert (wide.rescued, wide.damaged, wide.n) == (0, 4, 400)
-    narrow = non_inferiority(before, after, margin=0.005, removed=5, seed=0)
+    narrow = non_inferiority(before, after, margin=0.005, removed=5)
     assert not narrow.accepted
-    assert narrow.ci95[0] <= -0.005
-    # Nothing removed: nothing to accept, even though the interval is [0, 0].
-    assert not non_inferiority(before, before, margin=0.03, removed=0, seed=0).accepted
+    assert narrow.interval[0] <= -0.005
+    # alpha sets the level: at alpha 0.5 (one-sided 25%) the interval is narrower than at 0.05
+    loose = non_inferiority(before, after, margin=0.03, removed=5, alpha=0.5)
+    assert loose.level == 0.5 and loose.interval[0] > low and loose.ci95 == wide.ci95
+    # Nothing removed: nothing to accept, even though nothing changed.
+    assert not non_inferiority(before, before, margin=0.03, removed=0).accepted
 
 
 def test_prefer_groups_removes_whole_key_value_groups(tokenizer) -> None:
@@ -275,21 +280,22 @@ def test_cli_compress_exit_codes_and_outputs(handmade_files, tmp_path) -> None:
     common = [str(handmade_files / "model"), "--task", str(handmade_files / "reversed.jsonl"), "--discovery",
               "200", "--heldout", "200", "--batch-size", "128", "--objective", "compress"]
     out = tmp_path / "ok"
-    result = _find(*common, "--max-drop", "1", "--out", str(out))
+    result = _find(*common, "--max-drop", "3", "--out", str(out))  # 200 unchanged answers: 95% CI +-2.3 points
     assert result.exit_code == 0, result.output
     last = result.stdout.splitlines()[-1]
-    assert last.startswith("compress: 3 heads removed") and "NON-INFERIOR within 1 points" in last
+    assert last.startswith("compress: 3 heads removed") and "NON-INFERIOR within 3 points" in last
     saved = json.loads((out / "result.json").read_text())
-    assert saved["compression"]["verdict"]["accepted"] is True and saved["settings"]["max_drop"] == 1.0
+    assert saved["compression"]["verdict"]["accepted"] is True and saved["settings"]["max_drop"] == 3.0
     assert (out / "tradeoff.png").stat().st_size > 1000
     report = (out / "report.md").read_text()
-    assert "lower end is above -1 points" in report and "![heads removed against discovery accuracy]" in report
+    assert "lower end of the 95% score interval is above -3 points" in report and "Tango's score test" in report
+    assert "![heads removed against discovery accuracy]" in report
     # A margin of 0: the lower end of the interval must be above 0, which removing silent heads cannot give.
     result = _find(*common, "--max-drop", "0", "--out", str(tmp_path / "zero"), "--json")
     assert result.exit_code == 1, result.output
     summary = json.loads(result.stdout)
     assert summary["accepted"] is False and summary["compression"]["heads"] == ["L0.H1", "L0.H2", "L0.H3"]
-    result = _find(*common, "--max-drop", "1", "--compress-search", "beam", "--beam-width", "2", "--out",
+    result = _find(*common, "--max-drop", "3", "--compress-search", "beam", "--beam-width", "2", "--out",
                    str(tmp_path / "beam"))
     assert result.exit_code == 0 and "compress: 3 heads removed" in result.stdout.splitlines()[-1], result.output
     assert "beam search of width 2: " in (tmp_path / "beam" / "report.md").read_text()

@@ -7,9 +7,23 @@ import json
 from headprune.exporter.record import ExportRecord, FindOrigin
 
 
+def publishes_heldout(record: ExportRecord) -> bool:
+    """Whether the Hub metadata may carry the held-out accuracy as a plain result: only for a claim that held
+    (a confirmed primary set, or a compression accepted as non-inferior). An exploratory finalist was picked
+    by someone who had seen the finalists' held-out numbers (selection-biased); an unconfirmed set's number
+    is not a result headprune stands behind. Their cards give the numbers in prose, labelled, and the
+    ``model-index`` leaves them out (Hub leaderboards read it as a plain result)."""
+    origin = record.origin
+    if origin is None:
+        return False
+    if origin.verdict.confirmed:
+        return True
+    return origin.non_inferiority is not None and origin.rank == 1 and origin.non_inferiority.accepted
+
+
 def model_index(record: ExportRecord) -> list | None:
-    """The Hub ``model-index`` entry: held-out accuracy before and after, for exports of a find result."""
-    if record.origin is None:
+    """The Hub ``model-index`` entry: held-out accuracy before and after, only where :func:`publishes_heldout`."""
+    if record.origin is None or not publishes_heldout(record):
         return None
     verdict, name = record.origin.verdict, record.origin.task
     return [{"name": f"{record.source.name}-headpruned", "results": [{
@@ -51,7 +65,7 @@ def render_card(record: ExportRecord) -> str:
     source, removed, layout = record.source, record.removed_heads, record.layout
     lines = _front_matter(card_metadata(record)) + ["", claim_line(record)]
     lines += ["", f"# {source.name}, {len(removed)} attention heads removed", "",
-              f"Made with [headprune](https://pypi.org/project/headprune/): the attention heads "
+              f"Made with {headprune_link()}: the attention heads "
               f"`{','.join(removed)}` of `{source.name}` were removed ({layout} layout, {record.ablation} "
               "ablation), and the result was verified against the original model with those heads masked.", "",
               "| | original | pruned |", "|---|---|---|",
@@ -91,11 +105,11 @@ def render_card(record: ExportRecord) -> str:
     if record.gguf is not None:
         lines += _gguf_lines(record.gguf)
     if record.origin is not None and record.origin.non_inferiority is not None:
-        lines += _compression_lines(record.origin)
+        lines += _compression_lines(record.origin) + [_metadata_note(record)]
     elif record.origin is not None:
         v = record.origin.verdict
         numbers = (f"accuracy {v.accuracy_before:.2%} -> {v.accuracy_after:.2%} (difference {v.difference:+.2%}, "
-                   f"95% CI [{v.ci95[0]:+.2%}, {v.ci95[1]:+.2%}]")
+                   f"95% percentile bootstrap CI [{v.ci95[0]:+.2%}, {v.ci95[1]:+.2%}]")
         lines += ["", "## Held-out result from `headprune find`", ""]
         if v.role == "exploratory":
             lines.append(f"**Exploratory**: finalist {record.origin.rank}, not the set find chose on discovery; picked "
@@ -104,8 +118,10 @@ def render_card(record: ExportRecord) -> str:
                          "claimed for it.")
         else:
             lines.append(f"Discovery-selected set, tested on {v.n} held-out examples the search never saw: {numbers}, "
-                         f"exact McNemar p = {v.p_value:.3g}): "
-                         + ("**confirmed**." if v.confirmed else "**not confirmed** (no improvement is claimed)."))
+                         f"exact McNemar test p = {v.p_value:.3g}, confirmed when p < {v.alpha:g} and the gain is "
+                         "positive): " + ("**confirmed**." if v.confirmed
+                                          else "**not confirmed** (no improvement is claimed)."))
+        lines.append(_metadata_note(record))
     lines += ["", "## How to load", ""] + _how_to_load(record)
     changed = [f"L{p.layer}: {p.layout}" for p in record.layers if p.layout != "unchanged"]
     lines += ["", "Per-layer layouts: " + ", ".join(changed) if changed else "", ""]
@@ -119,13 +135,14 @@ def claim_line(record: ExportRecord) -> str:
                 "is claimed.")
     v, ni = record.origin.verdict, record.origin.non_inferiority
     if ni is not None and not v.confirmed:  # find --objective compress: a test of not being worse
+        low = 100 * ni.interval[0]
         if ni.accepted:
             return (f"**Non-inferior**: held-out `{record.origin.task}` accuracy stays within "
-                    f"{100 * ni.margin:g} points of the original (95% CI lower end {100 * ni.ci95[0]:+.1f} points); "
-                    "no improvement is claimed.")
+                    f"{100 * ni.margin:g} points of the original ({100 * ni.level:g}% score CI lower end "
+                    f"{low:+.1f} points); no improvement is claimed.")
         return (f"**Not shown non-inferior**: held-out `{record.origin.task}` accuracy may be more than "
-                f"{100 * ni.margin:g} points below the original (95% CI lower end {100 * ni.ci95[0]:+.1f} points); "
-                "exported with --allow-unconfirmed.")
+                f"{100 * ni.margin:g} points below the original ({100 * ni.level:g}% score CI lower end "
+                f"{low:+.1f} points); exported with --allow-unconfirmed.")
     if v.confirmed:
         return (f"**Confirmed**: the head set find chose on discovery improves `{record.origin.task}` on held-out "
                 f"data ({v.difference * 100:+.1f} points, p = {v.p_value:.3g}).")
@@ -137,25 +154,57 @@ def claim_line(record: ExportRecord) -> str:
 
 
 def _compression_lines(origin: FindOrigin) -> list[str]:
-    """What ``find --objective compress`` tested: non-inferiority within its margin, never an improvement
-    unless the superiority test confirmed one."""
+    """What ``find --objective compress`` tested: non-inferiority within its margin, by Tango's score test,
+    never an improvement unless the superiority test confirmed one."""
     ni, v = origin.non_inferiority, origin.verdict
     assert ni is not None
-    margin = 100 * ni.margin
-    outcome = (f"**accepted as non-inferior**: the lower end of the 95% CI is above -{margin:g} points"
-               if ni.accepted else f"**not shown non-inferior**: the lower end of the 95% CI is not above "
-               f"-{margin:g} points, so this model may be worse than the original by more than that")
+    margin, level = 100 * ni.margin, f"{100 * ni.level:g}%"
+    low, high = ni.interval
+    outcome = (f"**accepted as non-inferior**: the lower end of the {level} score interval is above -{margin:g} "
+               "points" if ni.accepted else f"**not shown non-inferior**: the lower end of the {level} score "
+               f"interval is not above -{margin:g} points, so this model may be worse than the original by more "
+               "than that")
     lines = ["", "## Held-out result from `headprune find --objective compress`", "",
-             f"The heads were chosen on discovery data as the largest set whose removal kept `{origin.task}` "
-             f"accuracy within {margin:g} points of the original. Tested on {ni.n} held-out examples the search "
-             f"never saw: accuracy {ni.accuracy_before:.2%} -> {ni.accuracy_after:.2%} (difference "
-             f"{ni.difference:+.2%}, paired bootstrap 95% CI [{ni.ci95[0]:+.2%}, {ni.ci95[1]:+.2%}]). "
-             f"Non-inferiority margin {margin:g} points: {outcome}."]
+             f"The heads were chosen on discovery data by a search (greedy or beam) that grew the set, least "
+             f"harmful heads first, while `{origin.task}` accuracy stayed within {margin:g} points of the "
+             f"original: a set within that budget, not necessarily the largest. Tested on {ni.n} held-out examples "
+             f"the search never saw: accuracy {ni.accuracy_before:.2%} -> {ni.accuracy_after:.2%} (difference "
+             f"{ni.difference:+.2%}, {level} score CI [{low:+.2%}, {high:+.2%}]; {ni.rescued} answers rescued, "
+             f"{ni.damaged} damaged). The test: {ni.test}, Tango 1998, at one-sided {100 * ni.alpha / 2:g}%. "
+             f"Non-inferiority margin {margin:g} points: {outcome}. The interval is what the data allow: a change "
+             "anywhere inside it is consistent with the held-out examples."]
     if v.confirmed:
-        lines.append(f"The held-out accuracy is also significantly higher (exact McNemar p = {v.p_value:.3g}).")
+        lines.append(f"The held-out accuracy is also significantly higher (exact McNemar test p = {v.p_value:.3g}).")
     else:
         lines.append("This is a smaller model that was tested for not being worse; no improvement is claimed.")
     return lines
+
+
+def _metadata_note(record: ExportRecord) -> str:
+    """Says whether the card's Hub metadata carries the held-out accuracy, and why not where it does not."""
+    if publishes_heldout(record):
+        return "The Hub metadata (`model-index`) of this card carries these held-out accuracies."
+    why = ("it is an exploratory finalist, picked after its held-out numbers were seen, so they are "
+           "selection-biased" if record.origin.verdict.role == "exploratory" else
+           "the held-out test did not support the claim it was run for")
+    return f"The Hub metadata (`model-index`) of this card carries no held-out result: {why}."
+
+
+def headprune_link() -> str:
+    """``headprune``, linked only to a page the installed package names (its ``Project-URL`` metadata, set by
+    ``[project.urls]`` in pyproject.toml): headprune is not published on a package index, and a link to one
+    would point at a page that does not exist."""
+    from importlib import metadata
+
+    try:
+        entries = metadata.metadata("headprune").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        entries = []
+    for entry in entries:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in ("homepage", "repository", "source") and url.strip().startswith("https://"):
+            return f"[headprune]({url.strip()})"
+    return "headprune"
 
 
 def _how_to_load(record: ExportRecord) -> list[str]:

@@ -92,9 +92,9 @@ def refuse_unconfirmed(result: FindResult, set_rank: int) -> None:
         if tested.accepted:
             return
         raise UnconfirmedSetError(
-            f"the compressed set was not shown non-inferior on held-out data (95% CI lower end "
-            f"{100 * tested.ci95[0]:+.1f} points, margin -{100 * tested.margin:g}); give allow_unconfirmed to export "
-            "it anyway (its model card then says so)", settings=("allow_unconfirmed",))
+            f"the compressed set was not shown non-inferior on held-out data ({100 * tested.level:g}% score CI lower "
+            f"end {100 * tested.interval[0]:+.1f} points, margin -{100 * tested.margin:g}); give allow_unconfirmed to "
+            "export it anyway (its model card then says so)", settings=("allow_unconfirmed",))
     if verdict.role == "exploratory":
         why = (f"finalist {set_rank} is exploratory (not the set find chose on discovery; Holm-adjusted "
                f"p = {verdict.adjusted_p:.3g})")

@@ -326,9 +326,9 @@ def savings(lm: LoadedModel, heads: Sequence[Head]) -> Savings:
                    sum(len(p.kv_heads) for p in plans))
 
 
-def verdict_for(before, after, *, max_drop: float, removed: int, seed: int) -> NonInferiority:  # noqa: ANN001
-    """The held-out non-inferiority verdict of a compression (``max_drop`` in points)."""
-    return non_inferiority(before.correct, after.correct, margin=max_drop / 100, removed=removed, seed=seed)
+def verdict_for(before, after, *, max_drop: float, removed: int, alpha: float) -> NonInferiority:  # noqa: ANN001
+    """The held-out non-inferiority verdict of a compression (``max_drop`` in points), at one-sided ``alpha/2``."""
+    return non_inferiority(before.correct, after.correct, margin=max_drop / 100, removed=removed, alpha=alpha)
 
 
 def unit_name(unit: Unit) -> str:
@@ -362,7 +362,8 @@ def run(search: _Search, screened: list[tuple[Head, Paired, float | None]], pres
     search._timed("compress", mark)
     finalists = search._finalists([chosen], evaluated)
     after = conditions.many("heldout", [chosen], "held-out")[0]  # journalled by the finalist stage
-    verdict = verdict_for(search.base["heldout"], after, max_drop=max_drop, removed=len(chosen), seed=settings.seed)
+    verdict = verdict_for(search.base["heldout"], after, max_drop=max_drop, removed=len(chosen),
+                          alpha=settings.alpha)
     compression = Compression(max_drop, settings.prefer, tuple(str(h) for h in chosen), evaluated[chosen], verdict,
                               savings(lm, chosen), tuple(grown.curve), tuple(unit_name(u) for u in grown.rejected),
                               len(units), settings.compress_search, width, len(grown.evaluated))
