@@ -1,8 +1,10 @@
 """Peak resident memory of ``headprune export`` as a multiple of the model's weight bytes.
 
-Each export runs in its own process (``python -m headprune export``), and its peak resident set size is read
-from the kernel's accounting of that process (``os.wait4``), so nothing of this script counts. The fixed
-overhead (Python, torch and transformers imported, no model) is measured the same way and reported beside it.
+Each export runs in its own process (``headprune export`` through this script's ``--child`` mode), which
+reports its own peak resident set size (``VmHWM`` in ``/proc/self/status``: the kernel's high-water mark of
+that process's memory, file pages of memory-mapped weights included) when it exits, so nothing of this script
+counts (``wait4``'s figure would: Linux carries a parent's high-water mark into a child started by fork). The
+fixed overhead (Python, torch and transformers imported, no model) is measured the same way.
 
     python scripts/export_memory.py --shape 1.5b --dtype bfloat16                  # random-init, Qwen2.5-1.5B shape
     python scripts/export_memory.py --model smollm2-135m --formats safetensors,onnx,gguf
@@ -65,27 +67,53 @@ def weight_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
 
 
-def peak_rss(command: list[str], env: dict[str, str]) -> tuple[int, int, str]:
-    """(peak resident bytes, exit code, last output lines) of one process."""
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(process.pid, 0)
-        log.seek(0)
-        tail = log.read().decode(errors="replace").strip().splitlines()[-3:]
-    return usage.ru_maxrss * 1024, os.waitstatus_to_exitcode(status), "\n".join(tail)
+def high_water() -> int:
+    """This process's peak resident bytes so far (Linux)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM"))
 
 
-def measure(model: str, weights: int, formats: list[str], heads: str, layout: str, work: Path) -> list[dict]:
+def child(report: Path, args: list[str]) -> None:
+    """Run ``headprune ARGS`` (or only the imports, without ARGS) and write this process's peak to ``report``."""
+    code = 0
+    try:
+        import torch  # noqa: F401 - the fixed overhead: what every export imports
+        import transformers  # noqa: F401
+
+        import headprune.exporter.pipeline  # noqa: F401
+        from headprune.cli.main import cli
+
+        if args:
+            cli.main(args, prog_name="headprune")
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 1
+    finally:
+        report.write_text(str(high_water()))
+    sys.exit(code)
+
+
+def peak_rss(args: list[str], env: dict[str, str]) -> tuple[int, int, str]:
+    """(peak resident bytes, exit code, last output lines) of ``headprune ARGS`` in a process of its own."""
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "peak"
+        done = subprocess.run([sys.executable, __file__, "--child", str(report), "--", *args], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        tail = done.stdout.decode(errors="replace").strip().splitlines()[-3:]
+        return int(report.read_text()), done.returncode, "\n".join(tail)
+
+
+def measure(model: str, weights: int, formats: list[str], heads: str, layout: str, work: Path,
+            task: str | None = None) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                         os.environ.get("PYTHONPATH", "")])}
-    overhead, _, _ = peak_rss([sys.executable, "-c", "import torch, transformers, headprune.exporter.pipeline"], env)
+    overhead, _, _ = peak_rss([], env)
     rows = []
     for fmt in formats:
         out = work / f"export-{fmt}"
-        command = [sys.executable, "-m", "headprune", "export", model, "--heads", heads, "--layout", layout,
-                   "--format", fmt, "--out", str(out)] + (["--dtype", "float32"] if fmt != "safetensors" else [])
+        command = ["export", model, "--heads", heads, "--layout", layout, "--format", fmt, "--out", str(out),
+                   *(["--verify-task", task] if task else []), *(["--dtype", "float32"] if fmt != "safetensors" else [])]
         peak, code, tail = peak_rss(command, env)
-        rows.append({"format": fmt, "layout": layout, "exit": code, "weights": weights, "peak": peak,
+        rows.append({"format": fmt, "layout": layout, "task": task, "exit": code, "weights": weights, "peak": peak,
                      "overhead": overhead, "x_weights": round(peak / weights, 2),
                      "x_weights_above_overhead": round((peak - overhead) / weights, 2), "tail": tail if code else ""})
         print(json.dumps(rows[-1]), flush=True)
@@ -101,8 +129,13 @@ def main() -> None:
     parser.add_argument("--formats", default="safetensors", help="comma-separated: safetensors,onnx,gguf")
     parser.add_argument("--layout", default="sliced", choices=["sliced", "dense"])
     parser.add_argument("--heads", default="L0.H0,L0.H1,L1.H3,L2.H5", help="heads removed (by hand: no task)")
+    parser.add_argument("--verify-task", default=None, help="a task to re-measure (default: the text sample)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "headprune-export-memory")
-    args = parser.parse_args()
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    argv = sys.argv[1:]
+    if argv[:1] == ["--child"]:
+        child(Path(argv[1]), argv[3:])  # --child REPORT -- headprune arguments
+    args = parser.parse_args(argv)
     if (args.shape is None) == (args.model is None):
         parser.error("give --shape or --model")
     args.work.mkdir(parents=True, exist_ok=True)
@@ -115,7 +148,7 @@ def main() -> None:
 
         model, weights = args.model, weight_bytes(resolve_model(args.model))
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
-        measure(model, weights, args.formats.split(","), args.heads, args.layout, Path(scratch))
+        measure(model, weights, args.formats.split(","), args.heads, args.layout, Path(scratch), args.verify_task)
 
 
 if __name__ == "__main__":

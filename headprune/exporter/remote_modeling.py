@@ -45,9 +45,10 @@ def _linear(old: nn.Module, out_features: int | None = None, in_features: int | 
     weight = old.weight
     if type(old).__name__ == "Conv1D":  # weight is (in, out)
         new = type(old)(out_features or weight.shape[1], in_features or weight.shape[0])
-    else:
-        new = nn.Linear(in_features or old.in_features, out_features or old.out_features, bias=old.bias is not None)
-    return new.to(device=weight.device, dtype=weight.dtype)
+        return new.to(device=weight.device, dtype=weight.dtype)
+    # Built in place: no float32 copy first (a model's worth of them for a big checkpoint in bfloat16).
+    return nn.Linear(in_features or old.in_features, out_features or old.out_features, bias=old.bias is not None,
+                     device=weight.device, dtype=weight.dtype)
 
 
 def kv_mapped_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -82,6 +83,8 @@ def shrink(model: nn.Module, record: dict) -> None:
     paths, head_dim = record["paths"], int(record["head_dim"])
     layers = _get(model.base_model, paths["layers"])
     for layer_record, layer in zip(record["layers"], layers):
+        if layer_record.get("layout") == "unchanged":  # the stock sizes: nothing to re-create
+            continue
         n_q, n_kv = len(layer_record["q_heads"]), len(layer_record["kv_heads"])
         attention = _get(layer, paths["attention"])
         qkv = paths["qkv"]

@@ -29,8 +29,8 @@ def _rows(weight: torch.Tensor, blocks: Sequence[int], size: int, dim: int) -> t
 
 
 def _adopt(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    """Give a re-created projection its weights without copying them: a kept layer's are the original's own
-    tensors, a sliced layer's the new smaller ones (the empty tensors the module was built with are freed)."""
+    """Give a re-created projection its new, smaller weights without another copy (the tensors the module was
+    built with are freed)."""
     module.weight = nn.Parameter(weight.detach(), requires_grad=False)
     if bias is not None:
         module.bias = nn.Parameter(bias.detach(), requires_grad=False)
@@ -70,10 +70,10 @@ def slice_model(lm: LoadedModel, plans: Sequence[LayerPlan], removed: Sequence[H
               "original_heads": lm.grid.num_heads, "original_kv_heads": lm.grid.num_kv_heads}
     # Validate done; now build the new weights from the original, then shrink a copy and give them to it.
     originals = adapter.layers(lm.model)
-    new_weights = [_kept_weights(lm, originals[p.layer]) if p.layout == "unchanged" else
-                   _sliced_weights(lm, originals[p.layer], p, means) for p in plans]
+    new_weights = [{} if p.layout == "unchanged" else _sliced_weights(lm, originals[p.layer], p, means)
+                   for p in plans]
     model = copy_sharing(lm.model)
-    shrink(model, record)
+    shrink(model, record)  # unchanged layers keep their modules, which hold the original's own tensors
     for layer, weights in zip(adapter.layers(model), new_weights):
         for path, (weight, bias) in weights.items():
             _adopt(get_path(layer, path), weight, bias)
@@ -85,13 +85,6 @@ def _check_bias_for_mean(lm: LoadedModel) -> None:
     if lm.adapter.output_projection(lm.model, 0).bias is None:
         raise HeadSpecError(f"mean ablation cannot be exported exactly: the {lm.adapter.family} attention output "
                             "projection has no bias to fold the mean into (use --ablation zero)")
-
-
-def _kept_weights(lm: LoadedModel, layer: nn.Module) -> dict:
-    """A layer that keeps every head keeps its projections' own tensors (shared, not copied)."""
-    adapter = lm.adapter
-    modules = {path: get_path(layer, path) for path in (*adapter.qkv_paths, adapter.output_projection_path)}
-    return {path: (module.weight, module.bias) for path, module in modules.items()}
 
 
 def _sliced_weights(lm: LoadedModel, layer: nn.Module, plan: LayerPlan, means: torch.Tensor | None) -> dict:
