@@ -147,6 +147,8 @@ class Rate:
     hits: int
     upper95: float
     seconds: float
+    which: tuple[int, ...] = ()  # the runs that counted
+    best_of_finalists: int | None = None  # null tasks read the wrong way: any finalist p < alpha, gain > 0
 
     @property
     def rate(self) -> float:
@@ -156,16 +158,18 @@ class Rate:
 def null_rate(tasks: int, *, seed: int, discovery: int, heldout: int, heads: int, alpha: float = 0.05,
               settings: dict | None = None) -> Rate:
     """False confirmations over ``tasks`` null tasks, each through find with its own model, labels and split."""
-    started, hits = time.perf_counter(), 0
+    started, which, wrong = time.perf_counter(), [], 0
     tokens = (discovery + heldout) // 2 + 1
     for index in range(tasks):
         task_seed = seed * 100_003 + index
         lm = build_model(task_seed, heads=heads, tokens=tokens)
         result = find(lm, build_task(task_seed, tokens=tokens), discovery=discovery, heldout=heldout,
                       seed=task_seed, alpha=alpha, batch_size=512, **(settings or {}))
-        hits += result.confirmed
-    return Rate(f"null (discovery {discovery}, held-out {heldout})", tasks, hits, clopper_pearson_upper(hits, tasks),
-                time.perf_counter() - started)
+        if result.confirmed:
+            which.append(index)
+        wrong += any(f.heldout.p_value < alpha and f.heldout.difference > 0 for f in result.finalists)
+    return Rate(f"null (discovery {discovery}, held-out {heldout})", tasks, len(which),
+                clopper_pearson_upper(len(which), tasks), time.perf_counter() - started, tuple(which), wrong)
 
 
 def power(runs: int, heldout: int, *, seed: int, discovery: int, heads: int, harm: float, flip: float,
@@ -208,7 +212,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
                          heads=args.heads, alpha=args.alpha)
         print(f"false confirmations on {null.runs} null tasks (discovery {args.discovery}, held-out "
               f"{args.heldout}, {args.heads} heads, alpha {args.alpha}): {null.hits}/{null.runs} = {null.rate:.3f} "
-              f"(exact one-sided 95% upper bound {null.upper95:.3f}; {null.seconds:.0f} s)", flush=True)
+              f"(exact one-sided 95% upper bound {null.upper95:.3f}; {null.seconds:.0f} s); confirmed: tasks "
+              f"{list(null.which)}; read the wrong way (any finalist, chosen after held-out): "
+              f"{null.best_of_finalists}/{null.runs}", flush=True)
         figures["null"] = {**asdict(null), "rate": null.rate}
     sizes = [int(s) for s in args.heldout_sizes.split(",") if s] if args.power_runs else []
     if sizes:
