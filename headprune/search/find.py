@@ -3,8 +3,9 @@
 The protocol (see shared/mission.md): split the task into disjoint discovery and held-out sets; score every
 query head ablated alone on discovery, paired against the intact model; take the best M as nominees;
 evaluate every subset of the nominees of size 2..K (optionally extend the best set greedily); freeze the
-best F sets as finalists using discovery only; score each on held-out; the discovery rank-1 set is the
-primary result and gets the verdict. Nothing is re-chosen after looking at held-out numbers.
+best F sets whose every head earns its place against the set without it (``headprune.search.parsimony``) as
+finalists, using discovery only; score each on held-out; the discovery rank-1 set is the primary result and
+gets the verdict. Nothing is re-chosen after looking at held-out numbers.
 """
 
 from __future__ import annotations
