@@ -282,6 +282,16 @@ def test_passenger_heads_do_not_ride_along_with_the_harmful_head(passengers) -> 
     assert (alone.head, alone.rescued, alone.damaged) == ("L0.H0", sets[("L0.H0",)].rescued, 0)
     report = render_markdown(result)
     assert "## Each head of the primary set" in report and f"| `L0.H0` | {alone.rescued} | 0 |" in report
+    # A result.json written before parsimony (no contributions, no parsimony record) still loads and renders.
+    from headprune.search.result import FindResult
+
+    old = result.to_dict()
+    del old["parsimony"]
+    for finalist in old["finalists"]:
+        del finalist["contributions"]
+    loaded = FindResult.from_dict(old)
+    assert loaded.parsimony is None and loaded.finalists[0].contributions == ()
+    assert "Each head of the primary set" not in render_markdown(loaded)
 
 
 def test_extend_takes_a_step_only_when_the_added_head_earns_its_place(passengers) -> None:
