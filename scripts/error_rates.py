@@ -57,8 +57,10 @@ def _vocab(tokens: int) -> list[str]:
     return ["<pad>", "<eos>", "A", "B"] + [f"x{c}_{k}" for c in ("p", "n") for k in range(tokens)]
 
 
-def build_model(seed: int, *, heads: int = 8, harm: float = 0.2, tokens: int = 1500):  # noqa: ANN201
-    """The tiny Llama described above, as a LoadedModel; ``tokens`` per cue (2 * tokens examples)."""
+def build_model(seed: int, *, heads: int = 8, harm: float = 0.2, tokens: int = 1500,  # noqa: ANN201
+                null_sd: float = NULL_HEAD_SD):
+    """The tiny Llama described above, as a LoadedModel; ``tokens`` per cue (2 * tokens examples); ``null_sd``
+    the standard deviation of the other heads' strengths."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -75,7 +77,7 @@ def build_model(seed: int, *, heads: int = 8, harm: float = 0.2, tokens: int = 1
     model = LlamaForCausalLM(config)
     generator = torch.Generator().manual_seed(seed)
     nuisance = torch.randn(tokens, generator=generator) * NUISANCE_SD
-    strengths = torch.randn(heads, generator=generator) * NULL_HEAD_SD
+    strengths = torch.randn(heads, generator=generator) * null_sd
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.zero_()

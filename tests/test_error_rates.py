@@ -25,27 +25,26 @@ def _binomial_tail(k: int, n: int, p: float) -> float:
 
 
 @pytest.mark.slow
-def test_null_tasks_are_not_confirmed_but_a_wrong_reading_of_the_same_runs_is(script) -> None:
+def test_null_tasks_are_not_confirmed(script) -> None:
     # 20 null tasks (random labels, each its own model and split) through find at its default search settings,
-    # discovery and held-out 300 (the script's scaled-down sizes). The verdict confirms only when rescued >
-    # damaged and the two-sided exact McNemar p < alpha, so its false-confirmation rate is at most alpha/2 =
-    # 0.025; allowing 1 of 20, a correct pipeline fails this test with probability at most 0.088 (before the
-    # seeds were fixed). A wrong pipeline that picks its set after seeing held-out (the best of the 10
-    # finalists: about 1 - 0.975**10 = 0.22 false confirmations) fails it with probability 0.93, one that
-    # confirms on discovery (near 1) with probability above 0.999.
+    # discovery and held-out 300 (the script's scaled-down sizes; the first 20 of its 100). The verdict
+    # confirms only when rescued > damaged and the two-sided exact McNemar p < alpha, so its false-confirmation
+    # rate is at most alpha/2 = 0.025: allowing 1 of 20, a correct pipeline fails with probability at most
+    # 0.088 (before the seeds were fixed). A wrong pipeline with a false-confirmation rate of 0.2 passes with
+    # probability 0.069, one at 0.3 with 0.008. (Measured: on these null tasks the cheap wrong readings are rare
+    # because parsimony leaves mostly single heads: the best finalist on held-out "confirms" 2 of 100, testing
+    # the primary on discovery 1 of 20; the test cannot show those, only a rate of about 0.2 or more.)
     assert _binomial_tail(2, 20, 0.025) == pytest.approx(0.088, abs=0.001)
-    assert _binomial_tail(2, 20, 1 - 0.975**10) > 0.93
-    confirmed, best_of_finalists = 0, 0
+    assert 1 - _binomial_tail(2, 20, 0.2) == pytest.approx(0.069, abs=0.001)
+    assert 1 - _binomial_tail(2, 20, 0.3) == pytest.approx(0.0076, abs=0.0005)
+    confirmed = 0
     for index in range(20):
         lm = script["build_model"](index, tokens=301)
         result = find(lm, script["build_task"](index, tokens=301), discovery=300, heldout=300, seed=index,
                       batch_size=512)
         confirmed += result.confirmed
-        best_of_finalists += any(f.heldout.p_value < 0.05 and f.heldout.difference > 0 for f in result.finalists)
-    print(f"\nnull tasks: {confirmed}/20 confirmed; read the wrong way (best finalist on held-out): "
-          f"{best_of_finalists}/20")
+    print(f"\nnull tasks: {confirmed}/20 confirmed")
     assert confirmed <= 1
-    assert best_of_finalists >= 2  # the same runs, read the wrong way, would have failed the line above
 
 
 def test_clopper_pearson_upper_bound(script) -> None:
