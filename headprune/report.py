@@ -95,6 +95,7 @@ def render_markdown(result: FindResult) -> str:
     if not v.confirmed:
         lines += ["No improvement is claimed: the held-out data did not confirm the discovery gain at "
                   f"alpha={v.alpha}.", ""]
+    lines += contributions_table(result)
     controls = result.control_tasks
     lines += ["## Finalists (chosen on discovery; held-out shown, never used to choose)", "",
               "| rank | role | heads | discovery gain | held-out before | held-out after | diff | 95% bootstrap CI | "
@@ -121,6 +122,32 @@ def render_markdown(result: FindResult) -> str:
     lines += ["", "## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
               "![single-head screen](screen.png)", ""]
     return "\n".join(lines)
+
+
+def contributions_table(result: FindResult) -> list[str]:
+    """The primary set head by head: what each adds on discovery against the set without it (the test that
+    let it stay), and the same drop-one comparison on held-out, exploratory (measured after the verdict)."""
+    primary, rule = result.finalists[0], result.parsimony
+    if rule is None or not primary.contributions:
+        return []
+    measure = ("answers" if rule.measure == "accuracy" else "margins (up / down beyond float tolerance)")
+    against = "the intact model" if len(primary.heads) == 1 else "the set without it"
+    lines = ["## Each head of the primary set", "",
+             f"Each head against {against}, on {measure}: b = better with the head removed, c = worse; p is the "
+             f"one-sided exact binomial test of b against c, Holm-adjusted over the set's heads. A head stays in a "
+             f"set only when b - c >= 1 and its adjusted p <= {rule.level:g} on discovery "
+             f"({rule.examined} multi-head sets tested, {rule.dropped} dropped, {rule.conditions} extra discovery "
+             "conditions).", "",
+             "| head | discovery b | discovery c | p | p (Holm) | held-out b (exploratory) | held-out c (exploratory) "
+             "| held-out p (exploratory) |", "|---|---|---|---|---|---|---|---|"]
+    for c in primary.contributions:
+        held = ("| n/a | n/a | n/a |" if c.heldout_rescued is None else
+                f"| {c.heldout_rescued} | {c.heldout_damaged} | {c.heldout_p:.3g} |")
+        lines.append(f"| `{c.head}` | {c.rescued} | {c.damaged} | {c.p_value:.3g} | {c.adjusted_p:.3g} {held}")
+    if len(primary.heads) > 1:
+        lines += ["", "The held-out columns compare the primary set with the set without each head on held-out "
+                  "data after the verdict; they are exploratory and were never used to choose anything."]
+    return lines + [""]
 
 
 def write_outputs(result: FindResult, folder: Path) -> None:

@@ -15,23 +15,28 @@ from helpers import choice_task, generate_task, prefixed
 from helpers import build_tiny
 
 
-@pytest.mark.parametrize(("make_task", "least_rho"), [(choice_task, 0.5), (generate_task, 0.2)])
-@pytest.mark.parametrize("mode", ["zero", "mean"])
+@pytest.mark.parametrize(("make_task", "least_rho"), [(choice_task, 0.6), (generate_task, 0.3)])
+@pytest.mark.parametrize("mode", ["zero", pytest.param("mean", marks=pytest.mark.slow)])  # 3 models each: ~10 s
 def test_estimates_rank_heads_like_exact_ablation(tokenizer, make_task, least_rho, mode) -> None:
     # For generate tasks the gradient is of the target's log-prob, a smooth stand-in for the min-over-tokens
-    # margin, so the agreement is weaker there.
-    lm = build_tiny("llama", tokenizer, seed=11, layers=3)
-    evaluator = Evaluator(lm, make_task(), batch_size=8)
-    means = evaluator.head_means() if mode == "mean" else None
-    base = evaluator.run()
-    estimate = estimate_effects(evaluator, means=means)
-    heads = lm.grid.all_heads()
-    exact = [compare(base, evaluator.run([h], mode=mode, means=means)).margin_change for h in heads]
-    rho = spearman(np.array([estimate[h] for h in heads]), np.array(exact))
-    print(f"\nSpearman(estimate, exact) = {rho:.2f}")
-    assert rho > least_rho
-    # Gradients were for the gates only: the model is unchanged and has no hooks left.
-    np.testing.assert_allclose(evaluator.run().margins, base.margins, atol=1e-6)
+    # margin, so the agreement is weaker there. Sized to catch a wrong implementation: estimates unrelated to
+    # the exact effects give a Spearman over 24 heads of mean 0 and sd 1/sqrt(23); its mean over the three
+    # models passes 0.3 with probability 0.006 and 0.6 with probability below 1e-5 (400,000 random rankings
+    # in numpy). Measured: means 0.43 to 0.48 (generate) and 0.88 to 0.91 (choice).
+    rhos = []
+    for seed in (11, 12, 13):
+        lm = build_tiny("llama", tokenizer, seed=seed, layers=6)  # 24 heads
+        evaluator = Evaluator(lm, make_task(), batch_size=8)
+        means = evaluator.head_means() if mode == "mean" else None
+        base = evaluator.run()
+        estimate = estimate_effects(evaluator, means=means)
+        heads = lm.grid.all_heads()
+        exact = [compare(base, evaluator.run([h], mode=mode, means=means)).margin_change for h in heads]
+        rhos.append(spearman(np.array([estimate[h] for h in heads]), np.array(exact)))
+        # Gradients were for the gates only: the model is unchanged and has no hooks left.
+        np.testing.assert_allclose(evaluator.run().margins, base.margins, atol=1e-6)
+    print(f"\nSpearman(estimate, exact) on three models = {np.round(rhos, 2)}, mean {np.mean(rhos):.2f}")
+    assert np.mean(rhos) > least_rho
 
 
 def test_shared_prefix_gives_the_same_estimates(tokenizer) -> None:

@@ -3,8 +3,9 @@
 The protocol (see shared/mission.md): split the task into disjoint discovery and held-out sets; score every
 query head ablated alone on discovery, paired against the intact model; take the best M as nominees;
 evaluate every subset of the nominees of size 2..K (optionally extend the best set greedily); freeze the
-best F sets as finalists using discovery only; score each on held-out; the discovery rank-1 set is the
-primary result and gets the verdict. Nothing is re-chosen after looking at held-out numbers.
+best F sets whose every head earns its place against the set without it (``headprune.search.parsimony``) as
+finalists, using discovery only; score each on held-out; the discovery rank-1 set is the primary result and
+gets the verdict. Nothing is re-chosen after looking at held-out numbers.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from headprune.ablation import means_digest
+from headprune.devices import dtype_name
 from headprune.distributed import Team
-from headprune.errors import SearchSettingsError, TaskError
+from headprune.errors import SearchSettingsError
+from headprune.evaluation.contract import tolerance
 from headprune.heads import Head
 from headprune.models import LoadedModel, load_model
 from headprune.progress import duration
@@ -30,26 +33,30 @@ from headprune.search.conditions import Conditions
 from headprune.search.determinism import check_determinism
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.paired import Paired, compare
+from headprune.search.parsimony import Pruner
 from headprune.search.result import (Baseline, ControlEffect, Finalist, FindResult, FindSettings, ModelInfo,
                                      Prescreen, ScreenRow, SetRecord, SplitInfo, TaskInfo)
-from headprune.search.split import Split, split_task
-from headprune.search.stats import holm, paired_bootstrap_ci, spearman, verdict
-from headprune.tasks import Task, load_task
+from headprune.search.split import Inputs, TaskLike, load_inputs
+from headprune.search.stats import holm, spearman, verdict
 
 log = logging.getLogger("headprune")
 
 RANK_KEYS = ("gain", "margin")
 SCREENS = ("exact", "attribution", "halving")
 
-TaskLike = str | Path | Task
-
-
 def rank_key(paired: Paired, heads: Sequence[Head], rank_by: str) -> tuple:
-    """Sort key, best first: gain, then fewer damaged, then margin change, then fewer heads (or margin first)."""
+    """Sort key, best first.
+
+    ``gain`` (the research protocol's order): discovery gain, then fewer damaged, then fewer heads, then the
+    margin change; a head that changes no answer can therefore never put a larger set ahead of a smaller one.
+    ``margin``: the mean margin change first (the user's chosen measure, continuous, so exact ties are rare),
+    then gain, fewer damaged, fewer heads. Under either key a set is frozen as a finalist only when every one
+    of its heads earns its place on the same measure (``headprune.search.parsimony``).
+    """
     names = tuple(str(h) for h in heads)
     if rank_by == "margin":
         return (-paired.margin_change, -paired.gain, paired.damaged, len(heads), names)
-    return (-paired.gain, paired.damaged, -paired.margin_change, len(heads), names)
+    return (-paired.gain, paired.damaged, len(heads), -paired.margin_change, names)
 
 
 def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | None = None) -> None:
@@ -81,31 +88,6 @@ def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | 
     from headprune.search.compress import check_objective
 
     check_objective(settings)
-
-
-@dataclass(frozen=True)
-class _Inputs:
-    """The tasks of one run, loaded and split."""
-
-    task: Task
-    split: Split
-    controls: tuple[Task, ...]
-    specs: dict[str, str | None]
-
-
-def _load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike | Sequence[TaskLike] | None,
-                 settings: FindSettings, discovery: int, heldout: int) -> _Inputs:
-    specs = {"task": None if isinstance(task, Task) else str(task),
-             "heldout": None if heldout_task is None or isinstance(heldout_task, Task) else str(heldout_task)}
-    task = task if isinstance(task, Task) else load_task(task)
-    if not task.has_accuracy:
-        raise TaskError(f"find needs a task with an accuracy; {task.name} is a {task.kind} task "
-                        "(such tasks can be a control)", settings=("task", "control"))
-    held = heldout_task if heldout_task is None or isinstance(heldout_task, Task) else load_task(heldout_task)
-    controls = () if control is None else (control,) if isinstance(control, (str, Path, Task)) else tuple(control)
-    loaded = tuple((c if isinstance(c, Task) else load_task(c)).head(settings.control_limit) for c in controls)
-    split = split_task(task, discovery=discovery, heldout=heldout, seed=settings.seed, heldout_task=held)
-    return _Inputs(task, split, loaded, specs)
 
 
 def find(
@@ -197,7 +179,7 @@ def find(
         raise SearchSettingsError("device_map with several processes: each process would spread its model over "
                                   "every visible GPU; give each its own (CUDA_VISIBLE_DEVICES) or run one process",
                                   settings=("device_map",))
-    inputs = _load_inputs(task, heldout_task, control, settings, discovery, heldout)
+    inputs = load_inputs(task, heldout_task, control, settings, discovery, heldout)
     lm = load_model(model, dtype=dtype, device=team.device(device), trust_remote_code=trust_remote_code,
                     device_map=device_map, max_memory=max_memory) if isinstance(model, str) else model
     if team.parallel:
@@ -235,7 +217,7 @@ class _Search:
         results = self.conditions.many("discovery", head_sets, label)
         return {heads: compare(self.base["discovery"], result) for heads, result in zip(head_sets, results)}
 
-    def run(self, inputs: _Inputs) -> FindResult:
+    def run(self, inputs: Inputs) -> FindResult:
         mark = time.perf_counter()
         self.base = self.conditions.baselines()
         check_determinism(self.conditions, self.base["discovery"])  # before anything is paired against it
@@ -249,10 +231,17 @@ class _Search:
                            compression=compression)
         self._announce_cost()
         screened, prescreen = self._screen()
-        evaluated, nominees = self._joint(screened)
-        frozen = sorted(evaluated, key=lambda h: self._rank(evaluated[h], h))[: self.settings.finalists]
-        finalist_records = self._finalists(frozen, evaluated)
-        return self._record(inputs, screened, prescreen, nominees, evaluated, finalist_records)
+        pruner = Pruner(self.conditions, self.base["discovery"], self._rank,
+                        "margin" if self.settings.rank_by == "margin" else "accuracy", self.settings.alpha,
+                        tolerance(dtype_name(self.lm.dtype)))
+        evaluated, nominees = self._joint(screened, pruner)
+        mark = time.perf_counter()
+        frozen, found = pruner.freeze(evaluated, self.settings.finalists)  # every head earns its place
+        self._timed("parsimony", mark)
+        records = [replace(f, contributions=found[heads]) for f, heads in zip(self._finalists(frozen, evaluated), frozen)]
+        records[0] = replace(records[0], contributions=pruner.heldout(frozen[0], found[frozen[0]]))  # after the verdict
+        return replace(self._record(inputs, screened, prescreen, nominees, evaluated, records),
+                       parsimony=pruner.record(len(frozen[0])))
 
     def _announce_cost(self) -> None:
         """Before paying for it: the planned conditions, the measured time of one, and the estimated total."""
@@ -312,9 +301,10 @@ class _Search:
         self._timed("screen", mark)
         return screened, prescreen
 
-    def _joint(self, screened: list[tuple[Head, Paired, float | None]]
+    def _joint(self, screened: list[tuple[Head, Paired, float | None]], pruner: Pruner
                ) -> tuple[dict[tuple[Head, ...], Paired], list[Head]]:
-        """Stage 2: every subset of the nominees of size 2..K, then optional greedy growth."""
+        """Stage 2: every subset of the nominees of size 2..K, then optional greedy growth (each step only
+        while the added head earns its place, ``headprune.search.parsimony``)."""
         mark = time.perf_counter()
         settings = self.settings
         ranked = sorted(screened, key=lambda row: self._rank(row[1], (row[0],)))
@@ -331,7 +321,7 @@ class _Search:
                 break
             evaluated.update(self._paired(grown, "extend"))
             candidate = min(grown, key=lambda h: self._rank(evaluated[h], h))
-            if evaluated[candidate].gain <= evaluated[best].gain:
+            if not pruner.adds(candidate, best, next(h for h in candidate if h not in best)):
                 break
             best = candidate
         self._timed("joint", mark)
@@ -351,13 +341,13 @@ class _Search:
         for rank, (heads, test) in enumerate(zip(frozen, tests), start=1):
             if rank > 1:  # chosen among finalists after held-out is visible: exploratory, Holm-adjusted
                 test = replace(test, role="exploratory", adjusted_p=adjusted[rank - 1])
-            effects = tuple(_control_effect(self.base[name], results[rank - 1], seed)
+            effects = tuple(ControlEffect.measure(self.base[name], results[rank - 1], seed)
                             for name, results in zip(conditions.control_names, controls))
             records.append(Finalist(rank, tuple(str(h) for h in heads), evaluated[heads], test, effects))
         self._timed("heldout", mark)
         return records
 
-    def _record(self, inputs: _Inputs, screened: list, prescreen: Prescreen | None, nominees: list[Head],
+    def _record(self, inputs: Inputs, screened: list, prescreen: Prescreen | None, nominees: list[Head],
                 evaluated: dict[tuple[Head, ...], Paired], finalists: list[Finalist]) -> FindResult:
         lm, split = self.lm, inputs.split
         ranked_sets = sorted(evaluated, key=lambda h: self._rank(evaluated[h], h))
@@ -382,17 +372,6 @@ class _Search:
             finalists=tuple(finalists),
             means_digest=None if self.conditions.means is None else means_digest(self.conditions.means),
         )
-
-
-def _control_effect(baseline, after, seed: int) -> ControlEffect:  # noqa: ANN001 - EvalResults
-    """How a head set moves a control task: accuracy (or mean NLL) before and after, with a bootstrap CI."""
-    if not baseline.has_accuracy:
-        low, high = paired_bootstrap_ci(-baseline.margins, -after.margins, seed=seed)
-        return ControlEffect(baseline.task, "mean_nll", baseline.n, baseline.mean_nll, after.mean_nll, (low, high))
-    low, high = paired_bootstrap_ci(baseline.correct, after.correct, seed=seed)
-    paired = compare(baseline, after)
-    return ControlEffect(baseline.task, "accuracy", paired.n, paired.accuracy_before, paired.accuracy_after,
-                         (low, high), paired.rescued, paired.damaged)
 
 
 def _with_timings(result: FindResult, timings: dict[str, float]) -> FindResult:

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headprune.errors import ResultFileError
-from headprune.evaluation.results import Summary
+from headprune.evaluation.results import EvalResult, Summary
 from headprune.heads import Head, parse_heads
 from headprune.records import from_json, to_json
-from headprune.search.paired import Paired
-from headprune.search.stats import NonInferiority, Verdict
+from headprune.search.paired import Paired, compare
+from headprune.search.parsimony import HeadContribution, Parsimony
+from headprune.search.stats import NonInferiority, Verdict, paired_bootstrap_ci
 
 SCHEMA_VERSION = 2
 RESULT_NAME = "result.json"
@@ -130,6 +131,17 @@ class ControlEffect:
     def difference(self) -> float:
         return self.after - self.before
 
+    @classmethod
+    def measure(cls, baseline: EvalResult, after: EvalResult, seed: int) -> ControlEffect:
+        """Accuracy (or mean NLL for a text task) before and after, with a paired bootstrap CI."""
+        if not baseline.has_accuracy:
+            low, high = paired_bootstrap_ci(-baseline.margins, -after.margins, seed=seed)
+            return cls(baseline.task, "mean_nll", baseline.n, baseline.mean_nll, after.mean_nll, (low, high))
+        low, high = paired_bootstrap_ci(baseline.correct, after.correct, seed=seed)
+        paired = compare(baseline, after)
+        return cls(baseline.task, "accuracy", paired.n, paired.accuracy_before, paired.accuracy_after, (low, high),
+                   paired.rescued, paired.damaged)
+
 
 @dataclass(frozen=True)
 class Finalist:
@@ -140,6 +152,7 @@ class Finalist:
     discovery: Paired
     heldout: Verdict
     controls: tuple[ControlEffect, ...] = ()
+    contributions: tuple[HeadContribution, ...] = ()  # each head against the set without it (parsimony)
 
 
 @dataclass(frozen=True)
@@ -231,6 +244,7 @@ class FindResult:
     timings: dict[str, float] = field(default_factory=dict, compare=False)
     schema_version: int = SCHEMA_VERSION
     means_digest: str | None = None  # mean ablation: the hash of the head means find used (see ablation.means_digest)
+    parsimony: Parsimony | None = None  # objective improve: the pruning of sets to heads that earn their place
 
     @property
     def primary(self) -> tuple[Head, ...]:

@@ -10,10 +10,18 @@ reported.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from headprune.errors import SearchSettingsError
-from headprune.tasks import Task
+from headprune.errors import SearchSettingsError, TaskError
+from headprune.tasks import Task, load_task
+
+if TYPE_CHECKING:
+    from headprune.search.result import FindSettings
+
+TaskLike = str | Path | Task
 
 MIN_SPLIT_SIZE = 10
 
@@ -82,3 +90,33 @@ def split_task(task: Task, *, discovery: int, heldout: int, seed: int, heldout_t
                                   f"discovery; heldout {heldout} needs more", settings=("heldout",))
     return Split(task.subset(chosen, suffix="[discovery]"),
                  heldout_task.subset(held_pool[:heldout], suffix="[held-out]"), dropped, "heldout-task", conflicts)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The tasks of one find run, loaded and split."""
+
+    task: Task
+    split: Split
+    controls: tuple[Task, ...]
+    specs: dict[str, str | None]
+
+
+def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike | Sequence[TaskLike] | None,
+                settings: FindSettings, discovery: int, heldout: int) -> Inputs:
+    """Load the task, its held-out source and controls (each capped at ``control_limit``), and split.
+
+    Raises:
+        TaskError: the task has no accuracy; and the loading and splitting errors.
+    """
+    specs = {"task": None if isinstance(task, Task) else str(task),
+             "heldout": None if heldout_task is None or isinstance(heldout_task, Task) else str(heldout_task)}
+    task = task if isinstance(task, Task) else load_task(task)
+    if not task.has_accuracy:
+        raise TaskError(f"find needs a task with an accuracy; {task.name} is a {task.kind} task "
+                        "(such tasks can be a control)", settings=("task", "control"))
+    held = heldout_task if heldout_task is None or isinstance(heldout_task, Task) else load_task(heldout_task)
+    controls = () if control is None else (control,) if isinstance(control, (str, Path, Task)) else tuple(control)
+    loaded = tuple((c if isinstance(c, Task) else load_task(c)).head(settings.control_limit) for c in controls)
+    split = split_task(task, discovery=discovery, heldout=heldout, seed=settings.seed, heldout_task=held)
+    return Inputs(task, split, loaded, specs)

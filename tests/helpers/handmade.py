@@ -6,7 +6,8 @@ answer, ``n_k`` a per-token nuisance value. The unembedding reads ``(e0 + w * e1
 negative for `` B``, so the model answers by the sign of ``c * s + w * n_k``: right unless the nuisance is
 large and of the other sign. Head L0.H0 copies the (normalised) cue and writes it back *negated*: it pushes
 every example towards the wrong answer, more so where the nuisance is small. Removing it can only rescue
-examples, never damage them. Heads H1..H3 write nothing (zero output projection).
+examples, never damage them. Heads H1..H3 write nothing (zero output projection), unless ``passengers`` asks
+for heads that do the same as H0 at a much smaller strength (see ``build_model``).
 
 ``cue_task`` labels by the cue (the head hurts it); ``reversed_task`` labels the opposite way, so the
 harmful head helps it: the control on which find must show the cost.
@@ -27,27 +28,39 @@ TOKENS_PER_CUE = 500
 CUE_SCALE, NUISANCE_SD, READ_NUISANCE, HARM = 1.0, 2.0, 0.3, 0.2
 
 
-def _vocab() -> list[str]:
-    return ["<pad>", "<eos>", "A", "B"] + [f"x{c}_{k}" for c in ("p", "n") for k in range(TOKENS_PER_CUE)]
+def _vocab(tokens_per_cue: int = TOKENS_PER_CUE) -> list[str]:
+    return ["<pad>", "<eos>", "A", "B"] + [f"x{c}_{k}" for c in ("p", "n") for k in range(tokens_per_cue)]
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {token: i for i, token in enumerate(_vocab())}
+def build_tokenizer(tokens_per_cue: int = TOKENS_PER_CUE) -> PreTrainedTokenizerFast:
+    vocab = {token: i for i, token in enumerate(_vocab(tokens_per_cue))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
 
 
-def build_model(seed: int = 0):  # noqa: ANN201
-    """The hand-made model as a LoadedModel (a real LlamaForCausalLM with set weights)."""
-    tokenizer = build_tokenizer()
-    vocab = _vocab()
+# Passenger heads for the parsimony test: H1 so weak that removing it only shifts margins (it flips no answer
+# of cue_task), H2 just strong enough that removing it on top of H0 rescues a couple of examples by luck of
+# where they lie (a gain of +1 or +2 on a 300-example discovery set, which no test at 5% supports).
+PASSENGERS = {1: 0.001, 2: 0.02}
+
+
+def build_model(seed: int = 0, passengers: dict[int, float] | None = None, harm: float = HARM,
+                tokens_per_cue: int = TOKENS_PER_CUE):  # noqa: ANN201
+    """The hand-made model as a LoadedModel (a real LlamaForCausalLM with set weights).
+
+    ``passengers`` maps a head index (1..3) to a strength: that head writes the cue back negated like H0,
+    ``strength`` times the cue instead of ``harm`` times. ``tokens_per_cue`` sets the vocabulary (tasks
+    built with the same value have ``2 * tokens_per_cue`` examples).
+    """
+    tokenizer = build_tokenizer(tokens_per_cue)
+    vocab = _vocab(tokens_per_cue)
     config = LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=8, num_hidden_layers=1,
                          num_attention_heads=4, num_key_value_heads=4, head_dim=4, tie_word_embeddings=False,
                          pad_token_id=0, eos_token_id=1, bos_token_id=1, max_position_embeddings=32)
     model = LlamaForCausalLM(config)
     generator = torch.Generator().manual_seed(seed)
-    nuisance = torch.randn(TOKENS_PER_CUE, generator=generator) * NUISANCE_SD
+    nuisance = torch.randn(tokens_per_cue, generator=generator) * NUISANCE_SD
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.zero_()
@@ -55,14 +68,17 @@ def build_model(seed: int = 0):  # noqa: ANN201
                      model.model.norm):
             norm.weight.fill_(1.0)
         embed = model.model.embed_tokens.weight  # (V, 16)
-        for k in range(TOKENS_PER_CUE):
+        for k in range(tokens_per_cue):
             for c, name in ((1.0, "p"), (-1.0, "n")):
                 row = vocab.index(f"x{name}_{k}")
                 embed[row, 0] = CUE_SCALE * c
                 embed[row, 1] = nuisance[k]
         head = model.model.layers[0].self_attn
         head.v_proj.weight[0, 0] = 1.0  # head 0, value dim 0 <- normalised cue
-        head.o_proj.weight[0, 0] = -HARM  # written back negated into the cue direction
+        head.o_proj.weight[0, 0] = -harm  # written back negated into the cue direction
+        for index, strength in (passengers or {}).items():
+            head.v_proj.weight[4 * index, 0] = 1.0
+            head.o_proj.weight[0, 4 * index] = -strength
         readout = torch.zeros(16)
         readout[0], readout[1] = 1.0, READ_NUISANCE
         model.lm_head.weight[vocab.index("A")] = readout
@@ -70,23 +86,29 @@ def build_model(seed: int = 0):  # noqa: ANN201
     return wrap_model(model, tokenizer, name="handmade-harmful-head")
 
 
-def _examples(label_of, seed: int | None = None) -> tuple[Example, ...]:  # noqa: ANN001
+def _examples(label_of, seed: int | None = None, tokens_per_cue: int = TOKENS_PER_CUE,  # noqa: ANN001
+              flip: float = 0.0) -> tuple[Example, ...]:
     rng = random.Random(seed)
     examples = []
-    for k in range(TOKENS_PER_CUE):
+    for k in range(tokens_per_cue):
         for c, name in ((1, "p"), (-1, "n")):
-            answer = label_of(c) if seed is None else rng.randrange(2)
+            answer = rng.randrange(2) if label_of is None else label_of(c)
+            if flip and rng.random() < flip:  # label noise: this example's answer is the other one
+                answer = 1 - answer
             examples.append(Example(f"x{name}_{k}", prompt=f"x{name}_{k}", choices=(" A", " B"), answer=answer))
     return tuple(examples)
 
 
-def cue_task() -> Task:
-    return Task("cue", "choice", _examples(lambda c: 0 if c > 0 else 1))
+def cue_task(tokens_per_cue: int = TOKENS_PER_CUE, flip: float = 0.0, seed: int = 0) -> Task:
+    """Labelled by the cue; ``flip`` > 0 gives each label that chance of being the other one (seeded)."""
+    name = "cue" if not flip else f"cue-flip{flip:g}-{seed}"
+    return Task(name, "choice", _examples(lambda c: 0 if c > 0 else 1, seed, tokens_per_cue, flip))
 
 
 def reversed_task() -> Task:
     return Task("reversed-cue", "choice", _examples(lambda c: 1 if c > 0 else 0))
 
 
-def random_label_task(seed: int) -> Task:
-    return Task(f"random-labels-{seed}", "choice", _examples(None, seed=seed))
+def random_label_task(seed: int, tokens_per_cue: int = TOKENS_PER_CUE) -> Task:
+    """Labels drawn at random, independent of the model: a null task."""
+    return Task(f"random-labels-{seed}", "choice", _examples(None, seed, tokens_per_cue))

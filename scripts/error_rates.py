@@ -1,0 +1,243 @@
+"""The whole pipeline's error rates: how often ``find`` confirms an improvement that is not there, and how
+often it confirms one that is.
+
+Everything runs end to end through :func:`headprune.search.find.find` (screen, joint search, parsimony,
+finalists, held-out verdict) on tiny Llamas built here in code, where a run takes seconds:
+
+- The model: one layer of ``--heads`` heads (head_dim 4) over a 16-dimensional residual stream, MLP off. Each
+  prompt is one token ``x{c}_{k}`` whose embedding carries a cue ``c = +-1`` and a per-token nuisance value;
+  the unembedding reads the cue plus 0.3 times the nuisance for `` A`` and the negative for `` B``. Head 0 (the
+  *planted* head) copies the cue and writes ``-harm`` times it back: it pushes every answer away from the cue.
+  Every other head copies the nuisance and writes it into the cue direction with a random strength
+  (normal, sd 0.05): removing one flips answers near the boundary, so each has real effects on answers, but
+  none that labels independent of the model could reward. (On the cue-labelled task of the power runs they
+  are small real effects: they change how much the nuisance counts.)
+- **Null tasks** (the false-confirmation rate): labels drawn at random, independent of the model (each task
+  its own labels, model, nuisance draw and split seed). Whatever find confirms there is false. Each run is
+  counted as a false confirmation when its primary set is confirmed; the rate must be at most ``alpha``
+  within Monte-Carlo error (the exact one-sided 95% Clopper-Pearson bound is printed).
+- **Power**: the task labels by the cue with each label flipped with probability ``--flip``, so removing the
+  planted head rescues examples on most tokens and damages them where the label was flipped. Its true effect
+  (the expected held-out accuracy change of removing it) is computed on the whole population of tokens of
+  the model: (rescued - damaged) / n with the label-flip probability folded in. Power is the share of runs
+  whose primary set is confirmed *and* contains the planted head, at each held-out size.
+
+Search settings are find's defaults (nominees 10, here capped at the model's 8 heads; max heads 3, so every
+pair and triple of them; finalists 10; alpha 0.05; exact screen). The sizes are scaled down from find's
+defaults (discovery 2,000, held-out 1,000) to discovery 300 and held-out 300 for the null tasks, because a run
+at full size takes about two minutes on a CPU (the per-example cost dominates): a run here takes seconds.
+The verdict's size does not depend on n (an exact test), the search's chance to find something on
+discovery does, so smaller discovery sets are, if anything, the harder case for the false-confirmation rate.
+
+    python scripts/error_rates.py [--null-tasks 100] [--power-runs 30] [--heldout-sizes 100,300,1000]
+        [--discovery 300] [--heldout 300] [--heads 8] [--harm 0.2] [--flip 0.3] [--seed 0] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from headprune.heads import Head
+from headprune.search.find import find
+from headprune.tasks import Example, Task
+
+CUE_SCALE, NUISANCE_SD, READ_NUISANCE, NULL_HEAD_SD = 1.0, 2.0, 0.3, 0.05
+
+
+def _vocab(tokens: int) -> list[str]:
+    return ["<pad>", "<eos>", "A", "B"] + [f"x{c}_{k}" for c in ("p", "n") for k in range(tokens)]
+
+
+def build_model(seed: int, *, heads: int = 8, harm: float = 0.2, tokens: int = 1500,  # noqa: ANN201
+                null_sd: float = NULL_HEAD_SD):
+    """The tiny Llama described above, as a LoadedModel; ``tokens`` per cue (2 * tokens examples); ``null_sd``
+    the standard deviation of the other heads' strengths."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from headprune.models import wrap_model
+
+    vocab = _vocab(tokens)
+    core = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(vocab)}, unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=8, num_hidden_layers=1,
+                         num_attention_heads=heads, num_key_value_heads=heads, head_dim=4,
+                         tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, bos_token_id=1,
+                         max_position_embeddings=32)
+    model = LlamaForCausalLM(config)
+    generator = torch.Generator().manual_seed(seed)
+    nuisance = torch.randn(tokens, generator=generator) * NUISANCE_SD
+    strengths = torch.randn(heads, generator=generator) * null_sd
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.zero_()
+        layer = model.model.layers[0]
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm, model.model.norm):
+            norm.weight.fill_(1.0)
+        embed = model.model.embed_tokens.weight
+        for k in range(tokens):
+            for c, name in ((1.0, "p"), (-1.0, "n")):
+                embed[vocab.index(f"x{name}_{k}"), 0] = CUE_SCALE * c
+                embed[vocab.index(f"x{name}_{k}"), 1] = nuisance[k]
+        attention = layer.self_attn
+        attention.v_proj.weight[0, 0] = 1.0  # the planted head copies the cue ...
+        attention.o_proj.weight[0, 0] = -harm  # ... and writes it back negated
+        for h in range(1, heads):  # the others copy the nuisance into the cue direction
+            attention.v_proj.weight[4 * h, 1] = 1.0
+            attention.o_proj.weight[0, 4 * h] = strengths[h]
+        readout = torch.zeros(16)
+        readout[0], readout[1] = 1.0, READ_NUISANCE
+        model.lm_head.weight[vocab.index("A")] = readout
+        model.lm_head.weight[vocab.index("B")] = -readout
+    return wrap_model(model, tokenizer, name=f"error-rates-{seed}")
+
+
+def build_task(seed: int, *, tokens: int = 1500, flip: float | None = None) -> Task:
+    """``flip`` None: random labels (a null task); else labels by the cue, each flipped with that probability."""
+    rng = random.Random(seed)
+    examples = []
+    for k in range(tokens):
+        for c, name in ((1, "p"), (-1, "n")):
+            answer = rng.randrange(2) if flip is None else (0 if c > 0 else 1) ^ (rng.random() < flip)
+            examples.append(Example(f"x{name}_{k}", prompt=f"x{name}_{k}", choices=(" A", " B"), answer=answer))
+    return Task("null" if flip is None else "cue", "choice", tuple(examples))
+
+
+def planted_effect(*, heads: int, harm: float, flip: float, models: int = 5, tokens: int = 5000) -> float:
+    """The planted head's true effect: the expected accuracy change of removing it, over the models (nuisance
+    draws and other heads' strengths) and labels the power runs draw from, estimated on ``models`` models of
+    ``2 * tokens`` examples each (Monte-Carlo error well below a tenth of a point)."""
+    from headprune.evaluation import Evaluator
+
+    effects = []
+    for seed in range(10**6, 10**6 + models):
+        lm = build_model(seed, heads=heads, harm=harm, tokens=tokens)
+        evaluator = Evaluator(lm, build_task(seed, tokens=tokens, flip=0.0), batch_size=1024)
+        before, after = evaluator.run().correct, evaluator.run([Head(0, 0)]).correct
+        effects.append(float((~before & after).mean()) - float((before & ~after).mean()))
+    return (1 - 2 * flip) * sum(effects) / len(effects)  # a flipped label turns a rescue into damage and back
+
+
+def clopper_pearson_upper(k: int, n: int, level: float = 0.95) -> float:
+    """Exact one-sided upper confidence bound for a binomial proportion (bisection on the tail)."""
+    def lower_tail(p: float) -> float:
+        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
+
+    if k >= n:
+        return 1.0
+    low, high = k / n, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if lower_tail(mid) > 1 - level else (low, mid)
+    return high
+
+
+@dataclass(frozen=True)
+class Rate:
+    label: str
+    runs: int
+    hits: int
+    upper95: float
+    seconds: float
+    which: tuple[int, ...] = ()  # the runs that counted
+    best_of_finalists: int | None = None  # null tasks read the wrong way: any finalist p < alpha, gain > 0
+
+    @property
+    def rate(self) -> float:
+        return self.hits / self.runs if self.runs else float("nan")
+
+
+def null_rate(tasks: int, *, seed: int, discovery: int, heldout: int, heads: int, alpha: float = 0.05,
+              settings: dict | None = None) -> Rate:
+    """False confirmations over ``tasks`` null tasks, each through find with its own model, labels and split."""
+    started, which, wrong = time.perf_counter(), [], 0
+    tokens = (discovery + heldout) // 2 + 1
+    for index in range(tasks):
+        task_seed = seed * 100_003 + index
+        lm = build_model(task_seed, heads=heads, tokens=tokens)
+        result = find(lm, build_task(task_seed, tokens=tokens), discovery=discovery, heldout=heldout,
+                      seed=task_seed, alpha=alpha, batch_size=512, **(settings or {}))
+        if result.confirmed:
+            which.append(index)
+        wrong += any(f.heldout.p_value < alpha and f.heldout.difference > 0 for f in result.finalists)
+    return Rate(f"null (discovery {discovery}, held-out {heldout})", tasks, len(which),
+                clopper_pearson_upper(len(which), tasks), time.perf_counter() - started, tuple(which), wrong)
+
+
+def power(runs: int, heldout: int, *, seed: int, discovery: int, heads: int, harm: float, flip: float,
+          alpha: float = 0.05, settings: dict | None = None) -> Rate:
+    """Runs whose primary set is confirmed and contains the planted head, at one held-out size."""
+    started, hits = time.perf_counter(), 0
+    tokens = (discovery + heldout) // 2 + 1
+    for index in range(runs):
+        run_seed = seed * 100_003 + 50_000 + index
+        lm = build_model(run_seed, heads=heads, harm=harm, tokens=tokens)
+        result = find(lm, build_task(run_seed, tokens=tokens, flip=flip), discovery=discovery, heldout=heldout,
+                      seed=run_seed, alpha=alpha, batch_size=512, **(settings or {}))
+        hits += result.confirmed and "L0.H0" in result.finalists[0].heads
+    return Rate(f"power at held-out {heldout}", runs, hits, clopper_pearson_upper(hits, runs),
+                time.perf_counter() - started)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--null-tasks", type=int, default=100)
+    parser.add_argument("--power-runs", type=int, default=30)
+    parser.add_argument("--heldout-sizes", default="100,300,1000")
+    parser.add_argument("--discovery", type=int, default=300)
+    parser.add_argument("--heldout", type=int, default=300)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--harm", type=float, default=0.2)
+    parser.add_argument("--flip", type=float, default=0.3)
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--effect-tokens", type=int, default=5000,
+                        help="tokens per cue of each of the 5 models the true effect is measured on")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (tiny models: 1 is fastest)")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    logging.getLogger("headprune").setLevel(logging.WARNING)
+    figures: dict = {"settings": vars(args)}
+    if args.null_tasks:
+        null = null_rate(args.null_tasks, seed=args.seed, discovery=args.discovery, heldout=args.heldout,
+                         heads=args.heads, alpha=args.alpha)
+        print(f"false confirmations on {null.runs} null tasks (discovery {args.discovery}, held-out "
+              f"{args.heldout}, {args.heads} heads, alpha {args.alpha}): {null.hits}/{null.runs} = {null.rate:.3f} "
+              f"(exact one-sided 95% upper bound {null.upper95:.3f}; {null.seconds:.0f} s); confirmed: tasks "
+              f"{list(null.which)}; read the wrong way (any finalist, chosen after held-out): "
+              f"{null.best_of_finalists}/{null.runs}", flush=True)
+        figures["null"] = {**asdict(null), "rate": null.rate}
+    sizes = [int(s) for s in args.heldout_sizes.split(",") if s] if args.power_runs else []
+    if sizes:
+        effect = planted_effect(heads=args.heads, harm=args.harm, flip=args.flip, tokens=args.effect_tokens)
+        print(f"planted head L0.H0: harm {args.harm}, label noise {args.flip}: true accuracy effect of removing it "
+              f"{effect:+.2%} (5 models x {2 * args.effect_tokens:,} examples)", flush=True)
+        figures["effect"], figures["power"] = effect, []
+        for size in sizes:
+            rate = power(args.power_runs, size, seed=args.seed, discovery=args.discovery, heads=args.heads,
+                         harm=args.harm, flip=args.flip, alpha=args.alpha)
+            print(f"power at held-out {size}: {rate.hits}/{rate.runs} = {rate.rate:.2f} confirmed with the planted "
+                  f"head in the primary set ({rate.seconds:.0f} s)", flush=True)
+            figures["power"].append({**asdict(rate), "heldout": size, "rate": rate.rate})
+    if args.json:
+        from pathlib import Path
+
+        from headprune.io import atomic_write_json
+
+        atomic_write_json(Path(args.json), figures)
+    return figures
+
+
+if __name__ == "__main__":
+    main()
