@@ -206,8 +206,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (tiny models: 1 is fastest)")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    logger, threads = logging.getLogger("headprune"), torch.get_num_threads()
+    level = logger.level
     torch.set_num_threads(args.threads)
-    logging.getLogger("headprune").setLevel(logging.WARNING)
+    logger.setLevel(logging.WARNING)
+    try:  # called in-process by the tests: leave the logger and torch's threads as they were
+        return _measure(args)
+    finally:
+        logger.setLevel(level)
+        torch.set_num_threads(threads)
+
+
+def _measure(args: argparse.Namespace) -> dict:
     figures: dict = {"settings": vars(args)}
     if args.null_tasks:
         null = null_rate(args.null_tasks, seed=args.seed, discovery=args.discovery, heldout=args.heldout,
