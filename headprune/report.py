@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from headprune.heads import Head
+from headprune.report_examples import examples_section
 from headprune.search.result import Compression, ControlEffect, FindResult
 from headprune.search.stats import NonInferiority, Verdict
 
@@ -103,8 +104,9 @@ def render_markdown(result: FindResult) -> str:
                   "Removing heads that help one task often hurts another."]
     if controls:
         lines += ["", "![trade-off: held-out gain against each control's change](controls.png)"]
+    lines += [""] + examples_section(result)  # generate tasks: what the model wrote, before and after
     settings = "\n".join(f"{k}: {val}" for k, val in vars(result.settings).items())
-    lines += ["", "## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
+    lines += ["## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
               "![single-head screen](screen.png)", ""]
     return "\n".join(lines)
 

@@ -28,13 +28,15 @@ def disagreement(reference: EvalResult, other: EvalResult, dtype: str) -> tuple[
         return "the two evaluations cover different examples", 0
     a, b = reference.margins, other.margins
     allowed = tolerance(dtype) * np.maximum(1.0, np.abs(a))
-    ties = np.abs(a) <= allowed
+    decides = reference.decisions  # what decides each answer: the decoding gap of a generated one, else the margin
+    ties = np.abs(decides) <= tolerance(dtype) * np.maximum(1.0, np.abs(decides))
     if reference.has_accuracy:
         flipped = np.flatnonzero((reference.correct != other.correct) & ~ties)
         if flipped.size:
             i = int(flipped[0])
+            gap = "" if reference.results[i].decision is None else f", decoding gap {decides[i]:.4g}"
             return (f"{flipped.size} example(s) answered differently (first: {reference.results[i].id}, margin "
-                    f"{a[i]:.4g} then {b[i]:.4g})"), int(ties.sum())
+                    f"{a[i]:.4g} then {b[i]:.4g}{gap})"), int(ties.sum())
     excess = np.abs(a - b) - allowed
     if (excess > 0).any():
         i = int(np.argmax(excess))

@@ -15,6 +15,7 @@ from headprune.errors import ResultFileError
 from headprune.evaluation.results import Summary
 from headprune.heads import Head, parse_heads
 from headprune.records import from_json, to_json
+from headprune.search.generations import Generations
 from headprune.search.paired import Paired
 from headprune.search.stats import NonInferiority, Verdict
 
@@ -231,6 +232,7 @@ class FindResult:
     timings: dict[str, float] = field(default_factory=dict, compare=False)
     schema_version: int = SCHEMA_VERSION
     means_digest: str | None = None  # mean ablation: the hash of the head means find used (see ablation.means_digest)
+    generations: Generations | None = None  # generate tasks: held-out texts of the baseline and every finalist
 
     @property
     def primary(self) -> tuple[Head, ...]:
