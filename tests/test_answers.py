@@ -38,10 +38,12 @@ PIPELINES = {
                                            "default_value": "?"}, {"function": "majority_vote"},
                {"function": "take_first"}],
     "default": [{"function": "take_first"}],
+    "spaces-kept": [{"function": "regex", "regex_pattern": "=(.*)"}, {"function": "take_first"}],
 }
 TEXTS = ["#### 42", "The answer is $1,234.", " 46.", "so 3 + 4 = 7 #### 7\n", "#### -3.5, then 8", "", "no digits",
-         "12 and 13 and 14", "The answer is Yes", " yes ", "NO", "answer is  x", "####  5", "#### 1.000,5."]
-TEXT = st.text(alphabet=st.sampled_from(list("0123456789 .,$#-\nabYesNO")), max_size=30)
+         "12 and 13 and 14", "The answer is Yes", " yes ", "NO", "answer is  x", "####  5", "#### 1.000,5.",
+         "= 46 ", "#### 46\x00", "46\x00"]
+TEXT = st.text(alphabet=st.sampled_from(list("0123456789 .,$#-=\nabYesNO\x00")), max_size=30)
 
 
 def lm_eval_answer(steps: list[dict], text: str) -> str:
@@ -61,14 +63,14 @@ def test_filters_agree_with_lm_eval(name: str, drawn: str) -> None:
     for text in [drawn, *TEXTS]:
         theirs = lm_eval_answer(PIPELINES[name], text)
         assert rule.extract(text) == theirs, text
-        for target in ("42", "#### 1,234", "7", "Some work.\n#### 46", theirs):
+        for target in ("42", "#### 1,234", "7", "Some work.\n#### 46", "46", theirs):
             expected = bool(exact_match_hf_evaluate(predictions=[theirs], references=[target],
                                                     **GSM8K_MATCH)["exact_match"])
             assert rule.correct(text, target, trim=False) == expected, (text, target)
 
 
 @settings(max_examples=300, deadline=None)
-@given(drawn=TEXT, pattern=st.sampled_from(["[0-9]+", "(\\d)(\\d)?", "#+ ?(\\S*)", "(a)|(b)"]))
+@given(drawn=TEXT, pattern=st.sampled_from(["[0-9]+", "(\\d)(\\d)?", "#+ ?(\\S*)", "(a)|(b)", "( *[0-9]+ *)"]))
 def test_regex_rule_is_lm_evals_regex_filter(drawn: str, pattern: str) -> None:
     rule = named_rule(f"regex:{pattern}")
     steps = [{"function": "regex", "regex_pattern": pattern}, {"function": "take_first"}]
