@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from headprune.search.generations import GeneratedSet, Generations, transitions
+from headprune.search.generations import GeneratedSet, transitions
 from headprune.search.result import FindResult
 
 SHOWN_RESCUED = 5

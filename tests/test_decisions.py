@@ -11,7 +11,7 @@ import torch
 
 from headprune.errors import InternalCheckError
 from headprune.evaluation import EvalResult, ExampleResult, evaluate
-from headprune.evaluation.contract import ABSOLUTE_TOLERANCE, SPREAD_TOLERANCE, disagreement
+from headprune.evaluation.contract import ABSOLUTE_TOLERANCE, disagreement
 from headprune.search.determinism import compare_passes
 from helpers import build_tiny, generate_task
 
