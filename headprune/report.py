@@ -276,6 +276,7 @@ def render_compression(result: FindResult) -> str:
               "| heads removed | discovery accuracy | within budget | taken |", "|---|---|---|---|"]
     lines += [f"| {p.removed} | {p.accuracy:.1%} | {'yes' if p.within else 'no'} | {'yes' if p.accepted else ''} |"
               for p in c.curve]
+    lines += [""] + examples_section(result)[:-1]  # generate tasks: what the model wrote, before and after
     settings = "\n".join(f"{k}: {val}" for k, val in vars(result.settings).items())
     lines += ["", "![heads removed against discovery accuracy](tradeoff.png)", "",
               "## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
