@@ -75,6 +75,5 @@ def _example_rows(result: FindResult, primary: GeneratedSet) -> list[str]:
         for i in picked:
             lines.append(f"| {label} | {g.ids[i]} | {_quoted(g.prompts[i])} | {_quoted(g.targets[i])} | "
                          f"{_quoted(g.baseline.texts[i])} | {_quoted(primary.texts[i])} |")
-    shown = min(rescued.size, SHOWN_RESCUED) + min(damaged.size, SHOWN_DAMAGED)
-    return lines + ["", f"({shown} of {rescued.size} rescued and {damaged.size} damaged examples shown, in held-out "
-                    "order.)"]
+    return lines + ["", f"({min(rescued.size, SHOWN_RESCUED)} of {rescued.size} rescued and "
+                    f"{min(damaged.size, SHOWN_DAMAGED)} of {damaged.size} damaged examples shown, in held-out order.)"]
