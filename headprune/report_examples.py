@@ -58,7 +58,7 @@ def examples_section(result: FindResult) -> list[str]:
                      f"{s.rescued_answer} / {s.rescued_after_answer} / {s.rescued_other} | "
                      f"{s.damaged_answer} / {s.damaged_after_answer} / {s.damaged_other} |")
     primary = g.finalists[0]
-    lines += ["", f"Primary set: {what_changed(primary)}", ""]
+    lines += ["", f"Primary set `{','.join(primary.heads)}`. {what_changed(primary)}", ""]
     lines += _example_rows(result, primary)
     return lines + [""]
 

@@ -57,7 +57,7 @@ def test_find_keeps_the_texts_and_splits_the_rescued(tmp_path, tokenizer) -> Non
     assert all(len(e["texts"]) == len(e["margins"]) for e in entries if "margins" in e)
     assert FindResult.from_dict(json.loads(json.dumps(result.to_dict()))).generations == g
     report = render_markdown(result)
-    assert "## What the model wrote (held-out)" in report and "Primary set: What changed:" in report
+    assert "## What the model wrote (held-out)" in report and f"Primary set `{','.join(result.finalists[0].heads)}`. What changed:" in report
     assert f"| intact | {g.baseline.exact_match:.1%} | {g.baseline.teacher_forced:.1%} |" in report
     assert "| rescued | " in report
 
