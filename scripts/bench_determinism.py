@@ -72,7 +72,7 @@ def main() -> None:
     results = []
     # Every task intact first, then with each bug: what is measured by a deadline is the most useful part.
     for mixes in ([0.0], args.mix):
-        for entry in args.task:
+        for entry in args.task if mixes else ():
             spec, _, n = entry.rpartition(":")
             size = int(n) if not mixes[0] else min(int(n), args.bug_n)  # a bug shows at any size: keep it short
             results.append(measure(lm, spec, size, mixes))
