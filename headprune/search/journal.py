@@ -2,8 +2,8 @@
 
 ``journal.jsonl`` starts with one line of settings (model hash, task hashes, every option); each further
 line is one condition: ``{"key": "<split>|<heads>", "correct": "0110...", "margins": [...]}``, plus for
-generating kinds ``"texts"`` (each example's generated answer text) and ``"decisions"`` (decoding gaps). A line cut
-short by a kill is ignored on resume. Results are deterministic, so a resumed run gives exactly the result
+generating kinds ``"texts"`` (each example's generated answer text) and ``"decisions"`` (decoding gaps). A line
+cut short by a kill is ignored on resume. Results are deterministic, so a resumed run gives exactly the result
 of an uninterrupted one.
 """
 
@@ -93,7 +93,7 @@ class Journal:
             return None
         if len(entry["margins"]) != len(task):
             raise ResultFileError(f"journal entry {key} does not match the task (corrupt journal?)")
-        texts = entry.get("texts") or [None] * len(task)  # journals before 0.x kept no texts
+        texts = entry.get("texts") or [None] * len(task)  # older journals kept no texts
         decisions = entry.get("decisions")
         decisions = [None] * len(task) if decisions is None else [math.inf if d is None else d for d in decisions]
         return EvalResult(task.name, task.kind, tuple(
