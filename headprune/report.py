@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headprune.report_examples import examples_section
 from headprune.search.result import Compression, ControlEffect, FindResult
 from headprune.search.stats import NonInferiority, Verdict
 
@@ -118,8 +119,9 @@ def render_markdown(result: FindResult) -> str:
                   "Removing heads that help one task often hurts another."]
     if controls:
         lines += ["", "![trade-off: held-out gain against each control's change](controls.png)"]
+    lines += [""] + examples_section(result)  # generate tasks: what the model wrote, before and after
     settings = "\n".join(f"{k}: {val}" for k, val in vars(result.settings).items())
-    lines += ["", "## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
+    lines += ["## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
               "![single-head screen](screen.png)", ""]
     return "\n".join(lines)
 
@@ -252,6 +254,7 @@ def render_compression(result: FindResult) -> str:
               "| heads removed | discovery accuracy | within budget | taken |", "|---|---|---|---|"]
     lines += [f"| {p.removed} | {p.accuracy:.1%} | {'yes' if p.within else 'no'} | {'yes' if p.accepted else ''} |"
               for p in c.curve]
+    lines += [""] + examples_section(result)[:-1]  # generate tasks: what the model wrote, before and after
     settings = "\n".join(f"{k}: {val}" for k, val in vars(result.settings).items())
     lines += ["", "![heads removed against discovery accuracy](tradeoff.png)", "",
               "## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",

@@ -50,16 +50,29 @@ def test_choice_margin_matches_log_likelihood_by_hand(tiny_causal) -> None:
         assert got.correct == bool(np.argmax(values) == example.answer)
 
 
-def test_generate_is_exact_match_of_greedy_output(tiny_causal) -> None:
-    # The model's own greedy output (decoded alone, batch 1) as target is correct; a foreign target is not.
+def _transformers_greedy(lm, prompt: str, max_new_tokens: int) -> str:
+    """transformers' own greedy decoding of one prompt, alone (no batch, no padding), up to the first newline."""
+    ids = torch.tensor([lm.tokenizer(prompt)["input_ids"]])
+    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.tokenizer.eos_token_id
+    with torch.no_grad():
+        out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                max_new_tokens=max_new_tokens, pad_token_id=pad)
+    return lm.tokenizer.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=True).split("\n")[0]
+
+
+def test_generate_is_exact_match_of_transformers_greedy_output(tiny_causal) -> None:
+    # Targets come from transformers' model.generate on each prompt alone, not from the evaluator under test:
+    # headprune's batched, left-padded decoding must write the same text, and exact match follows it.
     task = generate_task()
-    raw = Evaluator(tiny_causal, task, batch_size=1)._generate()
-    usable = {i for i, text in raw.items() if text.strip()}
+    theirs = [_transformers_greedy(tiny_causal, e.prompt, task.max_new_tokens) for e in task.examples]
+    usable = {i for i, text in enumerate(theirs) if text.strip()}
     assert usable, "the tiny model should produce some text before a newline"
-    examples = tuple(Example(e.id, prompt=e.prompt, target=raw[i].strip() if i in usable else "no such answer")
+    examples = tuple(Example(e.id, prompt=e.prompt, target=theirs[i].strip() if i in usable else "no such answer")
                      for i, e in enumerate(task.examples))
     result = evaluate(tiny_causal, Task("gen2", "generate", examples, max_new_tokens=4), batch_size=4)
+    assert [r.text for r in result.results] == theirs
     assert [r.correct for r in result.results] == [i in usable for i in range(len(examples))]
+    assert all(r.decision is not None and r.decision >= 0 for r in result.results)
 
 
 def test_generate_margin_matches_teacher_forcing_by_hand(tiny_causal) -> None:

@@ -19,7 +19,17 @@ from headprune.models import load_model
 from headprune.tasks import load_task
 from helpers import build_tiny
 
-pytest.importorskip("lm_eval", reason="the lm-eval extra is not installed")
+
+@pytest.fixture(scope="module", autouse=True)
+def lm_eval_installed():  # noqa: ANN201
+    """These tests compare with lm_eval itself: without it they fail, saying so, rather than skip (CI installs the
+    extra; a parity never run against lm_eval is not tested), as tests/test_gguf.py does for llama.cpp."""
+    try:
+        import lm_eval
+    except ImportError as error:
+        pytest.fail(f"these tests compare with lm-evaluation-harness, which cannot be imported ({error}); "
+                    "pip install 'headprune[lm-eval]' (scripts/setup.sh does)")
+    return lm_eval
 
 DATA = Path(__file__).resolve().parent / "data" / "lm_eval"
 
@@ -145,12 +155,93 @@ def test_generate_agrees_with_lm_eval(tiny_folder, tasks_folder) -> None:
     assert task.examples[-1].prompt.endswith("= ")  # decoding starts after the space, as in lm_eval
 
 
+GSM_LIKE = """output_type: generate_until
+doc_to_text: "Question: {{question}}\\nAnswer:"
+doc_to_target: "{{answer}}"
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+    ignore_case: true
+    ignore_punctuation: false
+    regexes_to_ignore: [",", "\\\\$", "(?s).*#### ", "\\\\.$"]
+generation_kwargs:
+  until: ["Question:", "</s>", "<|im_end|>"]
+  do_sample: false
+  max_gen_toks: 8
+filter_list:
+  - name: "strict-match"
+    filter:
+      - function: "regex"
+        regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"
+      - function: "take_first"
+  - name: "last-word"
+    filter:
+      - function: "regex"
+        group_select: -1
+        regex_pattern: "(\\\\w+)"
+      - function: "take_first"
+"""
+
+
+@pytest.fixture(scope="module")
+def gsm_folder(tmp_path_factory, tiny_folder):  # noqa: ANN001, ANN201
+    """A gsm8k-style task (gsm8k's metric options and strict-match filter, and a last-word filter a tiny random
+    model can pass): even documents' targets end in "#### " and the last word the model writes (upper-cased: the
+    metric ignores case), taken from transformers' own greedy decoding."""
+    import re
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("lm-eval-gsm")
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(tiny_folder), AutoTokenizer.from_pretrained(tiny_folder)
+    rows = [json.loads(line) for line in (DATA / "generate.jsonl").read_text().splitlines()]
+    for i, row in enumerate(rows):
+        ids = tokenizer(f"Question: {row['question']}\nAnswer:", return_tensors="pt").input_ids
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
+        text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).split("Question:")[0]
+        words = re.findall(r"(\w+)", text)
+        row["answer"] = f"Some work, $3.\n#### {words[-1].upper()}" if i % 2 == 0 and words else "#### 7"
+    (folder / "gsm.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    write_yaml(folder, "hp_gsm", folder / "gsm.jsonl", GSM_LIKE)
+    return folder
+
+
+def test_gsm8k_style_filters_agree_with_lm_eval(tiny_folder, gsm_folder) -> None:
+    """A task with gsm8k's answer filters and exact_match options scores as lm_eval scores it, per filter."""
+    out = __import__("lm_eval").simple_evaluate(
+        model="hf", model_args=f"pretrained={tiny_folder},dtype=float32", tasks=["hp_gsm"], device="cpu",
+        batch_size=4, log_samples=True,
+        task_manager=__import__("lm_eval.tasks", fromlist=["TaskManager"]).TaskManager(
+            include_path=str(gsm_folder), include_defaults=False))
+    lm = load_model(str(tiny_folder))
+    seen = {}
+    for name in ("strict-match", "last-word"):
+        theirs = {s["doc_id"]: s for s in out["samples"]["hp_gsm"] if s["filter"] == name}
+        spec = f"lm-eval:{gsm_folder / 'hp_gsm.yaml'}" + ("" if name == "strict-match" else f":filter={name}")
+        task = load_task(spec)
+        assert task.answer.name == f"lm-eval:{name}"
+        result = evaluate(lm, task)
+        ours = [int(r.correct) for r in result.results]
+        assert ours == [int(theirs[doc]["exact_match"]) for doc in range(len(ours))]
+        assert [r.text for r in result.results] == [theirs[doc]["resps"][0][0] for doc in range(len(ours))]
+        assert [task.answer.extract(r.text) for r in result.results] == [
+            theirs[doc]["filtered_resps"][0] for doc in range(len(ours))]
+        seen[name] = ours
+    assert not any(seen["strict-match"])  # the model writes no "#### N": every answer is [invalid]
+    assert 0 < sum(seen["last-word"]) < len(seen["last-word"])  # right and wrong both occur
+    with pytest.raises(TaskError, match="has no filter 'flexible'; its filters: strict-match, last-word"):
+        load_task(f"lm-eval:{gsm_folder / 'hp_gsm.yaml'}:filter=flexible")
+
+
 def test_bad_specs_are_refused(tasks_folder, tmp_path) -> None:
     with pytest.raises(TaskError, match="metric must be one of"):
         load_task(f"lm-eval:{tasks_folder / 'hp_choice.yaml'}:metric=f1")
     with pytest.raises(TaskError, match="has no split 'train'"):
         load_task(f"lm-eval:{tasks_folder / 'hp_choice.yaml'}:split=train")
-    with pytest.raises(TaskError, match="take only metric"):
+    with pytest.raises(TaskError, match="take only metric, num_fewshot, split and filter"):
         load_task(f"lm-eval:{tasks_folder / 'hp_choice.yaml'}:shots=2")
     with pytest.raises(TaskError, match="no lm-eval task file"):
         load_task(f"lm-eval:{tmp_path / 'absent.yaml'}")

@@ -24,7 +24,7 @@ from headprune.heads import format_heads
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Score only the first N examples.")
 @batch_option
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write per-example results (id, correct, margin) as JSONL.")
+              help="Write per-example results (id, correct, margin; text for generate tasks) as JSONL.")
 @device_option
 @device_map_option
 @max_memory_option
@@ -70,8 +70,9 @@ def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | 
     result = evaluator.run(heads, mode=ablation, means=means, progress=sys.stderr.isatty(), label=task.name)
     seconds = time.perf_counter() - started
     if out is not None:
-        atomic_write_text(out, "".join(json.dumps({"id": r.id, "correct": r.correct, "margin": r.margin}) + "\n"
-                                       for r in result.results))
+        atomic_write_text(out, "".join(json.dumps({"id": r.id, "correct": r.correct, "margin": r.margin,
+                                                   **({"text": r.text} if r.text is not None else {})}) + "\n"
+                                       for r in result.results))  # generate kinds: what the model wrote
     summary = {"model": model, "task": result.task, "kind": result.kind,
                **{k: v for k, v in to_json(result.summary()).items() if v is not None},
                "heads": [str(h) for h in heads], "ablation": ablation,

@@ -23,9 +23,11 @@ def tasks_command(as_json: bool) -> None:
         click.echo(f"{name:<12} {kind:<9} {summary}")
     click.echo("\nTask files (JSONL, one object per line):")
     click.echo('  choice    {"prompt": str, "choices": [str, ...], "answer": int}   options: length_normalize=true')
-    click.echo('  generate  {"prompt": str, "target": str}                          options: max_new_tokens=N')
+    click.echo('  generate  {"prompt": str, "target": str}                          options: max_new_tokens=N, '
+               'answer=line|first-number|regex:PATTERN')
     click.echo('  text      {"text": str}')
     click.echo('  code      {"prompt": str, "tests": str | [str, ...], "entry_point"?: str}   '
                'needs --allow-code-execution')
     click.echo("\nlm-evaluation-harness tasks (pip install 'headprune[lm-eval]'): lm-eval:NAME[,NAME...] or "
-               "lm-eval:path/to/task.yaml, options metric=acc|acc_norm|acc_bytes, num_fewshot=N, split=NAME")
+               "lm-eval:path/to/task.yaml, options metric=acc|acc_norm|acc_bytes, num_fewshot=N, split=NAME, "
+               "filter=NAME (generate_until: which filter_list entry reads the answer; default the first)")

@@ -21,10 +21,12 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from transformers import LogitsProcessorList
 
 from headprune.ablation import AblationMode, ablated, collect_head_means
 from headprune.errors import TaskError
 from headprune.evaluation.batching import plan_batches
+from headprune.evaluation.decoding import Generated, StepGaps, decided_steps, decision_gap, eos_ids
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.heads import Head
 from headprune.layer_cache import LayerInputCache
@@ -246,9 +248,11 @@ class Evaluator:
         bar.close()
         results = []
         for index, example in enumerate(self.task.examples):
+            decoded = generated.get(index)
             correct, margin = self.scorer.judge(example, [values[i] for i in self._by_example[index]],
-                                                generated.get(index))
-            results.append(ExampleResult(example.id, correct, margin))
+                                                decoded.text if decoded is not None else None)
+            results.append(ExampleResult(example.id, correct, margin) if decoded is None else
+                           ExampleResult(example.id, correct, margin, text=decoded.text, decision=decoded.gap))
         return EvalResult(self.task.name, self.task.kind, tuple(results))
 
     def surrogate_margins(self) -> Iterator[torch.Tensor]:
@@ -283,10 +287,12 @@ class Evaluator:
             return cache.replay(number, cache.start_for(min(h.layer for h in heads)))
         return nullcontext()
 
-    def _generate(self) -> dict[int, str]:
-        """Greedy decoding of every example's generation prompt: the answer part of the text, per example."""
-        texts: dict[int, str] = {}
+    def _generate(self) -> dict[int, Generated]:
+        """Greedy decoding of every example's generation prompt: per example, the answer part of the text and
+        how close greedy decoding came to choosing otherwise (see :class:`Generated`)."""
+        found: dict[int, Generated] = {}
         device = self.lm.device
+        eos = eos_ids(self.lm.model)
         for batch in self._batches:
             prompts = [self.scorer.generation_prompt(self._items[i]) for i in batch]
             width = max(len(p) for p in prompts)
@@ -295,11 +301,17 @@ class Evaluator:
             for row, prompt in enumerate(prompts):
                 ids[row, width - len(prompt):] = torch.tensor(prompt)
                 mask[row, width - len(prompt):] = 1
+            gaps = StepGaps()  # records (B,) per step; the scores pass through unchanged
             out = self.lm.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
-                                         max_new_tokens=self.task.max_new_tokens, pad_token_id=self._pad_id)
+                                         max_new_tokens=self.task.max_new_tokens, pad_token_id=self._pad_id,
+                                         logits_processor=LogitsProcessorList([gaps]))
+            steps = gaps.stacked()  # (B, steps)
             for row, i in enumerate(batch):
-                texts[self._items[i].example] = self.scorer.stop(self.scorer.tokens.decode(out[row, width:].tolist()))
-        return texts
+                tokens = out[row, width:].tolist()
+                text = self.scorer.stop(self.scorer.tokens.decode(tokens))
+                decided = decided_steps(tokens, eos, self.scorer.tokens.decode, self.scorer.stop)
+                found[self._items[i].example] = Generated(text, decision_gap(steps[row], decided))
+        return found
 
     def head_means(self) -> torch.Tensor:
         """Per-head mean outputs of the intact model over this task's inputs (for ``mean`` ablation)."""

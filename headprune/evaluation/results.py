@@ -11,9 +11,18 @@ from headprune.tasks import has_accuracy
 
 @dataclass(frozen=True)
 class ExampleResult:
+    """One example under one condition.
+
+    ``text`` and ``decision`` are set for generating kinds only: the generated answer text (cut where the task's
+    answer ends, before any answer extraction) and the decision gap of greedy decoding
+    (``headprune.evaluation.decoding``): what, rather than the margin, says whether the answer was a near-tie.
+    """
+
     id: str
     correct: bool | None  # None for kinds without an answer (text)
     margin: float  # higher is better; positive when the answer is right
+    text: str | None = None
+    decision: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,19 @@ class EvalResult:
     @property
     def margins(self) -> np.ndarray:
         return np.array([r.margin for r in self.results], dtype=np.float64)
+
+    @property
+    def texts(self) -> tuple[str, ...] | None:
+        """The generated texts, per example (``None`` for kinds that do not generate)."""
+        if not self.results or self.results[0].text is None:
+            return None
+        return tuple(r.text or "" for r in self.results)
+
+    @property
+    def decisions(self) -> np.ndarray:
+        """``(n,)`` what decides whether each answer is a near-tie: the decoding gap where there is one, else
+        the margin."""
+        return np.array([r.margin if r.decision is None else r.decision for r in self.results], dtype=np.float64)
 
     @property
     def accuracy(self) -> float | None:

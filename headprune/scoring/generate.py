@@ -1,4 +1,6 @@
-"""``generate``: greedy decoding up to the first newline must equal the target (after trimming).
+"""``generate``: greedy decoding up to the first newline (or the task's stop strings); the answer the task's rule
+reads out of it (``headprune.tasks.answers``: the whole line, its first number, a regex, an lm-eval filter) must
+equal the target (after trimming, unless the task compares them as they are).
 
 Margin: the smallest, over the target's tokens under teacher forcing, of the log-prob of the target token
 minus the best other token: positive exactly when greedy decoding would emit the target tokens. The target
@@ -33,10 +35,8 @@ class GenerateScorer(Scorer):
         return torch.stack([(picked - rivals).min(), picked.sum()])  # (margin, target log-prob)
 
     def judge(self, example: Example, values: list[torch.Tensor], generated: str | None) -> tuple[bool, float]:
-        answer, target = generated or "", example.target
-        if self.task.strip_answers:
-            answer, target = answer.strip(), target.strip()
-        return answer == target, float(values[0][0])
+        correct = self.task.answer.correct(generated or "", example.target, trim=self.task.strip_answers)
+        return correct, float(values[0][0])
 
     def surrogate(self, item: Item, value: torch.Tensor, example: Example) -> torch.Tensor:
         return value[1]  # the target's log-prob: a smooth stand-in for the min-over-tokens margin

@@ -31,6 +31,7 @@ from headprune.progress import duration
 from headprune.records import to_json
 from headprune.search.conditions import Conditions
 from headprune.search.determinism import check_determinism
+from headprune.search.generations import heldout_generations
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.paired import Paired, compare
 from headprune.search.parsimony import Pruner
@@ -371,6 +372,7 @@ class _Search:
             sets=tuple(SetRecord(tuple(str(h) for h in heads), evaluated[heads]) for heads in ranked_sets),
             finalists=tuple(finalists),
             means_digest=None if self.conditions.means is None else means_digest(self.conditions.means),
+            generations=heldout_generations(self.conditions, self.base["heldout"], finalists),
         )
 
 

@@ -1,14 +1,16 @@
 """The search journal: every evaluated condition, appended as it finishes, so a run can resume.
 
 ``journal.jsonl`` starts with one line of settings (model hash, task hashes, every option); each further
-line is one condition: ``{"key": "<split>|<heads>", "correct": "0110...", "margins": [...]}``. A line cut
-short by a kill is ignored on resume. Results are deterministic, so a resumed run gives exactly the result
+line is one condition: ``{"key": "<split>|<heads>", "correct": "0110...", "margins": [...]}``, plus for
+generating kinds ``"texts"`` (each example's generated answer text) and ``"decisions"`` (decoding gaps). A line
+cut short by a kill is ignored on resume. Results are deterministic, so a resumed run gives exactly the result
 of an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -91,9 +93,13 @@ class Journal:
             return None
         if len(entry["margins"]) != len(task):
             raise ResultFileError(f"journal entry {key} does not match the task (corrupt journal?)")
+        texts = entry.get("texts") or [None] * len(task)  # older journals kept no texts
+        decisions = entry.get("decisions")
+        decisions = [None] * len(task) if decisions is None else [math.inf if d is None else d for d in decisions]
         return EvalResult(task.name, task.kind, tuple(
-            ExampleResult(example.id, flag == "1" if task.has_accuracy else None, margin)
-            for example, flag, margin in zip(task.examples, entry["correct"], entry["margins"])
+            ExampleResult(example.id, flag == "1" if task.has_accuracy else None, margin, text=text, decision=decision)
+            for example, flag, margin, text, decision in zip(task.examples, entry["correct"], entry["margins"],
+                                                             texts, decisions)
         ))
 
     def remember(self, key: str, compute: Callable[[], object]) -> object:
@@ -105,8 +111,13 @@ class Journal:
         return json.loads(json.dumps(data))  # what a resumed run reads back
 
     def put(self, key: str, result: EvalResult) -> None:
-        self._append({"key": key, "correct": "".join("1" if r.correct else "0" for r in result.results),
-                      "margins": [r.margin for r in result.results]})
+        entry: dict = {"key": key, "correct": "".join("1" if r.correct else "0" for r in result.results),
+                       "margins": [r.margin for r in result.results]}
+        if result.texts is not None:  # generating kinds: the texts, and decision gaps (JSON has no infinity)
+            entry["texts"] = list(result.texts)
+            entry["decisions"] = [r.decision if r.decision is not None and math.isfinite(r.decision) else None
+                                  for r in result.results]
+        self._append(entry)
 
     def _append(self, entry: dict) -> None:
         self._entries[entry["key"]] = entry

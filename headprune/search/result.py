@@ -15,6 +15,7 @@ from headprune.errors import ResultFileError
 from headprune.evaluation.results import EvalResult, Summary
 from headprune.heads import Head, parse_heads
 from headprune.records import from_json, to_json
+from headprune.search.generations import Generations
 from headprune.search.paired import Paired, compare
 from headprune.search.parsimony import HeadContribution, Parsimony
 from headprune.search.stats import NonInferiority, Verdict, paired_bootstrap_ci
@@ -245,6 +246,7 @@ class FindResult:
     schema_version: int = SCHEMA_VERSION
     means_digest: str | None = None  # mean ablation: the hash of the head means find used (see ablation.means_digest)
     parsimony: Parsimony | None = None  # objective improve: the pruning of sets to heads that earn their place
+    generations: Generations | None = None  # generate tasks: held-out texts of the baseline and every finalist
 
     @property
     def primary(self) -> tuple[Head, ...]:

@@ -3,7 +3,8 @@ tasks.
 
 A spec is ``NAME[:key=value,...]``, ``PATH.jsonl[:key=value,...]`` or ``lm-eval:NAME[,NAME...][:key=value,...]``
 (``lm-eval:path/to/task.yaml`` for a YAML task file; see ``headprune.tasks.harness``). File options:
-``length_normalize=true`` (choice) and ``max_new_tokens=N`` (generate, code).
+``length_normalize=true`` (choice), ``max_new_tokens=N`` (generate, code) and ``answer=line|first-number|regex:PATTERN``
+(generate: how the answer is read out of the generated line; default ``line``, see ``headprune.tasks.answers``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from headprune.errors import TaskError
+from headprune.tasks.answers import named_rule
 from headprune.tasks.base import TASK_KINDS, Example, Task, TaskKind, has_accuracy, parse_options
 from headprune.tasks.builtin import BUILTIN_SUMMARIES, BUILTIN_TASKS
 from headprune.tasks.harness import PREFIX, load_harness_task
@@ -42,9 +44,11 @@ def load_task(spec: str | Path) -> Task:
         options.pop("max_new_tokens", None)
     except ValueError:
         raise TaskError("option max_new_tokens must be an integer") from None
+    answer = named_rule(options.pop("answer", "line"))
     if options:
-        raise TaskError(f"task files take only length_normalize and max_new_tokens, not {sorted(options)[0]!r}")
-    return load_jsonl_task(path, length_normalize=length_normalize, max_new_tokens=max_new_tokens)
+        raise TaskError(f"task files take only length_normalize, max_new_tokens and answer, not "
+                        f"{sorted(options)[0]!r}")
+    return load_jsonl_task(path, length_normalize=length_normalize, max_new_tokens=max_new_tokens, answer=answer)
 
 
 def describe_builtin_tasks() -> list[tuple[str, str, str]]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from headprune.errors import TaskError
+from headprune.tasks.answers import LINE, AnswerRule, rule_to_json
 
 TaskKind = Literal["choice", "generate", "text", "classify", "code"]
 TASK_KINDS: tuple[str, ...] = ("choice", "generate", "text", "classify", "code")
@@ -27,8 +28,14 @@ CONTINUOUS_KINDS: tuple[str, ...] = ("text",)  # scored by a continuous metric o
 
 
 def parse_options(text: str) -> dict[str, str]:
-    """``key=value,...`` -> a dict (the options part of a task spec)."""
+    """``key=value,...`` -> a dict (the options part of a task spec). An ``answer=regex:PATTERN`` option must come
+    last and takes the rest of the text, commas included (a pattern may contain them)."""
     options: dict[str, str] = {}
+    head, marker, pattern = text.partition("answer=regex:")
+    if marker:
+        if head.strip() and not head.rstrip().endswith(","):
+            raise TaskError(f"task option {text!r} is not key=value,...")
+        text, options["answer"] = head, "regex:" + pattern
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -100,6 +107,8 @@ class Task:
         until: generate tasks: the answer ends before the first of these strings (none: the first newline).
         strip_answers: generate tasks: compare answer and target with surrounding whitespace trimmed
             (lm-evaluation-harness's ``exact_match`` compares them as they are).
+        answer: generate tasks: how the answer is read out of the generated text and matched with the target
+            (``headprune.tasks.answers``: ``line``, ``first-number``, ``regex:PATTERN`` or an lm-eval filter).
     """
 
     name: str
@@ -113,6 +122,7 @@ class Task:
     strip_context: Literal["spaces", "whitespace"] = "spaces"
     until: tuple[str, ...] = ()
     strip_answers: bool = True
+    answer: AnswerRule = LINE
 
     def __post_init__(self) -> None:
         if self.kind not in TASK_KINDS:
@@ -138,7 +148,8 @@ class Task:
         # not use them keep their hashes.
         extra = {key: value for key, value, default in (
             ("length_unit", self.length_unit, "bytes"), ("strip_context", self.strip_context, "spaces"),
-            ("until", list(self.until), []), ("strip_answers", self.strip_answers, True)) if value != default}
+            ("until", list(self.until), []), ("strip_answers", self.strip_answers, True),
+            ("answer", rule_to_json(self.answer), rule_to_json(LINE))) if value != default}
         digest.update(json.dumps(scoring + ([extra] if extra else [])).encode())
         for example in self.examples:
             digest.update(example.content_key().encode())

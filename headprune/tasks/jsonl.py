@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from headprune.errors import TaskError
+from headprune.tasks.answers import LINE, AnswerRule
 from headprune.tasks.base import Example, Task
 
 # Most specific first: a classify row also has the text row's key.
@@ -79,7 +80,8 @@ def _code_example(row: dict, example_id: str, path: str, line: int) -> Example:
 CODE_MAX_NEW_TOKENS = 128  # a function body; answers of generate tasks get 16
 
 
-def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_tokens: int | None = None) -> Task:
+def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_tokens: int | None = None,
+                    answer: AnswerRule = LINE) -> Task:
     """Read a JSONL task file.
 
     Raises:
@@ -120,8 +122,10 @@ def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_token
         raise TaskError("example ids are not unique", path=name)
     if max_new_tokens is None:
         max_new_tokens = CODE_MAX_NEW_TOKENS if kind == "code" else 16
+    if answer != LINE and kind != "generate":
+        raise TaskError(f"option answer applies to generate tasks; this file holds {kind} rows", path=name)
     return Task(name, kind, tuple(examples), length_normalize=length_normalize, max_new_tokens=max_new_tokens,
-                description=f"{kind} task from {path.name}")  # type: ignore[arg-type]
+                description=f"{kind} task from {path.name}", answer=answer)  # type: ignore[arg-type]
 
 
 def write_jsonl_task(task: Task, path: Path) -> None:
