@@ -196,7 +196,7 @@ def genai_version() -> tuple[str | None, str]:
     try:
         import onnxruntime_genai as og
     except ImportError as error:
-        return None, f"onnxruntime-genai is not installed ({error}); pip install 'headprune[onnx-genai]'"
+        return None, f"onnxruntime-genai is not installed ({error}); pip install 'headprune[onnx]'"
     return getattr(og, "__version__", "?"), ""
 
 

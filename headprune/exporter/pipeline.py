@@ -23,6 +23,7 @@ from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsErro
 from headprune.exporter.plan import plan_layers
 from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes)
 from headprune.exporter.runtime_check import compare_greedy, eos_ids, task_texts
+from headprune.extras import require
 from headprune.heads import Head, parse_heads
 from headprune.io import atomic_folder
 from headprune.models import LoadedModel, load_model, quiet_transformers
@@ -279,6 +280,8 @@ def export(
                                  ("ablation", ablation, ("zero", "mean"))):
         if value not in allowed:
             raise SearchSettingsError(f"{name} must be one of {', '.join(allowed)}, not {value!r}", settings=(name,))
+    if format in ("onnx", "gguf"):
+        require(format, f"export format {format!r}")
     started = time.perf_counter()
     quiet_transformers()
     lm = load_model(model, dtype=dtype or "checkpoint", device=device,
