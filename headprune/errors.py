@@ -72,3 +72,7 @@ class InternalCheckError(HeadpruneError, RuntimeError):
 
 class WorkerLostError(HeadpruneError, RuntimeError):
     """Another process of a data-parallel run stopped or cannot be reached; the journal keeps the progress."""
+
+
+class MissingExtraError(HeadpruneError, ImportError):
+    """A feature needs an optional package that is not installed; the message names the extra to install."""

@@ -24,6 +24,7 @@ from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerB
 
 from headprune.adapters import Adapter, adapter_for, supported_model_types
 from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
+from headprune.extras import require
 from headprune.heads import HeadGrid
 from headprune.io import hash_weights, sha256_file
 from headprune.model_class import ModelClass, checkpoint_tensor_names, head_of, model_class
@@ -299,6 +300,7 @@ def _convert_gguf(path: Path) -> Path:
     target = cache_dir() / "gguf" / f"{path.stem}-{sha256_file(path)[:16]}"
     if (target / "config.json").is_file():
         return target
+    require("gguf", f"reading a .gguf model ({path.name})")
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     try:

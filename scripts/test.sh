@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# Set everything up and run the whole test suite (what CI runs).
+# Set everything up and run the whole test suite (what CI runs), then the fast tier again on the stated floors of
+# torch, transformers, accelerate, safetensors and huggingface-hub (scripts/test_floors.sh, its own environment).
+# Extra pytest arguments pass through to the suite; with arguments the floors step runs only if HEADPRUNE_FLOORS=1.
+# Every optional extra is installed here, so a test skipped for a missing package fails (HEADPRUNE_REQUIRE_EXTRAS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -q -ra "$@"
+status=0
+HEADPRUNE_REQUIRE_EXTRAS=1 .venv/bin/python -m pytest -q -ra "$@" || status=$?
+if [ $# -eq 0 ] || [ "${HEADPRUNE_FLOORS:-0}" = 1 ]; then
+    echo "== the stated floors (scripts/test_floors.sh)"
+    bash scripts/test_floors.sh || status=$?
+fi
+exit "$status"

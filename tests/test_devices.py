@@ -24,7 +24,6 @@ from helpers import build_tiny, choice_task, random_choice_task
 
 def test_device_and_dtype_names() -> None:
     assert resolve_device("cpu") == torch.device("cpu")
-    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else resolve_device("auto").type)
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
     assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
     with pytest.raises(SearchSettingsError, match="unknown device 'tpu'"):
@@ -34,6 +33,27 @@ def test_device_and_dtype_names() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(SearchSettingsError, match="no CUDA GPU"):
             resolve_device("cuda:1")
+
+
+@pytest.mark.parametrize("cuda, mps, expected", [(True, True, torch.device("cuda", 0)),
+                                                (False, True, torch.device("mps")),
+                                                (False, False, torch.device("cpu"))])
+def test_auto_prefers_cuda_then_mps_then_the_cpu(monkeypatch, cuda, mps, expected) -> None:  # noqa: ANN001
+    """What this machine has is set, not read: each branch of ``auto`` against a fixed answer."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    assert resolve_device("auto") == expected
+
+
+def test_auto_on_this_machine_is_the_accelerator_it_has() -> None:
+    # An expectation from outside torch: the CUDA driver's device nodes (Linux), else Apple's MPS, else the CPU.
+    import glob
+    import platform
+
+    gpu = bool(glob.glob("/dev/nvidia[0-9]*")) and torch.cuda.is_available()
+    mac = platform.system() == "Darwin" and torch.backends.mps.is_available()
+    expected = "cuda" if gpu else "mps" if mac else "cpu"
+    assert resolve_device("auto").type == expected
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from headprune.exporter.plan import plan_layers
 from headprune.exporter.slicing import densify, slice_model
 from headprune.heads import Head, parse_heads
 from helpers import choice_task
+from helpers.extras import needs
 
 IDS = torch.tensor([[5, 9, 14, 3, 27, 8, 11], [0, 0, 0, 7, 19, 4, 2]])
 MASK = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1]])
@@ -94,6 +95,7 @@ def test_save_load_round_trip_and_stock_loader_refuses(models, family, tmp_path)
 @pytest.mark.parametrize("family", ["gpt2", *(pytest.param(f, marks=pytest.mark.slow)
                                              for f in ("llama", "gpt_neox", "bert"))])
 def test_onnx_equals_torch(models, family, tmp_path) -> None:
+    needs("onnx", "onnxruntime", "onnxscript", extra="onnx")
     import onnxruntime
 
     lm = models[family]
@@ -117,6 +119,7 @@ def test_onnx_decoder_generates_in_onnxruntime_genai(models, family, tmp_path) -
     the hook-masked original in torch."""
     from headprune.exporter.onnx_export import GenaiRunner
 
+    needs("onnx", "onnxruntime", "onnxscript", "onnxruntime_genai", extra="onnx")
     lm = models[family]
     heads = parse_heads("L0.H1,L1.H2")  # a query head of a group, per layer: the sliced layout keeps every group
     record = export(lm, heads, format="onnx", verify_task=choice_task(), out=tmp_path / "onnx")

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import LogitsProcessorList
 
 from headprune.ablation import AblationMode, ablated, collect_head_means
+from headprune.compat import cache_of, logits_at, passing_cache
 from headprune.errors import TaskError
 from headprune.evaluation.batching import plan_batches
 from headprune.evaluation.decoding import Generated, StepGaps, decided_steps, decision_gap, eos_ids
@@ -138,8 +139,8 @@ class Evaluator:
         if not self._prefix:
             return None
         ids = torch.tensor([self._prefix], device=self.lm.device)
-        return self.lm.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
-                             logits_to_keep=1).cache
+        return cache_of(self.lm.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
+                                      logits_to_keep=1))
 
     def _forward(self, batch: list[int], prefix_cache: object | None, *, consume: bool = False
                  ) -> list[torch.Tensor]:
@@ -182,9 +183,10 @@ class Evaluator:
             keep_at = (last - keep + torch.arange(keep)).clamp(min=0)  # (B, keep): each row's final positions
             cache = prefix_cache if consume else copy.deepcopy(prefix_cache)
             cache.batch_repeat_interleave(len(items))
-            logits = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                   position_ids=positions.to(device), cache=cache, use_cache=True,
-                                   logits_to_keep=keep_at.to(device)).logits
+            keep_arg, pick = logits_at(keep_at.to(device))
+            logits = pick(self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                        position_ids=positions.to(device), **passing_cache(cache), use_cache=True,
+                                        logits_to_keep=keep_arg).logits)
         logprobs = F.log_softmax(logits.float(), dim=-1)  # (B, keep, V), float32 whatever the model's dtype
         return [logprobs[row, keep - item.read:] for row, item in enumerate(items)]
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from headprune.compat import cache_of, passing_cache
 from headprune.errors import UnsupportedModelError
 
 ONNX_NAME = "model.onnx"
@@ -100,16 +101,16 @@ class _WithCache(nn.Module):
         cache = DynamicCache(config=self.model.config)
         for layer in range(self.layers):
             cache.update(past[2 * layer], past[2 * layer + 1], layer)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
-                         use_cache=True)
-        return (out.logits, *(t for layer in out.cache.layers for t in (layer.keys, layer.values)))
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         **passing_cache(cache), use_cache=True)
+        return (out.logits, *(t for layer in cache_of(out).layers for t in (layer.keys, layer.values)))
 
 
 def kv_heads(model: nn.Module) -> list[int]:
     """Key/value heads of every layer, read from one forward pass (a sliced model's layers may differ)."""
     with torch.inference_mode():
         out = model(input_ids=torch.tensor([[1, 2]]), use_cache=True)
-    return [int(layer.keys.shape[1]) for layer in out.cache.layers]
+    return [int(layer.keys.shape[1]) for layer in cache_of(out).layers]
 
 
 def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad: int, bos: int | None) -> dict:
@@ -196,7 +197,7 @@ def genai_version() -> tuple[str | None, str]:
     try:
         import onnxruntime_genai as og
     except ImportError as error:
-        return None, f"onnxruntime-genai is not installed ({error}); pip install 'headprune[onnx-genai]'"
+        return None, f"onnxruntime-genai is not installed ({error}); pip install 'headprune[onnx]'"
     return getattr(og, "__version__", "?"), ""
 
 

@@ -25,6 +25,7 @@ from headprune.exporter.plan import plan_layers
 from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes)
 from headprune.exporter.runtime_check import compare_greedy, eos_ids, task_texts
 from headprune.exporter.shards import shard_size
+from headprune.extras import require
 from headprune.heads import Head, parse_heads
 from headprune.io import atomic_folder
 from headprune.models import LoadedModel, load_model, quiet_transformers
@@ -294,6 +295,8 @@ def export(
         if value not in allowed:
             raise SearchSettingsError(f"{name} must be one of {', '.join(allowed)}, not {value!r}", settings=(name,))
     shard_bytes = shard_size(max_shard_size, format)
+    if format in ("onnx", "gguf"):
+        require(format, f"export format {format!r}")
     started = time.perf_counter()
     quiet_transformers()
     lm = load_model(model, dtype=dtype or "checkpoint", device=device,

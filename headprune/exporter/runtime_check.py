@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from headprune.compat import cache_of, passing_cache
+
 
 def eos_ids(lm: Any) -> tuple[int, ...]:
     config = getattr(lm.model, "generation_config", None) or lm.model.config
@@ -32,7 +34,7 @@ def torch_greedy(lm: Any, prompt: list[int], steps: int, eos: tuple[int, ...]) -
         logits.append(last)
         if token in eos:
             break
-        out = lm.model(input_ids=torch.tensor([[token]], device=lm.device), cache=out.cache,
+        out = lm.model(input_ids=torch.tensor([[token]], device=lm.device), **passing_cache(cache_of(out)),
                        use_cache=True)
     return tokens, logits
 

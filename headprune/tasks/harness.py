@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from headprune.errors import TaskError
+from headprune.errors import MissingExtraError, TaskError
 from headprune.tasks.answers import AnswerRule, harness_rule
 from headprune.tasks.base import Example, Task, parse_options
 
@@ -91,7 +91,7 @@ def _harness_tasks(names: list[str]) -> list[tuple[str, object]]:
     try:
         from lm_eval.tasks import TaskManager
     except ImportError:
-        raise TaskError("lm-eval tasks need lm-evaluation-harness: pip install 'headprune[lm-eval]'") from None
+        raise MissingExtraError("lm-eval tasks need lm_eval, not installed: pip install 'headprune[lm-eval]'") from None
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notices are not headprune's output
     paths = [Path(n).expanduser() for n in names if n.endswith((".yaml", ".yml"))]
     for path in paths:
