@@ -139,30 +139,24 @@ class GenaiRunner:
 
 
 class LlamaCppRunner:
-    """llama.cpp through llama-cpp-python with its default settings (f16 key/value cache, last logits only; flash
-    attention off unless asked for)."""
+    """llama.cpp (headprune's binding to the xllamacpp build) with llama.cpp's default settings: f16 key/value
+    cache, logits of the last token only; flash attention off unless asked for."""
 
     def __init__(self, path: Path, n_ctx: int, threads: int, flash_attn: bool) -> None:
-        import llama_cpp
+        from headprune.exporter.llama_cpp_runtime import LlamaCpp
 
-        self.lib = llama_cpp
-        self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                                   flash_attn=flash_attn, verbose=False)
-        self.n_vocab = self.llm.n_vocab()
+        self.llm = LlamaCpp(path, n_ctx=n_ctx, kv_f32=False, flash_attn=flash_attn, threads=threads)
 
-    def _next(self) -> int:
-        logits = self.lib.llama_get_logits_ith(self.llm.ctx, -1)
-        return int(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)).argmax())
+    def _next(self, tokens: list[int]) -> int:
+        return int(self.llm.eval(tokens, all_logits=False)[-1].argmax())
 
     def timed(self, prompt: list[int], steps: int) -> tuple[float, float]:
         self.llm.reset()
         start = time.perf_counter()
-        self.llm.eval(prompt)
-        token = self._next()
+        token = self._next(prompt)
         middle = time.perf_counter()
         for _ in range(steps):
-            self.llm.eval([token])
-            token = self._next()
+            token = self._next([token])
         return middle - start, time.perf_counter() - middle
 
     def close(self) -> None:
@@ -383,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
                     from headprune.exporter.gguf_export import llama_cpp_version
 
                     version, reason = llama_cpp_version()
-                    label = f"llama.cpp (python {version}, {args.gguf_type}{', FA' if args.flash_attn else ''})"
+                    label = f"{version or 'llama.cpp'} ({args.gguf_type}{', FA' if args.flash_attn else ''})"
                     if version is None:
                         raise Unavailable(reason)
                     entries = build_llama_cpp(lm, prunes, folder, options, args.threads, n_ctx, args.gguf_type,

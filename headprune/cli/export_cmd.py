@@ -32,7 +32,7 @@ from headprune.cli.options import (ablation_option, batch_option, json_option, m
               help="At most this many verification examples.")
 @click.option("--tolerance", type=float, default=None,
               help="Largest allowed |logit difference| to the masked original, times max(1, largest |logit|) "
-                   "[default: 1e-5 in float32, 5e-3 in float16, 2e-2 in bfloat16; 1e-4 for ONNX, 1e-3 for GGUF].")
+                   "[default: 1e-5 in float32, 5e-3 in float16, 2e-2 in bfloat16; 5e-5 for ONNX, 2e-5 for GGUF].")
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: exports/MODEL-pruned].")

@@ -10,7 +10,7 @@ Layouts:
   (``llm_graph_context::n_head = hparams.n_head()``), so arrays there would only load when all layers agree.
 
 Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel``, ``DeciModel``, the
-``TextModel`` defaults) as vendored by llama-cpp-python 0.3.36:
+``TextModel`` defaults). The files are run in llama.cpp by :mod:`headprune.exporter.llama_cpp_runtime`.
 
 - tensor names through ``gguf.get_tensor_name_map`` (``token_embd``, ``blk.N.attn_q``, ...);
 - Hugging Face stores Llama's query and key rows in "rotate half" order; llama.cpp's ``llama`` and ``deci``
@@ -32,7 +32,6 @@ import tempfile
 from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -479,88 +478,10 @@ def read_back(path: Path, expected: dict[str, torch.Tensor]) -> tuple[int, float
 
 
 def llama_cpp_version() -> tuple[str | None, str]:
-    """llama-cpp-python's version, or None and why it cannot be used."""
-    try:
-        import llama_cpp
-    except Exception as error:  # noqa: BLE001 - an ImportError, or a shared library that fails to load
-        return None, (f"llama-cpp-python is not importable ({type(error).__name__}: {error}); install it with "
-                      "pip install 'headprune[gguf]' (it builds llama.cpp from source, see scripts/setup.sh)")
-    return str(getattr(llama_cpp, "__version__", "?")), ""
+    """The llama.cpp runtime headprune runs GGUF files in, or None and why it cannot be used."""
+    from headprune.exporter.llama_cpp_runtime import runtime_version
 
-
-class LlamaCppModel:
-    """A GGUF file in llama.cpp (llama-cpp-python), answering the calls headprune's evaluator and verifier
-    make of a model: rows are run one by one without their padding; float32 key/value cache."""
-
-    def __init__(self, path: Path, *, n_ctx: int, eos: tuple[int, ...], threads: int | None = None) -> None:
-        import llama_cpp
-
-        from headprune.errors import VerificationError
-
-        # logits at every position (the verifier compares them all); float32 keys and values (type 0: the default
-        # f16 cache would round them); no flash attention (per-layer head counts pad it differently).
-        # Threads: llama-cpp-python's default (half the CPUs); more spin against each other on a busy machine.
-        try:
-            self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=min(n_ctx, 512), logits_all=True,
-                                       n_threads=threads, n_threads_batch=threads, verbose=False, type_k=0,
-                                       type_v=0, flash_attn=False)
-        except ValueError as error:  # llama.cpp refused the file (its reason went to stderr)
-            raise VerificationError(f"llama.cpp could not load the written GGUF file ({error}); nothing was "
-                                    "written") from error
-        self.eos = eos
-        self.n_vocab = self.llm.n_vocab()
-
-    def close(self) -> None:
-        self.llm.close()
-
-    def logits(self, tokens: list[int]) -> torch.Tensor:
-        """``(len(tokens), vocab)`` logits of one unpadded sequence."""
-        self.llm.reset()
-        self.llm.eval(tokens)
-        return torch.from_numpy(np.array(self.llm.scores[: len(tokens)], dtype=np.float32))
-
-    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int = 0,
-                 **_: object) -> SimpleNamespace:
-        batch, width = input_ids.shape
-        out = torch.zeros(batch, width, self.n_vocab)
-        for row in range(batch):
-            real = attention_mask[row].bool().cpu()
-            tokens = input_ids[row].cpu()[real].tolist()
-            out[row, real] = self.logits(tokens)
-        if logits_to_keep:
-            out = out[:, -logits_to_keep:]
-        return SimpleNamespace(logits=out)
-
-    def tokenize(self, text: str) -> list[int]:
-        """llama.cpp's own tokens for ``text`` (BOS and special tokens as the model's tokenizer adds them)."""
-        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=True, special=True))
-
-    def greedy(self, prompt: list[int], steps: int, stop: bool = True) -> tuple[list[int], list[torch.Tensor]]:
-        """Greedy tokens after ``prompt`` and the logits each was chosen from."""
-        self.llm.reset()
-        self.llm.eval(prompt)
-        tokens, logits = [], []
-        for _ in range(steps):
-            last = torch.from_numpy(np.array(self.llm.scores[self.llm.n_tokens - 1], dtype=np.float32))
-            token = int(last.argmax())
-            tokens.append(token)
-            logits.append(last)
-            if stop and token in self.eos:
-                break
-            self.llm.eval([token])
-        return tokens, logits
-
-    def generate(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
-                 pad_token_id: int, **_: object) -> torch.Tensor:
-        """Like ``transformers``' greedy ``generate`` on left-padded rows: prompt then new tokens, padded."""
-        batch, width = input_ids.shape
-        out = torch.full((batch, width + max_new_tokens), pad_token_id, dtype=torch.long)
-        out[:, :width] = input_ids.cpu()
-        for row in range(batch):
-            real = attention_mask[row].bool().cpu()
-            tokens, _ = self.greedy(input_ids[row].cpu()[real].tolist(), max_new_tokens)
-            out[row, width: width + len(tokens)] = torch.tensor(tokens)
-        return out
+    return runtime_version()
 
 
 def not_run(reason: str, gguf_type: str) -> Any:

@@ -94,11 +94,11 @@ class Verification:
 
 @dataclass(frozen=True)
 class RuntimeCheck:
-    """An exported file run in its runtime (llama.cpp through llama-cpp-python, ONNX Runtime GenAI) against the
+    """An exported file run in its runtime (llama.cpp, ONNX Runtime GenAI) against the
     hook-masked original in torch: greedy tokens on task prompts, and (llama.cpp) the runtime's tokenizer against
     the model's own on the task texts."""
 
-    runtime: str  # "llama.cpp (llama-cpp-python 0.3.36)"; "" when not done
+    runtime: str  # "llama.cpp b11549 (xllamacpp 2026.10.11549)"; "" when not done
     done: bool
     reason: str = ""  # why it was not done
     gguf_type: str = "f32"  # the type of the file run

@@ -1,7 +1,13 @@
 """Runtime checks: an exported file run in the runtime people deploy it with (llama.cpp, ONNX Runtime GenAI)
-against the hook-masked original in torch: greedy tokens on task prompts, token for token, and the runtime's
-tokenizer against the model's own. A runner has ``greedy(prompt, steps) -> (tokens, logits per token)`` and,
-when it tokenizes by itself, ``tokenize(text) -> tokens``.
+against the hook-masked original in torch: greedy decoding of task prompts, and the runtime's tokenizer against the
+model's own. A runner has ``greedy(prompt, steps) -> (tokens, logits per token)`` and, when it tokenizes by itself,
+``tokenize(text) -> tokens``.
+
+The gate is on numbers, not only on tokens: at every compared step the runtime's whole logit vector must be
+within the tolerance of the original's (:func:`gate`). Tokens alone would pass a file whose weights are slightly
+wrong (a 0.1% error rarely changes an argmax). A token that differs is a tie only when it is explained by that
+tolerance: the logits agree within ``allowed`` and the original's margin between the two tokens is at most
+``2 x allowed`` (the most two values each off by ``allowed`` can swap by); anything else is a mismatch.
 """
 
 from __future__ import annotations
@@ -48,10 +54,8 @@ def compare_greedy(lm: Any, heads: Any, runner: Any, prompts: list[list[int]], *
                    means: torch.Tensor | None, tolerance: float, runtime: str, gguf_type: str, gated: bool,
                    texts: list[str]) -> Any:
     """Greedy decoding of each prompt in a runtime (``runner.greedy``) and in the hook-masked original, token by
-    token; ``texts`` are tokenized by the runtime (``runner.tokenize``) and by the model's tokenizer.
-
-    A divergence counts as a tie when the original's own logits for the two tokens are within ``tolerance``
-    x max(1, largest |logit|) of each other (rounding can pick either), else as a mismatch.
+    token, with the largest logit difference over every compared step (up to and including the first step whose
+    tokens differ); ``texts`` are tokenized by the runtime (``runner.tokenize``) and by the model's tokenizer.
     """
     from headprune.ablation import ablated
     from headprune.exporter.record import RuntimeCheck
@@ -66,11 +70,13 @@ def compare_greedy(lm: Any, heads: Any, runner: Any, prompts: list[list[int]], *
         outcome = "identical" if want == got else "mismatch"
         for step, (a, b) in enumerate(zip(want, got)):
             tokens += 1
-            worst = max(worst, float((want_logits[step] - got_logits[step]).abs().max()))
+            diff = float((want_logits[step] - got_logits[step]).abs().max())
+            worst = max(worst, diff)
             scale = max(scale, float(want_logits[step].abs().max()))
             if a != b:
+                allowed = tolerance * max(1.0, scale)
                 margin = float(want_logits[step][a] - want_logits[step][b])
-                outcome = "tie" if margin <= tolerance * max(1.0, scale) else "mismatch"
+                outcome = "tie" if diff <= allowed and margin <= 2 * allowed else "mismatch"
                 break
         identical += outcome == "identical"
         ties += outcome == "tie"
@@ -82,3 +88,26 @@ def compare_greedy(lm: Any, heads: Any, runner: Any, prompts: list[list[int]], *
         agree += ours == list(theirs)
     return RuntimeCheck(runtime, True, "", gguf_type, gated, len(prompts), tokens, identical, ties, mismatches,
                         worst, scale, len(texts), agree)
+
+
+def gate(check: Any, tolerance: float, where: str) -> None:
+    """Refuse an export whose runtime run differs from the masked original: logits beyond ``tolerance`` x
+    max(1, largest |logit|) at any compared step, a greedy token that is not a tie, or a text tokenized otherwise.
+
+    Raises:
+        VerificationError: naming the runtime (``where``) and what differed; nothing is written.
+    """
+    from headprune.errors import VerificationError
+
+    allowed = tolerance * max(1.0, check.max_abs_logit)
+    if not check.max_abs_logit_diff <= allowed:
+        raise VerificationError(f"in {where}, the greedy steps' logits differ from the masked original's by "
+                                f"{check.max_abs_logit_diff:.3g} (allowed {allowed:.3g}: tolerance {tolerance:g} x "
+                                f"largest |logit| {check.max_abs_logit:.3g}); nothing was written")
+    if check.mismatches:
+        raise VerificationError(f"in {where}, {check.mismatches} of {check.prompts} prompts decode greedily to other "
+                                "tokens than the masked original; nothing was written")
+    if check.tokenizer_agree < check.tokenizer_texts:
+        raise VerificationError(f"{where} tokenizes {check.tokenizer_texts - check.tokenizer_agree} of "
+                                f"{check.tokenizer_texts} task texts differently from the model's tokenizer; "
+                                "nothing was written")
