@@ -42,9 +42,10 @@ class StepGaps:
         self.steps.append(top[:, 0] - top[:, 1])  # stays on the device: one copy at the end, no sync per step
         return scores
 
-    def stacked(self) -> torch.Tensor:
-        """``(B, steps)`` gaps (``(B, 0)`` when nothing was decoded)."""
-        return torch.stack(self.steps, dim=1).cpu() if self.steps else torch.zeros((0, 0))
+    def stacked(self, rows: int) -> torch.Tensor:
+        """``(rows, steps)`` gaps; ``(rows, 0)`` when nothing was recorded (nothing decoded, or a runtime standing
+        in for a model, such as llama.cpp, whose ``generate`` runs no logits processor)."""
+        return torch.stack(self.steps, dim=1).cpu() if self.steps else torch.zeros((rows, 0))
 
 
 def eos_ids(model: object) -> set[int]:
@@ -80,5 +81,6 @@ def decided_steps(tokens: Sequence[int], eos: set[int], decode: Callable[[Sequen
 
 
 def decision_gap(gaps: torch.Tensor, decided: int) -> float:
-    """The smallest of the first ``decided`` step gaps of one row (``inf`` when none)."""
-    return float(gaps[:decided].min()) if decided else float("inf")
+    """The smallest of the first ``decided`` step gaps of one row (``inf`` when none was recorded)."""
+    recorded = gaps[:decided]
+    return float(recorded.min()) if recorded.numel() else float("inf")

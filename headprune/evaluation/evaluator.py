@@ -307,7 +307,7 @@ class Evaluator:
             out = self.lm.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
                                          max_new_tokens=self.task.max_new_tokens, pad_token_id=self._pad_id,
                                          logits_processor=LogitsProcessorList([gaps]))
-            steps = gaps.stacked()  # (B, steps)
+            steps = gaps.stacked(len(batch))  # (B, steps)
             for row, i in enumerate(batch):
                 tokens = out[row, width:].tolist()
                 text = self.scorer.stop(self.scorer.tokens.decode(tokens))
