@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Set everything up and run the main job on the default model (smollm2-135m): find a head set whose removal
 # improves arithmetic, test it on held-out data, measure what it costs sentiment (--control), export the pruned
-# model (sliced safetensors) and verify it. Measured from a clean clone on 2 CPU cores (pip from its cache; other
-# tests ran beside it for the first 8 minutes, load 2 to 5): 19 min 42 s in all; find 15 min 22 s (baseline and
-# determinism check 9.8 min, screen 3 min, joint 1 min, held-out and control 1.5 min). Arithmetic is a generation
-# task: every condition decodes.
+# model (sliced safetensors) and verify it. Measured on 2 CPU cores: set-up from a fresh clone with an empty pip
+# cache 2 min 1 s (nothing compiles); find, export and verify 35 min 55 s on cores shared with other work (19 min
+# 42 s on quieter cores before). Arithmetic is a generation task: every condition decodes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -49,7 +49,7 @@ def _refuse_code_tasks(*specs: str | None) -> None:
               help="A second task measured for the finalists (the trade); repeat for several.")
 @click.option("--control-limit", type=click.IntRange(min=1), default=500, show_default=True,
               help="Control examples used.")
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the verdict.")
+@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the verdict (compress: its non-inferiority test is one-sided at alpha/2).")
 @click.option("--rank-by", type=click.Choice(["gain", "margin"]), default="gain", show_default=True,
               help="First ranking key: count gain, or mean margin change (more power on small sets).")
 @click.option("--screen", type=click.Choice(["exact", "attribution", "halving"]), default="exact",
@@ -58,7 +58,7 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.option("--candidates", type=click.IntRange(min=1), default=30, show_default=True,
               help="With --screen attribution|halving: heads scored exactly on all of discovery.")
 @click.option("--objective", type=click.Choice(["improve", "compress"]), default="improve", show_default=True,
-              help="improve: a few heads whose removal helps; compress: the largest head set whose removal keeps "
+              help="improve: a few heads whose removal helps; compress: a large head set (greedy or beam search) whose removal keeps "
                    "discovery accuracy within --max-drop, tested for non-inferiority on held-out data.")
 @click.option("--max-drop", type=float, default=None, metavar="POINTS",
               help="With --objective compress: accuracy points the task may lose [default: 0.5].")
@@ -92,7 +92,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                  compress_search: str | None, beam_width: int | None, batch_size: int | str, out: Path | None,
                  resume: bool, device: str, device_map: str | None, max_memory: str | None, dtype: str,
                  trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:
-    """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, the largest
+    """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, a large
     one whose removal TASK does not notice), and test it on held-out data.
 
     Code tasks run the model's generated code only with --allow-code-execution (untrusted code: use a

@@ -52,6 +52,14 @@ GREEDY_STEPS = 16
 HeadsLike = str | Path | Sequence[Head | str] | FindResult
 
 
+def _is_folder(spec: str | Path) -> bool:
+    """Whether ``spec`` names a folder (a long head list is no path: the OS refuses to look it up)."""
+    try:
+        return Path(spec).is_dir()
+    except OSError:
+        return False
+
+
 def resolve_heads(heads: HeadsLike, lm: LoadedModel, set_rank: int = 1
                   ) -> tuple[tuple[Head, ...], FindResult | None]:
     """The heads to remove, from a find result (finalist ``set_rank``, 1 = primary) or a head list.
@@ -63,7 +71,7 @@ def resolve_heads(heads: HeadsLike, lm: LoadedModel, set_rank: int = 1
     result: FindResult | None = None
     if isinstance(heads, FindResult):
         result = heads
-    elif isinstance(heads, (str, Path)) and (str(heads).endswith(".json") or Path(heads).is_dir()):
+    elif isinstance(heads, (str, Path)) and (str(heads).endswith(".json") or _is_folder(heads)):
         result = FindResult.load(Path(heads))
     if result is None:
         chosen = parse_heads(heads)  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""``find --objective compress``: the largest head set whose removal the task does not notice.
+"""``find --objective compress``: a large head set whose removal the task does not notice (the search is greedy
+or a beam: the largest such set is not guaranteed).
 
 The mirror image of the protocol: instead of the few heads whose removal helps, the many whose removal does
 not hurt. The screen orders heads from least to most harmful alone; the search grows a set from the front

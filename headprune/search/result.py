@@ -79,7 +79,7 @@ class FindSettings:
     screen: str = "exact"
     candidates: int | None = None  # pre-screens only
     control_limit: int = 500
-    objective: str = "improve"  # "improve" (the protocol) or "compress" (the largest set within max_drop)
+    objective: str = "improve"  # "improve" (the protocol) or "compress" (a large set within max_drop)
     max_drop: float | None = None  # compress: accuracy points discovery may lose
     prefer: str | None = None  # compress: grow by single "heads" or whole key/value "groups"
     patience: int | None = None  # compress: consecutive single-unit rejections that end the search
@@ -208,7 +208,7 @@ class Savings:
 
 @dataclass(frozen=True)
 class Compression:
-    """``find --objective compress``: the largest set found within ``max_drop`` on discovery, its savings,
+    """``find --objective compress``: the set the search found within ``max_drop`` on discovery, its savings,
     the held-out non-inferiority verdict and the trade-off curve the search explored."""
 
     max_drop: float  # accuracy points
