@@ -10,7 +10,7 @@ import transformers
 from click.testing import CliRunner
 
 from headprune.cli.main import cli
-from headprune.errors import SearchSettingsError, VerificationError
+from headprune.errors import HeadSpecError, SearchSettingsError, VerificationError
 from headprune.exporter import RECORD_NAME, export
 from headprune.exporter.sample import SAMPLE_TEXTS
 from headprune.models import wrap_model
@@ -69,3 +69,10 @@ def test_cli_export_by_hand_without_a_task(tokenizer, tmp_path) -> None:
                                       str(tmp_path / "pruned")], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert f"on a built-in text sample ({len(SAMPLE_TEXTS)} texts); no task re-measured" in result.output
+
+
+def test_a_long_head_list_is_read_as_heads_not_as_a_path(tokenizer, tmp_path) -> None:
+    spec = ",".join(f"L{layer}.H{head}" for layer in range(40) for head in range(8))  # longer than a file name
+    assert len(spec) > 1000
+    with pytest.raises(HeadSpecError, match="out of range"):
+        export(build_tiny("llama", tokenizer, seed=8), spec, out=tmp_path / "never")
