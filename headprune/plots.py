@@ -113,11 +113,14 @@ def screen_figure(result: FindResult) -> Figure:
     return fig
 
 
-def save_heatmap(result: FindResult, path: Path) -> None:
-    """``screen.png``: :func:`screen_figure`, saved."""
-    fig = screen_figure(result)
+def _save(fig, path: Path) -> None:  # noqa: ANN001 - a matplotlib Figure
     fig.savefig(path, dpi=110)
     _pyplot().close(fig)
+
+
+def save_heatmap(result: FindResult, path: Path) -> None:
+    """``screen.png``: :func:`screen_figure`, saved."""
+    _save(screen_figure(result), path)
 
 
 @dataclass(frozen=True)
@@ -174,18 +177,12 @@ def control_tradeoff_figure(result: FindResult) -> Figure:
 
 def save_control_tradeoff(result: FindResult, path: Path) -> None:
     """``controls.png``: :func:`control_tradeoff_figure`, saved."""
-    fig = control_tradeoff_figure(result)
-    fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
+    _save(control_tradeoff_figure(result), path)
 
 
 def save_tradeoff(result: FindResult, path: Path) -> None:
     """Heads removed against discovery accuracy for every set the compress search evaluated."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     c = result.compression
     assert c is not None
     intact = result.baseline.discovery.accuracy
@@ -203,5 +200,4 @@ def save_tradeoff(result: FindResult, path: Path) -> None:
     ax.set_title(f"{result.model.name} on {result.task.name}: compress by {c.prefer}", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
