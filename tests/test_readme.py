@@ -25,7 +25,7 @@ def test_readme_python_blocks_run(tmp_path, tokenizer, monkeypatch) -> None:
     tokenizer.save_pretrained(tiny)
     real_resolve = headprune.models.resolve_model
     monkeypatch.setattr(headprune.models, "resolve_model",
-                        lambda spec: tiny if spec == "smollm2-135m" else real_resolve(spec))
+                        lambda spec, **kw: tiny if spec == "smollm2-135m" else real_resolve(spec, **kw))
     monkeypatch.chdir(tmp_path)
     blocks = python_blocks()
     assert blocks, "README.md has Python examples"
