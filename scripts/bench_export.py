@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from headprune.compat import cache_of, passing_cache
 from headprune.exporter import export, resolve_heads
 from headprune.exporter.pipeline import count_parameters
 from headprune.exporter.runtime_check import eos_ids, task_texts
@@ -102,7 +103,7 @@ class TorchRunner:
         token = int(out.logits[0, -1].argmax())
         middle = time.perf_counter()
         for _ in range(steps):
-            out = self.model(input_ids=torch.tensor([[token]]), cache=out.cache, use_cache=True)
+            out = self.model(input_ids=torch.tensor([[token]]), **passing_cache(cache_of(out)), use_cache=True)
             token = int(out.logits[0, -1].argmax())
         return middle - start, time.perf_counter() - middle
 
