@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -44,7 +43,7 @@ import numpy as np
 from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
 from headprune.search.paired import Paired, compare
-from headprune.search.stats import holm
+from headprune.search.stats import holm, upper_tail
 
 if TYPE_CHECKING:
     from headprune.search.conditions import Conditions
@@ -81,28 +80,6 @@ class Parsimony:
     dropped: int  # of those, sets with a head that did not earn its place
     conditions: int  # discovery conditions the pruning evaluated (not already in the journal)
     heldout_conditions: int = 0  # the primary set's held-out drop-one conditions (exploratory)
-
-
-EXACT_UP_TO = 4096  # discordant pairs summed in integers; beyond, in log space (relative error below 1e-9)
-
-
-def upper_tail(b: int, n: int) -> float:
-    """P(X >= b) for X ~ Binomial(n, 1/2) at any n: integers (one rounding at the end) up to ``EXACT_UP_TO``
-    discordant pairs, then a log-space sum (big integers would take seconds, floats would overflow)."""
-    if b <= 0:
-        return 1.0
-    if b > n:
-        return 0.0
-    if n <= EXACT_UP_TO:
-        term, total = 1, 0  # term = C(n, k), walked down from k = n
-        for k in range(n, b - 1, -1):
-            total += term
-            term = term * k // (n - k + 1)
-        return total / (1 << n)
-    top = math.lgamma(n + 1) - n * math.log(2.0)
-    logs = [top - math.lgamma(k + 1) - math.lgamma(n - k + 1) for k in range(b, n + 1)]
-    peak = max(logs)
-    return min(1.0, math.exp(peak) * math.fsum(math.exp(value - peak) for value in logs))
 
 
 def counts(with_set: EvalResult, without: EvalResult, measure: str, tolerance: float) -> tuple[int, int]:
