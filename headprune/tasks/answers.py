@@ -153,7 +153,9 @@ def _apply(function: str, kwargs: dict, answer: object) -> object:
 
 
 def _normalise(text: str, options: dict) -> str:
-    """lm-eval's ``exact_match`` preprocessing (``exact_match_hf_evaluate``), in its order."""
+    """lm-eval's ``exact_match`` preprocessing (``exact_match_hf_evaluate``), in its order. It turns the texts into
+    numpy strings first, which drop trailing NULs, and again after each step."""
+    text = text.rstrip("\x00")
     for pattern in options.get("regexes_to_ignore") or ():
         text = re.sub(pattern, "", text)
     if options.get("ignore_case"):
