@@ -187,7 +187,7 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     adapter = adapter_for(config)
     sliced = getattr(config, "headprune", None)
     if sliced is not None:
-        from headprune.exporter.remote_modeling import headpruned_class
+        from headprune.surgery.remote_modeling import headpruned_class
 
         if not any(folder.glob("*.safetensors")):
             raise ModelNotFoundError(f"{folder}: a sliced export without safetensors weights (an ONNX export?)")

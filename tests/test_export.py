@@ -20,8 +20,8 @@ from headprune.cli.main import cli
 from headprune.errors import HeadSpecError, ResultFileError, SearchSettingsError, VerificationError
 from headprune.exporter import RECORD_NAME, export, verify_record
 from headprune.exporter.loading import load
-from headprune.exporter.plan import plan_layers
-from headprune.exporter.slicing import densify, slice_model
+from headprune.surgery.plan import plan_layers
+from headprune.surgery.slicing import densify, slice_model
 from headprune.heads import Head, parse_heads
 from helpers import choice_task
 from helpers.extras import needs
@@ -223,7 +223,7 @@ def test_mean_ablation_folds_into_the_bias_or_is_refused(models, tmp_path) -> No
 
 def _break_slicing(monkeypatch, scale: float) -> None:  # noqa: ANN001
     """Make slicing produce a subtly wrong model (one output projection scaled): what the gate must catch."""
-    import headprune.exporter.slicing as slicing
+    import headprune.surgery.slicing as slicing
 
     real = slicing.slice_model
 

@@ -107,7 +107,7 @@ def test_llama_cpp_greedy_gate_refuses_wrong_logits_even_when_tokens_agree(model
     """The greedy runtime check on its own: a file whose tokens all agree but whose logits are 0.1% off fails."""
     lm, heads = models["llama"], parse_heads(HEADS)
     arch = gguf_export.check_supported(lm, "dense", "f32")
-    from headprune.exporter.slicing import densify
+    from headprune.surgery.slicing import densify
 
     written = gguf_export.write_files(lm, densify(lm, heads), arch, None, tmp_path, tmp_path, "f32")
     prompts = [list(lm.tokenizer(text)["input_ids"]) for text in task_texts(generate_task())]

@@ -39,7 +39,7 @@ def test_heads_by_hand_verify_every_output_on_the_sample(tokenizer, tmp_path, fa
 
 def test_the_sample_still_gates_a_wrong_export(tokenizer, tmp_path, monkeypatch) -> None:
     """A 0.1% error in one output projection must fail the sample's logit check: nothing is written."""
-    import headprune.exporter.slicing as slicing
+    import headprune.surgery.slicing as slicing
 
     real = slicing.slice_model
 

@@ -17,7 +17,7 @@ from helpers import build_tiny, choice_task, generate_task, text_task
 from headprune.cli.main import cli
 from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record, verify_record
 from headprune.exporter.pipeline import GGUF_TOLERANCE
-from headprune.exporter.slicing import densify
+from headprune.surgery.slicing import densify
 from headprune.heads import parse_heads
 from headprune.models import wrap_model
 
@@ -180,8 +180,8 @@ def test_permute_matches_llama_cpp_converter_and_inverts() -> None:
 def test_plain_llama_architecture_cannot_take_per_layer_head_counts(models, tmp_path, llama_cpp) -> None:
     """Why sliced GGUF is deci: llama.cpp's llama graph sizes every layer by layer 0's head count, so a llama
     file with per-layer head-count arrays does not load; the same tensors as deci do."""
-    from headprune.exporter.plan import plan_layers
-    from headprune.exporter.slicing import slice_model
+    from headprune.surgery.plan import plan_layers
+    from headprune.surgery.slicing import slice_model
 
     lm = models["llama"]
     removed = parse_heads("L1.H0,L1.H1")

@@ -21,7 +21,7 @@ from torch import nn
 from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsError, UnconfirmedSetError,
                               UnsupportedModelError, VerificationError)
 from headprune.exporter.passthrough import unchanged, write_through
-from headprune.exporter.plan import plan_layers
+from headprune.surgery.plan import plan_layers
 from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes)
 from headprune.exporter.runtime_check import compare_greedy, eos_ids, gate, task_texts
 from headprune.exporter.shards import shard_size
@@ -193,7 +193,7 @@ def _source_info(lm: LoadedModel) -> SourceInfo:
 def _write_sliced_code(folder: Path, base_class: str, auto_class: str | None) -> None:
     """``modeling_headprune.py`` beside the weights, registered in config.json under the auto class of the
     model's own head, so ``AutoModelFor<Head>.from_pretrained(folder, trust_remote_code=True)`` rebuilds it."""
-    from headprune.exporter import remote_modeling
+    from headprune.surgery import remote_modeling
 
     source = Path(remote_modeling.__file__).read_text(encoding="utf-8")
     (folder / "modeling_headprune.py").write_text(source.replace('"{base_class}"', json.dumps(base_class)),
@@ -289,7 +289,7 @@ def export(
     from headprune.exporter.loading import load
     from headprune.exporter.onnx_export import (ONNX_NAME, OnnxModel, export_decoder, export_onnx, generates,
                                                 onnx_output)
-    from headprune.exporter.slicing import densify, slice_model
+    from headprune.surgery.slicing import densify, slice_model
     from headprune.exporter.verify import (
         MAX_TOLERANCE,
         MIN_TIE,

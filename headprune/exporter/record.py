@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headprune.errors import ResultFileError
-from headprune.exporter.plan import LayerPlan
+from headprune.surgery.plan import LayerPlan
 from headprune.io import sha256_file
 from headprune.records import from_json, to_json
 from headprune.search.stats import NonInferiority, Verdict

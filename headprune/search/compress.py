@@ -310,8 +310,8 @@ def savings(lm: LoadedModel, heads: Sequence[Head]) -> Savings:
     """Parameters and weight bytes of the sliced export of ``heads``, counted on the sliced model itself."""
     from headprune.devices import dtype_name
     from headprune.exporter.pipeline import count_parameters
-    from headprune.exporter.plan import plan_layers
-    from headprune.exporter.slicing import slice_model
+    from headprune.surgery.plan import plan_layers
+    from headprune.surgery.slicing import slice_model
 
     grid, itemsize = lm.grid, lm.model.dtype.itemsize
     before = count_parameters(lm.model)

@@ -1,6 +1,6 @@
 """Surgery: physically remove heads (sliced) or silence them in place (dense). Validate, then mutate.
 
-The per-layer layouts come from :mod:`headprune.exporter.plan`; the shrunken modules are built by the same
+The per-layer layouts come from :mod:`headprune.surgery.plan`; the shrunken modules are built by the same
 ``shrink`` that the exported ``modeling_headprune.py`` runs when a user loads the checkpoint, so the saved
 config and the tensor shapes describe each other by construction.
 """
@@ -16,8 +16,8 @@ from torch import nn
 
 from headprune.adapters.base import get_path
 from headprune.errors import HeadSpecError
-from headprune.exporter.plan import LayerPlan
-from headprune.exporter.remote_modeling import shrink
+from headprune.surgery.plan import LayerPlan
+from headprune.surgery.remote_modeling import shrink
 from headprune.heads import Head
 from headprune.models import LoadedModel
 from headprune.records import to_json
@@ -54,7 +54,7 @@ def slice_model(lm: LoadedModel, plans: Sequence[LayerPlan], removed: Sequence[H
 
     Args:
         lm: the model (left untouched).
-        plans: per-layer layouts (:func:`headprune.exporter.plan.plan_layers` for ``removed``).
+        plans: per-layer layouts (:func:`headprune.surgery.plan.plan_layers` for ``removed``).
         removed: the heads removed (recorded in the config).
         means: for mean ablation, ``(layers, heads, head_dim)`` means folded into the output bias.
 
