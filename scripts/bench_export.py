@@ -39,7 +39,7 @@ import torch
 
 from headprune.compat import cache_of, passing_cache
 from headprune.exporter import export, resolve_heads
-from headprune.exporter.pipeline import count_parameters
+from headprune.surgery.slicing import count_parameters
 from headprune.exporter.runtime_check import eos_ids, task_texts
 from headprune.heads import Head, HeadGrid, parse_heads
 from headprune.models import LoadedModel, load_model

@@ -16,12 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from headprune.errors import (HeadSpecError, ResultFileError, SearchSettingsError, UnconfirmedSetError,
                               UnsupportedModelError, VerificationError)
 from headprune.exporter.passthrough import unchanged, write_through
 from headprune.surgery.plan import plan_layers
+from headprune.surgery.slicing import count_parameters
 from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes)
 from headprune.exporter.runtime_check import compare_greedy, eos_ids, gate, task_texts
 from headprune.exporter.shards import shard_size
@@ -155,16 +155,6 @@ def find_means(lm: LoadedModel, result: FindResult, splits: tuple[Task, Task] | 
         refuse(f"the head means recomputed on find's discovery set differ from those find used (digest "
                f"{result.means_digest[:19]}...); export with the dtype and device find ran with")
     return means
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Parameters, each shared tensor counted once (tied embeddings)."""
-    seen, total = set(), 0
-    for parameter in model.parameters():
-        if parameter.data_ptr() not in seen:
-            seen.add(parameter.data_ptr())
-            total += parameter.numel()
-    return total
 
 
 def _pad_id(lm: LoadedModel) -> int:

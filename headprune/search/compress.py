@@ -309,7 +309,7 @@ def _feasible_prefix(queue: list[Unit], left: dict[int, int], limit: int) -> lis
 def savings(lm: LoadedModel, heads: Sequence[Head]) -> Savings:
     """Parameters and weight bytes of the sliced export of ``heads``, counted on the sliced model itself."""
     from headprune.devices import dtype_name
-    from headprune.exporter.pipeline import count_parameters
+    from headprune.surgery.slicing import count_parameters
     from headprune.surgery.plan import plan_layers
     from headprune.surgery.slicing import slice_model
 

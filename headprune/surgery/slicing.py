@@ -48,6 +48,16 @@ def copy_sharing(model: nn.Module, *, edited: Iterable[torch.Tensor] = ()) -> nn
     return copy.deepcopy(model, memo)
 
 
+def count_parameters(model: nn.Module) -> int:
+    """Parameters, each shared tensor counted once (tied embeddings)."""
+    seen, total = set(), 0
+    for parameter in model.parameters():
+        if parameter.data_ptr() not in seen:
+            seen.add(parameter.data_ptr())
+            total += parameter.numel()
+    return total
+
+
 def slice_model(lm: LoadedModel, plans: Sequence[LayerPlan], removed: Sequence[Head], *,
                 means: torch.Tensor | None = None) -> nn.Module:
     """A physically pruned copy of ``lm.model``; its ``config.headprune`` records the shapes to rebuild it.
