@@ -34,7 +34,7 @@ from headprune.search.determinism import check_determinism
 from headprune.search.generations import heldout_generations
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.paired import Paired, compare
-from headprune.search.parsimony import Pruner
+from headprune.search.pruner import Pruner
 from headprune.search.result import (Baseline, ControlEffect, Finalist, FindResult, FindSettings, ModelInfo,
                                      Prescreen, ScreenRow, SetRecord, SplitInfo, TaskInfo)
 from headprune.search.split import Inputs, TaskLike, load_inputs
