@@ -38,7 +38,7 @@ def run_environment(lm: LoadedModel) -> dict[str, object]:
     the same): package versions, dtype, device and thread count."""
     import transformers
 
-    from headprune import __version__
+    from headprune._version import __version__
 
     return {"headprune": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "dtype": dtype_name(lm.dtype), "device": str(lm.device),
