@@ -26,7 +26,7 @@ from headprune.adapters import Adapter, adapter_for, supported_model_types
 from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
 from headprune.extras import require
 from headprune.heads import HeadGrid
-from headprune.io import hash_weights, sha256_file
+from headprune.hashing import hash_weights, sha256_file
 from headprune.model_class import ModelClass, checkpoint_tensor_names, head_of, model_class
 
 log = logging.getLogger("headprune")

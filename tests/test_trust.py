@@ -98,7 +98,7 @@ def test_a_second_find_on_the_same_folder_is_refused_and_a_stale_lock_taken_over
     from click.testing import CliRunner
 
     from headprune.cli.main import cli
-    from headprune.io import LOCK_NAME
+    from headprune.folder_lock import LOCK_NAME
     from headprune.tasks import write_jsonl_task
 
     lm = build_tiny("llama", tokenizer, seed=1)
@@ -106,7 +106,7 @@ def test_a_second_find_on_the_same_folder_is_refused_and_a_stale_lock_taken_over
     tokenizer.save_pretrained(tmp_path / "model")
     write_jsonl_task(random_choice_task(40), tmp_path / "t.jsonl")
     out = tmp_path / "run"
-    script = (f"import time\nfrom headprune.io import FolderLock\nlock = FolderLock({str(out)!r}).acquire()\n"
+    script = (f"import time\nfrom headprune.folder_lock import FolderLock\nlock = FolderLock({str(out)!r}).acquire()\n"
               "print('locked', flush=True)\ntime.sleep(120)")
     holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:

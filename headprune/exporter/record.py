@@ -12,7 +12,7 @@ from pathlib import Path
 
 from headprune.errors import ResultFileError
 from headprune.surgery.plan import LayerPlan
-from headprune.io import sha256_file
+from headprune.hashing import sha256_file
 from headprune.records import from_json, to_json
 from headprune.search.stats import NonInferiority, Verdict
 

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headprune.errors import ResultFileError
-from headprune.io import FolderLock, atomic_write_text
+from headprune.folder_lock import FolderLock
+from headprune.io import atomic_write_text
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.tasks import Task
 

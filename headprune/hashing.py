@@ -1,0 +1,27 @@
+"""Content hashes: of one file, and of a model folder's weights (how a run names the model it used, and how an
+export record lets anyone check the files it describes)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def sha256_file(path: Path, digest: hashlib._Hash | None = None) -> str:
+    """Feed a file to ``digest`` (a new sha256 when ``None``) in 4 MiB blocks; return the hex digest."""
+    digest = digest if digest is not None else hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def hash_weights(folder: Path) -> str:
+    """``sha256:...`` over a model folder's weight files (name and bytes, in name order)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).iterdir() if p.suffix in WEIGHT_SUFFIXES):
+        digest.update(path.name.encode())
+        sha256_file(path, digest)
+    return "sha256:" + digest.hexdigest()
