@@ -43,30 +43,24 @@ def module_files(package: Path = PACKAGE) -> dict[str, Path]:
     return modules
 
 
-def _known(name: str, modules: dict[str, Path]) -> str:
-    """The longest prefix of the dotted ``name`` that is a module (``a.b.C`` -> ``a.b`` when C is a name)."""
-    while name not in modules and "." in name:
-        name = name.rpartition(".")[0]
-    return name
-
-
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The headprune modules that module ``name`` imports anywhere in its source (itself excluded)."""
+    """The headprune modules that module ``name`` imports anywhere in its source (itself excluded); an import of a
+    headprune module that does not exist is kept under the name imported (``problems`` reports it)."""
     found = set()
     is_package = path.name == "__init__.py"
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
+            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "headprune")
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from the importer's package, one level up per extra dot
                 package = name.split(".") if is_package else name.split(".")[:-1]
                 base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] != "headprune":
+                continue
             # ``from pkg import sub`` imports the module pkg.sub; ``from mod import name`` imports mod.
-            targets = [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        found.update(_known(t, modules) for t in targets if t.split(".")[0] == "headprune")
+            found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                         for alias in node.names)
     found.discard(name)
     return found
 
@@ -182,7 +176,8 @@ def problems(graph: dict[str, set[str]], layers: list[list[str]], *,
             found.append(f"{module} has no layer: add it to README's Code layout list")
     upward = set()
     for module, imported in sorted(graph.items()):
-        for target in sorted(imported):
+        found += [f"{module} imports {target}, which is no module" for target in sorted(imported - graph.keys())]
+        for target in sorted(imported & graph.keys()):
             mine, theirs = layer_of(module, layers), layer_of(target, layers)
             if mine is not None and theirs is not None and theirs < mine:
                 upward.add((module, target))
@@ -241,7 +236,7 @@ def test_an_upward_import_a_loop_and_an_unplaced_module_are_each_reported(tmp_pa
     graph = _write(tmp_path, {
         "__init__.py": "", "high.py": "from headprune import low\n",
         "low.py": "def f():\n    from headprune.high import g\n",  # upward, and a loop with high
-        "stray.py": "",
+        "stray.py": "from headprune.gone import x\n",
     })
     readme = "## Code layout\n1. `__init__`, `high`\n2. `low`,\n   `gone/`\n## Next\n"
     found = problems(graph, readme_layers(readme), allowed={})
@@ -249,7 +244,8 @@ def test_an_upward_import_a_loop_and_an_unplaced_module_are_each_reported(tmp_pa
     assert "import loop: headprune.high -> headprune.low -> headprune.high" in found
     assert "headprune.stray has no layer: add it to README's Code layout list" in found
     assert "README's layers name 'headprune.gone', which is no module: remove or rename it" in found
-    assert len(found) == 4
+    assert "headprune.stray imports headprune.gone, which is no module" in found
+    assert len(found) == 5
 
 
 def test_an_allowed_import_is_excused_and_fails_once_it_breaks_no_rule(tmp_path: Path) -> None:
