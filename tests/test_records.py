@@ -12,7 +12,7 @@ from pathlib import Path
 
 from headprune.exporter.card import card_metadata, render_card
 from headprune.exporter.record import RECORD_NAME, ExportRecord, read_record
-from headprune.records import from_json, to_json
+from headprune.record_json import from_json, to_json
 from headprune.report import render_markdown, verdict_line
 from headprune.search.result import FindResult
 

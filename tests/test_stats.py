@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from headprune.records import from_json, to_json
+from headprune.record_json import from_json, to_json
 from headprune.search.stats import (
     NonInferiority,
     mcnemar_exact,

@@ -52,7 +52,7 @@ def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | 
           out: Path | None, placement: dict, as_json: bool) -> None:
     from headprune.evaluation import Evaluator
     from headprune.io import atomic_write_text
-    from headprune.records import to_json
+    from headprune.record_json import to_json
     from headprune.models import load_model
     from headprune.scoring.execution import require_code_execution
     from headprune.tasks import load_task

@@ -54,7 +54,7 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
     from headprune.cli.find_cmd import _slug
     from headprune.exporter.pipeline import export
     from headprune.io import check_writable_folder
-    from headprune.records import to_json
+    from headprune.record_json import to_json
 
     out = out or Path("exports") / f"{_slug(model)}-pruned{'' if fmt == 'safetensors' else '-' + fmt}"
     check_writable_folder(out.parent)

@@ -13,7 +13,7 @@ from pathlib import Path
 from headprune.errors import ResultFileError
 from headprune.surgery.plan import LayerPlan
 from headprune.hashing import sha256_file
-from headprune.records import from_json, to_json
+from headprune.record_json import from_json, to_json
 from headprune.search.stats import NonInferiority, Verdict
 
 RECORD_NAME = "headprune_export.json"

@@ -25,7 +25,7 @@ from headprune.evaluation import EvalResult, Evaluator
 from headprune.heads import Head
 from headprune.models import LoadedModel
 from headprune.progress import Progress
-from headprune.records import to_json
+from headprune.record_json import to_json
 from headprune.search.determinism import run_environment
 from headprune.search.journal import Journal
 from headprune.search.result import FindSettings

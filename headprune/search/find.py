@@ -28,7 +28,7 @@ from headprune.evaluation.contract import tolerance
 from headprune.heads import Head
 from headprune.models import LoadedModel, load_model
 from headprune.progress import duration
-from headprune.records import to_json
+from headprune.record_json import to_json
 from headprune.search.conditions import Conditions
 from headprune.search.determinism import check_determinism
 from headprune.search.generations import heldout_generations

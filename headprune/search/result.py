@@ -14,7 +14,7 @@ from pathlib import Path
 from headprune.errors import ResultFileError
 from headprune.evaluation.results import EvalResult, Summary
 from headprune.heads import Head, parse_heads
-from headprune.records import from_json, to_json
+from headprune.record_json import from_json, to_json
 from headprune.search.generations import Generations
 from headprune.search.paired import Paired, compare
 from headprune.search.parsimony import HeadContribution, Parsimony

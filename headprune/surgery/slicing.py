@@ -20,7 +20,7 @@ from headprune.surgery.plan import LayerPlan
 from headprune.surgery.remote_modeling import shrink
 from headprune.heads import Head
 from headprune.models import LoadedModel
-from headprune.records import to_json
+from headprune.record_json import to_json
 
 
 def _rows(weight: torch.Tensor, blocks: Sequence[int], size: int, dim: int) -> torch.Tensor:

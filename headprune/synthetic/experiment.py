@@ -15,7 +15,7 @@ import numpy as np
 
 from headprune.exporter.pipeline import export
 from headprune.io import atomic_folder, atomic_write_json
-from headprune.records import to_json
+from headprune.record_json import to_json
 from headprune.report import write_outputs
 from headprune.search.find import find
 from headprune.synthetic.analysis import HeadScores
