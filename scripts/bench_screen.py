@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--all-heads", action="store_true", help="exact screen of every head (slow)")
     args = parser.parse_args(argv)
     lm = load_model(args.model)
-    task = load_task(args.task).head(args.n)
+    task = load_task(args.task).first(args.n)
     grid = lm.grid
     layers = sorted(set(range(0, grid.num_layers, args.layer_step)) | {grid.num_layers - 1})
     sample = [Head(layer, (layer * 7) % grid.num_heads) for layer in layers]

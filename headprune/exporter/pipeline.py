@@ -334,7 +334,7 @@ def export(
         task = sample_task(lm)
         log.info("export: no task given: outputs are verified on a built-in text sample (%d texts); no task is "
                  "re-measured", len(task))
-    task = task.head(verify_limit)
+    task = task.first(verify_limit)
     if result is not None and result.settings.ablation != ablation:
         raise SearchSettingsError(f"find measured this set with {result.settings.ablation} ablation, not {ablation}; "
                                   f"export it with ablation {result.settings.ablation}", settings=("ablation",))

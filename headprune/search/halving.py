@@ -34,7 +34,7 @@ def halving_candidates(lm: LoadedModel, discovery: Task, *, keep: int, rank_key,
     record: dict[str, HalvingRound] = {}
     journal = journal if journal is not None else Journal(None, {})
     for round_number, share in enumerate(SHARES, start=1):
-        part = discovery.head(max(1, len(discovery) // share))
+        part = discovery.first(max(1, len(discovery) // share))
         evaluator = Evaluator(lm, part, batch_size=batch_size, reuse_layers=True)
 
         def run(heads: list[Head]) -> EvalResult:

@@ -117,6 +117,6 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
                         "(such tasks can be a control)", settings=("task", "control"))
     held = heldout_task if heldout_task is None or isinstance(heldout_task, Task) else load_task(heldout_task)
     controls = () if control is None else (control,) if isinstance(control, (str, Path, Task)) else tuple(control)
-    loaded = tuple((c if isinstance(c, Task) else load_task(c)).head(settings.control_limit) for c in controls)
+    loaded = tuple((c if isinstance(c, Task) else load_task(c)).first(settings.control_limit) for c in controls)
     split = split_task(task, discovery=discovery, heldout=heldout, seed=settings.seed, heldout_task=held)
     return Inputs(task, split, loaded, specs)

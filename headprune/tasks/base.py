@@ -161,7 +161,7 @@ class Task:
             raise TaskError(f"task {self.name!r}: the selection is empty")
         return replace(self, name=self.name + suffix, examples=tuple(self.examples[i] for i in indices))
 
-    def head(self, limit: int | None) -> Task:
+    def first(self, limit: int | None) -> Task:
         """The first ``limit`` examples (all when ``None``)."""
         if limit is None or limit >= len(self.examples):
             return self
