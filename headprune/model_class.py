@@ -38,13 +38,13 @@ class ModelClass:
 
     Attributes:
         name: the transformers class (``BertForMaskedLM``).
-        head: the task head it carries (``masked-lm``), or ``other`` for a class outside the auto mappings.
+        task_head: the task head it carries (``masked-lm``), or ``other`` for a class outside the auto mappings.
         auto_class: the auto class that serves it (``AutoModelForMaskedLM``), or ``None``.
         declared: whether the checkpoint named its class (``architectures``) or headprune chose a default.
     """
 
     name: str
-    head: str
+    task_head: str
     auto_class: str | None
     declared: bool
     stands_in_for: str | None = None  # the checkpoint's own class, which transformers lacks (no auto_map)
@@ -67,7 +67,7 @@ def _mapping(name: str) -> dict:
     return getattr(modeling_auto, name, {})
 
 
-def head_of(model_type: str, class_name: str) -> tuple[str, str | None]:
+def task_head_of(model_type: str, class_name: str) -> tuple[str, str | None]:
     """The head and auto class of ``class_name`` for ``model_type`` (``("other", None)`` when unmapped)."""
     for head, auto_class, mapping in _HEADS:
         entry = _mapping(mapping).get(model_type)
@@ -97,7 +97,7 @@ def model_class(config: PretrainedConfig, *, encoder: bool, trust_remote_code: b
     model_type = config.model_type
     if declared:
         name = declared[0]
-        head, auto_class = head_of(model_type, name)
+        head, auto_class = task_head_of(model_type, name)
         if not hasattr(transformers, name):
             auto_map = getattr(config, "auto_map", None) or {}
             if not auto_map:  # no code to trust: the family's class that fits the tensors best stands in

@@ -27,7 +27,7 @@ from headprune.errors import ModelNotFoundError, SearchSettingsError, Unsupporte
 from headprune.extras import require
 from headprune.heads import HeadGrid
 from headprune.hashing import hash_weights, sha256_file
-from headprune.model_class import ModelClass, checkpoint_tensor_names, head_of, model_class
+from headprune.model_class import ModelClass, checkpoint_tensor_names, task_head_of, model_class
 
 log = logging.getLogger("headprune")
 
@@ -67,9 +67,9 @@ class LoadedModel:
         return self.adapter.is_encoder
 
     @property
-    def head(self) -> str:
+    def task_head(self) -> str:
         """The task head the model carries: ``causal-lm``, ``masked-lm``, ``sequence-classification``, ..."""
-        return self.model_class.head if self.model_class is not None else (
+        return self.model_class.task_head if self.model_class is not None else (
             "base" if self.is_encoder else "causal-lm")
 
     @property
@@ -191,7 +191,7 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
 
         if not any(folder.glob("*.safetensors")):
             raise ModelNotFoundError(f"{folder}: a sliced export without safetensors weights (an ONNX export?)")
-        chosen = ModelClass(sliced["base_class"], *head_of(config.model_type, sliced["base_class"]), True)
+        chosen = ModelClass(sliced["base_class"], *task_head_of(config.model_type, sliced["base_class"]), True)
         load = headpruned_class(sliced["base_class"]).from_pretrained
     else:
         chosen = model_class(config, encoder=adapter.is_encoder, trust_remote_code=trust_remote_code,
@@ -250,9 +250,9 @@ def _report_loading(spec: str, chosen: ModelClass, unused: tuple[str, ...], miss
     if chosen.stands_in_for:
         log.warning("%s: config.json names %s, which transformers lacks and the checkpoint ships no code for; "
                     "loaded as %s (%s), the class of its family whose tensors match best", spec,
-                    chosen.stands_in_for, chosen.name, chosen.head)
+                    chosen.stands_in_for, chosen.name, chosen.task_head)
     elif not chosen.declared:
-        log.warning("%s: config.json names no architecture; loaded as %s (%s)", spec, chosen.name, chosen.head)
+        log.warning("%s: config.json names no architecture; loaded as %s (%s)", spec, chosen.name, chosen.task_head)
     if unused:
         log.warning("%s: %d checkpoint tensors are not used by %s and are left out: %s", spec, len(unused),
                     chosen.name, few(unused))
@@ -268,7 +268,7 @@ def wrap_model(
     adapter = adapter_for(model.config)
     model.eval()
     class_name = type(model).__name__
-    chosen = ModelClass(class_name, *head_of(model.config.model_type, class_name), True)
+    chosen = ModelClass(class_name, *task_head_of(model.config.model_type, class_name), True)
     loaded = LoadedModel(name, folder or Path("."), model, tokenizer, adapter, adapter.grid(model.config), chosen)
     if folder is None:
         loaded._weight_hash = _hash_state_dict(model)

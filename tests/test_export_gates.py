@@ -156,7 +156,7 @@ def test_onnx_matches_and_a_wrong_weight_is_refused(models, family, weight, tmp_
     export(lm, HEADS, format="onnx", verify_task=choice_task(), out=tmp_path / "ok")
     diff, scale = _onnx_against_masked(lm, heads, tmp_path / "ok" / "model.onnx")
     assert diff <= ONNX_TOLERANCE * max(1.0, scale), (diff, scale)
-    name = "export_decoder" if onnx_export.generates(lm.model.config.model_type, lm.head) else "export_onnx"
+    name = "export_decoder" if onnx_export.generates(lm.model.config.model_type, lm.task_head) else "export_onnx"
     original = getattr(onnx_export, name)
 
     def corrupt(model, where, **kwargs):  # noqa: ANN001, ANN003, ANN202

@@ -138,7 +138,7 @@ def test_finetuned_minilm_classifier_find_export_verify(minilm_classifier, tmp_p
 
     model, task = minilm_classifier / "model", minilm_classifier / "reviews.jsonl"
     lm = load_model(str(model))
-    assert lm.head == "sequence-classification" and lm.unused_tensors == ()
+    assert lm.task_head == "sequence-classification" and lm.unused_tensors == ()
     intact = evaluate(lm, load_task(task))
     print(f"\nfine-tuned MiniLM classifier, accuracy on {intact.n} held reviews: {intact.accuracy:.1%}")
     assert intact.accuracy >= 0.6  # chance is 50%

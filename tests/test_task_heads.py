@@ -62,7 +62,7 @@ def test_every_tensor_survives_export_and_outputs_equal_the_masked_original(tmp_
 
     folder = _save(tmp_path, family, class_name, tokenizer)
     lm = load_model(str(folder))
-    assert type(lm.model).__name__ == class_name and lm.head == head and lm.unused_tensors == ()
+    assert type(lm.model).__name__ == class_name and lm.task_head == head and lm.unused_tensors == ()
     assert lm.model_class.auto_class == auto_class
     heads = parse_heads("L0.H0,L0.H1,L1.H3")
     with ablated(lm, heads):
@@ -84,7 +84,7 @@ def test_every_tensor_survives_export_and_outputs_equal_the_masked_original(tmp_
             assert config["auto_map"] == {auto_class: "modeling_headprune.HeadprunedModel"}
         reloaded = getattr(transformers, auto_class).from_pretrained(out, trust_remote_code=True)
         via_headprune = load(out)
-        assert via_headprune.head == head
+        assert via_headprune.task_head == head
         for model in (reloaded, via_headprune.model):
             got = _outputs(model, lm.is_encoder)
             for name in expected:
@@ -211,4 +211,4 @@ def test_wrapped_models_know_their_head(tokenizer) -> None:
 
     model = transformers.BertForSequenceClassification(tiny_config("bert", len(tokenizer), num_labels=2))
     lm = wrap_model(model, tokenizer)
-    assert lm.head == "sequence-classification" and lm.model_class.auto_class == "AutoModelForSequenceClassification"
+    assert lm.task_head == "sequence-classification" and lm.model_class.auto_class == "AutoModelForSequenceClassification"

@@ -58,10 +58,10 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
                                   settings=("gguf_type",))
     config = lm.model.config
     model_type = getattr(config, "model_type", "")
-    if lm.is_encoder or model_type not in MODEL_TYPES or lm.head != "causal-lm":
+    if lm.is_encoder or model_type not in MODEL_TYPES or lm.task_head != "causal-lm":
         raise UnsupportedModelError(
             f"{lm.name} ({model_type or lm.adapter.family}"
-            f"{'' if lm.head == 'causal-lm' else ', ' + lm.head + ' head'}) cannot be exported as GGUF: GGUF export "
+            f"{'' if lm.task_head == 'causal-lm' else ', ' + lm.task_head + ' head'}) cannot be exported as GGUF: GGUF export "
             f"supports Llama-style causal language models ({', '.join(MODEL_TYPES)}); this model can be exported "
             f"as {OTHER_FORMATS}")
     if getattr(config, "use_sliding_window", False):

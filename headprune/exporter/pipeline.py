@@ -342,7 +342,7 @@ def export(
     if ablation == "mean":  # a find result: exactly the means find used; heads given by hand: the verify task's
         means = find_means(lm, result, splits) if result is not None else Evaluator(
             lm, task, batch_size=batch_size).head_means()
-    if (format == "onnx" and layout == "sliced" and generates(lm.model.config.model_type, lm.head)
+    if (format == "onnx" and layout == "sliced" and generates(lm.model.config.model_type, lm.task_head)
             and len({len(p.kv_heads) for p in plans}) > 1):
         log.warning("export: ONNX Runtime GenAI needs one key/value head count in every layer, and this sliced "
                     "layout would keep %s; exporting the dense layout instead (same shapes, heads silenced)",
@@ -353,7 +353,7 @@ def export(
     artifact.eval()
     pruned_layers = [p.layer for p in plans if p.layout != "unchanged"] if layout == "sliced" else sorted(
         {h.layer for h in removed})
-    output = onnx_output(lm.head) if format == "onnx" else ""
+    output = onnx_output(lm.task_head) if format == "onnx" else ""
     if format == "onnx" and lm.dtype != torch.float32:
         raise SearchSettingsError("ONNX export runs in float32; give dtype float32", settings=("dtype", "format"))
 
@@ -384,7 +384,7 @@ def export(
                                        lm.model_class)
                 measured_on = f"{runtime}, float32 file"
         elif format == "onnx":
-            if generates(lm.model.config.model_type, lm.head):  # a decoder with a cache, for ONNX Runtime GenAI
+            if generates(lm.model.config.model_type, lm.task_head):  # a decoder with a cache, for ONNX Runtime GenAI
                 export_decoder(artifact, staging, eos=eos_ids(lm), pad=_pad_id(lm), bos=lm.tokenizer.bos_token_id)
             else:
                 export_onnx(artifact, staging / ONNX_NAME, output=output, positions=not lm.is_encoder)
@@ -428,7 +428,7 @@ def export(
             raise VerificationError(f"the exported model answers {check.disagreements} of {check.n} {task.name} "
                                     "examples differently from the masked original; nothing was written")
         runtime_check = None
-        if format == "onnx" and generates(lm.model.config.model_type, lm.head):
+        if format == "onnx" and generates(lm.model.config.model_type, lm.task_head):
             runtime_check = _check_genai(lm, removed, staging, task, mode=ablation, means=means, tolerance=tolerance)
         if format == "gguf":
             gguf_info = _check_gguf(lm, removed, written, runner if closers else None, task, mode=ablation,
@@ -436,7 +436,7 @@ def export(
                                     gguf_type=gguf_type, closers=closers)
         record = ExportRecord(
             source=_source_info(lm), removed_heads=tuple(str(h) for h in removed), layout=layout, format=format,
-            ablation=ablation, encoder=lm.is_encoder, model_class=lm.model_class.name, head=lm.head,
+            ablation=ablation, encoder=lm.is_encoder, model_class=lm.model_class.name, head=lm.task_head,
             auto_class=lm.model_class.auto_class, layers=tuple(plans) if layout == "sliced" else (),
             parameters=Counts(count_parameters(lm.model), count_parameters(artifact)),
             bytes=Counts(_weight_bytes(lm.folder) if lm.folder.is_dir() and _weight_bytes(lm.folder) else

@@ -29,7 +29,7 @@ _MODEL_WORDS = {"causal": "a causal language model", "encoder": "an encoder (or 
 def model_kind(lm: LoadedModel) -> str:
     """Which scorers can run on the model: ``causal`` (a language-model head), ``classifier`` (a
     sequence-classification head) or ``encoder`` (anything else, read by its last hidden states)."""
-    return {"causal-lm": "causal", "sequence-classification": "classifier"}.get(lm.head, "encoder")
+    return {"causal-lm": "causal", "sequence-classification": "classifier"}.get(lm.task_head, "encoder")
 
 
 def scorer_for(task: Task, lm: LoadedModel) -> Scorer:
