@@ -7,7 +7,7 @@ import runpy
 from pathlib import Path
 
 import pytest
-from helpers import build_tiny, random_choice_task
+from helpers import build_tiny, random_choice_task, save_folder
 
 from headprune.exporter import gguf_export
 from headprune.heads import HeadGrid
@@ -25,8 +25,7 @@ def bench():  # noqa: ANN201
 def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("bench")
     lm = build_tiny("llama", tokenizer, seed=3)  # 2 layers x 4 query heads over 2 KV heads
-    lm.model.save_pretrained(folder / "m")
-    tokenizer.save_pretrained(folder / "m")
+    save_folder(lm.model, tokenizer, folder / "m")
     write_jsonl_task(random_choice_task(6, seed=1), folder / "t.jsonl")
     return folder
 

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from headprune.cli.main import cli
-from helpers import build_tiny
+from helpers import build_tiny, save_folder
 
 
 def _run(*args: str):  # noqa: ANN202
@@ -20,8 +20,7 @@ def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     """A tiny Llama saved as a normal Hugging Face folder."""
     folder = tmp_path_factory.mktemp("tiny-llama")
     lm = build_tiny("llama", tokenizer)
-    lm.model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_folder(lm.model, tokenizer, folder)
     return folder
 
 
@@ -114,8 +113,7 @@ def test_empty_task_file(tiny_folder, tmp_path) -> None:
 
 def test_generate_task_on_encoder_is_refused(tmp_path, tokenizer) -> None:
     bert = build_tiny("bert", tokenizer)
-    bert.model.save_pretrained(tmp_path / "bert")
-    tokenizer.save_pretrained(tmp_path / "bert")
+    save_folder(bert.model, tokenizer, tmp_path / "bert")
     task = tmp_path / "gen.jsonl"
     task.write_text('{"prompt": "1 + 1 =", "target": "2"}\n')
     _assert_bad_input(_run("eval", str(tmp_path / "bert"), "--task", str(task)), "need a causal language model")

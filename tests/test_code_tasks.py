@@ -15,7 +15,7 @@ from headprune.errors import TaskError
 from headprune.scoring.code import program
 from headprune.scoring.execution import code_execution_allowed, permit_code_execution, run_program
 from headprune.tasks import load_task
-from helpers import build_tiny
+from helpers import build_tiny, save_folder
 
 
 @pytest.fixture(autouse=True)
@@ -110,8 +110,7 @@ def _cli(*args: str):  # noqa: ANN202
 def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("tiny-llama")
     lm = build_tiny("llama", tokenizer)
-    lm.model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_folder(lm.model, tokenizer, folder)
     return folder
 
 

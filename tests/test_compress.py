@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from helpers import build_tiny, random_choice_task
+from helpers import build_tiny, random_choice_task, save_folder
 from helpers.handmade import HARM, build_model, cue_task, reversed_task
 
 from headprune.cli.main import cli
@@ -265,8 +265,7 @@ def test_prefer_groups_removes_whole_key_value_groups(tokenizer) -> None:
 def handmade_files(tmp_path_factory):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("handmade")
     lm = build_model()
-    lm.model.save_pretrained(folder / "model")
-    lm.tokenizer.save_pretrained(folder / "model")
+    save_folder(lm.model, lm.tokenizer, folder / "model")
     write_jsonl_task(cue_task(), folder / "cue.jsonl")
     write_jsonl_task(reversed_task(), folder / "reversed.jsonl")
     return folder

@@ -19,7 +19,7 @@ from headprune.exporter.loading import load
 from headprune.heads import parse_heads
 from headprune.models import load_model
 from headprune.search.find import find
-from helpers import build_tiny, choice_task, random_choice_task
+from helpers import build_tiny, choice_task, random_choice_task, save_folder
 
 
 def test_device_and_dtype_names() -> None:
@@ -60,8 +60,7 @@ def test_auto_on_this_machine_is_the_accelerator_it_has() -> None:
 def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("tiny-llama")
     lm = build_tiny("llama", tokenizer, seed=9)
-    lm.model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_folder(lm.model, tokenizer, folder)
     return folder
 
 
@@ -101,8 +100,7 @@ def test_margins_are_float32_whatever_the_dtype(tiny_folder) -> None:
 def test_export_keeps_the_checkpoints_dtype_unless_asked(tiny_folder, tmp_path) -> None:
     half = tmp_path / "half"
     model = load_model(str(tiny_folder), dtype="float32").model
-    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(half)
-    load_model(str(tiny_folder)).tokenizer.save_pretrained(half)
+    save_folder(copy.deepcopy(model).to(torch.bfloat16), load_model(str(tiny_folder)).tokenizer, half)
     kept = export(str(half), "L0.H1", verify_task=choice_task(), out=tmp_path / "kept")
     asked = export(str(half), "L0.H1", verify_task=choice_task(), dtype="float32", out=tmp_path / "asked")
     assert kept.verification.logits.dtype == "bfloat16" and asked.verification.logits.dtype == "float32"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from headprune.tasks.jsonl import write_jsonl_task
-from helpers import build_tiny, random_choice_task
+from helpers import build_tiny, random_choice_task, save_folder
 
 SEARCH = ["--discovery", "48", "--heldout", "32", "--nominees", "6", "--max-heads", "3", "--finalists", "3",
           "--device", "cpu", "--batch-size", "8"]
@@ -38,8 +38,7 @@ def comparable(folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("distributed")
-    build_tiny("llama", tokenizer, seed=3).model.save_pretrained(folder / "model")
-    tokenizer.save_pretrained(folder / "model")
+    save_folder(build_tiny("llama", tokenizer, seed=3).model, tokenizer, folder / "model")
     write_jsonl_task(random_choice_task(80, seed=5), folder / "task.jsonl")
     return folder
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import ALL_FAMILIES, build_tiny
+from helpers import ALL_FAMILIES, build_tiny, save_folder
 from headprune.ablation import ablated
 from headprune.cli.main import cli
 from headprune.errors import HeadSpecError, ResultFileError, SearchSettingsError, VerificationError
@@ -283,8 +283,7 @@ def handmade_run(tmp_path_factory):  # noqa: ANN001, ANN201
 
     folder = tmp_path_factory.mktemp("handmade-run")
     lm = build_model()
-    lm.model.save_pretrained(folder / "model")
-    lm.tokenizer.save_pretrained(folder / "model")
+    save_folder(lm.model, lm.tokenizer, folder / "model")
     write_jsonl_task(cue_task(), folder / "cue.jsonl")
     result = CliRunner().invoke(cli, ["find", str(folder / "model"), "--task", str(folder / "cue.jsonl"),
                                       "--discovery", "300", "--heldout", "300", "--batch-size", "64",
@@ -324,8 +323,7 @@ def test_cli_export_refusals(handmade_run, tmp_path, heads, extra, fragment) -> 
 
 def test_cli_export_refuses_a_result_from_another_model(handmade_run, tmp_path, tokenizer) -> None:
     other = build_tiny("llama", tokenizer)
-    other.model.save_pretrained(tmp_path / "other")
-    tokenizer.save_pretrained(tmp_path / "other")
+    save_folder(other.model, tokenizer, tmp_path / "other")
     result = _export(str(tmp_path / "other"), "--heads", str(handmade_run / "run"), "--out", str(tmp_path / "o"))
     assert result.exit_code == 2 and "different model" in result.output
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from helpers import build_tiny, choice_task, generate_task
+from helpers import build_tiny, choice_task, generate_task, save_folder
 
 from headprune.ablation import ablated
 from headprune.cli.main import cli
@@ -91,8 +91,7 @@ def test_gguf_with_one_weight_off_by_a_thousandth_is_refused(models, tensor, tmp
 
 def test_cli_refuses_a_gguf_file_with_a_wrong_norm_with_exit_1(models, tokenizer, tmp_path, monkeypatch) -> None:
     lm = models["llama"]
-    lm.model.save_pretrained(tmp_path / "m")
-    tokenizer.save_pretrained(tmp_path / "m")
+    save_folder(lm.model, tokenizer, tmp_path / "m")
     task = tmp_path / "t.jsonl"
     task.write_text("".join(json.dumps({"prompt": p, "target": "19"}) + "\n" for p in ("12 + 7 =", "the film is")))
     _corrupting_gguf_writer(monkeypatch, "output_norm.weight")

@@ -15,7 +15,7 @@ from headprune.errors import ResultFileError, SearchSettingsError
 from headprune.exporter import export, verify_record
 from headprune.exporter.loading import load
 from headprune.heads import parse_heads
-from helpers import build_tiny, choice_task
+from helpers import build_tiny, choice_task, save_folder
 
 IDS = torch.tensor([[5, 9, 14, 3, 27, 8, 11]])
 INDEX = "model.safetensors.index.json"
@@ -59,8 +59,7 @@ def test_nonsense_shard_sizes_are_refused_before_anything_runs(tokenizer, tmp_pa
 
 def test_cli_max_shard_size(tokenizer, tmp_path) -> None:
     lm = build_tiny("llama", tokenizer, seed=6)
-    lm.model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
+    save_folder(lm.model, tokenizer, tmp_path / "model")
     ok = CliRunner().invoke(cli, ["export", str(tmp_path / "model"), "--heads", "L0.H1", "--max-shard-size", "20KB",
                                   "--out", str(tmp_path / "pruned")], catch_exceptions=False)
     assert ok.exit_code == 0, ok.output

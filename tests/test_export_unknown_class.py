@@ -17,7 +17,7 @@ from headprune.cli.main import cli
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, verify_record
 from headprune.models import load_model
-from helpers import choice_task, tiny_config
+from helpers import choice_task, save_folder, tiny_config
 
 EXTRA_HEADS = ("topic", "toxicity", "language")  # three classifier heads beside the masked-LM head
 
@@ -36,8 +36,7 @@ def multi_head_bert(tmp_path, tokenizer):  # noqa: ANN001, ANN201
     torch.manual_seed(11)
     model = transformers.BertForMaskedLM(tiny_config("bert", len(tokenizer)))
     folder = tmp_path / "multi-head-bert"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_folder(model, tokenizer, folder)
     state = _tensors(folder)
     for i, name in enumerate(EXTRA_HEADS):
         state[f"{name}_classifier.weight"] = torch.randn(2 + i, 32)

@@ -16,7 +16,7 @@ from headprune.search.find import expected_joint_evaluations, find
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.stats import mcnemar_exact
 from headprune.tasks import Example, Task, write_jsonl_task
-from helpers import build_tiny, random_choice_task
+from helpers import build_tiny, random_choice_task, save_folder
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +119,7 @@ def test_mcnemar_exact_matches_the_binomial() -> None:
 @pytest.fixture(scope="module")
 def handmade_files(tmp_path_factory, handmade):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("handmade")
-    handmade.model.save_pretrained(folder / "model")
-    handmade.tokenizer.save_pretrained(folder / "model")
+    save_folder(handmade.model, handmade.tokenizer, folder / "model")
     write_jsonl_task(cue_task(), folder / "cue.jsonl")
     write_jsonl_task(reversed_task(), folder / "reversed.jsonl")
     return folder
@@ -182,8 +181,7 @@ def test_cli_find_unwritable_out_and_foreign_resume(handmade_files, tmp_path, to
     assert result.exit_code == 2 and "cannot write" in result.output
     other = tmp_path / "other-model"
     lm = build_tiny("llama", tokenizer)
-    lm.model.save_pretrained(other)
-    tokenizer.save_pretrained(other)
+    save_folder(lm.model, tokenizer, other)
     task = tmp_path / "c.jsonl"
     write_jsonl_task(random_choice_task(60), task)
     common = ["--task", str(task), "--discovery", "20", "--heldout", "20", "--nominees", "2", "--max-heads", "2",

@@ -19,7 +19,7 @@ from headprune.cli.main import cli
 from headprune.errors import HeadpruneError
 from headprune.heads import parse_heads
 from headprune.tasks import load_task
-from helpers import build_tiny
+from helpers import build_tiny, save_folder
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -62,8 +62,7 @@ def _refused_cleanly(done, out: Path | None = None) -> None:  # noqa: ANN001
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("fuzz-model")
-    build_tiny("llama", tokenizer, seed=1).model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_folder(build_tiny("llama", tokenizer, seed=1).model, tokenizer, folder)
     return folder
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from helpers import build_tiny, choice_task, generate_task, text_task
+from helpers import build_tiny, choice_task, generate_task, save_folder, text_task
 
 from headprune.cli.main import cli
 from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record, verify_record
@@ -255,8 +255,7 @@ def _cli_export(*args: str):  # noqa: ANN202
 @pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "bert", "gemma2"])
 def test_families_without_gguf_are_refused_with_exit_2(family, tokenizer, tmp_path) -> None:
     lm = build_tiny(family, tokenizer)
-    lm.model.save_pretrained(tmp_path / "m")
-    tokenizer.save_pretrained(tmp_path / "m")
+    save_folder(lm.model, tokenizer, tmp_path / "m")
     task = tmp_path / "t.jsonl"
     task.write_text(json.dumps({"prompt": "the film is", "choices": [" a", " b"], "answer": 0}) + "\n")
     result = _cli_export(str(tmp_path / "m"), "--heads", "L0.H1", "--format", "gguf", "--verify-task", str(task),
@@ -269,8 +268,7 @@ def test_families_without_gguf_are_refused_with_exit_2(family, tokenizer, tmp_pa
 
 def test_cli_gguf_export(models, tokenizer, tmp_path) -> None:
     lm = models["llama"]
-    lm.model.save_pretrained(tmp_path / "m")
-    tokenizer.save_pretrained(tmp_path / "m")
+    save_folder(lm.model, tokenizer, tmp_path / "m")
     task = tmp_path / "t.jsonl"
     task.write_text("".join(json.dumps({"prompt": p, "target": "19"}) + "\n" for p in ("12 + 7 =", "the film is")))
     result = _cli_export(str(tmp_path / "m"), "--heads", "L1.H0,L1.H1", "--format", "gguf", "--layout", "sliced",

@@ -23,7 +23,7 @@ import pytest
 
 from headprune.exporter import verify_record
 from headprune.tasks.jsonl import write_jsonl_task
-from helpers import build_tiny, random_choice_task
+from helpers import build_tiny, random_choice_task, save_folder
 
 SEARCH = ["--discovery", "60", "--heldout", "40", "--nominees", "4", "--max-heads", "3", "--finalists", "3",
           "--device", "cpu", "--batch-size", "8"]
@@ -91,8 +91,7 @@ def result_of(folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("kill")
-    build_tiny("llama", tokenizer, seed=6).model.save_pretrained(folder / "model")
-    tokenizer.save_pretrained(folder / "model")
+    save_folder(build_tiny("llama", tokenizer, seed=6).model, tokenizer, folder / "model")
     write_jsonl_task(random_choice_task(120, seed=2), folder / "task.jsonl")
     done = headprune("find", str(folder / "model"), "--task", str(folder / "task.jsonl"), *SEARCH,
                      "--out", str(folder / "whole"))

@@ -17,7 +17,7 @@ from headprune.errors import TaskError
 from headprune.evaluation import evaluate
 from headprune.models import load_model
 from headprune.tasks import load_task
-from helpers import build_tiny
+from helpers import build_tiny, save_folder
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -69,8 +69,7 @@ metric_list:
 def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("tiny-llama")
     lm = build_tiny("llama", tokenizer)
-    lm.model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_folder(lm.model, tokenizer, folder)
     return folder
 
 

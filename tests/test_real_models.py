@@ -12,6 +12,7 @@ from headprune.evaluation import evaluate
 from headprune.heads import parse_heads
 from headprune.models import load_model, resolve_model
 from headprune.tasks import load_task
+from helpers import save_folder
 
 pytestmark = pytest.mark.slow
 
@@ -119,8 +120,7 @@ def minilm_classifier(tmp_path_factory):  # noqa: ANN001, ANN201
         optimiser.step()
     model.eval()
     folder = tmp_path_factory.mktemp("minilm-sentiment")
-    model.save_pretrained(folder / "model")
-    tokenizer.save_pretrained(folder / "model")
+    save_folder(model, tokenizer, folder / "model")
     (folder / "reviews.jsonl").write_text("".join(
         json.dumps({"id": f"rt{i}", "text": text, "label": labels[label]}) + "\n"
         for i, (text, label) in enumerate(held)))

@@ -21,7 +21,7 @@ from headprune.heads import parse_heads
 from headprune.models import load_model, wrap_model
 from headprune.search.find import find
 from headprune.tasks import Example, Task, load_task, write_jsonl_task
-from helpers import build_tiny, choice_task, tiny_config
+from helpers import build_tiny, choice_task, save_folder, tiny_config
 
 IDS = torch.tensor([[5, 9, 14, 3, 27, 8, 11], [0, 0, 0, 7, 19, 4, 2]])
 MASK = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1]])
@@ -43,8 +43,7 @@ def _save(tmp_path, family: str, class_name: str, tokenizer, seed: int = 0):  # 
     config = tiny_config(family, len(tokenizer), num_labels=3)
     model = getattr(transformers, class_name)(config)
     folder = tmp_path / class_name
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_folder(model, tokenizer, folder)
     return folder
 
 

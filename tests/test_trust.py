@@ -12,7 +12,7 @@ from headprune.evaluation.contract import MARGIN_TOLERANCE
 from headprune.search.determinism import KEY, compare_passes, reordered_pass
 from headprune.search.find import find
 from headprune.search.journal import JOURNAL_NAME
-from helpers import build_tiny, random_choice_task
+from helpers import build_tiny, random_choice_task, save_folder
 
 SMALL = dict(discovery=24, heldout=16, nominees=2, max_heads=2, finalists=1, batch_size=8)
 
@@ -102,8 +102,7 @@ def test_a_second_find_on_the_same_folder_is_refused_and_a_stale_lock_taken_over
     from headprune.tasks import write_jsonl_task
 
     lm = build_tiny("llama", tokenizer, seed=1)
-    lm.model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
+    save_folder(lm.model, tokenizer, tmp_path / "model")
     write_jsonl_task(random_choice_task(40), tmp_path / "t.jsonl")
     out = tmp_path / "run"
     script = (f"import time\nfrom headprune.io import FolderLock\nlock = FolderLock({str(out)!r}).acquire()\n"
@@ -296,8 +295,7 @@ def test_bench_screen_exits_1_when_an_answer_differs_from_the_naive_loop(tmp_pat
     from headprune.tasks import write_jsonl_task
 
     lm = build_tiny("llama", tokenizer, seed=7)
-    lm.model.save_pretrained(tmp_path / "m")
-    tokenizer.save_pretrained(tmp_path / "m")
+    save_folder(lm.model, tokenizer, tmp_path / "m")
     # One-token choices: the naive loop tokenizes prompt + choice together, so longer choices could merge.
     write_jsonl_task(random_choice_task(12, seed=4), tmp_path / "t.jsonl")
     bench = runpy.run_path("scripts/bench_screen.py")

@@ -7,6 +7,7 @@ other); fixtures live in ``conftest.py``.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -75,6 +76,18 @@ def build_tiny(family: str, tokenizer, seed: int = 0, layers: int = 2):  # noqa:
     auto = AutoModel if family == "bert" else AutoModelForCausalLM
     model = auto.from_config(config, attn_implementation="eager")
     return wrap_model(model, tokenizer, name=f"tiny-{family}")
+
+
+def save_folder(model, tokenizer, folder, **options) -> Path:  # noqa: ANN001
+    """Save ``model`` (a transformers model) and ``tokenizer`` to ``folder`` as a normal Hugging Face folder: what
+    a user hands the CLI and ``load_model``. ``options`` go to ``model.save_pretrained`` (e.g. ``max_shard_size``)."""
+    model.save_pretrained(folder, **options)
+    tokenizer.save_pretrained(folder)
+    return Path(folder)
+
+
+# Find settings small enough for a tiny model and a 40-example task: a whole run in about a second.
+SMALL = dict(discovery=24, heldout=16, nominees=2, max_heads=2, finalists=1, batch_size=8)
 
 
 PROMPTS = ["the film is", "a dull and lifeless movie with nothing to say, the film is",
