@@ -16,15 +16,6 @@ def _run(*args: str):  # noqa: ANN202
 
 
 @pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
-    """A tiny Llama saved as a normal Hugging Face folder."""
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    lm = build_tiny("llama", tokenizer)
-    save_folder(lm.model, tokenizer, folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def choice_file(tmp_path_factory):  # noqa: ANN001, ANN201
     path = tmp_path_factory.mktemp("tasks") / "choice.jsonl"
     rows = [{"prompt": f"the film is {w}", "choices": [" positive", " negative"], "answer": i % 2}

@@ -15,7 +15,7 @@ from headprune.errors import TaskError
 from headprune.scoring.code import program
 from headprune.scoring.execution import code_execution_allowed, permit_code_execution, run_program
 from headprune.tasks import load_task
-from helpers import build_tiny, save_folder
+from helpers import build_tiny
 
 
 @pytest.fixture(autouse=True)
@@ -104,14 +104,6 @@ def test_mbpp_and_humaneval_rows_load(tmp_path) -> None:  # noqa: ANN001
 
 def _cli(*args: str):  # noqa: ANN202
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    lm = build_tiny("llama", tokenizer)
-    save_folder(lm.model, tokenizer, folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

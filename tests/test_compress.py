@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from helpers import build_tiny, random_choice_task, save_folder
+from helpers import build_tiny, random_choice_task
 from helpers.handmade import HARM, build_model, cue_task, reversed_task
 
 from headprune.cli.main import cli
@@ -22,7 +22,6 @@ from headprune.search.find import find
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.paired import compare
 from headprune.search.stats import non_inferiority, score_interval
-from headprune.tasks import write_jsonl_task
 
 H0, H1, H2, H3 = (Head(0, h) for h in range(4))
 
@@ -259,16 +258,6 @@ def test_prefer_groups_removes_whole_key_value_groups(tokenizer) -> None:
 
 
 # ------------------------------------------------------------------ the command line
-
-
-@pytest.fixture(scope="module")
-def handmade_files(tmp_path_factory):  # noqa: ANN001, ANN201
-    folder = tmp_path_factory.mktemp("handmade")
-    lm = build_model()
-    save_folder(lm.model, lm.tokenizer, folder / "model")
-    write_jsonl_task(cue_task(), folder / "cue.jsonl")
-    write_jsonl_task(reversed_task(), folder / "reversed.jsonl")
-    return folder
 
 
 def _find(*args: str):  # noqa: ANN202

@@ -21,6 +21,8 @@ from headprune.models import load_model
 from headprune.search.find import find
 from helpers import build_tiny, choice_task, random_choice_task, save_folder
 
+TINY_SEED = 9  # the weights of conftest's tiny_folder in this module
+
 
 def test_device_and_dtype_names() -> None:
     assert resolve_device("cpu") == torch.device("cpu")
@@ -54,14 +56,6 @@ def test_auto_on_this_machine_is_the_accelerator_it_has() -> None:
     mac = platform.system() == "Darwin" and torch.backends.mps.is_available()
     expected = "cuda" if gpu else "mps" if mac else "cpu"
     assert resolve_device("auto").type == expected
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    lm = build_tiny("llama", tokenizer, seed=9)
-    save_folder(lm.model, tokenizer, folder)
-    return folder
 
 
 def test_a_missing_gpu_is_one_line_and_exit_2(tiny_folder) -> None:

@@ -276,15 +276,9 @@ def _export(*args: str):  # noqa: ANN202
 
 
 @pytest.fixture(scope="module")
-def handmade_run(tmp_path_factory):  # noqa: ANN001, ANN201
-    """A find result on the hand-made model (its folder and task file), as a user would have it."""
-    from helpers.handmade import build_model, cue_task
-    from headprune.tasks import write_jsonl_task
-
-    folder = tmp_path_factory.mktemp("handmade-run")
-    lm = build_model()
-    save_folder(lm.model, lm.tokenizer, folder / "model")
-    write_jsonl_task(cue_task(), folder / "cue.jsonl")
+def handmade_run(handmade_files):  # noqa: ANN001, ANN201
+    """A find result ``run`` on the hand-made model beside its folder and task file, as a user would have it."""
+    folder = handmade_files
     result = CliRunner().invoke(cli, ["find", str(folder / "model"), "--task", str(folder / "cue.jsonl"),
                                       "--discovery", "300", "--heldout", "300", "--batch-size", "64",
                                       "--out", str(folder / "run")], catch_exceptions=False)

@@ -116,15 +116,6 @@ def test_mcnemar_exact_matches_the_binomial() -> None:
 # ------------------------------------------------------------------ the command line
 
 
-@pytest.fixture(scope="module")
-def handmade_files(tmp_path_factory, handmade):  # noqa: ANN001, ANN201
-    folder = tmp_path_factory.mktemp("handmade")
-    save_folder(handmade.model, handmade.tokenizer, folder / "model")
-    write_jsonl_task(cue_task(), folder / "cue.jsonl")
-    write_jsonl_task(reversed_task(), folder / "reversed.jsonl")
-    return folder
-
-
 def _find(*args: str):  # noqa: ANN202
     return CliRunner().invoke(cli, ["find", *args], catch_exceptions=False)
 
