@@ -8,9 +8,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.devices import resolve_device, resolve_dtype
 from headprune.errors import SearchSettingsError
 from headprune.evaluation import evaluate
@@ -61,7 +60,7 @@ def test_auto_on_this_machine_is_the_accelerator_it_has() -> None:
 def test_a_missing_gpu_is_one_line_and_exit_2(tiny_folder) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")  # the refusal is about machines without one
-    result = CliRunner().invoke(cli, ["eval", str(tiny_folder), "--task", "sentiment:n=2", "--device", "cuda"])
+    result = invoke("eval", str(tiny_folder), "--task", "sentiment:n=2", "--device", "cuda", catch_exceptions=True)
     assert result.exit_code == 2 and "no CUDA GPU" in result.output and "Traceback" not in result.output
 
 
@@ -143,6 +142,6 @@ def test_a_model_spread_by_a_device_map_gives_the_same_search(tiny_folder, tmp_p
     (["--device-map", "auto", "--max-memory", "cpu=lots"], "is not DEVICE=SIZE"),
 ])
 def test_bad_placement_options_are_one_line_and_exit_2(tiny_folder, args, says) -> None:  # noqa: ANN001
-    done = CliRunner().invoke(cli, ["eval", str(tiny_folder), "--task", "sentiment", "--limit", "4", *args])
+    done = invoke("eval", str(tiny_folder), "--task", "sentiment", "--limit", "4", *args, catch_exceptions=True)
     assert done.exit_code == 2, done.output
     assert says in done.output and "Traceback" not in done.output

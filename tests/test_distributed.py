@@ -15,17 +15,10 @@ import pytest
 
 from headprune.tasks.jsonl import write_jsonl_task
 from helpers import build_tiny, random_choice_task, save_folder
+from helpers.cli import headprune
 
 SEARCH = ["--discovery", "48", "--heldout", "32", "--nominees", "6", "--max-heads", "3", "--finalists", "3",
           "--device", "cpu", "--batch-size", "8"]
-
-
-def headprune(*args: str, processes: int = 1, timeout: float = 600) -> subprocess.CompletedProcess:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
-                "--standalone"] if processes > 1 else [sys.executable]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([*launcher, "-m", "headprune", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
 
 
 def comparable(folder: Path) -> dict:

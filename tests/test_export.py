@@ -10,13 +10,12 @@ import sys
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import ALL_FAMILIES, build_tiny, save_folder
 from headprune.ablation import ablated
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import HeadSpecError, ResultFileError, SearchSettingsError, VerificationError
 from headprune.exporter import RECORD_NAME, export, verify_record
 from headprune.exporter.loading import load
@@ -271,24 +270,20 @@ def test_record_detects_edits(models, tmp_path) -> None:
 # ------------------------------------------------------------------ the command line and find results
 
 
-def _export(*args: str):  # noqa: ANN202
-    return CliRunner().invoke(cli, ["export", *args], catch_exceptions=False)
-
-
 @pytest.fixture(scope="module")
 def handmade_run(handmade_files):  # noqa: ANN001, ANN201
     """A find result ``run`` on the hand-made model beside its folder and task file, as a user would have it."""
     folder = handmade_files
-    result = CliRunner().invoke(cli, ["find", str(folder / "model"), "--task", str(folder / "cue.jsonl"),
-                                      "--discovery", "300", "--heldout", "300", "--batch-size", "64",
-                                      "--out", str(folder / "run")], catch_exceptions=False)
+    result = invoke("find", str(folder / "model"), "--task", str(folder / "cue.jsonl"),
+                    "--discovery", "300", "--heldout", "300", "--batch-size", "64",
+                    "--out", str(folder / "run"))
     assert result.exit_code == 0, result.output
     return folder
 
 
 def test_cli_export_from_a_find_result(handmade_run, tmp_path) -> None:
-    result = _export(str(handmade_run / "model"), "--heads", str(handmade_run / "run" / "result.json"), "--out",
-                     str(tmp_path / "pruned"), "--json")
+    result = invoke("export", str(handmade_run / "model"), "--heads", str(handmade_run / "run" / "result.json"),
+                    "--out", str(tmp_path / "pruned"), "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["removed_heads"] == ["L0.H0"]
@@ -308,8 +303,8 @@ def test_cli_export_from_a_find_result(handmade_run, tmp_path) -> None:
 def test_cli_export_refusals(handmade_run, tmp_path, heads, extra, fragment) -> None:
     if fragment is None:  # --set with a head list is meaningless but harmless; with a result it is checked
         heads, fragment = str(handmade_run / "run" / "result.json"), "finalists 1.."
-    result = _export(str(handmade_run / "model"), "--heads", heads, "--verify-task", str(handmade_run / "cue.jsonl"),
-                     "--out", str(tmp_path / "o"), *extra)
+    result = invoke("export", str(handmade_run / "model"), "--heads", heads, "--verify-task",
+                    str(handmade_run / "cue.jsonl"), "--out", str(tmp_path / "o"), *extra)
     assert result.exit_code == 2, result.output
     assert fragment in result.output and "Traceback" not in result.output
     assert not (tmp_path / "o").exists()
@@ -318,18 +313,19 @@ def test_cli_export_refusals(handmade_run, tmp_path, heads, extra, fragment) -> 
 def test_cli_export_refuses_a_result_from_another_model(handmade_run, tmp_path, tokenizer) -> None:
     other = build_tiny("llama", tokenizer)
     save_folder(other.model, tokenizer, tmp_path / "other")
-    result = _export(str(tmp_path / "other"), "--heads", str(handmade_run / "run"), "--out", str(tmp_path / "o"))
+    result = invoke("export", str(tmp_path / "other"), "--heads", str(handmade_run / "run"), "--out",
+                    str(tmp_path / "o"))
     assert result.exit_code == 2 and "different model" in result.output
 
 
 def test_cli_export_verification_failure_exits_1(handmade_run, tmp_path, monkeypatch) -> None:
     _break_slicing(monkeypatch, 1.01)
-    result = _export(str(handmade_run / "model"), "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
-                     "--out", str(tmp_path / "o"))
+    result = invoke("export", str(handmade_run / "model"), "--heads", "L0.H1", "--verify-task",
+                    str(handmade_run / "cue.jsonl"), "--out", str(tmp_path / "o"))
     assert result.exit_code == 1 and "nothing was written" in result.output
     assert not (tmp_path / "o").exists()
-    result = _export(str(handmade_run / "model"), "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
-                     "--tolerance", "5", "--out", str(tmp_path / "o"))
+    result = invoke("export", str(handmade_run / "model"), "--heads", "L0.H1", "--verify-task",
+                    str(handmade_run / "cue.jsonl"), "--tolerance", "5", "--out", str(tmp_path / "o"))
     assert result.exit_code == 2 and "--tolerance must be between 0 and 0.1" in result.output
 
 
@@ -352,21 +348,22 @@ def test_cli_export_of_an_unconfirmed_set_needs_allow_unconfirmed(handmade_run, 
     unconfirmed.save(tmp_path / "unconfirmed.json")
     for heads, extra, why in ((str(run), ["--set", "2"], "finalist 2 is exploratory"),
                               (str(tmp_path / "unconfirmed.json"), [], "the primary set is not confirmed")):
-        refused = _export(model, "--heads", heads, *extra, "--out", str(tmp_path / "o"))
+        refused = invoke("export", model, "--heads", heads, *extra, "--out", str(tmp_path / "o"))
         assert refused.exit_code == 2 and not (tmp_path / "o").exists()
         assert refused.output.count("\n") == 1 and why in refused.output and "--allow-unconfirmed" in refused.output
-    written = _export(model, "--heads", str(run), "--set", "2", "--allow-unconfirmed", "--out", str(tmp_path / "x"))
+    written = invoke("export", model, "--heads", str(run), "--set", "2", "--allow-unconfirmed", "--out",
+                     str(tmp_path / "x"))
     assert written.exit_code == 0, written.output
     assert _card_claim(tmp_path / "x").startswith("**Unconfirmed (exploratory)**: finalist 2")
-    written = _export(model, "--heads", str(tmp_path / "unconfirmed.json"), "--allow-unconfirmed",
-                      "--out", str(tmp_path / "u"))
+    written = invoke("export", model, "--heads", str(tmp_path / "unconfirmed.json"), "--allow-unconfirmed",
+                     "--out", str(tmp_path / "u"))
     assert written.exit_code == 0 and _card_claim(tmp_path / "u").startswith("**Unconfirmed**")
     assert "confirmed**." not in (tmp_path / "u" / "README.md").read_text().replace("not confirmed**.", "")
     # The primary set of a confirmed run needs no flag; heads given by hand make no claim and need none.
-    assert _export(model, "--heads", str(run), "--out", str(tmp_path / "c")).exit_code == 0
+    assert invoke("export", model, "--heads", str(run), "--out", str(tmp_path / "c")).exit_code == 0
     assert _card_claim(tmp_path / "c").startswith("**Confirmed**")
-    assert _export(model, "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
-                   "--out", str(tmp_path / "h")).exit_code == 0
+    assert invoke("export", model, "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
+                  "--out", str(tmp_path / "h")).exit_code == 0
     assert _card_claim(tmp_path / "h").startswith("**No claim**")
 
 

@@ -9,11 +9,10 @@ import logging
 import pytest
 import torch
 import transformers
-from click.testing import CliRunner
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, verify_record
 from headprune.models import load_model
@@ -87,7 +86,7 @@ def test_formats_that_cannot_hold_the_extra_tensors_refuse(multi_head_bert, tmp_
 
 
 def test_cli_export_of_the_unknown_class(multi_head_bert, tmp_path) -> None:
-    result = CliRunner().invoke(cli, ["export", str(multi_head_bert), "--heads", "L1.H0", "--out",
-                                      str(tmp_path / "pruned")], catch_exceptions=False)
+    result = invoke("export", str(multi_head_bert), "--heads", "L1.H0", "--out",
+                    str(tmp_path / "pruned"))
     assert result.exit_code == 0, result.output
     assert "trust-remote-code" not in result.output

@@ -24,15 +24,11 @@ import pytest
 from headprune.exporter import verify_record
 from headprune.tasks.jsonl import write_jsonl_task
 from helpers import build_tiny, random_choice_task, save_folder
+from helpers.cli import headprune
 
 SEARCH = ["--discovery", "60", "--heldout", "40", "--nominees", "4", "--max-heads", "3", "--finalists", "3",
           "--device", "cpu", "--batch-size", "8"]
 KILLS = 3
-
-
-def headprune(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "headprune", *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def killed_when(ready: Callable[[], bool], delay: float, *args: str) -> tuple[int, bool]:

@@ -9,10 +9,9 @@ import logging
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
 from headprune.ablation import ablated
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import TaskError, UnsupportedModelError
 from headprune.evaluation import evaluate
 from headprune.exporter import export, read_record
@@ -114,8 +113,8 @@ def test_missing_architectures_says_which_class_and_what_was_left_out(tmp_path, 
     with pytest.raises(UnsupportedModelError, match="an export would lose them"):
         export(lm, "L0.H1", verify_task=choice_task(), out=tmp_path / "never")
     assert not (tmp_path / "never").exists()
-    result = CliRunner().invoke(cli, ["export", str(folder), "--heads", "L0.H1", "--verify-task", "x",
-                                      "--out", str(tmp_path / "o")])
+    result = invoke("export", str(folder), "--heads", "L0.H1", "--verify-task", "x",
+                    "--out", str(tmp_path / "o"), catch_exceptions=True)
     assert result.exit_code == 2 and "left out" in result.output and "would lose" in result.output
 
 
@@ -127,7 +126,7 @@ def test_remote_code_checkpoints_are_refused_without_permission(tmp_path, tokeni
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(UnsupportedModelError, match="trust_remote_code"):
         load_model(str(folder))
-    result = CliRunner().invoke(cli, ["eval", str(folder), "--task", "sentiment:n=2"])
+    result = invoke("eval", str(folder), "--task", "sentiment:n=2", catch_exceptions=True)
     assert result.exit_code == 2 and "--trust-remote-code" in result.output and "Traceback" not in result.output
 
 

@@ -95,9 +95,8 @@ def test_a_second_find_on_the_same_folder_is_refused_and_a_stale_lock_taken_over
     import subprocess
     import sys
 
-    from click.testing import CliRunner
 
-    from headprune.cli.main import cli
+    from helpers.cli import invoke
     from headprune.io import LOCK_NAME
     from headprune.tasks import write_jsonl_task
 
@@ -112,14 +111,14 @@ def test_a_second_find_on_the_same_folder_is_refused_and_a_stale_lock_taken_over
         assert holder.stdout.readline().strip() == "locked"
         args = ["find", str(tmp_path / "model"), "--task", str(tmp_path / "t.jsonl"), "--discovery", "24",
                 "--heldout", "16", "--nominees", "2", "--max-heads", "2", "--finalists", "1", "--out", str(out)]
-        refused = CliRunner().invoke(cli, args)
+        refused = invoke(*args, catch_exceptions=True)
         assert refused.exit_code == 2 and refused.output.count("\n") == 1
         assert f"pid {holder.pid} on host {socket.gethostname()}" in refused.output
         assert not (out / JOURNAL_NAME).exists()
         os.kill(holder.pid, signal.SIGKILL)  # dies holding the lock
         holder.wait()
         assert (out / LOCK_NAME).exists()
-        taken = CliRunner().invoke(cli, args)
+        taken = invoke(*args, catch_exceptions=True)
         assert taken.exit_code in (0, 1), taken.output
         assert f"taking over the lock of find (pid {holder.pid}" in taken.output
         assert not (out / LOCK_NAME).exists()  # released when the run ended
