@@ -134,6 +134,21 @@ def random_choice_task(n: int, seed: int = 0) -> Task:
                 choices=(" positive", " negative"), answer=rng.randrange(2)) for i in range(n)))
 
 
+def break_slicing(monkeypatch, scale: float) -> None:  # noqa: ANN001
+    """Make slicing produce a subtly wrong model (one output projection scaled): what the gate must catch."""
+    import headprune.exporter.slicing as slicing
+
+    real = slicing.slice_model
+
+    def broken(lm, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        model = real(lm, *args, **kwargs)
+        with torch.no_grad():
+            lm.adapter.output_projection(model, 0).weight.mul_(scale)
+        return model
+
+    monkeypatch.setattr(slicing, "slice_model", broken)
+
+
 def assert_same_results(a, b, atol: float = 1e-4) -> None:  # noqa: ANN001
     """Same examples, same answers, margins within ``atol``."""
     assert [r.id for r in a.results] == [r.id for r in b.results]
