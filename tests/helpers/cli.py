@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from click.testing import CliRunner, Result
 
@@ -26,3 +28,11 @@ def headprune(*args: str, processes: int = 1, timeout: float = 600) -> subproces
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([*launcher, "-m", "headprune", *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
+
+
+def comparable_result(folder: Path) -> dict:
+    """A run's result.json without what may differ between equal runs (timings): what a resumed, killed or
+    multi-process run must reproduce."""
+    result = json.loads((folder / "result.json").read_text())
+    result.pop("timings", None)
+    return result
