@@ -19,7 +19,7 @@ import pytest
 
 os.environ.setdefault("HEADPRUNE_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "headprune"))
 
-from helpers import ALL_FAMILIES, CAUSAL_FAMILIES, build_tiny, build_tokenizer  # noqa: E402
+from helpers import ALL_FAMILIES, CAUSAL_FAMILIES, build_tiny, build_tokenizer, save_folder  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +43,30 @@ def smollm2():  # noqa: ANN201
     from headprune.models import load_model
 
     return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(request, tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
+    """A tiny Llama saved as a normal Hugging Face folder, once per test module (its weights' seed: the module's
+    ``TINY_SEED``, 0 where it sets none)."""
+    lm = build_tiny("llama", tokenizer, seed=getattr(request.module, "TINY_SEED", 0))
+    return save_folder(lm.model, tokenizer, tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def handmade_files(tmp_path_factory):  # noqa: ANN001, ANN201
+    """The hand-made model with one harmful head (helpers.handmade) as a user would have it, once per test module:
+    the folder ``model``, and its tasks ``cue.jsonl`` (the head hurts it) and ``reversed.jsonl`` (the head helps)."""
+    from helpers.handmade import build_model, cue_task, reversed_task
+
+    from headprune.tasks import write_jsonl_task
+
+    folder = tmp_path_factory.mktemp("handmade")
+    lm = build_model()
+    save_folder(lm.model, lm.tokenizer, folder / "model")
+    write_jsonl_task(cue_task(), folder / "cue.jsonl")
+    write_jsonl_task(reversed_task(), folder / "reversed.jsonl")
+    return folder
 
 
 # What pytest.importorskip and helpers.extras.needs say when a package is missing.

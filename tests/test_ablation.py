@@ -9,8 +9,9 @@ import torch
 from transformers.pytorch_utils import Conv1D
 
 from headprune.ablation import ablated, collect_head_means
-from headprune.errors import HeadSpecError
+from headprune.errors import HeadSpecError, InternalCheckError
 from headprune.heads import Head, parse_heads
+from helpers import build_tiny, random_choice_task
 
 
 def _inputs(lm, seed: int = 1) -> dict:
@@ -122,3 +123,21 @@ def test_malformed_head_names_are_refused(name: str) -> None:
 def test_head_names_round_trip() -> None:
     heads = parse_heads("L3.H2, L0.H1,L3.H2")
     assert [str(h) for h in heads] == ["L0.H1", "L3.H2"]
+
+
+# ------------------------------------------------------------------ nothing silent: a hook that never fires
+
+
+def test_a_hook_on_a_module_outside_the_forward_pass_is_an_internal_error(tokenizer, monkeypatch) -> None:
+    from torch import nn
+
+    from headprune.evaluation import evaluate
+    from headprune.heads import Head
+
+    lm = build_tiny("gpt2", tokenizer, seed=7)
+    stray = nn.Linear(4, 4)
+    real = type(lm.adapter).output_projection
+    monkeypatch.setattr(type(lm.adapter), "output_projection",
+                        lambda self, model, layer: stray if layer == 1 else real(self, model, layer))
+    with pytest.raises(InternalCheckError, match=r"layer 1 \(L1.H0\) ran 0 times"):
+        evaluate(lm, random_choice_task(6), heads=[Head(0, 1), Head(1, 0)])

@@ -7,9 +7,8 @@ import logging
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import TaskError
 from headprune.evaluation import Evaluator
 from headprune.evaluation.batching import BatchPlan, plan_batches
@@ -83,5 +82,5 @@ def test_out_of_memory_with_one_sequence_is_a_clear_error(tokenizer) -> None:  #
 
 @pytest.mark.parametrize("size", ["0", "lots", "-3"])
 def test_a_bad_batch_size_is_exit_2(size) -> None:  # noqa: ANN001
-    done = CliRunner().invoke(cli, ["eval", "smollm2-135m", "--task", "sentiment", "--batch-size", size])
+    done = invoke("eval", "smollm2-135m", "--task", "sentiment", "--batch-size", size, catch_exceptions=True)
     assert done.exit_code == 2 and "--batch-size" in done.output and "Traceback" not in done.output

@@ -7,7 +7,7 @@ import runpy
 from pathlib import Path
 
 import pytest
-from helpers import build_tiny, random_choice_task
+from helpers import build_tiny, random_choice_task, save_folder
 
 from headprune.exporter import gguf_export
 from headprune.heads import HeadGrid
@@ -22,11 +22,11 @@ def bench():  # noqa: ANN201
 
 
 @pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
+def bench_inputs(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
+    """The benchmark's inputs: a tiny Llama in ``m`` and a six-example task ``t.jsonl`` (not conftest's tiny_folder)."""
     folder = tmp_path_factory.mktemp("bench")
     lm = build_tiny("llama", tokenizer, seed=3)  # 2 layers x 4 query heads over 2 KV heads
-    lm.model.save_pretrained(folder / "m")
-    tokenizer.save_pretrained(folder / "m")
+    save_folder(lm.model, tokenizer, folder / "m")
     write_jsonl_task(random_choice_task(6, seed=1), folder / "t.jsonl")
     return folder
 
@@ -42,8 +42,8 @@ def _cells(line: str) -> list[str]:
     return re.split(r"\s{2,}", line.strip())
 
 
-def test_bench_runs_torch_and_llama_cpp_and_prints_positive_speeds(bench, tiny_folder, capsys) -> None:
-    lines = bench["main"](_args(tiny_folder, "torch,llama.cpp"))
+def test_bench_runs_torch_and_llama_cpp_and_prints_positive_speeds(bench, bench_inputs, capsys) -> None:
+    lines = bench["main"](_args(bench_inputs, "torch,llama.cpp"))
     printed = capsys.readouterr().out
     assert all(line in printed for line in lines)
     header, rows = _cells(lines[0]), [dict(zip(_cells(lines[0]), _cells(line))) for line in lines[1:]]
@@ -68,9 +68,9 @@ def test_bench_runs_torch_and_llama_cpp_and_prints_positive_speeds(bench, tiny_f
         "llama", "sliced (deci)", "sliced (deci)"]
 
 
-def test_a_runtime_that_cannot_be_imported_is_a_row_that_says_why(bench, tiny_folder, capsys, monkeypatch) -> None:
+def test_a_runtime_that_cannot_be_imported_is_a_row_that_says_why(bench, bench_inputs, capsys, monkeypatch) -> None:
     monkeypatch.setattr(gguf_export, "llama_cpp_version", lambda: (None, "llama-cpp-python is not importable (test)"))
-    lines = bench["main"](_args(tiny_folder, "llama.cpp"))
+    lines = bench["main"](_args(bench_inputs, "llama.cpp"))
     assert len(lines) == 2 and "not available: llama-cpp-python is not importable (test)" in lines[1]
 
 
@@ -86,8 +86,8 @@ def test_heavy_rule_takes_a_quarter_in_whole_groups_and_leaves_every_layer_heads
 
 
 @pytest.mark.slow  # three ONNX exports with a key/value cache (about half a minute)
-def test_bench_runs_onnx_runtime_genai_and_says_which_layout_it_got(bench, tiny_folder) -> None:
-    lines = bench["main"](_args(tiny_folder, "onnx-genai"))
+def test_bench_runs_onnx_runtime_genai_and_says_which_layout_it_got(bench, bench_inputs) -> None:
+    lines = bench["main"](_args(bench_inputs, "onnx-genai"))
     rows = [dict(zip(_cells(lines[0]), _cells(line))) for line in lines[1:]]
     assert [r["model"] for r in rows] == ["original", "realistic (3 heads)", "heavy (2 heads)"]
     assert all(r["runtime"].startswith("ONNX Runtime GenAI") for r in rows)

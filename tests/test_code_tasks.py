@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import TaskError
 from headprune.scoring.code import program
 from headprune.scoring.execution import code_execution_allowed, permit_code_execution, run_program
@@ -102,19 +101,6 @@ def test_mbpp_and_humaneval_rows_load(tmp_path) -> None:  # noqa: ANN001
         assert run_program(program(plain, "def sub(a, b):\n    return a - b")).passed
 
 
-def _cli(*args: str):  # noqa: ANN202
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    lm = build_tiny("llama", tokenizer)
-    lm.model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def code_file(tmp_path_factory) -> Path:  # noqa: ANN001
     """Whatever the random model writes lands inside a string literal, so the rows pass or fail on the code
@@ -146,17 +132,17 @@ def started(monkeypatch) -> list:  # noqa: ANN001
 def test_cli_without_permission_runs_nothing_and_exits_2(tiny_folder, code_file, tmp_path, started) -> None:
     for command in (["eval", str(tiny_folder), "--task", str(code_file)],
                     ["find", str(tiny_folder), "--task", str(code_file), "--out", str(tmp_path / "run")]):
-        result = _cli(*command)
+        result = invoke(*command)
         assert result.exit_code == 2, result.output
         assert "--allow-code-execution" in result.output and "Traceback" not in result.output
     assert started == []
     assert not (tmp_path / "run").exists()
-    assert "DANGEROUS" in _cli("eval", "--help").output and "DANGEROUS" in _cli("find", "--help").output
+    assert "DANGEROUS" in invoke("eval", "--help").output and "DANGEROUS" in invoke("find", "--help").output
 
 
 def test_cli_with_permission_scores_pass_at_1(tiny_folder, code_file, tmp_path, started) -> None:
     out = tmp_path / "results.jsonl"
-    result = _cli("eval", str(tiny_folder), "--task", str(code_file), "--allow-code-execution", "--out", str(out))
+    result = invoke("eval", str(tiny_folder), "--task", str(code_file), "--allow-code-execution", "--out", str(out))
     assert result.exit_code == 0, result.output
     rows = {row["id"]: row for row in map(json.loads, out.read_text().splitlines())}
     assert (rows["right"]["correct"], rows["wrong"]["correct"]) == (True, False)

@@ -8,11 +8,10 @@ import json
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 from helpers import build_tiny, random_choice_task
 from helpers.handmade import HARM, build_model, cue_task, reversed_task
 
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import SearchSettingsError
 from headprune.heads import Head
 from headprune.models import wrap_model
@@ -22,7 +21,6 @@ from headprune.search.find import find
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.paired import compare
 from headprune.search.stats import non_inferiority, score_interval
-from headprune.tasks import write_jsonl_task
 
 H0, H1, H2, H3 = (Head(0, h) for h in range(4))
 
@@ -261,26 +259,11 @@ def test_prefer_groups_removes_whole_key_value_groups(tokenizer) -> None:
 # ------------------------------------------------------------------ the command line
 
 
-@pytest.fixture(scope="module")
-def handmade_files(tmp_path_factory):  # noqa: ANN001, ANN201
-    folder = tmp_path_factory.mktemp("handmade")
-    lm = build_model()
-    lm.model.save_pretrained(folder / "model")
-    lm.tokenizer.save_pretrained(folder / "model")
-    write_jsonl_task(cue_task(), folder / "cue.jsonl")
-    write_jsonl_task(reversed_task(), folder / "reversed.jsonl")
-    return folder
-
-
-def _find(*args: str):  # noqa: ANN202
-    return CliRunner().invoke(cli, ["find", *args], catch_exceptions=False)
-
-
 def test_cli_compress_exit_codes_and_outputs(handmade_files, tmp_path) -> None:
     common = [str(handmade_files / "model"), "--task", str(handmade_files / "reversed.jsonl"), "--discovery",
               "200", "--heldout", "200", "--batch-size", "128", "--objective", "compress"]
     out = tmp_path / "ok"
-    result = _find(*common, "--max-drop", "3", "--out", str(out))  # 200 unchanged answers: 95% CI +-2.3 points
+    result = invoke("find", *common, "--max-drop", "3", "--out", str(out))  # 200 unchanged answers: 95% CI +-2.3 points
     assert result.exit_code == 0, result.output
     last = result.stdout.splitlines()[-1]
     assert last.startswith("compress: 3 heads removed") and "NON-INFERIOR within 3 points" in last
@@ -291,12 +274,12 @@ def test_cli_compress_exit_codes_and_outputs(handmade_files, tmp_path) -> None:
     assert "lower end of the 95% score interval is above -3 points" in report and "Tango's score test" in report
     assert "![heads removed against discovery accuracy]" in report
     # A margin of 0: the lower end of the interval must be above 0, which removing silent heads cannot give.
-    result = _find(*common, "--max-drop", "0", "--out", str(tmp_path / "zero"), "--json")
+    result = invoke("find", *common, "--max-drop", "0", "--out", str(tmp_path / "zero"), "--json")
     assert result.exit_code == 1, result.output
     summary = json.loads(result.stdout)
     assert summary["accepted"] is False and summary["compression"]["heads"] == ["L0.H1", "L0.H2", "L0.H3"]
-    result = _find(*common, "--max-drop", "3", "--compress-search", "beam", "--beam-width", "2", "--out",
-                   str(tmp_path / "beam"))
+    result = invoke("find", *common, "--max-drop", "3", "--compress-search", "beam", "--beam-width", "2", "--out",
+                    str(tmp_path / "beam"))
     assert result.exit_code == 0 and "compress: 3 heads removed" in result.stdout.splitlines()[-1], result.output
     assert "beam search of width 2: " in (tmp_path / "beam" / "report.md").read_text()
     saved = json.loads((tmp_path / "beam" / "result.json").read_text())
@@ -315,8 +298,8 @@ def test_cli_compress_exit_codes_and_outputs(handmade_files, tmp_path) -> None:
     (["--objective", "shrink"], "Invalid value for '--objective'"),
 ])
 def test_cli_compress_bad_input(handmade_files, tmp_path, args, fragment) -> None:
-    result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--discovery", "50",
-                   "--heldout", "50", *args, "--out", str(tmp_path / "o"))
+    result = invoke("find", str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--discovery",
+                    "50", "--heldout", "50", *args, "--out", str(tmp_path / "o"))
     assert result.exit_code == 2, result.output
     assert fragment in result.output and "Traceback" not in result.output
     assert not (tmp_path / "o" / "result.json").exists()

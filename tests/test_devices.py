@@ -8,9 +8,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.devices import resolve_device, resolve_dtype
 from headprune.errors import SearchSettingsError
 from headprune.evaluation import evaluate
@@ -19,7 +18,9 @@ from headprune.exporter.loading import load
 from headprune.heads import parse_heads
 from headprune.models import load_model
 from headprune.search.find import find
-from helpers import build_tiny, choice_task, random_choice_task
+from helpers import build_tiny, choice_task, random_choice_task, save_folder
+
+TINY_SEED = 9  # the weights of conftest's tiny_folder in this module
 
 
 def test_device_and_dtype_names() -> None:
@@ -56,19 +57,10 @@ def test_auto_on_this_machine_is_the_accelerator_it_has() -> None:
     assert resolve_device("auto").type == expected
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    lm = build_tiny("llama", tokenizer, seed=9)
-    lm.model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def test_a_missing_gpu_is_one_line_and_exit_2(tiny_folder) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")  # the refusal is about machines without one
-    result = CliRunner().invoke(cli, ["eval", str(tiny_folder), "--task", "sentiment:n=2", "--device", "cuda"])
+    result = invoke("eval", str(tiny_folder), "--task", "sentiment:n=2", "--device", "cuda", catch_exceptions=True)
     assert result.exit_code == 2 and "no CUDA GPU" in result.output and "Traceback" not in result.output
 
 
@@ -101,8 +93,7 @@ def test_margins_are_float32_whatever_the_dtype(tiny_folder) -> None:
 def test_export_keeps_the_checkpoints_dtype_unless_asked(tiny_folder, tmp_path) -> None:
     half = tmp_path / "half"
     model = load_model(str(tiny_folder), dtype="float32").model
-    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(half)
-    load_model(str(tiny_folder)).tokenizer.save_pretrained(half)
+    save_folder(copy.deepcopy(model).to(torch.bfloat16), load_model(str(tiny_folder)).tokenizer, half)
     kept = export(str(half), "L0.H1", verify_task=choice_task(), out=tmp_path / "kept")
     asked = export(str(half), "L0.H1", verify_task=choice_task(), dtype="float32", out=tmp_path / "asked")
     assert kept.verification.logits.dtype == "bfloat16" and asked.verification.logits.dtype == "float32"
@@ -151,6 +142,6 @@ def test_a_model_spread_by_a_device_map_gives_the_same_search(tiny_folder, tmp_p
     (["--device-map", "auto", "--max-memory", "cpu=lots"], "is not DEVICE=SIZE"),
 ])
 def test_bad_placement_options_are_one_line_and_exit_2(tiny_folder, args, says) -> None:  # noqa: ANN001
-    done = CliRunner().invoke(cli, ["eval", str(tiny_folder), "--task", "sentiment", "--limit", "4", *args])
+    done = invoke("eval", str(tiny_folder), "--task", "sentiment", "--limit", "4", *args, catch_exceptions=True)
     assert done.exit_code == 2, done.output
     assert says in done.output and "Traceback" not in done.output

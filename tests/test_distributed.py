@@ -14,32 +14,17 @@ from pathlib import Path
 import pytest
 
 from headprune.tasks.jsonl import write_jsonl_task
-from helpers import build_tiny, random_choice_task
+from helpers import build_tiny, random_choice_task, save_folder
+from helpers.cli import comparable_result, headprune
 
 SEARCH = ["--discovery", "48", "--heldout", "32", "--nominees", "6", "--max-heads", "3", "--finalists", "3",
           "--device", "cpu", "--batch-size", "8"]
 
 
-def headprune(*args: str, processes: int = 1, timeout: float = 600) -> subprocess.CompletedProcess:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
-                "--standalone"] if processes > 1 else [sys.executable]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([*launcher, "-m", "headprune", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
-
-
-def comparable(folder: Path) -> dict:
-    """result.json without what may differ between equal runs (timings)."""
-    result = json.loads((folder / "result.json").read_text())
-    result.pop("timings", None)
-    return result
-
-
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("distributed")
-    build_tiny("llama", tokenizer, seed=3).model.save_pretrained(folder / "model")
-    tokenizer.save_pretrained(folder / "model")
+    save_folder(build_tiny("llama", tokenizer, seed=3).model, tokenizer, folder / "model")
     write_jsonl_task(random_choice_task(80, seed=5), folder / "task.jsonl")
     return folder
 
@@ -49,7 +34,7 @@ def alone(inputs):  # noqa: ANN001, ANN201
     out = inputs / "alone"
     done = headprune("find", str(inputs / "model"), "--task", str(inputs / "task.jsonl"), *SEARCH, "--out", str(out))
     assert done.returncode in (0, 1), done.stderr
-    return comparable(out)
+    return comparable_result(out)
 
 
 @pytest.mark.slow  # two launches of torchrun with two processes each: ~1 min
@@ -59,7 +44,7 @@ def test_two_processes_give_the_one_process_result(inputs, alone) -> None:  # no
                      "--out", str(out), processes=2)
     assert done.returncode == 0, done.stderr  # under a launcher the verdict is in the output, not the code
     assert "2 processes share every stage" in done.stderr
-    assert comparable(out) == alone
+    assert comparable_result(out) == alone
     lines = (out / "journal.jsonl").read_text().splitlines()
     keys = [json.loads(line)["key"] for line in lines[1:]]
     assert len(keys) == len(set(keys)), "every condition journalled once, by rank 0 alone"
@@ -93,7 +78,7 @@ def test_killed_worker_stops_the_run_and_resume_finishes_it(inputs, alone) -> No
     assert not (out / "result.json").exists()
     resumed = headprune(*args, "--resume")  # on one process now
     assert resumed.returncode in (0, 1), resumed.stderr
-    assert comparable(out) == alone
+    assert comparable_result(out) == alone
 
 
 @pytest.mark.slow
@@ -103,7 +88,7 @@ def test_workers_restarted_by_torchrun_resume_by_themselves(inputs, alone) -> No
     restarted = kill_a_worker(args, "--max-restarts", "1")
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert "restarted by the launcher: resuming" in restarted.stderr
-    assert comparable(out) == alone
+    assert comparable_result(out) == alone
 
 
 @pytest.mark.slow  # two launches (one and two processes) of a beam search: ~40 s
@@ -115,6 +100,6 @@ def test_compress_beam_on_two_processes_gives_the_one_process_result(inputs) -> 
     assert one.returncode in (0, 1), one.stderr
     two = headprune(*args, "--out", str(inputs / "beam-two"), processes=2)
     assert two.returncode == 0, two.stderr
-    assert comparable(inputs / "beam-two") == comparable(inputs / "beam-one")
-    compression = comparable(inputs / "beam-one")["compression"]
+    assert comparable_result(inputs / "beam-two") == comparable_result(inputs / "beam-one")
+    compression = comparable_result(inputs / "beam-one")["compression"]
     assert compression["search"] == "beam" and compression["searched"] >= 2  # rounds of two sets were dealt out

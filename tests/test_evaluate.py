@@ -115,3 +115,29 @@ def test_shared_prefix_gives_the_same_results(tiny_causal, make_task) -> None:
     heads = parse_heads("L0.H2,L1.H1")
     _assert_same(shared.run(), plain.run())
     _assert_same(shared.run(heads), plain.run(heads))
+
+
+# ------------------------------------------------------------------ "identical" means the stated contract
+
+
+@pytest.mark.slow  # decoding on two tasks x six conditions x two evaluators per family
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox"])
+def test_fast_paths_keep_the_contract_against_a_plain_full_forward_pass(family, tokenizer) -> None:
+    from headprune.evaluation import Evaluator
+    from headprune.evaluation.contract import disagreement
+    from headprune.heads import parse_heads
+    from helpers import choice_task, generate_task, prefixed
+
+    lm = build_tiny(family, tokenizer, seed=7, layers=4)
+    for task in (prefixed(choice_task()), prefixed(generate_task())):
+        plain = Evaluator(lm, task, batch_size=5, share_prefix=False)  # every token of every sequence, every layer
+        fast = Evaluator(lm, task, batch_size=5, reuse_layers=True)  # shared prefix + layer cache (find's setup)
+        assert fast._layer_cache.checkpoints and (fast._prefix or fast.scorer.generates) and not plain._prefix
+        means = plain.head_means()
+        assert disagreement(plain.run(), fast.run(), "float32")[0] is None  # the intact run fills the cache
+        for spec in ("L0.H1", "L2.H0,L3.H3", "L1.H2"):
+            for mode in ("zero", "mean"):
+                heads = parse_heads(spec)
+                reference = plain.run(heads, mode=mode, means=means)
+                problem, _ = disagreement(reference, fast.run(heads, mode=mode, means=means), "float32")
+                assert problem is None, f"{family} {task.name} {spec} {mode}: {problem}"

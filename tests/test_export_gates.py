@@ -13,11 +13,10 @@ import json
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
-from helpers import build_tiny, choice_task, generate_task
+from helpers import build_tiny, choice_task, generate_task, save_folder
 
 from headprune.ablation import ablated
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import VerificationError
 from headprune.exporter import export, gguf_export, llama_cpp_runtime, onnx_export
 from headprune.exporter.pipeline import GGUF_TOLERANCE, GREEDY_STEPS, ONNX_TOLERANCE
@@ -91,13 +90,12 @@ def test_gguf_with_one_weight_off_by_a_thousandth_is_refused(models, tensor, tmp
 
 def test_cli_refuses_a_gguf_file_with_a_wrong_norm_with_exit_1(models, tokenizer, tmp_path, monkeypatch) -> None:
     lm = models["llama"]
-    lm.model.save_pretrained(tmp_path / "m")
-    tokenizer.save_pretrained(tmp_path / "m")
+    save_folder(lm.model, tokenizer, tmp_path / "m")
     task = tmp_path / "t.jsonl"
     task.write_text("".join(json.dumps({"prompt": p, "target": "19"}) + "\n" for p in ("12 + 7 =", "the film is")))
     _corrupting_gguf_writer(monkeypatch, "output_norm.weight")
-    result = CliRunner().invoke(cli, ["export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf",
-                                      "--verify-task", str(task), "--out", str(tmp_path / "o")])
+    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf",
+                    "--verify-task", str(task), "--out", str(tmp_path / "o"), catch_exceptions=True)
     assert result.exit_code == 1, result.output
     assert "nothing was written" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "o").exists()

@@ -9,15 +9,14 @@ import logging
 import pytest
 import torch
 import transformers
-from click.testing import CliRunner
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, verify_record
 from headprune.models import load_model
-from helpers import choice_task, tiny_config
+from helpers import choice_task, save_folder, tiny_config
 
 EXTRA_HEADS = ("topic", "toxicity", "language")  # three classifier heads beside the masked-LM head
 
@@ -36,8 +35,7 @@ def multi_head_bert(tmp_path, tokenizer):  # noqa: ANN001, ANN201
     torch.manual_seed(11)
     model = transformers.BertForMaskedLM(tiny_config("bert", len(tokenizer)))
     folder = tmp_path / "multi-head-bert"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_folder(model, tokenizer, folder)
     state = _tensors(folder)
     for i, name in enumerate(EXTRA_HEADS):
         state[f"{name}_classifier.weight"] = torch.randn(2 + i, 32)
@@ -88,7 +86,7 @@ def test_formats_that_cannot_hold_the_extra_tensors_refuse(multi_head_bert, tmp_
 
 
 def test_cli_export_of_the_unknown_class(multi_head_bert, tmp_path) -> None:
-    result = CliRunner().invoke(cli, ["export", str(multi_head_bert), "--heads", "L1.H0", "--out",
-                                      str(tmp_path / "pruned")], catch_exceptions=False)
+    result = invoke("export", str(multi_head_bert), "--heads", "L1.H0", "--out",
+                    str(tmp_path / "pruned"))
     assert result.exit_code == 0, result.output
     assert "trust-remote-code" not in result.output

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from headprune.tasks.jsonl import write_jsonl_task
-from helpers import build_tiny, random_choice_task
+from helpers import build_tiny, random_choice_task, save_folder
 
 BLOCKED = ("onnx", "onnxruntime", "onnxscript", "onnxruntime_genai", "gguf", "lm_eval", "llama_cpp", "xllamacpp")
 
@@ -42,8 +42,7 @@ print(json.dumps({{"runs": runs, "loaded": loaded}}))
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("extras")
-    build_tiny("llama", tokenizer, seed=3).model.save_pretrained(folder / "model")
-    tokenizer.save_pretrained(folder / "model")
+    save_folder(build_tiny("llama", tokenizer, seed=3).model, tokenizer, folder / "model")
     write_jsonl_task(random_choice_task(60, seed=5), folder / "task.jsonl")
     (folder / "model.gguf").write_bytes(b"GGUF not really")
     model, task = str(folder / "model"), str(folder / "task.jsonl")

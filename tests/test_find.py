@@ -7,16 +7,15 @@ import math
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from helpers.handmade import PASSENGERS, build_model, cue_task, reversed_task
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.evaluation import Evaluator
 from headprune.search.find import expected_joint_evaluations, find
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.stats import mcnemar_exact
 from headprune.tasks import Example, Task, write_jsonl_task
-from helpers import build_tiny, random_choice_task
+from helpers import build_tiny, random_choice_task, save_folder
 
 
 @pytest.fixture(scope="module")
@@ -116,25 +115,11 @@ def test_mcnemar_exact_matches_the_binomial() -> None:
 # ------------------------------------------------------------------ the command line
 
 
-@pytest.fixture(scope="module")
-def handmade_files(tmp_path_factory, handmade):  # noqa: ANN001, ANN201
-    folder = tmp_path_factory.mktemp("handmade")
-    handmade.model.save_pretrained(folder / "model")
-    handmade.tokenizer.save_pretrained(folder / "model")
-    write_jsonl_task(cue_task(), folder / "cue.jsonl")
-    write_jsonl_task(reversed_task(), folder / "reversed.jsonl")
-    return folder
-
-
-def _find(*args: str):  # noqa: ANN202
-    return CliRunner().invoke(cli, ["find", *args], catch_exceptions=False)
-
-
 def test_cli_find_writes_outputs_and_exits_0_when_confirmed(handmade_files, tmp_path) -> None:
     out = tmp_path / "run"
-    result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--discovery", "300",
-                   "--heldout", "300", "--control", str(handmade_files / "reversed.jsonl"), "--batch-size", "64",
-                   "--control", str(handmade_files / "cue.jsonl"), "--control-limit", "100", "--out", str(out))
+    result = invoke("find", str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--discovery",
+                    "300", "--heldout", "300", "--control", str(handmade_files / "reversed.jsonl"), "--batch-size",
+                    "64", "--control", str(handmade_files / "cue.jsonl"), "--control-limit", "100", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert "CONFIRMED improvement" in result.stdout.splitlines()[-1]
     saved = json.loads((out / "result.json").read_text())
@@ -150,8 +135,9 @@ def test_cli_find_writes_outputs_and_exits_0_when_confirmed(handmade_files, tmp_
 
 
 def test_cli_find_exits_1_without_confirmation(handmade_files, tmp_path) -> None:
-    result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "reversed.jsonl"), "--discovery",
-                   "200", "--heldout", "200", "--batch-size", "64", "--out", str(tmp_path / "r"), "--json")
+    result = invoke("find", str(handmade_files / "model"), "--task", str(handmade_files / "reversed.jsonl"),
+                    "--discovery", "200", "--heldout", "200", "--batch-size", "64", "--out", str(tmp_path / "r"),
+                    "--json")
     assert result.exit_code == 1, result.output
     assert json.loads(result.stdout)["confirmed"] is False
 
@@ -169,7 +155,7 @@ def test_cli_find_bad_input(handmade_files, tmp_path, args, fragment) -> None:
         if args[1] == "TEXT":
             (tmp_path / "t.jsonl").write_text('{"text": "xp_1 xp_2"}\n' * 30)
             args = ["--task", str(tmp_path / "t.jsonl")]
-    result = _find(str(handmade_files / "model"), *base, *args, "--out", str(tmp_path / "o"))
+    result = invoke("find", str(handmade_files / "model"), *base, *args, "--out", str(tmp_path / "o"))
     assert result.exit_code == 2, result.output
     assert fragment in result.output and "Traceback" not in result.output
 
@@ -177,27 +163,26 @@ def test_cli_find_bad_input(handmade_files, tmp_path, args, fragment) -> None:
 def test_cli_find_unwritable_out_and_foreign_resume(handmade_files, tmp_path, tokenizer) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--out",
-                   str(blocker / "sub"))
+    result = invoke("find", str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--out",
+                    str(blocker / "sub"))
     assert result.exit_code == 2 and "cannot write" in result.output
     other = tmp_path / "other-model"
     lm = build_tiny("llama", tokenizer)
-    lm.model.save_pretrained(other)
-    tokenizer.save_pretrained(other)
+    save_folder(lm.model, tokenizer, other)
     task = tmp_path / "c.jsonl"
     write_jsonl_task(random_choice_task(60), task)
     common = ["--task", str(task), "--discovery", "20", "--heldout", "20", "--nominees", "2", "--max-heads", "2",
               "--finalists", "1", "--out", str(tmp_path / "run")]
-    _find(str(other), *common)
-    result = _find(str(handmade_files / "model"), *common, "--resume")
+    invoke("find", str(other), *common)
+    result = invoke("find", str(handmade_files / "model"), *common, "--resume")
     assert result.exit_code == 2 and "different model" in result.output
 
 
 def test_cli_find_reports_cost_and_progress_without_a_terminal(handmade_files, tmp_path) -> None:
     # CliRunner's stderr is not a terminal: find says what it will do and how long it should take, per stage.
-    result = _find(str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--discovery", "100",
-                   "--heldout", "100", "--nominees", "3", "--max-heads", "2", "--finalists", "2", "--batch-size", "64",
-                   "--out", str(tmp_path / "r"))
+    result = invoke("find", str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), "--discovery",
+                    "100", "--heldout", "100", "--nominees", "3", "--max-heads", "2", "--finalists", "2",
+                    "--batch-size", "64", "--out", str(tmp_path / "r"))
     assert result.exit_code in (0, 1), result.output
     lines = result.stderr.splitlines()
     planned = next(line for line in lines if "planned:" in line)

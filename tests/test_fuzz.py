@@ -11,15 +11,14 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import HeadpruneError
 from headprune.heads import parse_heads
 from headprune.tasks import load_task
-from helpers import build_tiny
+from helpers import build_tiny, save_folder
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -62,8 +61,7 @@ def _refused_cleanly(done, out: Path | None = None) -> None:  # noqa: ANN001
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("fuzz-model")
-    build_tiny("llama", tokenizer, seed=1).model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_folder(build_tiny("llama", tokenizer, seed=1).model, tokenizer, folder)
     return folder
 
 
@@ -86,13 +84,13 @@ def test_find_on_a_fuzzed_task_file_writes_nothing_when_refused(tmp_path_factory
     folder = tmp_path_factory.mktemp("f")
     path = _write(folder / "task.jsonl", content)
     out = folder / "out"
-    done = CliRunner().invoke(cli, ["find", str(tiny_dir), "--task", str(path), "--discovery", "2", "--heldout", "2",
-                                    "--nominees", "2", "--max-heads", "2", "--finalists", "1", "--out", str(out)])
+    done = invoke("find", str(tiny_dir), "--task", str(path), "--discovery", "2", "--heldout", "2",
+                  "--nominees", "2", "--max-heads", "2", "--finalists", "1", "--out", str(out), catch_exceptions=True)
     _refused_cleanly(done, out)
 
 
 def test_a_folder_given_as_a_task_file_is_exit_2(tmp_path) -> None:
-    done = CliRunner().invoke(cli, ["eval", "smollm2-135m", "--task", str(tmp_path)])
+    done = invoke("eval", "smollm2-135m", "--task", str(tmp_path), catch_exceptions=True)
     assert done.exit_code == 2 and "Traceback" not in done.output
 
 
@@ -117,7 +115,7 @@ def test_head_specifications_parse_or_raise_a_headprune_error(spec) -> None:  # 
 @FEW
 @given(spec=head_spec)
 def test_eval_with_fuzzed_heads_is_accepted_or_exit_2(tiny_dir, spec) -> None:  # noqa: ANN001
-    done = CliRunner().invoke(cli, ["eval", str(tiny_dir), "--task", "sentiment", "--limit", "2", "--heads", spec])
+    done = invoke("eval", str(tiny_dir), "--task", "sentiment", "--limit", "2", "--heads", spec, catch_exceptions=True)
     _refused_cleanly(done)
 
 
@@ -132,7 +130,8 @@ model_path = st.one_of(
 @given(spec=model_path)
 def test_fuzzed_model_names_are_exit_2(tmp_path_factory, spec) -> None:  # noqa: ANN001
     out = tmp_path_factory.mktemp("m") / "out"
-    done = CliRunner().invoke(cli, ["eval", spec, "--task", "sentiment", "--limit", "2", "--out", str(out / "r.jsonl")])
+    done = invoke("eval", spec, "--task", "sentiment", "--limit", "2", "--out", str(out / "r.jsonl"),
+                  catch_exceptions=True)
     if spec in ("smollm2-135m",):
         return
     _refused_cleanly(done, out)
@@ -149,7 +148,7 @@ def test_fuzzed_model_files_are_exit_2(tmp_path_factory, content, name) -> None:
                                                         "num_attention_heads": 4, "vocab_size": 50}))
     target = _write(folder / name, content)
     spec = str(target if name.endswith(".gguf") else folder)
-    done = CliRunner().invoke(cli, ["eval", spec, "--task", "sentiment", "--limit", "2"])
+    done = invoke("eval", spec, "--task", "sentiment", "--limit", "2", catch_exceptions=True)
     assert done.exit_code == 2, done.output[-2000:]
     assert "Traceback" not in done.output
 
@@ -170,6 +169,6 @@ def test_export_from_a_fuzzed_result_file_is_exit_2_and_writes_nothing(tmp_path_
     folder = tmp_path_factory.mktemp("r")
     path = _write(folder / "result.json", content)
     out = folder / "pruned"
-    done = CliRunner().invoke(cli, ["export", str(tiny_dir), "--heads", str(path), "--out", str(out)])
+    done = invoke("export", str(tiny_dir), "--heads", str(path), "--out", str(out), catch_exceptions=True)
     assert done.exit_code == 2, done.output[-2000:]
     _refused_cleanly(done, out)

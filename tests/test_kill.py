@@ -9,7 +9,6 @@ replayed."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -23,16 +22,12 @@ import pytest
 
 from headprune.exporter import verify_record
 from headprune.tasks.jsonl import write_jsonl_task
-from helpers import build_tiny, random_choice_task
+from helpers import build_tiny, random_choice_task, save_folder
+from helpers.cli import comparable_result, headprune
 
 SEARCH = ["--discovery", "60", "--heldout", "40", "--nominees", "4", "--max-heads", "3", "--finalists", "3",
           "--device", "cpu", "--batch-size", "8"]
 KILLS = 3
-
-
-def headprune(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "headprune", *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def killed_when(ready: Callable[[], bool], delay: float, *args: str) -> tuple[int, bool]:
@@ -82,17 +77,10 @@ def records(journal: Path) -> int:
         return 0
 
 
-def result_of(folder: Path) -> dict:
-    result = json.loads((folder / "result.json").read_text())
-    result.pop("timings", None)
-    return result
-
-
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("kill")
-    build_tiny("llama", tokenizer, seed=6).model.save_pretrained(folder / "model")
-    tokenizer.save_pretrained(folder / "model")
+    save_folder(build_tiny("llama", tokenizer, seed=6).model, tokenizer, folder / "model")
     write_jsonl_task(random_choice_task(120, seed=2), folder / "task.jsonl")
     done = headprune("find", str(folder / "model"), "--task", str(folder / "task.jsonl"), *SEARCH,
                      "--out", str(folder / "whole"))
@@ -115,7 +103,7 @@ def test_find_killed_mid_run_resumes_to_the_uninterrupted_result(inputs) -> None
         assert kept <= records(journal) < total and not (out / "result.json").exists()
         again = headprune(*args, "--out", str(out), "--resume")
         assert again.returncode in (0, 1), again.stderr
-        assert result_of(out) == result_of(inputs / "whole")
+        assert comparable_result(out) == comparable_result(inputs / "whole")
 
 
 @pytest.mark.slow

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from headprune.errors import InternalCheckError
 from headprune.evaluation import Evaluator
 from headprune.heads import parse_heads
 from headprune.layer_cache import LayerInputCache
 from helpers import choice_task, generate_task, prefixed, text_task
-from helpers import build_tiny
+from helpers import build_tiny, random_choice_task
 
 
 def prefixed_choice_task():  # noqa: ANN201
@@ -60,3 +61,45 @@ def test_budget_spaces_checkpoints(tokenizer) -> None:
     assert LayerInputCache.for_budget(lm, 1_000_000, budget_mb=int(per_layer_mb * 2.5)).checkpoints == [1, 2]
     assert LayerInputCache.for_budget(lm, 1_000_000, budget_mb=1).checkpoints == []
     assert spaced.start_for(1) == 0 and spaced.start_for(3) == 2
+
+
+# ------------------------------------------------------------------ nothing silent: a replay that starts at the wrong layer
+
+
+def _cached_evaluator(lm):  # noqa: ANN001, ANN202
+    from headprune.evaluation import Evaluator
+    from headprune.layer_cache import LayerInputCache
+
+    evaluator = Evaluator(lm, random_choice_task(12, seed=6), batch_size=4, reuse_layers=True)
+    evaluator._layer_cache = LayerInputCache(lm, [1, 2])  # checkpoints at layers 1 and 2 of 4
+    evaluator.run()  # the intact run captures the layer inputs
+    return evaluator
+
+
+def test_a_replay_that_starts_above_the_ablated_layer_is_an_internal_error(tokenizer, monkeypatch) -> None:
+    from headprune.heads import Head
+    from headprune.layer_cache import LayerInputCache
+
+    lm = build_tiny("llama", tokenizer, seed=7, layers=4)
+    evaluator = _cached_evaluator(lm)
+    sound = evaluator.run([Head(1, 1)])  # replays from layer 1: fine
+    monkeypatch.setattr(LayerInputCache, "start_for", lambda self, lowest: 2)  # an off-by-one bug
+    with pytest.raises(InternalCheckError, match=r"ablation hook of layer 1 \(L1.H1\) ran 0 times in \d+ forward"):
+        evaluator.run([Head(1, 1)])
+    monkeypatch.undo()
+    assert evaluator.run([Head(1, 1)]) == sound
+
+
+def test_a_replay_that_never_feeds_its_start_layer_is_an_internal_error(tokenizer, monkeypatch) -> None:
+    import copy
+
+    from headprune.heads import Head
+
+    lm = build_tiny("llama", tokenizer, seed=7, layers=4)
+    evaluator = _cached_evaluator(lm)
+    real = type(lm.adapter).layers_container
+    # An adapter bug: the replay patches copies of the layers, not those the model runs, so the pass does not
+    # start from the cache.
+    monkeypatch.setattr(type(lm.adapter), "layers_container", lambda self, model: copy.deepcopy(real(self, model)))
+    with pytest.raises(InternalCheckError, match="should start at layer 2, but layer 2 was fed 0 times"):
+        evaluator.run([Head(3, 0)])

@@ -17,7 +17,6 @@ from headprune.errors import TaskError
 from headprune.evaluation import evaluate
 from headprune.models import load_model
 from headprune.tasks import load_task
-from helpers import build_tiny
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -63,15 +62,6 @@ generation_kwargs:
 metric_list:
   - metric: exact_match
 """
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    lm = build_tiny("llama", tokenizer)
-    lm.model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import torch
 from headprune.errors import ModelNotFoundError
 from headprune.model_download import small_files
 from headprune.models import load_model
-from helpers import build_tiny
+from helpers import build_tiny, save_folder
 from helpers.hub_server import HubServer
 
 # What Llama, Mistral and GGUF/ONNX repositories keep beside the weights transformers loads.
@@ -40,8 +40,7 @@ def sharded(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     """A tiny Llama saved in several safetensors shards with their index, and its logits on a prompt."""
     folder = tmp_path_factory.mktemp("sharded")
     lm = build_tiny("llama", tokenizer, seed=4)
-    lm.model.save_pretrained(folder, max_shard_size="20KB")
-    tokenizer.save_pretrained(folder)
+    save_folder(lm.model, tokenizer, folder, max_shard_size="20KB")
     assert len(list(folder.glob("model-*.safetensors"))) > 1
     return folder, lm
 

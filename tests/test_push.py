@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from helpers.hub_server import VALID_TOKEN, HubServer
 from helpers import build_tiny, choice_task
 
@@ -30,13 +29,9 @@ def hub(monkeypatch, tmp_path):  # noqa: ANN001, ANN201
         yield server
 
 
-def _push(*args: str):  # noqa: ANN202
-    return CliRunner().invoke(cli, ["push", *args], catch_exceptions=False)
-
-
 def test_push_uploads_every_file_in_one_commit(hub, export_dir) -> None:
-    result = _push(str(export_dir), "--repo-id", "alice/tiny-pruned", "--private", "--token", VALID_TOKEN,
-                   "--commit-message", "first pruned model")
+    result = invoke("push", str(export_dir), "--repo-id", "alice/tiny-pruned", "--private", "--token", VALID_TOKEN,
+                    "--commit-message", "first pruned model")
     assert result.exit_code == 0, result.output
     assert hub.state.repos["alice/tiny-pruned"]["private"] is True
     (commit,) = hub.state.commits
@@ -51,8 +46,8 @@ def test_push_uploads_every_file_in_one_commit(hub, export_dir) -> None:
 
 def test_push_to_a_branch_and_token_from_the_environment(hub, export_dir, monkeypatch) -> None:
     monkeypatch.setenv("HF_TOKEN", VALID_TOKEN)
-    assert _push(str(export_dir), "--repo-id", "alice/m").exit_code == 0
-    result = _push(str(export_dir), "--repo-id", "alice/m", "--revision", "experiment")
+    assert invoke("push", str(export_dir), "--repo-id", "alice/m").exit_code == 0
+    result = invoke("push", str(export_dir), "--repo-id", "alice/m", "--revision", "experiment")
     assert result.exit_code == 0, result.output
     assert [c["branch"] for c in hub.state.commits] == ["main", "experiment"]
     assert hub.state.repos["alice/m"]["private"] is False
@@ -60,7 +55,7 @@ def test_push_to_a_branch_and_token_from_the_environment(hub, export_dir, monkey
 
 
 def test_dry_run_touches_no_network(hub, export_dir) -> None:
-    result = _push(str(export_dir), "--repo-id", "alice/m", "--dry-run", "--json")
+    result = invoke("push", str(export_dir), "--repo-id", "alice/m", "--dry-run", "--json")
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     assert "model.safetensors" in plan["files"] and plan["files"]["README.md"] > 0
@@ -85,7 +80,7 @@ def test_push_failures_are_one_line_with_exit_2(hub, export_dir, setup, args, fr
         hub.state.drop.add(setup.split(":", 1)[1])
     before = {p: p.read_bytes() for p in export_dir.rglob("*") if p.is_file()}
     repo = [] if "--repo-id" in args else ["--repo-id", "alice/m"]
-    result = _push(str(export_dir), *repo, *args)
+    result = invoke("push", str(export_dir), *repo, *args)
     assert result.exit_code == 2, result.output
     assert fragment in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -96,13 +91,13 @@ def test_push_failures_are_one_line_with_exit_2(hub, export_dir, setup, args, fr
 def test_unreachable_endpoint(monkeypatch, export_dir, tmp_path) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
-    result = _push(str(export_dir), "--repo-id", "alice/m", "--token", VALID_TOKEN)
+    result = invoke("push", str(export_dir), "--repo-id", "alice/m", "--token", VALID_TOKEN)
     assert result.exit_code == 2 and "cannot reach the Hub" in result.output
 
 
 @pytest.mark.parametrize("repo_id", ["no-owner", "a/b/c", "bad id/x", "alice/"])
 def test_malformed_repo_id(export_dir, repo_id) -> None:
-    result = _push(str(export_dir), "--repo-id", repo_id, "--dry-run")
+    result = invoke("push", str(export_dir), "--repo-id", repo_id, "--dry-run")
     assert result.exit_code == 2 and "malformed repo id" in result.output
 
 
@@ -112,8 +107,8 @@ def test_edited_or_foreign_folder_is_refused(export_dir, tmp_path) -> None:
     edited = tmp_path / "edited"
     shutil.copytree(export_dir, edited)
     (edited / "config.json").write_text((edited / "config.json").read_text().replace("}", ' }', 1))
-    result = _push(str(edited), "--repo-id", "alice/m", "--dry-run")
+    result = invoke("push", str(edited), "--repo-id", "alice/m", "--dry-run")
     assert result.exit_code == 2 and "config.json was changed after export" in result.output
     (tmp_path / "plain").mkdir()
-    result = _push(str(tmp_path / "plain"), "--repo-id", "alice/m", "--dry-run")
+    result = invoke("push", str(tmp_path / "plain"), "--repo-id", "alice/m", "--dry-run")
     assert result.exit_code == 2 and "not a headprune export" in result.output

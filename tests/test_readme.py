@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import headprune.models
-from helpers import build_tiny
+from helpers import build_tiny, save_folder
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -21,8 +21,7 @@ def python_blocks() -> list[str]:
 def test_readme_python_blocks_run(tmp_path, tokenizer, monkeypatch) -> None:
     tiny = tmp_path / "tiny-smollm2"
     lm = build_tiny("llama", tokenizer, seed=1)
-    lm.model.save_pretrained(tiny)
-    tokenizer.save_pretrained(tiny)
+    save_folder(lm.model, tokenizer, tiny)
     real_resolve = headprune.models.resolve_model
     monkeypatch.setattr(headprune.models, "resolve_model",
                         lambda spec, **kw: tiny if spec == "smollm2-135m" else real_resolve(spec, **kw))

@@ -12,6 +12,7 @@ from headprune.evaluation import evaluate
 from headprune.heads import parse_heads
 from headprune.models import load_model, resolve_model
 from headprune.tasks import load_task
+from helpers import save_folder
 
 pytestmark = pytest.mark.slow
 
@@ -119,8 +120,7 @@ def minilm_classifier(tmp_path_factory):  # noqa: ANN001, ANN201
         optimiser.step()
     model.eval()
     folder = tmp_path_factory.mktemp("minilm-sentiment")
-    model.save_pretrained(folder / "model")
-    tokenizer.save_pretrained(folder / "model")
+    save_folder(model, tokenizer, folder / "model")
     (folder / "reviews.jsonl").write_text("".join(
         json.dumps({"id": f"rt{i}", "text": text, "label": labels[label]}) + "\n"
         for i, (text, label) in enumerate(held)))
@@ -129,11 +129,10 @@ def minilm_classifier(tmp_path_factory):  # noqa: ANN001, ANN201
 
 def test_finetuned_minilm_classifier_find_export_verify(minilm_classifier, tmp_path) -> None:
     import torch
-    from click.testing import CliRunner
     from transformers import AutoModelForSequenceClassification
 
     from headprune.ablation import ablated
-    from headprune.cli.main import cli
+    from helpers.cli import invoke
     from headprune.search.result import FindResult
 
     model, task = minilm_classifier / "model", minilm_classifier / "reviews.jsonl"
@@ -142,15 +141,15 @@ def test_finetuned_minilm_classifier_find_export_verify(minilm_classifier, tmp_p
     intact = evaluate(lm, load_task(task))
     print(f"\nfine-tuned MiniLM classifier, accuracy on {intact.n} held reviews: {intact.accuracy:.1%}")
     assert intact.accuracy >= 0.6  # chance is 50%
-    run = CliRunner().invoke(cli, ["find", str(model), "--task", str(task), "--discovery", "200", "--heldout", "400",
-                                   "--nominees", "5", "--max-heads", "2", "--finalists", "3", "--batch-size", "32",
-                                   "--out", str(tmp_path / "run")])
+    run = invoke("find", str(model), "--task", str(task), "--discovery", "200", "--heldout", "400",
+                 "--nominees", "5", "--max-heads", "2", "--finalists", "3", "--batch-size", "32",
+                 "--out", str(tmp_path / "run"), catch_exceptions=True)
     assert run.exit_code in (0, 1), run.output
     result = FindResult.load(tmp_path / "run")
     print(run.output.strip().splitlines()[-1])
     assert result.task.kind == "classify" and len(result.screen) == 72
-    export_run = CliRunner().invoke(cli, ["export", str(model), "--heads", str(tmp_path / "run"), "--allow-unconfirmed",
-                                          "--out", str(tmp_path / "pruned"), "--json"])
+    export_run = invoke("export", str(model), "--heads", str(tmp_path / "run"), "--allow-unconfirmed",
+                        "--out", str(tmp_path / "pruned"), "--json", catch_exceptions=True)
     assert export_run.exit_code == 0, export_run.output
     summary = json.loads(export_run.stdout)
     check = summary["verification"]

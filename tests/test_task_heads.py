@@ -9,10 +9,9 @@ import logging
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
 from headprune.ablation import ablated
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import TaskError, UnsupportedModelError
 from headprune.evaluation import evaluate
 from headprune.exporter import export, read_record
@@ -21,7 +20,7 @@ from headprune.heads import parse_heads
 from headprune.models import load_model, wrap_model
 from headprune.search.find import find
 from headprune.tasks import Example, Task, load_task, write_jsonl_task
-from helpers import build_tiny, choice_task, tiny_config
+from helpers import build_tiny, choice_task, save_folder, tiny_config
 
 IDS = torch.tensor([[5, 9, 14, 3, 27, 8, 11], [0, 0, 0, 7, 19, 4, 2]])
 MASK = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1]])
@@ -43,8 +42,7 @@ def _save(tmp_path, family: str, class_name: str, tokenizer, seed: int = 0):  # 
     config = tiny_config(family, len(tokenizer), num_labels=3)
     model = getattr(transformers, class_name)(config)
     folder = tmp_path / class_name
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_folder(model, tokenizer, folder)
     return folder
 
 
@@ -115,8 +113,8 @@ def test_missing_architectures_says_which_class_and_what_was_left_out(tmp_path, 
     with pytest.raises(UnsupportedModelError, match="an export would lose them"):
         export(lm, "L0.H1", verify_task=choice_task(), out=tmp_path / "never")
     assert not (tmp_path / "never").exists()
-    result = CliRunner().invoke(cli, ["export", str(folder), "--heads", "L0.H1", "--verify-task", "x",
-                                      "--out", str(tmp_path / "o")])
+    result = invoke("export", str(folder), "--heads", "L0.H1", "--verify-task", "x",
+                    "--out", str(tmp_path / "o"), catch_exceptions=True)
     assert result.exit_code == 2 and "left out" in result.output and "would lose" in result.output
 
 
@@ -128,7 +126,7 @@ def test_remote_code_checkpoints_are_refused_without_permission(tmp_path, tokeni
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(UnsupportedModelError, match="trust_remote_code"):
         load_model(str(folder))
-    result = CliRunner().invoke(cli, ["eval", str(folder), "--task", "sentiment:n=2"])
+    result = invoke("eval", str(folder), "--task", "sentiment:n=2", catch_exceptions=True)
     assert result.exit_code == 2 and "--trust-remote-code" in result.output and "Traceback" not in result.output
 
 

@@ -9,6 +9,17 @@ import click
 from headprune.cli.options import json_option
 
 
+def task_file_lines() -> list[str]:
+    """Each task kind's row layout and file options, one kind per line in the order of ``TASK_KINDS`` (the kinds
+    a Task may have): made from the registry, so a new kind shows here without editing this command."""
+    from headprune.tasks import TASK_KINDS
+    from headprune.tasks.jsonl import FILE_LAYOUTS
+
+    rows = [(kind, *FILE_LAYOUTS.get(kind, ("(no task-file layout)", ""))) for kind in TASK_KINDS]
+    width = max(len(layout) for _, layout, _ in rows)
+    return [f"  {kind:<9} {layout:<{width}}   {options}".rstrip() for kind, layout, options in rows]
+
+
 @click.command("tasks")
 @json_option
 def tasks_command(as_json: bool) -> None:
@@ -21,13 +32,9 @@ def tasks_command(as_json: bool) -> None:
         return
     for name, kind, summary in rows:
         click.echo(f"{name:<12} {kind:<9} {summary}")
-    click.echo("\nTask files (JSONL, one object per line):")
-    click.echo('  choice    {"prompt": str, "choices": [str, ...], "answer": int}   options: length_normalize=true')
-    click.echo('  generate  {"prompt": str, "target": str}                          options: max_new_tokens=N, '
-               'answer=line|first-number|regex:PATTERN')
-    click.echo('  text      {"text": str}')
-    click.echo('  code      {"prompt": str, "tests": str | [str, ...], "entry_point"?: str}   '
-               'needs --allow-code-execution')
+    click.echo("\nTask files (JSONL, one object per line; the keys tell the kind):")
+    for line in task_file_lines():
+        click.echo(line)
     click.echo("\nlm-evaluation-harness tasks (pip install 'headprune[lm-eval]'): lm-eval:NAME[,NAME...] or "
                "lm-eval:path/to/task.yaml, options metric=acc|acc_norm|acc_bytes, num_fewshot=N, split=NAME, "
                "filter=NAME (generate_until: which filter_list entry reads the answer; default the first)")

@@ -16,6 +16,16 @@ _KEYS = {"choice": {"prompt", "choices", "answer"}, "generate": {"prompt", "targ
 # "entry_point" (HumanEval) and reference solution ("solution", HumanEval's "canonical_solution", MBPP's "code").
 _TESTS_KEYS = ("tests", "test", "test_list")
 _SOLUTION_KEYS = ("solution", "canonical_solution", "code")
+# What `headprune tasks` shows of each kind's rows and file options (``?``: optional key). One entry per kind of
+# TASK_KINDS: tests/test_tasks_listing.py fails when a kind is missing here, from the listing or from README.
+FILE_LAYOUTS: dict[str, tuple[str, str]] = {
+    "choice": ('{"prompt": str, "choices": [str, ...], "answer": int}', "options: length_normalize=true"),
+    "generate": ('{"prompt": str, "target": str}', "options: max_new_tokens=N, answer=line|first-number|regex:PATTERN"),
+    "text": ('{"text": str}', ""),
+    "classify": ('{"text": str, "label": int | str, "text_pair"?: str}', "needs a sequence-classification head"),
+    "code": ('{"prompt": str, "tests": str | [str, ...], "entry_point"?: str}',
+             "options: max_new_tokens=N; needs --allow-code-execution"),
+}
 
 
 def _row_kind(row: dict) -> str | None:

@@ -7,6 +7,7 @@ other); fixtures live in ``conftest.py``.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -77,6 +78,18 @@ def build_tiny(family: str, tokenizer, seed: int = 0, layers: int = 2):  # noqa:
     return wrap_model(model, tokenizer, name=f"tiny-{family}")
 
 
+def save_folder(model, tokenizer, folder, **options) -> Path:  # noqa: ANN001
+    """Save ``model`` (a transformers model) and ``tokenizer`` to ``folder`` as a normal Hugging Face folder: what
+    a user hands the CLI and ``load_model``. ``options`` go to ``model.save_pretrained`` (e.g. ``max_shard_size``)."""
+    model.save_pretrained(folder, **options)
+    tokenizer.save_pretrained(folder)
+    return Path(folder)
+
+
+# Find settings small enough for a tiny model and a 40-example task: a whole run in about a second.
+SMALL = dict(discovery=24, heldout=16, nominees=2, max_heads=2, finalists=1, batch_size=8)
+
+
 PROMPTS = ["the film is", "a dull and lifeless movie with nothing to say, the film is",
            "12 + 7 =", "Review: a delight from start to finish\nSentiment:", "it", "34 - 5 = 29\n8 * 3 ="]
 
@@ -119,6 +132,21 @@ def random_choice_task(n: int, seed: int = 0) -> Task:
     return Task("random-choice", "choice", tuple(
         Example(f"r{i}", prompt=" ".join(rng.choice(words) for _ in range(rng.randint(2, 6))),
                 choices=(" positive", " negative"), answer=rng.randrange(2)) for i in range(n)))
+
+
+def break_slicing(monkeypatch, scale: float) -> None:  # noqa: ANN001
+    """Make slicing produce a subtly wrong model (one output projection scaled): what the gate must catch."""
+    import headprune.surgery.slicing as slicing
+
+    real = slicing.slice_model
+
+    def broken(lm, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        model = real(lm, *args, **kwargs)
+        with torch.no_grad():
+            lm.adapter.output_projection(model, 0).weight.mul_(scale)
+        return model
+
+    monkeypatch.setattr(slicing, "slice_model", broken)
 
 
 def assert_same_results(a, b, atol: float = 1e-4) -> None:  # noqa: ANN001
