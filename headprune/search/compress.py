@@ -30,101 +30,21 @@ The set is fixed on discovery. Held-out data only gives the verdict, a non-infer
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from headprune.errors import SearchSettingsError
 from headprune.heads import Head, HeadGrid
 from headprune.models import LoadedModel
-from headprune.search.paired import Paired, compare
-from headprune.search.result import (
-    Compression,
-    CurvePoint,
-    Finalist,
-    FindSettings,
-    Prescreen,
-    Savings,
-)
+from headprune.search.paired import Paired
+from headprune.search.result import Compression, CurvePoint, FindResult, Prescreen, Savings
+from headprune.search.split import Inputs
+from headprune.search.stages import Evaluated, Screened, Stages
 from headprune.search.stats import NonInferiority, non_inferiority
-
-if TYPE_CHECKING:
-    from headprune.search.find import _Search
 
 log = logging.getLogger("headprune")
 
-OBJECTIVES = ("improve", "compress")
-PREFER = ("heads", "groups")
-SEARCHES = ("greedy", "beam")
-DEFAULT_MAX_DROP = 0.5  # accuracy points
-DEFAULT_PATIENCE = 3
-DEFAULT_BEAM_WIDTH = 4
-
 Unit = tuple[Head, ...]  # a single head, or every query head of one key/value group
 Evaluate = Callable[[list[tuple[Head, ...]], str], dict[tuple[Head, ...], Paired]]
-
-
-def check_objective(settings: FindSettings) -> None:
-    """Refuse compress options that cannot work, or that the improve objective would silently ignore.
-
-    Raises:
-        SearchSettingsError
-    """
-    if settings.objective not in OBJECTIVES:
-        raise SearchSettingsError(f"objective must be one of {', '.join(OBJECTIVES)}, not {settings.objective!r}",
-                                  settings=("objective",))
-    given = [name for name in ("max_drop", "prefer", "patience", "compress_search", "beam_width")
-             if getattr(settings, name) is not None]
-    if settings.objective == "improve":
-        if given:
-            raise SearchSettingsError(f"{', '.join(given)}: only with objective compress", settings=(
-                *given, "objective"))
-        return
-    if settings.max_drop is None or not settings.max_drop >= 0 or not math.isfinite(settings.max_drop):
-        raise SearchSettingsError(f"max_drop must be a number of accuracy points >= 0, got {settings.max_drop}",
-                                  settings=("max_drop",))
-    if settings.prefer not in PREFER:
-        raise SearchSettingsError(f"prefer must be one of {', '.join(PREFER)}, not {settings.prefer!r}",
-                                  settings=("prefer",))
-    if settings.patience is None or settings.patience < 1:
-        raise SearchSettingsError(f"patience must be at least 1, got {settings.patience}", settings=("patience",))
-    if settings.compress_search not in SEARCHES:
-        raise SearchSettingsError(f"compress_search must be one of {', '.join(SEARCHES)}, not "
-                                  f"{settings.compress_search!r}", settings=("compress_search",))
-    if settings.compress_search == "greedy" and settings.beam_width is not None:
-        raise SearchSettingsError("beam_width: only with compress_search beam", settings=(
-            "beam_width", "compress_search"))
-    if settings.compress_search == "beam" and (settings.beam_width is None or settings.beam_width < 1):
-        raise SearchSettingsError(f"beam_width must be at least 1, got {settings.beam_width}",
-                                  settings=("beam_width",))
-
-
-def compress_fields(objective: str, max_drop: float | None, prefer: str | None, patience: int | None,
-                    compress_search: str | None = None, beam_width: int | None = None) -> dict:
-    """The compress fields of FindSettings: defaults filled in for compress, left unset for improve."""
-    if objective != "compress":
-        return {"objective": objective, "max_drop": max_drop, "prefer": prefer, "patience": patience,
-                "compress_search": compress_search, "beam_width": beam_width}
-    search = compress_search or "greedy"
-    if search == "beam" and beam_width is None:
-        beam_width = DEFAULT_BEAM_WIDTH
-    return {"objective": objective, "max_drop": DEFAULT_MAX_DROP if max_drop is None else max_drop,
-            "prefer": prefer or "heads", "patience": DEFAULT_PATIENCE if patience is None else patience,
-            "compress_search": search, "beam_width": beam_width}
-
-
-def check_layout(grid: HeadGrid, prefer: str) -> None:
-    """Refuse ``prefer="groups"`` where there are no groups of several query heads to prefer.
-
-    Raises:
-        SearchSettingsError
-    """
-    if prefer == "groups" and grid.num_kv_heads == grid.num_heads:
-        raise SearchSettingsError(f"prefer groups needs grouped-query attention; this model has one key/value head "
-                                  f"per query head ({grid.num_heads} per layer): use prefer heads",
-                                  settings=("prefer",))
 
 
 def head_queue(screened: Sequence[tuple[Head, Paired, float | None]], prescreen: Prescreen | None,
@@ -336,23 +256,42 @@ def unit_name(unit: Unit) -> str:
     return "+".join(str(h) for h in unit)
 
 
-def run(search: _Search, screened: list[tuple[Head, Paired, float | None]], prescreen: Prescreen | None
-        ) -> tuple[dict[tuple[Head, ...], Paired], list[Finalist], Compression]:
-    """The compress stage of a find run: grow the set on discovery, then the held-out verdict and controls."""
-    mark = time.perf_counter()
-    lm, settings, conditions = search.lm, search.settings, search.conditions
+def compress(stages: Stages, inputs: Inputs) -> FindResult:
+    """The compress objective of a find run: baseline and screen, the set grown on discovery, then the held-out
+    verdict and controls (timings aside)."""
+    stages.baseline()
+    screened, prescreen = stages.screen()
+    with stages.timed("compress"):
+        grown, units, evaluated, chosen = _grow_on_discovery(stages, screened, prescreen)
+    finalists = stages.finalists([chosen], evaluated)
+    settings, base = stages.settings, stages.base
+    after = stages.conditions.many("heldout", [chosen], "held-out")[0]  # journalled by the finalist stage
+    verdict = verdict_for(base["heldout"], after, max_drop=settings.max_drop, removed=len(chosen),
+                          alpha=settings.alpha)
+    width = settings.beam_width if settings.compress_search == "beam" else None
+    compression = Compression(settings.max_drop, settings.prefer, tuple(str(h) for h in chosen), evaluated[chosen],
+                              verdict, savings(stages.lm, chosen), tuple(grown.curve),
+                              tuple(unit_name(u) for u in grown.rejected), len(units), settings.compress_search,
+                              width, len(grown.evaluated))
+    return replace(stages.record(inputs, screened, prescreen, [], evaluated, finalists), compression=compression)
+
+
+def _grow_on_discovery(stages: Stages, screened: Screened, prescreen: Prescreen | None
+                       ) -> tuple[GrowResult, list[Unit], Evaluated, tuple[Head, ...]]:
+    """The search on discovery: the queue, the grown set, and every set evaluated (the screen's singles too)."""
+    lm, settings = stages.lm, stages.settings
     max_drop, patience = settings.max_drop, settings.patience
-    units = units_of(head_queue(screened, prescreen, lm.grid, search._rank), lm.grid, settings.prefer)
-    intact = compare(search.base["discovery"], search.base["discovery"])
+    units = units_of(head_queue(screened, prescreen, lm.grid, stages.rank), lm.grid, settings.prefer)
+    intact = stages.intact()
     width = settings.beam_width if settings.compress_search == "beam" else None
     log.info("compress: growing from %d %s, least harmful first, within %.3g points of the intact discovery "
-             "accuracy (%.1f%%); %s", len(units), settings.prefer, max_drop, 100 * search.base["discovery"].accuracy,
+             "accuracy (%.1f%%); %s", len(units), settings.prefer, max_drop, 100 * stages.base["discovery"].accuracy,
              f"beam of width {width}: each round evaluates up to {width} sets" if width
              else "galloping greedy: each round evaluates up to 3 sets")
     if width:
-        grown = beam(units, lm.grid, search._paired, intact, max_drop=max_drop, patience=patience, width=width)
+        grown = beam(units, lm.grid, stages.evaluate, intact, max_drop=max_drop, patience=patience, width=width)
     else:
-        grown = grow(units, lm.grid, search._paired, max_drop=max_drop, patience=patience)
+        grown = grow(units, lm.grid, stages.evaluate, max_drop=max_drop, patience=patience)
     chosen = tuple(sorted(h for unit in grown.chosen for h in unit))
     evaluated = {(head,): paired for head, paired, _ in screened}
     evaluated.update(grown.evaluated)
@@ -360,17 +299,8 @@ def run(search: _Search, screened: list[tuple[Head, Paired, float | None]], pres
         evaluated[chosen] = intact
     log.info("compress: %d heads within %.3g points on discovery (%d distinct sets evaluated, %d units rejected)",
              len(chosen), max_drop, len(grown.evaluated), len(grown.rejected))
-    search._timed("compress", mark)
-    finalists = search._finalists([chosen], evaluated)
-    after = conditions.many("heldout", [chosen], "held-out")[0]  # journalled by the finalist stage
-    verdict = verdict_for(search.base["heldout"], after, max_drop=max_drop, removed=len(chosen),
-                          alpha=settings.alpha)
-    compression = Compression(max_drop, settings.prefer, tuple(str(h) for h in chosen), evaluated[chosen], verdict,
-                              savings(lm, chosen), tuple(grown.curve), tuple(unit_name(u) for u in grown.rejected),
-                              len(units), settings.compress_search, width, len(grown.evaluated))
-    return evaluated, finalists, compression
+    return grown, units, evaluated, chosen
 
 
-__all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_MAX_DROP", "DEFAULT_PATIENCE", "OBJECTIVES", "PREFER", "SEARCHES",
-           "GrowResult", "beam", "check_layout", "check_objective", "compress_fields", "grow",
-           "head_queue", "run", "savings", "units_of", "verdict_for", "within_budget"]
+__all__ = ["GrowResult", "beam", "compress", "grow", "head_queue", "savings", "units_of", "verdict_for",
+           "within_budget"]
