@@ -121,8 +121,8 @@ def render_markdown(result: FindResult) -> str:
         lines += ["", "![trade-off: held-out gain against each control's change](controls.png)"]
     lines += [""] + examples_section(result)  # generate tasks: what the model wrote, before and after
     settings = "\n".join(f"{k}: {val}" for k, val in vars(result.settings).items())
-    lines += ["## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
-              "![single-head screen](screen.png)", ""]
+    lines += ["## Settings", "", "```", settings, "```", ""] + stage_times_table(result)
+    lines += ["![single-head screen](screen.png)", ""]
     return "\n".join(lines)
 
 
@@ -149,6 +149,62 @@ def contributions_table(result: FindResult) -> list[str]:
     if len(primary.heads) > 1:
         lines += ["", "The held-out columns compare the primary set with the set without each head on held-out "
                   "data after the verdict; they are exploratory and were never used to choose anything."]
+    return lines + [""]
+
+
+# ------------------------------------------------------------------ stage times
+
+STAGE_LABELS = {
+    "setup": "set-up (task, model, journal)",
+    "baseline": "baseline and determinism check",
+    "prescreen": "pre-screen",
+    "screen": "screen (single heads)",
+    "joint": "joint search",
+    "parsimony": "parsimony",
+    "compress": "compress search",
+    "heldout": "held-out and controls",
+    "other": "the rest (record, savings, held-out texts)",
+}
+
+
+def stage_times(result: FindResult) -> list[tuple[str, float]]:
+    """(stage, seconds) in the order the run went through them, then ``other`` (what no stage timed: the
+    record, the held-out texts) and ``total``; empty for a result without timings. A pre-screen that did not
+    run (``--screen exact``) is left out."""
+    timings = dict(result.timings)
+    total = timings.pop("total", None)
+    if total is None:
+        return []
+    if result.settings.screen == "exact":
+        timings.pop("prescreen", None)
+    rows = list(timings.items())
+    other = total - sum(seconds for _, seconds in rows)
+    if other >= 0.0005:
+        rows.append(("other", other))
+    return rows + [("total", total)]
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 600 else f"{value / 60:.1f} min"
+
+
+def stage_times_line(result: FindResult) -> str:
+    """``stage times: setup 2.1 s, baseline 41.0 s, screen 6.2 min, ..., total 9.8 min`` for the terminal."""
+    rows = stage_times(result)
+    return "stage times: " + (", ".join(f"{stage} {_seconds(seconds)}" for stage, seconds in rows) or "not recorded")
+
+
+def stage_times_table(result: FindResult) -> list[str]:
+    """``report.md``'s stage times: one row per stage with its share of the run."""
+    rows = stage_times(result)
+    if not rows:
+        return []
+    total = rows[-1][1]
+    lines = ["## Stage times", "", "| stage | seconds | share |", "|---|---|---|"]
+    for stage, seconds in rows:
+        share = f"{seconds / total:.1%}" if total > 0 else "n/a"
+        name = "**total**" if stage == "total" else STAGE_LABELS.get(stage, stage)
+        lines.append(f"| {name} | {seconds:.1f} | {share} |")
     return lines + [""]
 
 
@@ -257,6 +313,6 @@ def render_compression(result: FindResult) -> str:
     lines += [""] + examples_section(result)[:-1]  # generate tasks: what the model wrote, before and after
     settings = "\n".join(f"{k}: {val}" for k, val in vars(result.settings).items())
     lines += ["", "![heads removed against discovery accuracy](tradeoff.png)", "",
-              "## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
-              "![single-head screen](screen.png)", ""]
+              "## Settings", "", "```", settings, "```", ""] + stage_times_table(result)
+    lines += ["![single-head screen](screen.png)", ""]
     return "\n".join(lines)

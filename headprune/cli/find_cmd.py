@@ -102,7 +102,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.cli import exits
     from headprune.io import check_writable_folder
     from headprune.records import to_json
-    from headprune.report import verdict_line, write_outputs
+    from headprune.report import stage_times_line, verdict_line, write_outputs
     from headprune.scoring.execution import permit_code_execution
     from headprune.search.find import find
 
@@ -130,6 +130,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     if not team.is_main:
         ctx.exit(exits.OK)  # rank 0 reports; a launcher reads any other code as a crashed worker
     write_outputs(result, out)
+    click.echo(stage_times_line(result), err=True)
     if as_json:
         summary = {"confirmed": result.confirmed, "primary": list(result.finalists[0].heads),
                    "verdict": to_json(result.verdict), "out": str(out)}

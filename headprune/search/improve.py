@@ -40,7 +40,8 @@ def improve(stages: Stages, inputs: Inputs) -> FindResult:
         frozen, found = pruner.freeze(evaluated, settings.finalists)  # every head earns its place
     records = [replace(f, contributions=found[heads])
                for f, heads in zip(stages.finalists(frozen, evaluated), frozen)]
-    records[0] = replace(records[0], contributions=pruner.heldout(frozen[0], found[frozen[0]]))  # after the verdict
+    with stages.timed("heldout"):  # the primary set's drop-one numbers, after the verdict
+        records[0] = replace(records[0], contributions=pruner.heldout(frozen[0], found[frozen[0]]))
     return replace(stages.record(inputs, screened, prescreen, nominees, evaluated, records),
                    parsimony=pruner.record(len(frozen[0])))
 
