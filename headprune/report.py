@@ -249,10 +249,19 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
+STOPPED = {"queue": "the search ended with its queue",
+           "patience": "the search ended after --patience units in a row were rejected",
+           "cost": "the search ended at its cost cap (2 distinct sets per unit taken, plus 2 per --patience)"}
+
+
 def _search_note(c: Compression) -> str:
     """How the set was grown and what that cost: ``beam search of width 4: 31 distinct sets evaluated``."""
     how = f"beam search of width {c.beam_width}" if c.search == "beam" else "galloping greedy search"
     cost = f"{c.searched} distinct sets evaluated" if c.searched is not None else f"{len(c.curve)} sets evaluated"
+    if c.rounds is not None:
+        cost += f" in {c.rounds} rounds"
+    if c.sets_per_head is not None:
+        cost += f", {c.sets_per_head:.2f} per head removed"
     return f"{how}: {cost}"
 
 
@@ -280,7 +289,8 @@ def render_compression(result: FindResult) -> str:
         f"- Budget: discovery accuracy at most {c.max_drop:g} points below the intact model; grown by "
         f"{c.prefer} from the screen's least harmful; {len(result.screen)} heads screened exactly"
         + _prescreen_note(result) + f"; {c.queue} {c.prefer} in the queue; {_search_note(c)}, "
-        f"{len(c.rejected)} {c.prefer} rejected ({', '.join(c.rejected) or 'none'}).",
+        f"{len(c.rejected)} {c.prefer} rejected ({', '.join(c.rejected) or 'none'})"
+        + ("" if c.stopped is None else f"; {STOPPED[c.stopped]}") + ".",
         "", "## Result", "",
         f"**{len(c.heads)} of {model.total_heads} heads removed** (set fixed on discovery: accuracy "
         f"{c.discovery.accuracy_before:.1%} -> {c.discovery.accuracy_after:.1%}, rescued {c.discovery.rescued}, "

@@ -67,7 +67,7 @@ def _refuse_code_tasks(*specs: str | None) -> None:
                    "export of a grouped-query model can drop) [default: heads].")
 @click.option("--patience", type=int, default=None,
               help="With --objective compress: stop after this many heads (groups) in a row break the budget "
-                   "[default: 3].")
+                   "(the greedy also stops at 2 x (patience + heads taken) distinct sets) [default: 3].")
 @click.option("--compress-search", type=click.Choice(["greedy", "beam"]), default=None,
               help="With --objective compress: greedy (galloping, with backtracking) or beam (keeps the "
                    "--beam-width best sets, tries each with the next head every round) [default: greedy].")

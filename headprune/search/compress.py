@@ -12,8 +12,12 @@ current set plus the next ``step // 2``, ``step`` and ``2 * step`` units of the 
 the largest prefix that stays within budget and makes that the next step (so a run of harmless heads costs
 a logarithmic number of rounds). When no prefix fits, the step shrinks; when even the next single unit
 breaks the budget, that unit is rejected (left in place) and the search moves on to the following one;
-``patience`` rejections in a row end it. The search therefore always ends with either an empty queue or a
-rejected set one unit larger than its answer.
+``patience`` rejections in a row end it. It also ends once it has evaluated ``SETS_PER_UNIT * (patience +
+units taken)`` distinct sets: a long tail where units are taken only now and then between rejections (a budget
+that noise keeps just open) costs several sets per unit, and the cap bounds the whole search at about two sets
+per unit removed plus the patience tail (measured: ``scripts/bench_compress.py``; the cap did not bind on any
+measured case). The search therefore always ends with an empty queue, a rejected set one unit larger than its
+answer, or the cost cap (``GrowResult.stopped`` says which).
 
 ``search="beam"`` keeps instead the ``width`` best sets (most heads, then fewest net losses, then the largest
 margin change) and walks the queue one unit per round: every kept set is tried with the unit added, all in
@@ -43,6 +47,7 @@ from headprune.search.stats import NonInferiority, non_inferiority
 
 log = logging.getLogger("headprune")
 
+SETS_PER_UNIT = 2  # the greedy's cost cap: distinct sets per (patience + units taken)
 Unit = tuple[Head, ...]  # a single head, or every query head of one key/value group
 Evaluate = Callable[[list[tuple[Head, ...]], str], dict[tuple[Head, ...], Paired]]
 
@@ -80,6 +85,8 @@ class GrowResult:
     curve: list[CurvePoint]
     rejected: list[Unit]
     evaluated: dict[tuple[Head, ...], Paired]
+    rounds: int = 0  # batches evaluated
+    stopped: str = "queue"  # why the search ended: "queue" (empty), "patience" or "cost" (the greedy's cap)
 
 
 def within_budget(paired: Paired, max_drop: float) -> bool:
@@ -97,7 +104,8 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop:
         grid: the model's heads (no layer may lose every head: the export could not express it).
         evaluate: discovery results of a batch of head sets (``find``'s conditions, paired).
         max_drop: accuracy points discovery may lose.
-        patience: consecutive single-unit rejections that end the search.
+        patience: consecutive single-unit rejections that end the search (and, with the units taken, the
+            cost cap).
     """
     chosen: list[Unit] = []
     queue = list(units)
@@ -105,8 +113,11 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop:
     rejected: list[Unit] = []
     evaluated: dict[tuple[Head, ...], Paired] = {}
     left = {layer: grid.num_heads for layer in range(grid.num_layers)}  # heads each layer still has
-    step, streak = 1, 0
-    while streak < patience:
+    step, streak, rounds, stopped = 1, 0, 0, "queue"
+    while True:
+        if streak >= patience or len(evaluated) >= SETS_PER_UNIT * (patience + len(chosen)):
+            stopped = "patience" if streak >= patience else "cost"
+            break
         prefix = _feasible_prefix(queue, left, 2 * step)
         if not prefix:
             break
@@ -115,6 +126,7 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop:
         sets = [tuple(sorted(base + tuple(h for unit in prefix[:m] for h in unit))) for m in sizes]
         results = evaluate(sets, "compress")
         evaluated.update(results)
+        rounds += 1
         fits = [m for m, heads in zip(sizes, sets) if within_budget(results[heads], max_drop)]
         best = max(fits, default=0)
         for m, heads in zip(sizes, sets):
@@ -133,7 +145,7 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop:
             queue.remove(unit)
             rejected.append(unit)
             streak += 1
-    return GrowResult(chosen, curve, rejected, evaluated)
+    return GrowResult(chosen, curve, rejected, evaluated, rounds, stopped)
 
 
 @dataclass(frozen=True)
@@ -170,6 +182,7 @@ def beam(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, intact: Pair
     finished: list[_Kept] = []
     order: list[tuple[tuple[Head, ...], Paired]] = []  # every set evaluated, in order, for the curve
     evaluated: dict[tuple[Head, ...], Paired] = {}
+    rounds = 0
     for unit in units:
         if not kept:
             break
@@ -181,6 +194,7 @@ def beam(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, intact: Pair
         if sets:
             results = evaluate(sets, "compress")
             evaluated.update(results)
+            rounds += 1
             order += [(heads, results[heads]) for heads in sets]
         children: list[_Kept] = []
         for k in kept:
@@ -195,11 +209,12 @@ def beam(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, intact: Pair
         children.sort(key=_beam_key)
         finished += [c for c in children if c.streak >= patience]
         kept = [c for c in children if c.streak < patience][:width]
+    stopped = "patience" if not kept else "queue"
     best = min(finished + kept, key=_beam_key)
     taken = set(best.path)
     curve = [CurvePoint(len(heads), paired.accuracy_after, within_budget(paired, max_drop), heads in taken)
              for heads, paired in order]
-    return GrowResult(_units_in(best.heads, units), curve, list(best.rejected), evaluated)
+    return GrowResult(_units_in(best.heads, units), curve, list(best.rejected), evaluated, rounds, stopped)
 
 
 def _units_in(heads: tuple[Head, ...], units: Sequence[Unit]) -> list[Unit]:
@@ -269,10 +284,12 @@ def compress(stages: Stages, inputs: Inputs) -> FindResult:
     verdict = verdict_for(base["heldout"], after, max_drop=settings.max_drop, removed=len(chosen),
                           alpha=settings.alpha)
     width = settings.beam_width if settings.compress_search == "beam" else None
+    searched = len(grown.evaluated)
     compression = Compression(settings.max_drop, settings.prefer, tuple(str(h) for h in chosen), evaluated[chosen],
                               verdict, savings(stages.lm, chosen), tuple(grown.curve),
                               tuple(unit_name(u) for u in grown.rejected), len(units), settings.compress_search,
-                              width, len(grown.evaluated))
+                              width, searched, rounds=grown.rounds, stopped=grown.stopped,
+                              sets_per_head=round(searched / len(chosen), 3) if chosen else None)
     return replace(stages.record(inputs, screened, prescreen, [], evaluated, finalists), compression=compression)
 
 
@@ -297,10 +314,11 @@ def _grow_on_discovery(stages: Stages, screened: Screened, prescreen: Prescreen 
     evaluated.update(grown.evaluated)
     if chosen not in evaluated:  # nothing could go: the intact model is the answer
         evaluated[chosen] = intact
-    log.info("compress: %d heads within %.3g points on discovery (%d distinct sets evaluated, %d units rejected)",
-             len(chosen), max_drop, len(grown.evaluated), len(grown.rejected))
+    log.info("compress: %d heads within %.3g points on discovery (%d distinct sets evaluated in %d rounds, %s per "
+             "head removed; %d units rejected)", len(chosen), max_drop, len(grown.evaluated), grown.rounds,
+             f"{len(grown.evaluated) / len(chosen):.2f}" if chosen else "n/a", len(grown.rejected))
     return grown, units, evaluated, chosen
 
 
-__all__ = ["GrowResult", "beam", "compress", "grow", "head_queue", "savings", "units_of", "verdict_for",
-           "within_budget"]
+__all__ = ["SETS_PER_UNIT", "GrowResult", "beam", "compress", "grow", "head_queue", "savings", "units_of",
+           "verdict_for", "within_budget"]

@@ -69,7 +69,7 @@ def find(
         objective: ``improve`` (the protocol above) or ``compress``: the largest head set whose removal keeps
             discovery accuracy within ``max_drop`` points of the intact model (default 0.5), grown from the
             screen's least harmful ``prefer`` units (``heads``, the default, or whole key/value ``groups``)
-            until ``patience`` (default 3) units in a row break the budget; its held-out verdict is a
+            until ``patience`` (default 3) units in a row break the budget (or a cost cap); its held-out verdict is a
             non-inferiority test (``headprune.search.compress``).
         compress_search: ``greedy`` (default: galloping, with backtracking) or ``beam`` (keeps the ``beam_width``
             best sets, default 4, and tries each with the next unit every round).

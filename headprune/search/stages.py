@@ -108,8 +108,9 @@ class Stages:
             from headprune.search.attribution import estimate_effects
 
             # Rank 0's estimates for every process: the candidates must not depend on a device's rounding.
+            discovery = conditions.evaluators["discovery"]
             remembered = conditions.journal.remember("prescreen|attribution", lambda: {
-                str(h): e for h, e in estimate_effects(conditions.evaluators["discovery"], means=conditions.means).items()})
+                str(h): e for h, e in estimate_effects(discovery, means=conditions.means).items()})
             estimates = conditions.team.broadcast({Head.parse(name): value for name, value in remembered.items()})
             return sorted(heads, key=lambda h: (-estimates[h], h))[: settings.candidates], estimates, None
         if settings.screen == "halving":
