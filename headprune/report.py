@@ -121,8 +121,8 @@ def render_markdown(result: FindResult) -> str:
         lines += ["", "![trade-off: held-out gain against each control's change](controls.png)"]
     lines += [""] + examples_section(result)  # generate tasks: what the model wrote, before and after
     settings = "\n".join(f"{k}: {val}" for k, val in vars(result.settings).items())
-    lines += ["## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
-              "![single-head screen](screen.png)", ""]
+    lines += ["## Settings", "", "```", settings, "```", ""] + stage_times_table(result)
+    lines += ["![single-head screen](screen.png)", ""]
     return "\n".join(lines)
 
 
@@ -149,6 +149,62 @@ def contributions_table(result: FindResult) -> list[str]:
     if len(primary.heads) > 1:
         lines += ["", "The held-out columns compare the primary set with the set without each head on held-out "
                   "data after the verdict; they are exploratory and were never used to choose anything."]
+    return lines + [""]
+
+
+# ------------------------------------------------------------------ stage times
+
+STAGE_LABELS = {
+    "setup": "set-up (task, model, journal)",
+    "baseline": "baseline and determinism check",
+    "prescreen": "pre-screen",
+    "screen": "screen (single heads)",
+    "joint": "joint search",
+    "parsimony": "parsimony",
+    "compress": "compress search",
+    "heldout": "held-out and controls",
+    "other": "the rest (record, savings, held-out texts)",
+}
+
+
+def stage_times(result: FindResult) -> list[tuple[str, float]]:
+    """(stage, seconds) in the order the run went through them, then ``other`` (what no stage timed: the
+    record, the held-out texts) and ``total``; empty for a result without timings. A pre-screen that did not
+    run (``--screen exact``) is left out."""
+    timings = dict(result.timings)
+    total = timings.pop("total", None)
+    if total is None:
+        return []
+    if result.settings.screen == "exact":
+        timings.pop("prescreen", None)
+    rows = list(timings.items())
+    other = total - sum(seconds for _, seconds in rows)
+    if other >= 0.0005:
+        rows.append(("other", other))
+    return rows + [("total", total)]
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 600 else f"{value / 60:.1f} min"
+
+
+def stage_times_line(result: FindResult) -> str:
+    """``stage times: setup 2.1 s, baseline 41.0 s, screen 6.2 min, ..., total 9.8 min`` for the terminal."""
+    rows = stage_times(result)
+    return "stage times: " + (", ".join(f"{stage} {_seconds(seconds)}" for stage, seconds in rows) or "not recorded")
+
+
+def stage_times_table(result: FindResult) -> list[str]:
+    """``report.md``'s stage times: one row per stage with its share of the run."""
+    rows = stage_times(result)
+    if not rows:
+        return []
+    total = rows[-1][1]
+    lines = ["## Stage times", "", "| stage | seconds | share |", "|---|---|---|"]
+    for stage, seconds in rows:
+        share = f"{seconds / total:.1%}" if total > 0 else "n/a"
+        name = "**total**" if stage == "total" else STAGE_LABELS.get(stage, stage)
+        lines.append(f"| {name} | {seconds:.1f} | {share} |")
     return lines + [""]
 
 
@@ -193,10 +249,19 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
+STOPPED = {"queue": "the search ended with its queue",
+           "patience": "the search ended after --patience units in a row were rejected",
+           "cost": "the search ended at its cost cap (2 distinct sets per unit taken, plus 2 per --patience)"}
+
+
 def _search_note(c: Compression) -> str:
     """How the set was grown and what that cost: ``beam search of width 4: 31 distinct sets evaluated``."""
     how = f"beam search of width {c.beam_width}" if c.search == "beam" else "galloping greedy search"
     cost = f"{c.searched} distinct sets evaluated" if c.searched is not None else f"{len(c.curve)} sets evaluated"
+    if c.rounds is not None:
+        cost += f" in {c.rounds} rounds"
+    if c.sets_per_head is not None:
+        cost += f", {c.sets_per_head:.2f} per head removed"
     return f"{how}: {cost}"
 
 
@@ -224,7 +289,8 @@ def render_compression(result: FindResult) -> str:
         f"- Budget: discovery accuracy at most {c.max_drop:g} points below the intact model; grown by "
         f"{c.prefer} from the screen's least harmful; {len(result.screen)} heads screened exactly"
         + _prescreen_note(result) + f"; {c.queue} {c.prefer} in the queue; {_search_note(c)}, "
-        f"{len(c.rejected)} {c.prefer} rejected ({', '.join(c.rejected) or 'none'}).",
+        f"{len(c.rejected)} {c.prefer} rejected ({', '.join(c.rejected) or 'none'})"
+        + ("" if c.stopped is None else f"; {STOPPED[c.stopped]}") + ".",
         "", "## Result", "",
         f"**{len(c.heads)} of {model.total_heads} heads removed** (set fixed on discovery: accuracy "
         f"{c.discovery.accuracy_before:.1%} -> {c.discovery.accuracy_after:.1%}, rescued {c.discovery.rescued}, "
@@ -257,6 +323,6 @@ def render_compression(result: FindResult) -> str:
     lines += [""] + examples_section(result)[:-1]  # generate tasks: what the model wrote, before and after
     settings = "\n".join(f"{k}: {val}" for k, val in vars(result.settings).items())
     lines += ["", "![heads removed against discovery accuracy](tradeoff.png)", "",
-              "## Settings", "", "```", settings, "```", "", f"Timings (s): {result.timings}", "",
-              "![single-head screen](screen.png)", ""]
+              "## Settings", "", "```", settings, "```", ""] + stage_times_table(result)
+    lines += ["![single-head screen](screen.png)", ""]
     return "\n".join(lines)

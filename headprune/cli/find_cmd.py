@@ -67,7 +67,7 @@ def _refuse_code_tasks(*specs: str | None) -> None:
                    "export of a grouped-query model can drop) [default: heads].")
 @click.option("--patience", type=int, default=None,
               help="With --objective compress: stop after this many heads (groups) in a row break the budget "
-                   "[default: 3].")
+                   "(the greedy also stops at 2 x (patience + heads taken) distinct sets) [default: 3].")
 @click.option("--compress-search", type=click.Choice(["greedy", "beam"]), default=None,
               help="With --objective compress: greedy (galloping, with backtracking) or beam (keeps the "
                    "--beam-width best sets, tries each with the next head every round) [default: greedy].")
@@ -102,7 +102,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.cli import exits
     from headprune.io import check_writable_folder
     from headprune.record_json import to_json
-    from headprune.report import verdict_line, write_outputs
+    from headprune.report import stage_times_line, verdict_line, write_outputs
     from headprune.scoring.execution import permit_code_execution
     from headprune.search.find import find
 
@@ -130,6 +130,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     if not team.is_main:
         ctx.exit(exits.OK)  # rank 0 reports; a launcher reads any other code as a crashed worker
     write_outputs(result, out)
+    click.echo(stage_times_line(result), err=True)
     if as_json:
         summary = {"confirmed": result.confirmed, "primary": list(result.finalists[0].heads),
                    "verdict": to_json(result.verdict), "out": str(out)}

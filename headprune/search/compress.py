@@ -12,8 +12,12 @@ current set plus the next ``step // 2``, ``step`` and ``2 * step`` units of the 
 the largest prefix that stays within budget and makes that the next step (so a run of harmless heads costs
 a logarithmic number of rounds). When no prefix fits, the step shrinks; when even the next single unit
 breaks the budget, that unit is rejected (left in place) and the search moves on to the following one;
-``patience`` rejections in a row end it. The search therefore always ends with either an empty queue or a
-rejected set one unit larger than its answer.
+``patience`` rejections in a row end it. It also ends once it has evaluated ``SETS_PER_UNIT * (patience +
+units taken)`` distinct sets: a long tail where units are taken only now and then between rejections (a budget
+that noise keeps just open) costs several sets per unit, and the cap bounds the whole search at about two sets
+per unit removed plus the patience tail (measured: ``scripts/bench_compress.py``; the cap did not bind on any
+measured case). The search therefore always ends with an empty queue, a rejected set one unit larger than its
+answer, or the cost cap (``GrowResult.stopped`` says which).
 
 ``search="beam"`` keeps instead the ``width`` best sets (most heads, then fewest net losses, then the largest
 margin change) and walks the queue one unit per round: every kept set is tried with the unit added, all in
@@ -30,101 +34,22 @@ The set is fixed on discovery. Held-out data only gives the verdict, a non-infer
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from headprune.errors import SearchSettingsError
 from headprune.heads import Head, HeadGrid
 from headprune.models import LoadedModel
-from headprune.search.paired import Paired, compare
-from headprune.search.result import (
-    Compression,
-    CurvePoint,
-    Finalist,
-    FindSettings,
-    Prescreen,
-    Savings,
-)
+from headprune.search.paired import Paired
+from headprune.search.result import Compression, CurvePoint, FindResult, Prescreen, Savings
+from headprune.search.split import Inputs
+from headprune.search.stages import Evaluated, Screened, Stages
 from headprune.search.stats import NonInferiority, non_inferiority
-
-if TYPE_CHECKING:
-    from headprune.search.find import _Search
 
 log = logging.getLogger("headprune")
 
-OBJECTIVES = ("improve", "compress")
-PREFER = ("heads", "groups")
-SEARCHES = ("greedy", "beam")
-DEFAULT_MAX_DROP = 0.5  # accuracy points
-DEFAULT_PATIENCE = 3
-DEFAULT_BEAM_WIDTH = 4
-
+SETS_PER_UNIT = 2  # the greedy's cost cap: distinct sets per (patience + units taken)
 Unit = tuple[Head, ...]  # a single head, or every query head of one key/value group
 Evaluate = Callable[[list[tuple[Head, ...]], str], dict[tuple[Head, ...], Paired]]
-
-
-def check_objective(settings: FindSettings) -> None:
-    """Refuse compress options that cannot work, or that the improve objective would silently ignore.
-
-    Raises:
-        SearchSettingsError
-    """
-    if settings.objective not in OBJECTIVES:
-        raise SearchSettingsError(f"objective must be one of {', '.join(OBJECTIVES)}, not {settings.objective!r}",
-                                  settings=("objective",))
-    given = [name for name in ("max_drop", "prefer", "patience", "compress_search", "beam_width")
-             if getattr(settings, name) is not None]
-    if settings.objective == "improve":
-        if given:
-            raise SearchSettingsError(f"{', '.join(given)}: only with objective compress", settings=(
-                *given, "objective"))
-        return
-    if settings.max_drop is None or not settings.max_drop >= 0 or not math.isfinite(settings.max_drop):
-        raise SearchSettingsError(f"max_drop must be a number of accuracy points >= 0, got {settings.max_drop}",
-                                  settings=("max_drop",))
-    if settings.prefer not in PREFER:
-        raise SearchSettingsError(f"prefer must be one of {', '.join(PREFER)}, not {settings.prefer!r}",
-                                  settings=("prefer",))
-    if settings.patience is None or settings.patience < 1:
-        raise SearchSettingsError(f"patience must be at least 1, got {settings.patience}", settings=("patience",))
-    if settings.compress_search not in SEARCHES:
-        raise SearchSettingsError(f"compress_search must be one of {', '.join(SEARCHES)}, not "
-                                  f"{settings.compress_search!r}", settings=("compress_search",))
-    if settings.compress_search == "greedy" and settings.beam_width is not None:
-        raise SearchSettingsError("beam_width: only with compress_search beam", settings=(
-            "beam_width", "compress_search"))
-    if settings.compress_search == "beam" and (settings.beam_width is None or settings.beam_width < 1):
-        raise SearchSettingsError(f"beam_width must be at least 1, got {settings.beam_width}",
-                                  settings=("beam_width",))
-
-
-def compress_fields(objective: str, max_drop: float | None, prefer: str | None, patience: int | None,
-                    compress_search: str | None = None, beam_width: int | None = None) -> dict:
-    """The compress fields of FindSettings: defaults filled in for compress, left unset for improve."""
-    if objective != "compress":
-        return {"objective": objective, "max_drop": max_drop, "prefer": prefer, "patience": patience,
-                "compress_search": compress_search, "beam_width": beam_width}
-    search = compress_search or "greedy"
-    if search == "beam" and beam_width is None:
-        beam_width = DEFAULT_BEAM_WIDTH
-    return {"objective": objective, "max_drop": DEFAULT_MAX_DROP if max_drop is None else max_drop,
-            "prefer": prefer or "heads", "patience": DEFAULT_PATIENCE if patience is None else patience,
-            "compress_search": search, "beam_width": beam_width}
-
-
-def check_layout(grid: HeadGrid, prefer: str) -> None:
-    """Refuse ``prefer="groups"`` where there are no groups of several query heads to prefer.
-
-    Raises:
-        SearchSettingsError
-    """
-    if prefer == "groups" and grid.num_kv_heads == grid.num_heads:
-        raise SearchSettingsError(f"prefer groups needs grouped-query attention; this model has one key/value head "
-                                  f"per query head ({grid.num_heads} per layer): use prefer heads",
-                                  settings=("prefer",))
 
 
 def head_queue(screened: Sequence[tuple[Head, Paired, float | None]], prescreen: Prescreen | None,
@@ -160,6 +85,8 @@ class GrowResult:
     curve: list[CurvePoint]
     rejected: list[Unit]
     evaluated: dict[tuple[Head, ...], Paired]
+    rounds: int = 0  # batches evaluated
+    stopped: str = "queue"  # why the search ended: "queue" (empty), "patience" or "cost" (the greedy's cap)
 
 
 def within_budget(paired: Paired, max_drop: float) -> bool:
@@ -177,7 +104,8 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop:
         grid: the model's heads (no layer may lose every head: the export could not express it).
         evaluate: discovery results of a batch of head sets (``find``'s conditions, paired).
         max_drop: accuracy points discovery may lose.
-        patience: consecutive single-unit rejections that end the search.
+        patience: consecutive single-unit rejections that end the search (and, with the units taken, the
+            cost cap).
     """
     chosen: list[Unit] = []
     queue = list(units)
@@ -185,8 +113,11 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop:
     rejected: list[Unit] = []
     evaluated: dict[tuple[Head, ...], Paired] = {}
     left = {layer: grid.num_heads for layer in range(grid.num_layers)}  # heads each layer still has
-    step, streak = 1, 0
-    while streak < patience:
+    step, streak, rounds, stopped = 1, 0, 0, "queue"
+    while True:
+        if streak >= patience or len(evaluated) >= SETS_PER_UNIT * (patience + len(chosen)):
+            stopped = "patience" if streak >= patience else "cost"
+            break
         prefix = _feasible_prefix(queue, left, 2 * step)
         if not prefix:
             break
@@ -195,6 +126,7 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop:
         sets = [tuple(sorted(base + tuple(h for unit in prefix[:m] for h in unit))) for m in sizes]
         results = evaluate(sets, "compress")
         evaluated.update(results)
+        rounds += 1
         fits = [m for m, heads in zip(sizes, sets) if within_budget(results[heads], max_drop)]
         best = max(fits, default=0)
         for m, heads in zip(sizes, sets):
@@ -213,7 +145,7 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop:
             queue.remove(unit)
             rejected.append(unit)
             streak += 1
-    return GrowResult(chosen, curve, rejected, evaluated)
+    return GrowResult(chosen, curve, rejected, evaluated, rounds, stopped)
 
 
 @dataclass(frozen=True)
@@ -250,6 +182,7 @@ def beam(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, intact: Pair
     finished: list[_Kept] = []
     order: list[tuple[tuple[Head, ...], Paired]] = []  # every set evaluated, in order, for the curve
     evaluated: dict[tuple[Head, ...], Paired] = {}
+    rounds = 0
     for unit in units:
         if not kept:
             break
@@ -261,6 +194,7 @@ def beam(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, intact: Pair
         if sets:
             results = evaluate(sets, "compress")
             evaluated.update(results)
+            rounds += 1
             order += [(heads, results[heads]) for heads in sets]
         children: list[_Kept] = []
         for k in kept:
@@ -275,11 +209,12 @@ def beam(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, intact: Pair
         children.sort(key=_beam_key)
         finished += [c for c in children if c.streak >= patience]
         kept = [c for c in children if c.streak < patience][:width]
+    stopped = "patience" if not kept else "queue"
     best = min(finished + kept, key=_beam_key)
     taken = set(best.path)
     curve = [CurvePoint(len(heads), paired.accuracy_after, within_budget(paired, max_drop), heads in taken)
              for heads, paired in order]
-    return GrowResult(_units_in(best.heads, units), curve, list(best.rejected), evaluated)
+    return GrowResult(_units_in(best.heads, units), curve, list(best.rejected), evaluated, rounds, stopped)
 
 
 def _units_in(heads: tuple[Head, ...], units: Sequence[Unit]) -> list[Unit]:
@@ -336,41 +271,54 @@ def unit_name(unit: Unit) -> str:
     return "+".join(str(h) for h in unit)
 
 
-def run(search: _Search, screened: list[tuple[Head, Paired, float | None]], prescreen: Prescreen | None
-        ) -> tuple[dict[tuple[Head, ...], Paired], list[Finalist], Compression]:
-    """The compress stage of a find run: grow the set on discovery, then the held-out verdict and controls."""
-    mark = time.perf_counter()
-    lm, settings, conditions = search.lm, search.settings, search.conditions
+def compress(stages: Stages, inputs: Inputs) -> FindResult:
+    """The compress objective of a find run: baseline and screen, the set grown on discovery, then the held-out
+    verdict and controls (timings aside)."""
+    stages.baseline()
+    screened, prescreen = stages.screen()
+    with stages.timed("compress"):
+        grown, units, evaluated, chosen = _grow_on_discovery(stages, screened, prescreen)
+    finalists = stages.finalists([chosen], evaluated)
+    settings, base = stages.settings, stages.base
+    after = stages.conditions.many("heldout", [chosen], "held-out")[0]  # journalled by the finalist stage
+    verdict = verdict_for(base["heldout"], after, max_drop=settings.max_drop, removed=len(chosen),
+                          alpha=settings.alpha)
+    width = settings.beam_width if settings.compress_search == "beam" else None
+    searched = len(grown.evaluated)
+    compression = Compression(settings.max_drop, settings.prefer, tuple(str(h) for h in chosen), evaluated[chosen],
+                              verdict, savings(stages.lm, chosen), tuple(grown.curve),
+                              tuple(unit_name(u) for u in grown.rejected), len(units), settings.compress_search,
+                              width, searched, rounds=grown.rounds, stopped=grown.stopped,
+                              sets_per_head=round(searched / len(chosen), 3) if chosen else None)
+    return replace(stages.record(inputs, screened, prescreen, [], evaluated, finalists), compression=compression)
+
+
+def _grow_on_discovery(stages: Stages, screened: Screened, prescreen: Prescreen | None
+                       ) -> tuple[GrowResult, list[Unit], Evaluated, tuple[Head, ...]]:
+    """The search on discovery: the queue, the grown set, and every set evaluated (the screen's singles too)."""
+    lm, settings = stages.lm, stages.settings
     max_drop, patience = settings.max_drop, settings.patience
-    units = units_of(head_queue(screened, prescreen, lm.grid, search._rank), lm.grid, settings.prefer)
-    intact = compare(search.base["discovery"], search.base["discovery"])
+    units = units_of(head_queue(screened, prescreen, lm.grid, stages.rank), lm.grid, settings.prefer)
+    intact = stages.intact()
     width = settings.beam_width if settings.compress_search == "beam" else None
     log.info("compress: growing from %d %s, least harmful first, within %.3g points of the intact discovery "
-             "accuracy (%.1f%%); %s", len(units), settings.prefer, max_drop, 100 * search.base["discovery"].accuracy,
+             "accuracy (%.1f%%); %s", len(units), settings.prefer, max_drop, 100 * stages.base["discovery"].accuracy,
              f"beam of width {width}: each round evaluates up to {width} sets" if width
              else "galloping greedy: each round evaluates up to 3 sets")
     if width:
-        grown = beam(units, lm.grid, search._paired, intact, max_drop=max_drop, patience=patience, width=width)
+        grown = beam(units, lm.grid, stages.evaluate, intact, max_drop=max_drop, patience=patience, width=width)
     else:
-        grown = grow(units, lm.grid, search._paired, max_drop=max_drop, patience=patience)
+        grown = grow(units, lm.grid, stages.evaluate, max_drop=max_drop, patience=patience)
     chosen = tuple(sorted(h for unit in grown.chosen for h in unit))
     evaluated = {(head,): paired for head, paired, _ in screened}
     evaluated.update(grown.evaluated)
     if chosen not in evaluated:  # nothing could go: the intact model is the answer
         evaluated[chosen] = intact
-    log.info("compress: %d heads within %.3g points on discovery (%d distinct sets evaluated, %d units rejected)",
-             len(chosen), max_drop, len(grown.evaluated), len(grown.rejected))
-    search._timed("compress", mark)
-    finalists = search._finalists([chosen], evaluated)
-    after = conditions.many("heldout", [chosen], "held-out")[0]  # journalled by the finalist stage
-    verdict = verdict_for(search.base["heldout"], after, max_drop=max_drop, removed=len(chosen),
-                          alpha=settings.alpha)
-    compression = Compression(max_drop, settings.prefer, tuple(str(h) for h in chosen), evaluated[chosen], verdict,
-                              savings(lm, chosen), tuple(grown.curve), tuple(unit_name(u) for u in grown.rejected),
-                              len(units), settings.compress_search, width, len(grown.evaluated))
-    return evaluated, finalists, compression
+    log.info("compress: %d heads within %.3g points on discovery (%d distinct sets evaluated in %d rounds, %s per "
+             "head removed; %d units rejected)", len(chosen), max_drop, len(grown.evaluated), grown.rounds,
+             f"{len(grown.evaluated) / len(chosen):.2f}" if chosen else "n/a", len(grown.rejected))
+    return grown, units, evaluated, chosen
 
 
-__all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_MAX_DROP", "DEFAULT_PATIENCE", "OBJECTIVES", "PREFER", "SEARCHES",
-           "GrowResult", "beam", "check_layout", "check_objective", "compress_fields", "grow",
-           "head_queue", "run", "savings", "units_of", "verdict_for", "within_budget"]
+__all__ = ["SETS_PER_UNIT", "GrowResult", "beam", "compress", "grow", "head_queue", "savings", "units_of",
+           "verdict_for", "within_budget"]

@@ -223,6 +223,9 @@ class Compression:
     search: str = "greedy"  # "greedy" or "beam"
     beam_width: int | None = None
     searched: int | None = None  # distinct sets the search evaluated on discovery (its cost; None in older results)
+    rounds: int | None = None  # batches of sets the search evaluated (None in older results)
+    sets_per_head: float | None = None  # searched / heads removed (None in older results or with nothing removed)
+    stopped: str | None = None  # why the search ended: "queue", "patience" or "cost" (None in older results)
 
 
 @dataclass(frozen=True)

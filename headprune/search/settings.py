@@ -1,0 +1,145 @@
+"""The settings of a find run, built and checked in one place for both objectives.
+
+``find`` builds a :class:`FindSettings` from its keyword arguments (:func:`settings_for`), refuses what cannot
+work before anything is loaded (:func:`check_settings`), and once the model is known refuses what its layout
+cannot do and fits what it can (:func:`check_layout`, :func:`fit_to_grid`). The objectives read the settings
+and never check them again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from headprune.errors import SearchSettingsError
+from headprune.heads import HeadGrid
+from headprune.search.result import FindSettings
+
+RANK_KEYS = ("gain", "margin")
+SCREENS = ("exact", "attribution", "halving")
+OBJECTIVES = ("improve", "compress")
+PREFER = ("heads", "groups")
+SEARCHES = ("greedy", "beam")
+DEFAULT_MAX_DROP = 0.5  # accuracy points
+DEFAULT_PATIENCE = 3
+DEFAULT_BEAM_WIDTH = 4
+COMPRESS_ONLY = ("max_drop", "prefer", "patience", "compress_search", "beam_width")
+
+
+def settings_for(*, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
+                 alpha: float, rank_by: str, batch_size: int | str, screen: str, candidates: int,
+                 control_limit: int, objective: str, max_drop: float | None, prefer: str | None,
+                 patience: int | None, compress_search: str | None, beam_width: int | None) -> FindSettings:
+    """``find``'s keyword arguments as the record's settings: ``candidates`` only with a pre-screen, the compress
+    defaults filled in for compress and left unset for improve (so that improve can refuse them)."""
+    return FindSettings(seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
+                        finalists=finalists, alpha=alpha, rank_by=rank_by, batch_size=batch_size, screen=screen,
+                        candidates=candidates if screen != "exact" else None, control_limit=control_limit,
+                        **compress_fields(objective, max_drop, prefer, patience, compress_search, beam_width))
+
+
+def compress_fields(objective: str, max_drop: float | None, prefer: str | None, patience: int | None,
+                    compress_search: str | None = None, beam_width: int | None = None) -> dict:
+    """The compress fields of FindSettings: defaults filled in for compress, left unset for improve."""
+    if objective != "compress":
+        return {"objective": objective, "max_drop": max_drop, "prefer": prefer, "patience": patience,
+                "compress_search": compress_search, "beam_width": beam_width}
+    search = compress_search or "greedy"
+    if search == "beam" and beam_width is None:
+        beam_width = DEFAULT_BEAM_WIDTH
+    return {"objective": objective, "max_drop": DEFAULT_MAX_DROP if max_drop is None else max_drop,
+            "prefer": prefer or "heads", "patience": DEFAULT_PATIENCE if patience is None else patience,
+            "compress_search": search, "beam_width": beam_width}
+
+
+def _refuse(message: str, *names: str) -> None:
+    raise SearchSettingsError(message, settings=names)
+
+
+def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | None = None) -> None:
+    """Refuse settings that cannot work, naming them.
+
+    Raises:
+        SearchSettingsError
+    """
+    if settings.screen not in SCREENS:
+        _refuse(f"screen must be one of {', '.join(SCREENS)}, not {settings.screen!r}", "screen")
+    if settings.candidates is not None and settings.candidates < settings.nominees and settings.objective == "improve":
+        _refuse(f"candidates ({settings.candidates}) is smaller than nominees ({settings.nominees})",
+                "candidates", "nominees")
+    if settings.rank_by not in RANK_KEYS:
+        _refuse(f"rank_by must be one of {', '.join(RANK_KEYS)}, not {settings.rank_by!r}", "rank_by")
+    if not 0 < settings.alpha < 1:
+        _refuse(f"alpha must be between 0 and 1, got {settings.alpha}", "alpha")
+    if min(settings.nominees, settings.max_heads, settings.finalists) < 1 or settings.extend < 0:
+        _refuse("nominees, max_heads and finalists must be at least 1, extend at least 0",
+                "nominees", "max_heads", "finalists", "extend")
+    if settings.max_heads > settings.nominees:
+        _refuse(f"max_heads ({settings.max_heads}) is larger than nominees ({settings.nominees})",
+                "max_heads", "nominees")
+    if resume and out is None:
+        _refuse("resume needs out (the folder of the interrupted run)", "resume", "out")
+    check_objective(settings)
+
+
+def check_objective(settings: FindSettings) -> None:
+    """Refuse compress options that cannot work, or that the improve objective would silently ignore.
+
+    Raises:
+        SearchSettingsError
+    """
+    if settings.objective not in OBJECTIVES:
+        _refuse(f"objective must be one of {', '.join(OBJECTIVES)}, not {settings.objective!r}", "objective")
+    given = [name for name in COMPRESS_ONLY if getattr(settings, name) is not None]
+    if settings.objective == "improve":
+        if given:
+            _refuse(f"{', '.join(given)}: only with objective compress", *given, "objective")
+        return
+    if settings.max_drop is None or not settings.max_drop >= 0 or not math.isfinite(settings.max_drop):
+        _refuse(f"max_drop must be a number of accuracy points >= 0, got {settings.max_drop}", "max_drop")
+    if settings.prefer not in PREFER:
+        _refuse(f"prefer must be one of {', '.join(PREFER)}, not {settings.prefer!r}", "prefer")
+    if settings.patience is None or settings.patience < 1:
+        _refuse(f"patience must be at least 1, got {settings.patience}", "patience")
+    if settings.compress_search not in SEARCHES:
+        _refuse(f"compress_search must be one of {', '.join(SEARCHES)}, not {settings.compress_search!r}",
+                "compress_search")
+    if settings.compress_search == "greedy" and settings.beam_width is not None:
+        _refuse("beam_width: only with compress_search beam", "beam_width", "compress_search")
+    if settings.compress_search == "beam" and (settings.beam_width is None or settings.beam_width < 1):
+        _refuse(f"beam_width must be at least 1, got {settings.beam_width}", "beam_width")
+
+
+def check_placement(device_map: str | None, parallel: bool) -> None:
+    """Refuse a model spread over every GPU by each of several processes.
+
+    Raises:
+        SearchSettingsError
+    """
+    if device_map is not None and parallel:
+        _refuse("device_map with several processes: each process would spread its model over every visible GPU; "
+                "give each its own (CUDA_VISIBLE_DEVICES) or run one process", "device_map")
+
+
+def check_layout(grid: HeadGrid, prefer: str | None) -> None:
+    """Refuse ``prefer="groups"`` where there are no groups of several query heads to prefer.
+
+    Raises:
+        SearchSettingsError
+    """
+    if prefer == "groups" and grid.num_kv_heads == grid.num_heads:
+        _refuse(f"prefer groups needs grouped-query attention; this model has one key/value head per query head "
+                f"({grid.num_heads} per layer): use prefer heads", "prefer")
+
+
+def fit_to_grid(settings: FindSettings, grid: HeadGrid) -> FindSettings:
+    """Fewer nominees (and joint sizes) when the model has fewer heads than asked for; otherwise unchanged."""
+    if settings.nominees <= grid.total:
+        return settings
+    return replace(settings, nominees=grid.total, max_heads=min(settings.max_heads, grid.total))
+
+
+__all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_MAX_DROP", "DEFAULT_PATIENCE", "OBJECTIVES", "PREFER", "RANK_KEYS",
+           "SCREENS", "SEARCHES", "check_layout", "check_objective", "check_placement", "check_settings",
+           "compress_fields", "fit_to_grid", "settings_for"]

@@ -1,0 +1,175 @@
+"""The stages both objectives of ``find`` share: baseline, screen, finalists (held-out and controls) and the record.
+
+An objective (``headprune.search.improve``, ``headprune.search.compress``) is a function of a :class:`Stages`
+and the loaded inputs: it runs the baseline and the screen, chooses its sets on discovery through
+:meth:`Stages.evaluate`, freezes them, and only then asks :meth:`Stages.finalists` for the held-out numbers.
+Every condition goes through the journal (``Conditions``), so each stage resumes where it was interrupted,
+and each stage's wall time is kept under its name in ``timings`` (stages do not overlap).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+
+import numpy as np
+
+from headprune.ablation import means_digest
+from headprune.heads import Head
+from headprune.models import LoadedModel
+from headprune.search.conditions import Conditions
+from headprune.search.determinism import check_determinism
+from headprune.search.generations import heldout_generations
+from headprune.search.paired import Paired, compare
+from headprune.search.result import (Baseline, ControlEffect, Finalist, FindResult, FindSettings, ModelInfo,
+                                     Prescreen, ScreenRow, SetRecord, SplitInfo, TaskInfo)
+from headprune.search.split import Inputs
+from headprune.search.stats import holm, spearman, verdict
+
+Screened = list[tuple[Head, Paired, float | None]]  # each screened head, its discovery result, its estimate
+Evaluated = dict[tuple[Head, ...], Paired]  # head set (sorted) -> discovery result paired with the intact model
+
+
+def rank_key(paired: Paired, heads: Sequence[Head], rank_by: str) -> tuple:
+    """Sort key, best first.
+
+    ``gain`` (the research protocol's order): discovery gain, then fewer damaged, then fewer heads, then the
+    margin change; a head that changes no answer can therefore never put a larger set ahead of a smaller one.
+    ``margin``: the mean margin change first (the user's chosen measure, continuous, so exact ties are rare),
+    then gain, fewer damaged, fewer heads. Under either key a set is frozen as a finalist only when every one
+    of its heads earns its place on the same measure (``headprune.search.parsimony``).
+    """
+    names = tuple(str(h) for h in heads)
+    if rank_by == "margin":
+        return (-paired.margin_change, -paired.gain, paired.damaged, len(heads), names)
+    return (-paired.gain, paired.damaged, len(heads), -paired.margin_change, names)
+
+
+class Stages:
+    """The shared stages of one find run, each reading the conditions it needs through the journal.
+
+    Attributes:
+        base: the intact model's results per evaluated set (``discovery``, ``heldout``, each control), once
+            :meth:`baseline` has run.
+        timings: seconds per stage, by stage name.
+    """
+
+    def __init__(self, lm: LoadedModel, conditions: Conditions, settings: FindSettings) -> None:
+        self.lm, self.conditions, self.settings = lm, conditions, settings
+        self.base: dict = {}
+        self.timings: dict[str, float] = {}
+
+    def rank(self, paired: Paired, heads: Sequence[Head]) -> tuple:
+        """:func:`rank_key` under this run's ``rank_by``."""
+        return rank_key(paired, heads, self.settings.rank_by)
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Adds the wall time of the block to ``timings[stage]``."""
+        mark = time.perf_counter()
+        yield
+        self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - mark
+
+    def evaluate(self, head_sets: list[tuple[Head, ...]], label: str) -> Evaluated:
+        """Discovery results of a batch of head sets, each paired with the intact model."""
+        results = self.conditions.many("discovery", head_sets, label)
+        return {heads: compare(self.base["discovery"], result) for heads, result in zip(head_sets, results)}
+
+    def intact(self) -> Paired:
+        """The intact model paired with itself on discovery: the empty set."""
+        return compare(self.base["discovery"], self.base["discovery"])
+
+    def baseline(self) -> None:
+        """The intact model on every set, checked for determinism before anything is paired against it."""
+        with self.timed("baseline"):
+            self.base = self.conditions.baselines()
+            check_determinism(self.conditions, self.base["discovery"])
+
+    def screen(self) -> tuple[Screened, Prescreen | None]:
+        """Every query head alone on discovery (or the candidates a cheaper pre-screen picks)."""
+        with self.timed("prescreen"):
+            to_screen, estimates, prescreen = self._prescreen()
+        with self.timed("screen"):
+            singles = self.evaluate([(h,) for h in to_screen], "screen")
+        screened = [(h, singles[(h,)], estimates[h] if estimates else None) for h in to_screen]
+        if estimates is not None:
+            rho = spearman(np.array([e for _, _, e in screened]), np.array([p.margin_change for _, p, _ in screened]))
+            prescreen = Prescreen("attribution", len(screened), estimates={str(h): v for h, v in estimates.items()},
+                                  spearman_on_candidates=rho)
+        return screened, prescreen
+
+    def _prescreen(self) -> tuple[list[Head], dict[Head, float] | None, Prescreen | None]:
+        """The heads to screen exactly: every head, or the best ``candidates`` by attribution or halving."""
+        settings, conditions = self.settings, self.conditions
+        heads = self.lm.grid.all_heads()
+        if settings.screen == "attribution":
+            from headprune.search.attribution import estimate_effects
+
+            # Rank 0's estimates for every process: the candidates must not depend on a device's rounding.
+            discovery = conditions.evaluators["discovery"]
+            remembered = conditions.journal.remember("prescreen|attribution", lambda: {
+                str(h): e for h, e in estimate_effects(discovery, means=conditions.means).items()})
+            estimates = conditions.team.broadcast({Head.parse(name): value for name, value in remembered.items()})
+            return sorted(heads, key=lambda h: (-estimates[h], h))[: settings.candidates], estimates, None
+        if settings.screen == "halving":
+            from headprune.search.halving import halving_candidates
+
+            survivors, rounds = halving_candidates(
+                self.lm, conditions.evaluators["discovery"].task, keep=settings.candidates, rank_key=self.rank,
+                mode=settings.ablation, means=conditions.means, batch_size=settings.batch_size,
+                progress=conditions.progress, journal=conditions.journal)
+            survivors, rounds = conditions.team.broadcast((survivors, rounds))
+            return survivors, None, Prescreen("halving", len(survivors), rounds=rounds)
+        return heads, None, None
+
+    def finalists(self, frozen: list[tuple[Head, ...]], evaluated: Evaluated) -> list[Finalist]:
+        """Held-out (and controls) for each finalist, frozen on discovery beforehand; the first is the primary
+        set and gets the verdict, the others are exploratory (Holm-adjusted)."""
+        with self.timed("heldout"):
+            conditions, seed = self.conditions, self.settings.seed
+            heldout = conditions.many("heldout", frozen, "held-out")
+            controls = [conditions.many(name, frozen, name) for name in conditions.control_names]
+            tests = [verdict(self.base["heldout"].correct, after.correct, alpha=self.settings.alpha, seed=seed)
+                     for after in heldout]
+            adjusted = holm([test.p_value for test in tests])
+            records = []
+            for rank, (heads, test) in enumerate(zip(frozen, tests), start=1):
+                if rank > 1:  # chosen among finalists after held-out is visible: exploratory, Holm-adjusted
+                    test = replace(test, role="exploratory", adjusted_p=adjusted[rank - 1])
+                effects = tuple(ControlEffect.measure(self.base[name], results[rank - 1], seed)
+                                for name, results in zip(conditions.control_names, controls))
+                records.append(Finalist(rank, tuple(str(h) for h in heads), evaluated[heads], test, effects))
+        return records
+
+    def record(self, inputs: Inputs, screened: Screened, prescreen: Prescreen | None, nominees: list[Head],
+               evaluated: Evaluated, finalists: list[Finalist]) -> FindResult:
+        """The run's record (without timings: the caller adds them once the run is over)."""
+        lm, split = self.lm, inputs.split
+        ranked_sets = sorted(evaluated, key=lambda h: self.rank(evaluated[h], h))
+        names = self.conditions.control_names
+        return FindResult(
+            model=ModelInfo(lm.name, lm.weight_hash, lm.adapter.family, lm.model.config.model_type,
+                            lm.grid.num_layers, lm.grid.num_heads, lm.grid.num_kv_heads, lm.grid.head_dim),
+            task=TaskInfo(inputs.task.name, inputs.task.kind, len(inputs.task), inputs.task.content_hash(),
+                          inputs.specs["task"], dict(inputs.task.settings), split.discovery.content_hash()),
+            heldout_task=TaskInfo(split.heldout.name, split.heldout.kind, len(split.heldout),
+                                  split.heldout.content_hash(), inputs.specs["heldout"]),
+            control_tasks=tuple(TaskInfo(c.name, c.kind, len(c), c.content_hash()) for c in inputs.controls),
+            split=SplitInfo(self.settings.seed, len(split.discovery), len(split.heldout), split.source,
+                            split.duplicates_dropped, split.conflicts_dropped),
+            settings=self.settings,
+            baseline=Baseline(self.base["discovery"].summary(), self.base["heldout"].summary(),
+                              tuple(self.base[name].summary() for name in names)),
+            screen=tuple(ScreenRow(str(h), p, e) for h, p, e in screened),
+            prescreen=prescreen,
+            nominees=tuple(str(h) for h in nominees),
+            sets=tuple(SetRecord(tuple(str(h) for h in heads), evaluated[heads]) for heads in ranked_sets),
+            finalists=tuple(finalists),
+            means_digest=None if self.conditions.means is None else means_digest(self.conditions.means),
+            generations=heldout_generations(self.conditions, self.base["heldout"], finalists),
+        )
+
+
+__all__ = ["Evaluated", "Screened", "Stages", "rank_key"]

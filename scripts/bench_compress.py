@@ -1,0 +1,180 @@
+"""What the compress search costs: distinct sets evaluated, rounds, heads removed, sets per head removed.
+
+Runs find's baseline and screen once (journalled in ``--out``), then each search rule over the same queue at
+each ``--max-drop``, all through the same journal: a set two rules share is evaluated once, so comparing rules
+costs little more than the most expensive one. ``v1`` is the galloping greedy as it was before the search
+knew when to stop (no cost cap; kept here as the reference); ``greedy`` and ``beam`` are
+``headprune.search.compress``'s.
+
+    python scripts/bench_compress.py smollm2-135m --task sentiment --discovery 150 --heldout 50 \
+        --screen attribution --candidates 8 --max-drop 0.5 --max-drop 2 --out runs/bench-compress
+
+    python scripts/bench_compress.py tiny:8:0:0.3 --task random --discovery 300 --screen exact \
+        --max-drop 0.5 --max-drop 1 --max-drop 2 --patience 3 --patience 2 --patience 1 --out runs/bench-tiny
+
+``tiny:LAYERS:SEED:INIT`` builds a random-init Llama and a random two-choice task in ``--out`` (``--task`` is then
+ignored). Prints one row per (max_drop, patience, rule), and each rule's rounds on stderr (set sizes, + within
+budget, - over). A rule that removes fewer heads than ``v1`` at the same budget
+and patience exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from headprune.heads import Head, HeadGrid
+from headprune.search.compress import (Evaluate, GrowResult, Unit, _feasible_prefix, beam,
+                                       grow, head_queue, units_of, within_budget)
+from headprune.search.conditions import Conditions
+from headprune.search.result import CurvePoint
+from headprune.search.settings import settings_for
+from headprune.search.split import load_inputs
+from headprune.search.stages import Stages
+
+
+def grow_v1(units: list[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop: float, patience: int) -> GrowResult:
+    """The galloping greedy before it knew when to stop: every round evaluates step/2, step and 2*step (so
+    {1, 2} at step 1, even right after a rejection), and only ``patience`` rejections in a row end it."""
+    chosen: list[Unit] = []
+    queue = list(units)
+    curve: list[CurvePoint] = []
+    rejected: list[Unit] = []
+    evaluated: dict = {}
+    left = {layer: grid.num_heads for layer in range(grid.num_layers)}
+    step, streak = 1, 0
+    while streak < patience:
+        prefix = _feasible_prefix(queue, left, 2 * step)
+        if not prefix:
+            break
+        sizes = sorted({m for m in (max(1, step // 2), step, 2 * step) if m <= len(prefix)} | {len(prefix)})
+        base = tuple(h for unit in chosen for h in unit)
+        sets = [tuple(sorted(base + tuple(h for unit in prefix[:m] for h in unit))) for m in sizes]
+        results = evaluate(sets, "compress")
+        evaluated.update(results)
+        fits = [m for m, heads in zip(sizes, sets) if within_budget(results[heads], max_drop)]
+        best = max(fits, default=0)
+        for m, heads in zip(sizes, sets):
+            curve.append(CurvePoint(len(heads), results[heads].accuracy_after, m in fits, m == best))
+        if best:
+            for unit in prefix[:best]:
+                chosen.append(unit)
+                queue.remove(unit)
+                left[unit[0].layer] -= len(unit)
+            step, streak = best, 0
+        elif step > 1:
+            step = max(1, step // 4)
+        else:
+            unit = prefix[0]
+            queue.remove(unit)
+            rejected.append(unit)
+            streak += 1
+    return GrowResult(chosen, curve, rejected, evaluated, stopped="patience" if streak >= patience else "queue")
+
+
+def _run_rule(rule, name: str, units: list[Unit], stages: Stages, max_drop: float,  # noqa: ANN001
+              patience: int) -> int:
+    """One search over the queue through the shared journal; prints its row and returns the heads removed."""
+    asked: list[tuple[Head, ...]] = []
+    rounds = 0
+    trace: list[str] = []  # per round: each set's size, + within budget, - over
+
+    def evaluate(sets: list[tuple[Head, ...]], label: str) -> dict:
+        nonlocal rounds
+        asked.extend(sets)
+        rounds += 1
+        results = stages.evaluate(sets, label)
+        trace.append(" ".join(f"{len(h)}{'+' if within_budget(results[h], max_drop) else '-'}" for h in sets))
+        return results
+
+    started = time.perf_counter()
+    grown = rule(units, stages.lm.grid, evaluate, max_drop=max_drop, patience=patience)
+    heads = sum(len(unit) for unit in grown.chosen)
+    distinct = len(set(asked))
+    per_head = f"{distinct / heads:.2f}" if heads else "n/a"
+    print(f"| {max_drop:g} | {patience} | {name} | {distinct} | {rounds} | {heads} | {len(grown.rejected)} | "
+          f"{per_head} | {grown.stopped} | {time.perf_counter() - started:.0f} |", flush=True)
+    print(f"    {name} rounds: {' | '.join(trace)}", file=sys.stderr)
+    return heads
+
+
+def build_tiny_case(spec: str, folder: Path) -> tuple[str, str]:
+    """``tiny:LAYERS:SEED:INIT``: a random-init Llama of LAYERS x 4 heads (weights drawn with standard deviation
+    INIT, large enough that heads change answers) saved in ``folder``, and a random two-choice task of 700
+    examples beside it (the tests' tiny tokenizer and task, ``tests/helpers``)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from helpers import build_tokenizer, random_choice_task, tiny_config
+
+    from headprune.tasks import write_jsonl_task
+
+    layers, seed, init = spec.split(":")[1:]
+    tokenizer = build_tokenizer()
+    torch.manual_seed(int(seed))
+    config = tiny_config("llama", len(tokenizer), int(layers), initializer_range=float(init))
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    model.save_pretrained(folder / "model")
+    tokenizer.save_pretrained(folder / "model")
+    write_jsonl_task(random_choice_task(700, seed=5), folder / "random.jsonl")
+    return str(folder / "model"), str(folder / "random.jsonl")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--discovery", type=int, default=150)
+    parser.add_argument("--heldout", type=int, default=50)
+    parser.add_argument("--screen", default="attribution")
+    parser.add_argument("--candidates", type=int, default=8)
+    parser.add_argument("--max-drop", type=float, action="append", required=True)
+    parser.add_argument("--patience", type=int, action="append", help="repeat for several [default: 3]")
+    parser.add_argument("--rules", default="v1,greedy")
+    parser.add_argument("--batch-size", default="auto")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    from headprune.models import load_model
+
+    batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
+    # The journal's settings are fixed (max_drop and patience go to the rules directly), so every run of this
+    # script on the same inputs shares one journal.
+    settings = settings_for(seed=0, ablation="zero", nominees=10, max_heads=3, extend=0, finalists=1, alpha=0.05,
+                            rank_by="gain", batch_size=batch, screen=args.screen, candidates=args.candidates,
+                            control_limit=500, objective="compress", max_drop=None, prefer=None, patience=None,
+                            compress_search=None, beam_width=None)
+    model, task = args.model, args.task
+    if model.startswith("tiny:"):
+        model, task = build_tiny_case(model, args.out)
+    inputs = load_inputs(task, None, None, settings, args.discovery, args.heldout)
+    lm = load_model(model)
+    resume = (args.out / "journal.jsonl").is_file()
+    conditions = Conditions.start(lm, inputs.split, (), settings, out=args.out, resume=resume, progress=False)
+    stages = Stages(lm, conditions, settings)
+    stages.baseline()
+    screened, prescreen = stages.screen()
+    units = units_of(head_queue(screened, prescreen, lm.grid, stages.rank), lm.grid, "heads")
+    rules = {"v1": grow_v1, "greedy": grow,
+             "beam": lambda u, g, e, **kw: beam(u, g, e, stages.intact(), width=4, **kw)}
+    print(f"{lm.name} on {inputs.task.name}: discovery {len(inputs.split.discovery)}, queue {len(units)} heads")
+    print("| max_drop | patience | rule | distinct sets | rounds | heads removed | rejected | sets per head | "
+          "stopped | seconds |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    removed: dict[tuple[float, int, str], int] = {}
+    for max_drop in args.max_drop:
+        for patience in args.patience or [3]:
+            for name in args.rules.split(","):
+                removed[max_drop, patience, name] = _run_rule(rules[name], name, units, stages, max_drop, patience)
+    lost = [key for key, heads in removed.items() if key[2] != "v1" and heads < removed.get((*key[:2], "v1"), 0)]
+    if lost:
+        print(f"fewer heads than v1: {lost}")
+    return 1 if lost else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
