@@ -46,6 +46,17 @@ OTHER_FORMATS = "safetensors, onnx"
 _PRETOKENIZERS = Path(__file__).with_name("gguf_pretokenizers.json")
 
 
+def check_type(gguf_type: str) -> None:
+    """Refuse a GGUF tensor type headprune does not write.
+
+    Raises:
+        SearchSettingsError
+    """
+    if gguf_type not in GGUF_TYPES:
+        raise SearchSettingsError(f"gguf_type must be one of {', '.join(GGUF_TYPES)}, not {gguf_type!r}",
+                                  settings=("gguf_type",))
+
+
 def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
     """The GGUF architecture for ``lm`` in ``layout``.
 
@@ -53,9 +64,7 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
         UnsupportedModelError: a family or configuration llama.cpp's llama/qwen2/deci graphs do not compute.
         SearchSettingsError: an unknown GGUF type.
     """
-    if gguf_type not in GGUF_TYPES:
-        raise SearchSettingsError(f"gguf_type must be one of {', '.join(GGUF_TYPES)}, not {gguf_type!r}",
-                                  settings=("gguf_type",))
+    check_type(gguf_type)
     config = lm.model.config
     model_type = getattr(config, "model_type", "")
     if lm.is_encoder or model_type not in MODEL_TYPES or lm.head != "causal-lm":

@@ -180,6 +180,17 @@ def file_hashes(folder: Path) -> dict[str, str]:
             for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != RECORD_NAME)}
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".gguf")
+
+
+def weight_bytes(path: Path) -> int:
+    """Bytes of the weight files in a model folder (safetensors, bin, ONNX, GGUF), or of one file."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+
+
 def read_record(folder: Path) -> ExportRecord:
     """The export record of ``folder`` (records written by earlier versions too).
 
