@@ -117,7 +117,7 @@ def test_onnx_equals_torch(models, family, tmp_path) -> None:
 def test_onnx_decoder_generates_in_onnxruntime_genai(models, family, tmp_path) -> None:
     """The runtime itself (onnxruntime_genai.Model on the export folder) decodes greedily token for token like
     the hook-masked original in torch."""
-    from headprune.exporter.onnx_export import GenaiRunner
+    from headprune.exporter.runtimes import GenaiRunner
 
     needs("onnx", "onnxruntime", "onnxscript", "onnxruntime_genai", extra="onnx")
     lm = models[family]

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from helpers import build_tiny, choice_task, generate_task, text_task
 
 from headprune.cli.main import cli
-from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record, verify_record
+from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record, runtimes, verify_record
 from headprune.exporter.pipeline import GGUF_TOLERANCE
 from headprune.exporter.slicing import densify
 from headprune.heads import parse_heads
@@ -108,7 +108,7 @@ def _file_against_masked(lm, heads, path, task) -> tuple[float, float]:  # noqa:
     from headprune.ablation import ablated
 
     diff = scale = 0.0
-    runner = llama_cpp_runtime.LlamaCppModel(path, n_ctx=128, eos=())
+    runner = runtimes.LlamaCppModel(path, n_ctx=128, eos=())
     try:
         for example in task.examples:
             tokens = lm.tokenizer(example.prompt or example.text)["input_ids"]
@@ -122,7 +122,7 @@ def _file_against_masked(lm, heads, path, task) -> tuple[float, float]:  # noqa:
 
 
 def _llama_cpp_logits(path, tokens) -> torch.Tensor:  # noqa: ANN001
-    runner = llama_cpp_runtime.LlamaCppModel(path, n_ctx=64, eos=())
+    runner = runtimes.LlamaCppModel(path, n_ctx=64, eos=())
     try:
         return runner.logits(tokens)
     finally:

@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from headprune.compat import cache_of, passing_cache
 
 
 def eos_ids(lm: Any) -> tuple[int, ...]:
@@ -27,22 +26,11 @@ def eos_ids(lm: Any) -> tuple[int, ...]:
     return tuple(eos) if isinstance(eos, (list, tuple)) else (() if eos is None else (int(eos),))
 
 
-@torch.inference_mode()
 def torch_greedy(lm: Any, prompt: list[int], steps: int, eos: tuple[int, ...]) -> tuple[list[int], list[torch.Tensor]]:
     """Greedy tokens of ``lm.model`` (under whatever ablation is active) and the logits behind each."""
-    ids = torch.tensor([prompt], device=lm.device)
-    out = lm.model(input_ids=ids, use_cache=True)
-    tokens, logits = [], []
-    for _ in range(steps):
-        last = out.logits[0, -1].float().cpu()
-        token = int(last.argmax())
-        tokens.append(token)
-        logits.append(last)
-        if token in eos:
-            break
-        out = lm.model(input_ids=torch.tensor([[token]], device=lm.device), **passing_cache(cache_of(out)),
-                       use_cache=True)
-    return tokens, logits
+    from headprune.exporter.runtimes import TorchRunner
+
+    return TorchRunner(lm.model, eos=eos, device=lm.device).greedy(prompt, steps)
 
 
 def task_texts(task: Any) -> list[str]:

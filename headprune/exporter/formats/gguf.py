@@ -48,7 +48,7 @@ class Gguf(ExportFormat):
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
         """``model.gguf`` (it carries its tokenizer), and llama.cpp on its float32 file when llama.cpp is here."""
         from headprune.exporter import gguf_export
-        from headprune.exporter.llama_cpp_runtime import LlamaCppModel
+        from headprune.exporter.runtimes import LlamaCppModel
         from headprune.exporter.runtime_check import eos_ids
 
         lm, artifact = job.lm, job.artifact
@@ -75,7 +75,7 @@ class Gguf(ExportFormat):
             VerificationError: the float32 file disagrees.
         """
         from headprune.exporter import gguf_export
-        from headprune.exporter.llama_cpp_runtime import LlamaCppModel
+        from headprune.exporter.runtimes import LlamaCppModel
         from headprune.exporter.record import GgufInfo
         from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
 

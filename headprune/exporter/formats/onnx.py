@@ -59,6 +59,7 @@ class Onnx(ExportFormat):
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
         from headprune.exporter import onnx_export
         from headprune.exporter.runtime_check import eos_ids
+        from headprune.exporter.runtimes import OnnxModel
         from headprune.scoring import scorer_for
 
         lm, artifact = job.lm, job.artifact
@@ -70,8 +71,7 @@ class Onnx(ExportFormat):
             onnx_export.export_onnx(artifact, staging / onnx_export.ONNX_NAME, output=self.output,
                                     positions=not lm.is_encoder)
         artifact.config.save_pretrained(staging)
-        runner = onnx_export.OnnxModel(staging / onnx_export.ONNX_NAME, output=self.output,
-                                       positions=not lm.is_encoder)
+        runner = OnnxModel(staging / onnx_export.ONNX_NAME, output=self.output, positions=not lm.is_encoder)
         exported = LoadedModel(str(staging), staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
                                lm.model_class)
         measured_on = "onnxruntime"
@@ -88,9 +88,10 @@ class Onnx(ExportFormat):
         Raises:
             VerificationError: a mismatch.
         """
-        from headprune.exporter.onnx_export import GenaiRunner, genai_version
+        from headprune.exporter.onnx_export import genai_version
         from headprune.exporter.record import RuntimeCheck
         from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
+        from headprune.exporter.runtimes import GenaiRunner
 
         if not _generates(job.lm):
             return None, None
