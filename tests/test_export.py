@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from helpers import ALL_FAMILIES, build_tiny
 from headprune.ablation import ablated
 from headprune.cli.main import cli
-from headprune.errors import HeadSpecError, ResultFileError, SearchSettingsError, VerificationError
+from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, VerificationError
 from headprune.exporter import RECORD_NAME, export, verify_record
 from headprune.exporter.loading import load
 from headprune.exporter.plan import plan_layers
@@ -246,7 +246,7 @@ def test_failed_verification_writes_nothing(models, tmp_path, monkeypatch, scale
 
 @pytest.mark.parametrize("tolerance", [-1.0, 0.5, float("nan")])
 def test_nonsense_tolerances_are_refused(models, tmp_path, tolerance) -> None:
-    with pytest.raises(SearchSettingsError, match="tolerance must be between 0 and 0.1"):
+    with pytest.raises(ExportSettingsError, match="tolerance must be between 0 and 0.1"):
         export(models["gpt2"], "L0.H1", verify_task=choice_task(), tolerance=tolerance, out=tmp_path / "never")
     assert list(tmp_path.iterdir()) == []
 
@@ -405,7 +405,7 @@ def test_mean_ablation_export_uses_exactly_the_means_find_used(models, tmp_path)
             (replace(result, means_digest="sha256:" + "0" * 64), {}, "differ from those find used"),
             (result, {"ablation": "zero"}, "find measured this set with mean ablation"),
             (find(gpt2, task, **options), {}, "cannot be rebuilt")):
-        with pytest.raises((ResultFileError, SearchSettingsError), match=fragment):
+        with pytest.raises((ResultFileError, ExportSettingsError), match=fragment):
             export(gpt2, bad, **{"ablation": "mean", **kwargs}, allow_unconfirmed=True, verify_task=choice_task(),
                    out=tmp_path / "never")
     assert not (tmp_path / "never").exists()

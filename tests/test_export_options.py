@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from headprune.cli.main import cli
-from headprune.errors import HeadpruneError
+from headprune.errors import ExportSettingsError, SearchSettingsError, SettingsError
 from headprune.exporter import export
 
 BAD_OPTIONS = [  # (format, CLI arguments, the option the one line must name)
@@ -44,6 +44,8 @@ def test_a_bad_option_exits_2_before_the_model_is_loaded(unloadable, tmp_path, f
     ("safetensors", {"layout": "folded"}, "layout"),
 ])
 def test_the_library_refuses_bad_options_before_loading_too(unloadable, tmp_path, fmt, options, named) -> None:
-    with pytest.raises(HeadpruneError, match=named) as caught:
+    with pytest.raises(ExportSettingsError, match=named) as caught:
         export(str(unloadable), "L0.H1", format=fmt, out=tmp_path / "out", **options)
     assert named in caught.value.settings
+    # An export option is no search setting; both are settings the CLI answers with exit 2.
+    assert isinstance(caught.value, SettingsError) and not isinstance(caught.value, SearchSettingsError)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from headprune.ablation import ablated
 from headprune.cli.main import cli
-from headprune.errors import ResultFileError, SearchSettingsError
+from headprune.errors import ExportSettingsError, ResultFileError
 from headprune.exporter import export, verify_record
 from headprune.exporter.loading import load
 from headprune.heads import parse_heads
@@ -51,7 +51,7 @@ def test_a_small_shard_size_writes_shards_that_load_back(tokenizer, tmp_path, la
                                                        ("0", "safetensors", "must be a size"),
                                                        ("5GB", "onnx", "applies to safetensors exports")])
 def test_nonsense_shard_sizes_are_refused_before_anything_runs(tokenizer, tmp_path, size, fmt, fragment) -> None:
-    with pytest.raises(SearchSettingsError, match=fragment):
+    with pytest.raises(ExportSettingsError, match=fragment):
         export(build_tiny("llama", tokenizer), "L0.H1", format=fmt, verify_task=choice_task(), max_shard_size=size,
                out=tmp_path / "never")
     assert list(tmp_path.iterdir()) == []

@@ -10,7 +10,7 @@ import transformers
 from click.testing import CliRunner
 
 from headprune.cli.main import cli
-from headprune.errors import HeadSpecError, SearchSettingsError, VerificationError
+from headprune.errors import ExportSettingsError, HeadSpecError, VerificationError
 from headprune.exporter import RECORD_NAME, export
 from headprune.exporter.sample import SAMPLE_TEXTS
 from headprune.models import wrap_model
@@ -56,7 +56,7 @@ def test_the_sample_still_gates_a_wrong_export(tokenizer, tmp_path, monkeypatch)
 
 
 def test_mean_ablation_by_hand_needs_a_task(tokenizer, tmp_path) -> None:
-    with pytest.raises(SearchSettingsError, match="give verify_task"):
+    with pytest.raises(ExportSettingsError, match="give verify_task"):
         export(build_tiny("gpt2", tokenizer, seed=8), "L0.H1", ablation="mean", out=tmp_path / "never")
     assert list(tmp_path.iterdir()) == []
 

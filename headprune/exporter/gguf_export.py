@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from headprune.errors import SearchSettingsError, UnsupportedModelError
+from headprune.errors import ExportSettingsError, UnsupportedModelError
 from headprune.exporter.gguf_read import read_back
 from headprune.exporter.gguf_tokenizer import tokenizer_writer
 
@@ -46,10 +46,10 @@ def check_type(gguf_type: str) -> None:
     """Refuse a GGUF tensor type headprune does not write.
 
     Raises:
-        SearchSettingsError
+        ExportSettingsError
     """
     if gguf_type not in GGUF_TYPES:
-        raise SearchSettingsError(f"gguf_type must be one of {', '.join(GGUF_TYPES)}, not {gguf_type!r}",
+        raise ExportSettingsError(f"gguf_type must be one of {', '.join(GGUF_TYPES)}, not {gguf_type!r}",
                                   settings=("gguf_type",))
 
 
@@ -58,7 +58,7 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
 
     Raises:
         UnsupportedModelError: a family or configuration llama.cpp's llama/qwen2/deci graphs do not compute.
-        SearchSettingsError: an unknown GGUF type.
+        ExportSettingsError: an unknown GGUF type.
     """
     check_type(gguf_type)
     config = lm.model.config

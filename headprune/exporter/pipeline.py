@@ -17,7 +17,7 @@ from pathlib import Path
 
 from torch import nn
 
-from headprune.errors import SearchSettingsError, VerificationError
+from headprune.errors import ExportSettingsError, VerificationError
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE
 from headprune.exporter.formats.onnx import ONNX_TOLERANCE
@@ -103,7 +103,7 @@ def export(
 
     Raises:
         VerificationError (nothing written), UnconfirmedSetError, HeadSpecError, ResultFileError,
-        SearchSettingsError, TaskError.
+        ExportSettingsError, TaskError.
     """
     # A loaded model keeps its own dtype: only a dtype it is loaded in is an option to check.
     fmt = format_for(format, ExportOptions(layout, dtype if isinstance(model, str) else None, gguf_type,
@@ -136,16 +136,16 @@ def _check_options(fmt: ExportFormat, ablation: str, tolerance: float | None) ->
     """The options on their own and the format's (the model is not loaded yet).
 
     Raises:
-        SearchSettingsError, MissingExtraError.
+        ExportSettingsError, MissingExtraError.
     """
     from headprune.exporter.verify import MAX_TOLERANCE
 
     for name, value, allowed in (("layout", fmt.options.layout, LAYOUTS), ("ablation", ablation, ABLATIONS)):
         if value not in allowed:
-            raise SearchSettingsError(f"{name} must be one of {', '.join(allowed)}, not {value!r}", settings=(name,))
+            raise ExportSettingsError(f"{name} must be one of {', '.join(allowed)}, not {value!r}", settings=(name,))
     fmt.check_options()
     if tolerance is not None and not 0 <= tolerance <= MAX_TOLERANCE:
-        raise SearchSettingsError(f"tolerance must be between 0 and {MAX_TOLERANCE} (relative to the largest logit), "
+        raise ExportSettingsError(f"tolerance must be between 0 and {MAX_TOLERANCE} (relative to the largest logit), "
                                   f"not {tolerance:g}: a larger one would pass a broken export",
                                   settings=("tolerance",))
 

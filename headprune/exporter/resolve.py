@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from headprune.errors import HeadSpecError, ResultFileError, SearchSettingsError, UnconfirmedSetError
+from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, UnconfirmedSetError
 from headprune.heads import Head, parse_heads
 from headprune.models import LoadedModel
 from headprune.search.result import FindResult
@@ -143,17 +143,17 @@ def check_ablation(result: FindResult | None, ablation: str, verify_task: str | 
     model loads.
 
     Raises:
-        SearchSettingsError
+        ExportSettingsError
     """
     if result is None and ablation == "mean" and verify_task is None:
         _mean_needs_task()
     if result is not None and result.settings.ablation != ablation:
-        raise SearchSettingsError(f"find measured this set with {result.settings.ablation} ablation, not {ablation}; "
+        raise ExportSettingsError(f"find measured this set with {result.settings.ablation} ablation, not {ablation}; "
                                   f"export it with ablation {result.settings.ablation}", settings=("ablation",))
 
 
 def _mean_needs_task() -> None:
-    raise SearchSettingsError("mean ablation of heads given by hand takes its means over a task's inputs: give "
+    raise ExportSettingsError("mean ablation of heads given by hand takes its means over a task's inputs: give "
                               "verify_task", settings=("ablation", "verify_task"))
 
 
@@ -167,7 +167,7 @@ def verification_inputs(lm: LoadedModel, result: FindResult | None, verify_task:
     a result (:func:`find_means`), the verification task's for heads given by hand.
 
     Raises:
-        SearchSettingsError, ResultFileError, TaskError.
+        ExportSettingsError, ResultFileError, TaskError.
     """
     from headprune.evaluation import Evaluator
 

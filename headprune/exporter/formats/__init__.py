@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headprune.errors import SearchSettingsError
+from headprune.errors import ExportSettingsError
 from headprune.exporter.formats import gguf, onnx, safetensors  # noqa: F401 - each registers its class
 from headprune.exporter.formats.base import REGISTRY, ExportFormat, ExportOptions, Job, Written
 
@@ -14,10 +14,10 @@ def format_for(name: str, options: ExportOptions) -> ExportFormat:
     """The format called ``name``, for one export with ``options``.
 
     Raises:
-        SearchSettingsError: no such format.
+        ExportSettingsError: no such format.
     """
     if name not in REGISTRY:
-        raise SearchSettingsError(f"format must be one of {', '.join(FORMATS)}, not {name!r}", settings=("format",))
+        raise ExportSettingsError(f"format must be one of {', '.join(FORMATS)}, not {name!r}", settings=("format",))
     return REGISTRY[name](options)
 
 

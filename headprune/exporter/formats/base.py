@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from headprune.errors import SearchSettingsError, UnsupportedModelError
+from headprune.errors import ExportSettingsError, UnsupportedModelError
 from headprune.extras import require
 from headprune.heads import Head
 from headprune.models import LoadedModel
@@ -130,14 +130,14 @@ def refuse_unless_float32(dtype: torch.dtype | str | None, message: str) -> None
     model loads) or the loaded model's own (``None``: the checkpoint's, not known before loading).
 
     Raises:
-        SearchSettingsError
+        ExportSettingsError
     """
     if isinstance(dtype, torch.dtype):
         wrong = dtype != torch.float32
     else:  # a name asked for; "auto" and "checkpoint" are known only once the model is loaded
         wrong = str(dtype) in ("float16", "bfloat16")
     if wrong:
-        raise SearchSettingsError(message, settings=("dtype", "format"))
+        raise ExportSettingsError(message, settings=("dtype", "format"))
 
 
 def passthrough_tensors(lm: LoadedModel, format_name: str, writes_through: bool) -> tuple[str, ...]:
