@@ -93,7 +93,7 @@ def _memory_bytes(model: torch.nn.Module) -> int:
     for tensor in (*model.parameters(), *model.buffers()):
         if tensor.data_ptr() not in seen:
             seen.add(tensor.data_ptr())
-            total += tensor.numel() * tensor.elementweight_bytes()
+            total += tensor.numel() * tensor.element_size()
     return total
 
 

@@ -19,9 +19,10 @@ from helpers import build_tiny, choice_task, generate_task
 from headprune.ablation import ablated
 from headprune.cli.main import cli
 from headprune.errors import VerificationError
-from headprune.exporter import export, gguf_export, gguf_read, onnx_export, runtimes
+from headprune.exporter import export, gguf_export, gguf_read, onnx_export
 from headprune.exporter.pipeline import GGUF_TOLERANCE, GREEDY_STEPS, ONNX_TOLERANCE
 from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
+from headprune.exporter.runtimes import GenaiRunner, LlamaCppModel
 from headprune.heads import parse_heads
 
 HEADS = "L0.H1,L1.H0,L1.H1"
@@ -117,7 +118,7 @@ def test_llama_cpp_greedy_gate_refuses_wrong_logits_even_when_tokens_agree(model
     for label in ("sound", "wrong"):
         if label == "wrong":
             scale_gguf_tensor(written.f32_path, "output_norm.weight", WRONG)
-        runner = runtimes.LlamaCppModel(written.f32_path, n_ctx=128, eos=())
+        runner = LlamaCppModel(written.f32_path, n_ctx=128, eos=())
         try:
             checks[label] = compare_greedy(lm, heads, runner, prompts, **options)
         finally:
@@ -178,10 +179,10 @@ def test_genai_greedy_gate_refuses_wrong_logits_even_when_tokens_agree(models, t
     prompts = [list(lm.tokenizer(text)["input_ids"]) for text in task_texts(generate_task())]
     options = dict(steps=GREEDY_STEPS, mode="zero", means=None, tolerance=ONNX_TOLERANCE,
                    runtime="ONNX Runtime GenAI", gguf_type="f32", gated=True, texts=[])
-    sound = compare_greedy(lm, heads, runtimes.GenaiRunner(tmp_path / "o"), prompts, **options)
+    sound = compare_greedy(lm, heads, GenaiRunner(tmp_path / "o"), prompts, **options)
     gate(sound, ONNX_TOLERANCE, "ONNX Runtime GenAI")
     scale_onnx_initializer(tmp_path / "o" / onnx_export.ONNX_NAME, "model.model.embed_tokens.weight", WRONG)
-    wrong = compare_greedy(lm, heads, runtimes.GenaiRunner(tmp_path / "o"), prompts, **options)
+    wrong = compare_greedy(lm, heads, GenaiRunner(tmp_path / "o"), prompts, **options)
     assert wrong.mismatches == 0 and wrong.tokens == sound.tokens
     with pytest.raises(VerificationError, match="logits differ"):
         gate(wrong, ONNX_TOLERANCE, "ONNX Runtime GenAI")
