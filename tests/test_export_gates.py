@@ -113,7 +113,7 @@ def test_llama_cpp_greedy_gate_refuses_wrong_logits_even_when_tokens_agree(model
     written = gguf_export.write_files(lm, densify(lm, heads), arch, None, tmp_path, tmp_path, "f32")
     prompts = [list(lm.tokenizer(text)["input_ids"]) for text in task_texts(generate_task())]
     options = dict(steps=GREEDY_STEPS, mode="zero", means=None, tolerance=GGUF_TOLERANCE, runtime="llama.cpp",
-                   gguf_type="f32", gated=True, texts=[])
+                   file_type="f32", gated=True, texts=[])
     checks = {}
     for label in ("sound", "wrong"):
         if label == "wrong":
@@ -178,7 +178,7 @@ def test_genai_greedy_gate_refuses_wrong_logits_even_when_tokens_agree(models, t
     export(lm, HEADS, format="onnx", verify_task=choice_task(), out=tmp_path / "o")
     prompts = [list(lm.tokenizer(text)["input_ids"]) for text in task_texts(generate_task())]
     options = dict(steps=GREEDY_STEPS, mode="zero", means=None, tolerance=ONNX_TOLERANCE,
-                   runtime="ONNX Runtime GenAI", gguf_type="f32", gated=True, texts=[])
+                   runtime="ONNX Runtime GenAI", file_type="f32", gated=True, texts=[])
     sound = compare_greedy(lm, heads, GenaiRunner(tmp_path / "o"), prompts, **options)
     gate(sound, ONNX_TOLERANCE, "ONNX Runtime GenAI")
     scale_onnx_initializer(tmp_path / "o" / onnx_export.ONNX_NAME, "model.model.embed_tokens.weight", WRONG)

@@ -206,9 +206,9 @@ def test_gguf_types_verify_a_float32_copy_and_report_their_own_agreement(models,
     record = export(lm, HEADS, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g",
                     gguf_type=gguf_type)
     info = record.gguf
-    assert info.gguf_type == gguf_type and info.runtime.gguf_type == "f32" and info.runtime.mismatches == 0
+    assert info.gguf_type == gguf_type and info.runtime.file_type == "f32" and info.runtime.mismatches == 0
     typed = info.typed_runtime
-    assert typed is not None and typed.done and not typed.gated and typed.gguf_type == gguf_type
+    assert typed is not None and typed.done and not typed.gated and typed.file_type == gguf_type
     assert typed.prompts == info.runtime.prompts
     assert 0 < info.read_back_max_abs_diff < 0.05  # the stored type's rounding, read back
     reader, meta = _gguf_info(tmp_path / "g" / "model.gguf")

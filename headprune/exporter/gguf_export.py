@@ -260,7 +260,7 @@ def not_run(reason: str, gguf_type: str) -> Any:
 
 
 @dataclass
-class Written:
+class GgufFiles:
     """A GGUF export's files: the one written, the float32 one the runtime gate runs, and what they hold."""
 
     path: Path
@@ -275,7 +275,7 @@ class Written:
 
 
 def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folder: Path, scratch: Path,
-                gguf_type: str) -> Written:
+                gguf_type: str) -> GgufFiles:
     """Write ``model.gguf`` in ``gguf_type`` (and a float32 copy in ``scratch`` for the runtime check when the
     type is another), then read every tensor back.
 
@@ -307,4 +307,4 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if arch == "deci":
         notes.append("sliced: llama.cpp's deci architecture (per-layer head counts); stock llama-architecture "
                      "tools that assume equal layers do not apply")
-    return Written(path, f32_path, plan, tensors, description, chat, count, diff, tuple(notes))
+    return GgufFiles(path, f32_path, plan, tensors, description, chat, count, diff, tuple(notes))

@@ -39,7 +39,7 @@ def task_texts(task: Any) -> list[str]:
 
 
 def compare_greedy(lm: Any, heads: Any, runner: Any, prompts: list[list[int]], *, steps: int, mode: str,
-                   means: torch.Tensor | None, tolerance: float, runtime: str, gguf_type: str, gated: bool,
+                   means: torch.Tensor | None, tolerance: float, runtime: str, file_type: str, gated: bool,
                    texts: list[str]) -> Any:
     """Greedy decoding of each prompt in a runtime (``runner.greedy``) and in the hook-masked original, token by
     token, with the largest logit difference over every compared step (up to and including the first step whose
@@ -74,7 +74,7 @@ def compare_greedy(lm: Any, heads: Any, runner: Any, prompts: list[list[int]], *
         ours = list(lm.tokenizer(text)["input_ids"])
         theirs = runner.tokenize(text)
         agree += ours == list(theirs)
-    return RuntimeCheck(runtime, True, "", gguf_type, gated, len(prompts), tokens, identical, ties, mismatches,
+    return RuntimeCheck(runtime, True, "", file_type, gated, len(prompts), tokens, identical, ties, mismatches,
                         worst, scale, len(texts), agree)
 
 

@@ -68,7 +68,7 @@ class Written:
     weights: torch.nn.Module
     measured_on: str
     closers: list[Any] = field(default_factory=list)
-    details: Any = None  # what the format's runtime check needs of its write (GGUF: the files written)
+    files: Any = None  # what the format wrote, as its runtime check reads it (GGUF: gguf_export.GgufFiles)
 
     def close(self) -> None:
         for closer in self.closers:

@@ -48,8 +48,8 @@ class Gguf(ExportFormat):
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
         """``model.gguf`` (it carries its tokenizer), and llama.cpp on its float32 file when llama.cpp is here."""
         from headprune.exporter import gguf_export
-        from headprune.exporter.runtimes import LlamaCppModel
         from headprune.exporter.runtime_check import eos_ids
+        from headprune.exporter.runtimes import LlamaCppModel
 
         lm, artifact = job.lm, job.artifact
         files = gguf_export.write_files(lm, artifact, self.arch, job.plans, staging, scratch, self.options.gguf_type)
@@ -61,11 +61,11 @@ class Gguf(ExportFormat):
                                    lm.model_class)
             return Written(exported, artifact, artifact,
                            "the torch model the GGUF file was written from (llama.cpp was not available)",
-                           details=files)
+                           files=files)
         runner = LlamaCppModel(files.f32_path, n_ctx=_context_for(lm, job.task, job.greedy_steps), eos=eos_ids(lm))
         exported = LoadedModel("gguf", staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
                                lm.model_class)
-        return Written(exported, runner, artifact, f"{version}, float32 file", [runner], details=files)
+        return Written(exported, runner, artifact, f"{version}, float32 file", [runner], files=files)
 
     def runtime_check(self, job: Job, written: Written) -> tuple[Any, Any]:
         """The runtime gate on the float32 file (greedy tokens and their logits, tokenizer), and the written
@@ -75,11 +75,11 @@ class Gguf(ExportFormat):
             VerificationError: the float32 file disagrees.
         """
         from headprune.exporter import gguf_export
-        from headprune.exporter.runtimes import LlamaCppModel
         from headprune.exporter.record import GgufInfo
         from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
+        from headprune.exporter.runtimes import LlamaCppModel
 
-        lm, files, gguf_type = job.lm, written.details, self.options.gguf_type
+        lm, files, gguf_type = job.lm, written.files, self.options.gguf_type
         texts = task_texts(job.task)[:job.greedy_prompts]
         prompts = [list(lm.tokenizer(text)["input_ids"]) for text in texts]
         typed = None
@@ -90,12 +90,12 @@ class Gguf(ExportFormat):
             runner = written.runner
             options = dict(steps=job.greedy_steps, mode=job.ablation, means=job.means, tolerance=job.tolerance,
                            runtime=self.runtime, texts=texts)
-            check = compare_greedy(lm, job.removed, runner, prompts, gguf_type="f32", gated=True, **options)
+            check = compare_greedy(lm, job.removed, runner, prompts, file_type="f32", gated=True, **options)
             gate(check, job.tolerance, "llama.cpp")
             if gguf_type != "f32":
                 typed_runner = LlamaCppModel(files.path, n_ctx=runner.n_ctx, eos=runner.eos)
                 written.closers.append(typed_runner)
-                typed = compare_greedy(lm, job.removed, typed_runner, prompts, gguf_type=gguf_type, gated=False,
+                typed = compare_greedy(lm, job.removed, typed_runner, prompts, file_type=gguf_type, gated=False,
                                        **options)
         info = GgufInfo(files.plan.arch, gguf_type, files.path.name, files.plan.head_count, files.plan.head_count_kv,
                         files.tokenizer, files.chat_template, files.read_back, files.read_back_diff, check, typed,

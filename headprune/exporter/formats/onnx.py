@@ -103,7 +103,7 @@ class Onnx(ExportFormat):
         prompts = [list(lm.tokenizer(text)["input_ids"]) for text in task_texts(job.task)[:job.greedy_prompts]]
         check = compare_greedy(lm, job.removed, GenaiRunner(written.exported.folder), prompts, steps=job.greedy_steps,
                                mode=job.ablation, means=job.means, tolerance=job.tolerance,
-                               runtime=f"ONNX Runtime GenAI {version}", gguf_type="f32", gated=True, texts=[])
+                               runtime=f"ONNX Runtime GenAI {version}", file_type="f32", gated=True, texts=[])
         gate(check, job.tolerance, "ONNX Runtime GenAI")
         return check, None
 
