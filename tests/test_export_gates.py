@@ -18,9 +18,10 @@ from helpers import build_tiny, choice_task, generate_task, save_folder
 from headprune.ablation import ablated
 from helpers.cli import invoke
 from headprune.errors import VerificationError
-from headprune.exporter import export, gguf_export, llama_cpp_runtime, onnx_export
+from headprune.exporter import export, gguf_export, gguf_read, onnx_export
 from headprune.exporter.pipeline import GGUF_TOLERANCE, GREEDY_STEPS, ONNX_TOLERANCE
 from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
+from headprune.exporter.runtimes import GenaiRunner, LlamaCppModel
 from headprune.heads import parse_heads
 
 HEADS = "L0.H1,L1.H0,L1.H1"
@@ -44,7 +45,7 @@ def models(tokenizer):  # noqa: ANN001, ANN201
 
 def scale_gguf_tensor(path, name: str, factor: float) -> None:  # noqa: ANN001
     """Multiply one float32 tensor of a GGUF file by ``factor``, in place."""
-    _, infos, _ = gguf_export.read_gguf(path)
+    _, infos, _ = gguf_read.read_gguf(path)
     _, kind, offset, nbytes = infos[name]
     assert kind.name == "F32"
     with open(path, "r+b") as handle:
@@ -110,12 +111,12 @@ def test_llama_cpp_greedy_gate_refuses_wrong_logits_even_when_tokens_agree(model
     written = gguf_export.write_files(lm, densify(lm, heads), arch, None, tmp_path, tmp_path, "f32")
     prompts = [list(lm.tokenizer(text)["input_ids"]) for text in task_texts(generate_task())]
     options = dict(steps=GREEDY_STEPS, mode="zero", means=None, tolerance=GGUF_TOLERANCE, runtime="llama.cpp",
-                   gguf_type="f32", gated=True, texts=[])
+                   file_type="f32", gated=True, texts=[])
     checks = {}
     for label in ("sound", "wrong"):
         if label == "wrong":
             scale_gguf_tensor(written.f32_path, "output_norm.weight", WRONG)
-        runner = llama_cpp_runtime.LlamaCppModel(written.f32_path, n_ctx=128, eos=())
+        runner = LlamaCppModel(written.f32_path, n_ctx=128, eos=())
         try:
             checks[label] = compare_greedy(lm, heads, runner, prompts, **options)
         finally:
@@ -175,11 +176,11 @@ def test_genai_greedy_gate_refuses_wrong_logits_even_when_tokens_agree(models, t
     export(lm, HEADS, format="onnx", verify_task=choice_task(), out=tmp_path / "o")
     prompts = [list(lm.tokenizer(text)["input_ids"]) for text in task_texts(generate_task())]
     options = dict(steps=GREEDY_STEPS, mode="zero", means=None, tolerance=ONNX_TOLERANCE,
-                   runtime="ONNX Runtime GenAI", gguf_type="f32", gated=True, texts=[])
-    sound = compare_greedy(lm, heads, onnx_export.GenaiRunner(tmp_path / "o"), prompts, **options)
+                   runtime="ONNX Runtime GenAI", file_type="f32", gated=True, texts=[])
+    sound = compare_greedy(lm, heads, GenaiRunner(tmp_path / "o"), prompts, **options)
     gate(sound, ONNX_TOLERANCE, "ONNX Runtime GenAI")
     scale_onnx_initializer(tmp_path / "o" / onnx_export.ONNX_NAME, "model.model.embed_tokens.weight", WRONG)
-    wrong = compare_greedy(lm, heads, onnx_export.GenaiRunner(tmp_path / "o"), prompts, **options)
+    wrong = compare_greedy(lm, heads, GenaiRunner(tmp_path / "o"), prompts, **options)
     assert wrong.mismatches == 0 and wrong.tokens == sound.tokens
     with pytest.raises(VerificationError, match="logits differ"):
         gate(wrong, ONNX_TOLERANCE, "ONNX Runtime GenAI")

@@ -7,14 +7,15 @@ import json
 import pytest
 import torch
 import transformers
+from click.testing import CliRunner
 
 from headprune.ablation import ablated
-from helpers.cli import invoke
-from headprune.errors import ResultFileError, SearchSettingsError
+from headprune.cli.main import cli
+from headprune.errors import ExportSettingsError, ResultFileError
 from headprune.exporter import export, verify_record
 from headprune.exporter.loading import load
 from headprune.heads import parse_heads
-from helpers import build_tiny, choice_task, save_folder
+from helpers import build_tiny, choice_task
 
 IDS = torch.tensor([[5, 9, 14, 3, 27, 8, 11]])
 INDEX = "model.safetensors.index.json"
@@ -50,7 +51,7 @@ def test_a_small_shard_size_writes_shards_that_load_back(tokenizer, tmp_path, la
                                                        ("0", "safetensors", "must be a size"),
                                                        ("5GB", "onnx", "applies to safetensors exports")])
 def test_nonsense_shard_sizes_are_refused_before_anything_runs(tokenizer, tmp_path, size, fmt, fragment) -> None:
-    with pytest.raises(SearchSettingsError, match=fragment):
+    with pytest.raises(ExportSettingsError, match=fragment):
         export(build_tiny("llama", tokenizer), "L0.H1", format=fmt, verify_task=choice_task(), max_shard_size=size,
                out=tmp_path / "never")
     assert list(tmp_path.iterdir()) == []
@@ -58,11 +59,12 @@ def test_nonsense_shard_sizes_are_refused_before_anything_runs(tokenizer, tmp_pa
 
 def test_cli_max_shard_size(tokenizer, tmp_path) -> None:
     lm = build_tiny("llama", tokenizer, seed=6)
-    save_folder(lm.model, tokenizer, tmp_path / "model")
-    ok = invoke("export", str(tmp_path / "model"), "--heads", "L0.H1", "--max-shard-size", "20KB",
-                "--out", str(tmp_path / "pruned"))
+    lm.model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    ok = CliRunner().invoke(cli, ["export", str(tmp_path / "model"), "--heads", "L0.H1", "--max-shard-size", "20KB",
+                                  "--out", str(tmp_path / "pruned")], catch_exceptions=False)
     assert ok.exit_code == 0, ok.output
     assert (tmp_path / "pruned" / INDEX).is_file()
-    bad = invoke("export", str(tmp_path / "model"), "--heads", "L0.H1", "--max-shard-size", "big",
-                 "--out", str(tmp_path / "never"))
+    bad = CliRunner().invoke(cli, ["export", str(tmp_path / "model"), "--heads", "L0.H1", "--max-shard-size", "big",
+                                   "--out", str(tmp_path / "never")], catch_exceptions=False)
     assert bad.exit_code == 2 and "must be a size" in bad.output and not (tmp_path / "never").exists()

@@ -11,10 +11,11 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import build_tiny, choice_task, generate_task, save_folder, text_task
+from click.testing import CliRunner
+from helpers import build_tiny, choice_task, generate_task, text_task
 
-from helpers.cli import invoke
-from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record, verify_record
+from headprune.cli.main import cli
+from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record, runtimes, verify_record
 from headprune.exporter.pipeline import GGUF_TOLERANCE
 from headprune.surgery.slicing import densify
 from headprune.heads import parse_heads
@@ -107,7 +108,7 @@ def _file_against_masked(lm, heads, path, task) -> tuple[float, float]:  # noqa:
     from headprune.ablation import ablated
 
     diff = scale = 0.0
-    runner = llama_cpp_runtime.LlamaCppModel(path, n_ctx=128, eos=())
+    runner = runtimes.LlamaCppModel(path, n_ctx=128, eos=())
     try:
         for example in task.examples:
             tokens = lm.tokenizer(example.prompt or example.text)["input_ids"]
@@ -121,7 +122,7 @@ def _file_against_masked(lm, heads, path, task) -> tuple[float, float]:  # noqa:
 
 
 def _llama_cpp_logits(path, tokens) -> torch.Tensor:  # noqa: ANN001
-    runner = llama_cpp_runtime.LlamaCppModel(path, n_ctx=64, eos=())
+    runner = runtimes.LlamaCppModel(path, n_ctx=64, eos=())
     try:
         return runner.logits(tokens)
     finally:
@@ -205,9 +206,9 @@ def test_gguf_types_verify_a_float32_copy_and_report_their_own_agreement(models,
     record = export(lm, HEADS, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g",
                     gguf_type=gguf_type)
     info = record.gguf
-    assert info.gguf_type == gguf_type and info.runtime.gguf_type == "f32" and info.runtime.mismatches == 0
+    assert info.gguf_type == gguf_type and info.runtime.file_type == "f32" and info.runtime.mismatches == 0
     typed = info.typed_runtime
-    assert typed is not None and typed.done and not typed.gated and typed.gguf_type == gguf_type
+    assert typed is not None and typed.done and not typed.gated and typed.file_type == gguf_type
     assert typed.prompts == info.runtime.prompts
     assert 0 < info.read_back_max_abs_diff < 0.05  # the stored type's rounding, read back
     reader, meta = _gguf_info(tmp_path / "g" / "model.gguf")
@@ -247,14 +248,19 @@ def test_without_llama_cpp_the_record_says_it_was_not_run(models, tmp_path, monk
     assert "Not run in llama.cpp" in (tmp_path / "g" / "README.md").read_text()
 
 
+def _cli_export(*args: str):  # noqa: ANN202
+    return CliRunner().invoke(cli, ["export", *args], catch_exceptions=False)
+
+
 @pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "bert", "gemma2"])
 def test_families_without_gguf_are_refused_with_exit_2(family, tokenizer, tmp_path) -> None:
     lm = build_tiny(family, tokenizer)
-    save_folder(lm.model, tokenizer, tmp_path / "m")
+    lm.model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
     task = tmp_path / "t.jsonl"
     task.write_text(json.dumps({"prompt": "the film is", "choices": [" a", " b"], "answer": 0}) + "\n")
-    result = invoke("export", str(tmp_path / "m"), "--heads", "L0.H1", "--format", "gguf", "--verify-task", str(task),
-                    "--out", str(tmp_path / "o"))
+    result = _cli_export(str(tmp_path / "m"), "--heads", "L0.H1", "--format", "gguf", "--verify-task", str(task),
+                         "--out", str(tmp_path / "o"))
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "safetensors, onnx" in lines[0] and "Traceback" not in result.output
@@ -263,16 +269,17 @@ def test_families_without_gguf_are_refused_with_exit_2(family, tokenizer, tmp_pa
 
 def test_cli_gguf_export(models, tokenizer, tmp_path) -> None:
     lm = models["llama"]
-    save_folder(lm.model, tokenizer, tmp_path / "m")
+    lm.model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
     task = tmp_path / "t.jsonl"
     task.write_text("".join(json.dumps({"prompt": p, "target": "19"}) + "\n" for p in ("12 + 7 =", "the film is")))
-    result = invoke("export", str(tmp_path / "m"), "--heads", "L1.H0,L1.H1", "--format", "gguf", "--layout", "sliced",
-                    "--gguf-type", "q8_0", "--verify-task", str(task), "--out", str(tmp_path / "o"), "--json")
+    result = _cli_export(str(tmp_path / "m"), "--heads", "L1.H0,L1.H1", "--format", "gguf", "--layout", "sliced",
+                         "--gguf-type", "q8_0", "--verify-task", str(task), "--out", str(tmp_path / "o"), "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["format"] == "gguf" and out["gguf"]["gguf_type"] == "q8_0" and out["gguf"]["runtime"]["done"]
-    result = invoke("export", str(tmp_path / "m"), "--heads", "L1.H0", "--format", "gguf", "--verify-task", str(task),
-                    "--out", str(tmp_path / "o2"))
+    result = _cli_export(str(tmp_path / "m"), "--heads", "L1.H0", "--format", "gguf", "--verify-task", str(task),
+                         "--out", str(tmp_path / "o2"))
     assert result.exit_code == 0, result.output
     assert "llama.cpp (deci, float32)" in result.output and "model.gguf" in result.output
 

@@ -1,7 +1,9 @@
 """Records: typed results and export records round-trip through JSON, and files of version 1 still read.
 
 ``tests/data/v1`` holds a ``result.json`` and a ``headprune_export.json`` written by headprune before typed
-records (commit 525b210, the hand-made model with a harmful head), kept as they were written.
+records (commit 525b210, the hand-made model with a harmful head), kept as they were written. ``tests/data/v2``
+holds the record of a q8_0 GGUF export written by headprune at commit 385e413 (schema version 2, whose runtime
+checks named the file's type ``gguf_type``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from headprune.report import render_markdown, verdict_line
 from headprune.search.result import FindResult
 
 V1 = Path(__file__).resolve().parent / "data" / "v1"
+V2 = V1.parent / "v2"
 
 
 def test_version_1_result_reads_into_typed_records() -> None:
@@ -44,6 +47,22 @@ def test_version_1_export_record_reads(tmp_path) -> None:
     assert record.verification.logits.max_abs_diff == raw["verification"]["max_abs_logit_diff"]
     assert record.origin.verdict.confirmed == raw["find_verdict"]["confirmed"] and record.auto_class
     assert card_metadata(record)["model-index"] and "headprune" in render_card(record)
+
+
+def test_version_2_export_record_reads_with_the_runtime_checks_file_type(tmp_path) -> None:
+    raw = json.loads((V2 / RECORD_NAME).read_text())
+    folder = tmp_path / "export"
+    folder.mkdir()
+    shutil.copy(V2 / RECORD_NAME, folder / RECORD_NAME)
+    record = read_record(folder)
+    assert raw["schema_version"] == 2 and record.schema_version == 3
+    typed = raw["gguf"]["typed_runtime"]
+    assert typed["gguf_type"] == "q8_0" and record.gguf.typed_runtime.file_type == "q8_0"  # not the default f32
+    assert record.gguf.runtime.file_type == raw["gguf"]["runtime"]["gguf_type"] == "f32"
+    assert record.gguf.typed_runtime.identical == typed["identical"] and record.gguf.gguf_type == "q8_0"
+    again = json.loads(json.dumps(to_json(record)))
+    assert "gguf_type" not in again["gguf"]["typed_runtime"] and from_json(ExportRecord, again) == record
+    assert "q8_0 file" in render_card(record)
 
 
 def test_records_round_trip_through_json() -> None:

@@ -15,7 +15,7 @@ import re
 
 import click
 
-from headprune.errors import HeadpruneError, InternalCheckError, VerificationError, WorkerLostError
+from headprune.errors import HeadpruneError, InternalCheckError, SettingsError, VerificationError, WorkerLostError
 
 OK = 0
 NEGATIVE = 1
@@ -26,6 +26,8 @@ INTERRUPTED = 130
 
 
 def for_error(error: HeadpruneError) -> int:
+    if isinstance(error, SettingsError):  # search and export settings alike
+        return BAD_INPUT
     if isinstance(error, VerificationError):
         return NEGATIVE
     if isinstance(error, InternalCheckError):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import (ablation_option, batch_option, json_option, model_argument,
-                                 device_option, trust_remote_code_option)
+from headprune.cli.options import (ablation_option, batch_option, device_option, json_option, model_argument, slug,
+                                 trust_remote_code_option)
 
 
 @click.command("export")
@@ -51,12 +51,11 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
                    batch_size: int | str, out: Path | None, device: str, dtype: str | None, gguf_type: str,
                    max_shard_size: str | None, trust_remote_code: bool, as_json: bool) -> None:
     """Remove heads from MODEL and write a verified checkpoint (safetensors, ONNX or GGUF)."""
-    from headprune.cli.find_cmd import _slug
     from headprune.exporter.pipeline import export
     from headprune.io import check_writable_folder
     from headprune.record_json import to_json
 
-    out = out or Path("exports") / f"{_slug(model)}-pruned{'' if fmt == 'safetensors' else '-' + fmt}"
+    out = out or Path("exports") / f"{slug(model)}-pruned{'' if fmt == 'safetensors' else '-' + fmt}"
     check_writable_folder(out.parent)
     record = export(model, heads_spec, set_rank=set_rank, format=fmt, layout=layout, ablation=ablation,
                     verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,

@@ -4,19 +4,14 @@ non-inferior), 1 not, 2 bad input."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
 import click
 
 from headprune.cli.options import (ablation_option, allow_code_execution_option, batch_option, device_map_option,
-                                 device_option, dtype_option, json_option, max_memory_option, model_argument,
+                                 device_option, dtype_option, json_option, max_memory_option, model_argument, slug,
                                  task_option, trust_remote_code_option)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(text.split(":")[0]).stem or text).strip("-") or "run"
 
 
 def _refuse_code_tasks(*specs: str | None) -> None:
@@ -106,7 +101,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.scoring.execution import permit_code_execution
     from headprune.search.find import find
 
-    out = out or Path("runs") / f"{_slug(model)}-{_slug(task_spec)}"
+    out = out or Path("runs") / f"{slug(model)}-{slug(task_spec)}"
     with permit_code_execution(allow_code_execution):
         _refuse_code_tasks(task_spec, heldout_task, *control)  # before any output or model exists
     check_writable_folder(out)

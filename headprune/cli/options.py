@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import click
 
 from headprune.errors import HeadSpecError
@@ -23,6 +26,12 @@ class HeadListType(click.ParamType):
 
 
 HEAD_LIST = HeadListType()
+
+
+def slug(text: str) -> str:
+    """A model or task spec as part of a folder name (a file's stem; anything but letters, digits, ``._-`` as
+    ``-``): the default output folders ``runs/MODEL-TASK`` and ``exports/MODEL-pruned``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(text.split(":")[0]).stem or text).strip("-") or "run"
 
 model_argument = click.argument("model", metavar="MODEL")
 task_option = click.option(

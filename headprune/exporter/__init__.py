@@ -10,7 +10,7 @@ from typing import Any
 
 _LAZY = {
     "export": "headprune.exporter.pipeline",
-    "resolve_heads": "headprune.exporter.pipeline",
+    "resolve_heads": "headprune.exporter.resolve",
     "ExportRecord": "headprune.exporter.record",
     "RECORD_NAME": "headprune.exporter.record",
     "file_hashes": "headprune.exporter.record",

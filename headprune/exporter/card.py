@@ -241,10 +241,10 @@ def _gguf_lines(info) -> list[str]:  # noqa: ANN001
         if check is None:
             continue
         if not check.done:
-            lines.append(f"- Not run in llama.cpp ({check.gguf_type}): {check.reason}.")
+            lines.append(f"- Not run in llama.cpp ({check.file_type}): {check.reason}.")
             continue
         lossy = "" if check.gated else " (lossy: reported, not gated)"
-        lines.append(f"- In {check.runtime}, {check.gguf_type} file{lossy}: {check.identical} of {check.prompts} "
+        lines.append(f"- In {check.runtime}, {check.file_type} file{lossy}: {check.identical} of {check.prompts} "
                      f"task prompts decode greedily to the masked original's tokens ({check.ties} near-ties, "
                      f"{check.mismatches} mismatches; {check.tokens} tokens, largest logit difference "
                      f"{check.max_abs_logit_diff:.2e}); llama.cpp's tokenizer agrees on {check.tokenizer_agree} of "

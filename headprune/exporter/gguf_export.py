@@ -10,7 +10,7 @@ Layouts:
   (``llm_graph_context::n_head = hparams.n_head()``), so arrays there would only load when all layers agree.
 
 Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel``, ``DeciModel``, the
-``TextModel`` defaults). The files are run in llama.cpp by :mod:`headprune.exporter.llama_cpp_runtime`.
+``TextModel`` defaults). The files are run in llama.cpp by :mod:`headprune.exporter.runtimes`.
 
 - tensor names through ``gguf.get_tensor_name_map`` (``token_embd``, ``blk.N.attn_q``, ...);
 - Hugging Face stores Llama's query and key rows in "rotate half" order; llama.cpp's ``llama`` and ``deci``
@@ -18,32 +18,39 @@ Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel`
   ``qwen2`` uses llama.cpp's NeoX rotation and takes the rows as they are;
 - ``attention.key_length`` / ``value_length`` are always written: llama.cpp otherwise derives the head size
   from layer 0's head count, which a sliced layer 0 no longer has;
-- the tokenizer: copied from the source GGUF when the model came from one (the default model does), else
-  built from the Hugging Face tokenizer (byte-level BPE as ``gpt2`` with the pre-tokenizer identified the way
-  the converter does, by hashing a test string's tokens; SentencePiece-style BPE with byte fallback as
-  ``llama``), special token ids and the chat template through ``gguf.SpecialVocab``.
+- the tokenizer: :mod:`headprune.exporter.gguf_tokenizer`; reading the file back:
+  :mod:`headprune.exporter.gguf_read`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import tempfile
 from dataclasses import dataclass
-from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from headprune.errors import SearchSettingsError, UnsupportedModelError
+from headprune.errors import ExportSettingsError, UnsupportedModelError
+from headprune.exporter.gguf_read import read_back
+from headprune.exporter.gguf_tokenizer import tokenizer_writer
 
 GGUF_NAME = "model.gguf"
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
 MODEL_TYPES = ("llama", "mistral", "qwen2")  # Llama-style models llama.cpp runs as llama / qwen2 / deci
 OTHER_FORMATS = "safetensors, onnx"
-_PRETOKENIZERS = Path(__file__).with_name("gguf_pretokenizers.json")
+
+
+def check_type(gguf_type: str) -> None:
+    """Refuse a GGUF tensor type headprune does not write.
+
+    Raises:
+        ExportSettingsError
+    """
+    if gguf_type not in GGUF_TYPES:
+        raise ExportSettingsError(f"gguf_type must be one of {', '.join(GGUF_TYPES)}, not {gguf_type!r}",
+                                  settings=("gguf_type",))
 
 
 def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
@@ -51,11 +58,9 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
 
     Raises:
         UnsupportedModelError: a family or configuration llama.cpp's llama/qwen2/deci graphs do not compute.
-        SearchSettingsError: an unknown GGUF type.
+        ExportSettingsError: an unknown GGUF type.
     """
-    if gguf_type not in GGUF_TYPES:
-        raise SearchSettingsError(f"gguf_type must be one of {', '.join(GGUF_TYPES)}, not {gguf_type!r}",
-                                  settings=("gguf_type",))
+    check_type(gguf_type)
     config = lm.model.config
     model_type = getattr(config, "model_type", "")
     if lm.is_encoder or model_type not in MODEL_TYPES or lm.task_head != "causal-lm":
@@ -238,243 +243,7 @@ def _llama3_rope_factors(rope: dict, dim: int) -> torch.Tensor:
     return torch.tensor(factors, dtype=torch.float32)
 
 
-# ---------------------------------------------------------------- tokenizer
-
-
-def source_gguf(lm: Any) -> Path | None:
-    """The GGUF file the model was converted from (the default model is), if it can still be found."""
-    marker = Path(lm.folder) / "headprune_source.json"
-    if not marker.is_file():
-        return None
-    source = json.loads(marker.read_text(encoding="utf-8"))
-    path = Path(source.get("gguf", ""))
-    if path.is_file():
-        return path
-    try:  # a built-in model's file, from this environment's package (the cache may be older than the venv)
-        from headprune.models import _builtin_gguf
-
-        path = _builtin_gguf(str(lm.name))
-    except Exception:  # noqa: BLE001 - not a built-in model, or its package is gone
-        return None
-    return path if path.is_file() and path.name == source.get("gguf_name") else None
-
-
-def tokenizer_writer(lm: Any, vocab_size: int) -> tuple[Any, str, bool]:
-    """A function that adds the tokenizer to a ``GGUFWriter``, a description, and whether a chat template
-    goes with it.
-
-    Raises:
-        UnsupportedModelError: a tokenizer llama.cpp's vocabularies cannot represent exactly.
-    """
-    source = source_gguf(lm)
-    if source is not None:
-        fields, _, _ = read_gguf(source, tensors=False)
-        fields = {k: v for k, v in fields.items() if k.startswith("tokenizer.")}
-        tokens = fields.get("tokenizer.ggml.tokens")
-        if tokens is not None and len(tokens[1]) == vocab_size:
-            def copy(writer: Any) -> None:
-                for key, (kind, value, sub) in fields.items():
-                    writer.add_key_value(key, value, kind, sub_type=sub)
-            model = fields["tokenizer.ggml.model"][1]
-            return copy, f"{model}, copied from {source.name}", "tokenizer.chat_template" in fields
-    return _hf_tokenizer_writer(lm.tokenizer, vocab_size)
-
-
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-
-
-def read_gguf(path: Path, *, tensors: bool = True) -> tuple[dict, dict, int]:
-    """A GGUF file's key/values ``{key: (type, value, array item type)}``, its tensors
-    ``{name: (numpy shape, ggml type, absolute offset, bytes)}`` and the data start. A plain parse of the
-    format (``gguf.GGUFReader`` takes a minute over a 49k-token vocabulary; this takes well under a second)."""
-    import mmap
-    import struct
-
-    import gguf
-
-    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-        pos = 0
-
-        def take(fmt: str) -> Any:
-            nonlocal pos
-            (value,) = struct.unpack_from(fmt, view, pos)
-            pos += struct.calcsize(fmt)
-            return value
-
-        def text() -> str:
-            nonlocal pos
-            n = take("<Q")
-            value = bytes(view[pos: pos + n]).decode("utf-8", errors="surrogateescape")
-            pos += n
-            return value
-
-        def value(kind: int) -> Any:
-            if kind == 8:
-                return text()
-            return take(_SCALARS[kind])
-
-        if bytes(view[:4]) != b"GGUF":
-            raise UnsupportedModelError(f"{path} is not a GGUF file")
-        pos = 4
-        take("<I")
-        n_tensors, n_kv = take("<Q"), take("<Q")
-        fields: dict = {}
-        for _ in range(n_kv):
-            key, kind = text(), take("<I")
-            if kind == 9:
-                sub, n = take("<I"), take("<Q")
-                if sub in _SCALARS:
-                    fmt = _SCALARS[sub]
-                    size = struct.calcsize(fmt)
-                    items = list(np.frombuffer(view, dtype=np.dtype(fmt), count=n, offset=pos).tolist())
-                    pos += size * n
-                else:
-                    items = [value(sub) for _ in range(n)]
-                fields[key] = (gguf.GGUFValueType(kind), items, gguf.GGUFValueType(sub))
-            else:
-                fields[key] = (gguf.GGUFValueType(kind), value(kind), None)
-        infos: dict = {}
-        for _ in range(n_tensors if tensors else 0):
-            name = text()
-            dims = [take("<Q") for _ in range(take("<I"))]
-            kind, offset = take("<I"), take("<Q")
-            block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(kind)]
-            infos[name] = (tuple(reversed(dims)), gguf.GGMLQuantizationType(kind), offset,
-                           int(np.prod(dims)) // block * size)
-        alignment = fields.get("general.alignment", (None, 32, None))[1]
-        start = -(-pos // alignment) * alignment
-    return fields, {k: (shape, kind, start + off, n) for k, (shape, kind, off, n) in infos.items()}, start
-
-
-def _hf_tokenizer_writer(tokenizer: Any, vocab_size: int) -> tuple[Any, str, bool]:
-    import gguf
-
-    folder = Path(tempfile.mkdtemp(prefix="headprune-tok-"))
-    tokenizer.save_pretrained(folder)
-    spec_path = folder / "tokenizer.json"
-    if not spec_path.is_file():
-        raise UnsupportedModelError("GGUF export needs a fast tokenizer (tokenizer.json) to write the vocabulary")
-    spec = json.loads(spec_path.read_text(encoding="utf-8"))
-    model = spec.get("model", {})
-    special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=vocab_size)
-    if model.get("type") == "BPE" and not model.get("byte_fallback"):
-        tokens, types = _bpe_tokens(tokenizer, vocab_size)
-        pre = pretokenizer(tokenizer, spec)
-
-        def write(writer: Any) -> None:
-            writer.add_tokenizer_model("gpt2")
-            writer.add_tokenizer_pre(pre)
-            writer.add_token_list(tokens)
-            writer.add_token_types(types)
-            special.add_to_gguf(writer, quiet=True)
-        return write, f"gpt2 (byte-level BPE, pre-tokenizer {pre})", special.chat_template is not None
-    if model.get("type") == "BPE" and model.get("byte_fallback"):
-        vocab = gguf.LlamaHfVocab(folder)
-        entries = list(vocab.all_tokens())
-        if len(entries) != vocab_size:
-            raise UnsupportedModelError(f"GGUF export: the tokenizer has {len(entries)} tokens, the model "
-                                        f"{vocab_size} embeddings")
-        special = gguf.SpecialVocab(folder, n_vocab=vocab_size)
-
-        def write(writer: Any) -> None:
-            writer.add_tokenizer_model("llama")
-            writer.add_tokenizer_pre("default")
-            writer.add_token_list([t for t, _, _ in entries])
-            writer.add_token_scores([s for _, s, _ in entries])
-            writer.add_token_types([k for _, _, k in entries])
-            special.add_to_gguf(writer, quiet=True)
-        return write, "llama (SentencePiece-style BPE with byte fallback)", special.chat_template is not None
-    raise UnsupportedModelError(f"GGUF export: a {model.get('type')} tokenizer is not written by headprune")
-
-
-def _bpe_tokens(tokenizer: Any, vocab_size: int) -> tuple[list[str], list[int]]:
-    """Token texts and types by id, as the converter's ``get_vocab_base`` makes them."""
-    import gguf
-
-    vocab = tokenizer.get_vocab()
-    if max(vocab.values()) >= vocab_size:
-        raise UnsupportedModelError(f"GGUF export: token id {max(vocab.values())} is beyond the model's "
-                                    f"{vocab_size} embeddings")
-    reverse = {i: t for t, i in vocab.items()}
-    added = tokenizer.get_added_vocab()
-    decoder = tokenizer.added_tokens_decoder
-    tokens, types = [], []
-    for i in range(vocab_size):
-        if i not in reverse:
-            tokens.append(f"[PAD{i}]")
-            types.append(gguf.TokenType.UNUSED)
-            continue
-        token = reverse[i]
-        if token in added:
-            if not decoder[i].normalized:
-                token = tokenizer.decode(tokenizer.encode(token, add_special_tokens=False))
-            if decoder[i].special or (token.startswith("<|") and token.endswith("|>")):
-                types.append(gguf.TokenType.CONTROL)
-            else:
-                token = token.replace("\u2581", " ")
-                types.append(gguf.TokenType.USER_DEFINED)
-        else:
-            types.append(gguf.TokenType.NORMAL)
-        tokens.append(token)
-    return tokens, [int(t) for t in types]
-
-
-def pretokenizer(tokenizer: Any, spec: dict) -> str:
-    """llama.cpp's name for the tokenizer's pre-tokenizer: the converter's hash of a test string's tokens,
-    or ``gpt-2`` for a plain byte-level pre-tokenizer (GPT-2's own regex).
-
-    Raises:
-        UnsupportedModelError: an unknown pre-tokenizer (llama.cpp would split words differently).
-    """
-    table = json.loads(_PRETOKENIZERS.read_text(encoding="utf-8"))
-    digest = sha256(str(tokenizer.encode(table["chktxt"])).encode()).hexdigest()
-    if digest in table["hashes"]:
-        return table["hashes"][digest]
-    pre = spec.get("pre_tokenizer") or {}
-    if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
-        return "gpt-2"
-    raise UnsupportedModelError("GGUF export: llama.cpp does not know this tokenizer's pre-tokenizer (hash "
-                                f"{digest[:16]}...); its words would be split differently")
-
-
-# ---------------------------------------------------------------- reading back
-
-
-def read_back(path: Path, expected: dict[str, torch.Tensor]) -> tuple[int, float]:
-    """Every tensor of the file against the one written (de-quantised): how many, and the largest absolute
-    difference (0 for float32, which must be bit-identical).
-
-    Raises:
-        UnsupportedModelError: a tensor is missing, extra, or has another shape.
-    """
-    from gguf.quants import dequantize
-
-    _, found, _ = read_gguf(path)
-    if set(found) != set(expected):
-        odd = sorted(set(found) ^ set(expected))
-        raise UnsupportedModelError(f"the written GGUF file's tensors differ from the model's: {', '.join(odd[:4])}")
-    worst = 0.0
-    with open(path, "rb") as handle:
-        for name, want in expected.items():
-            shape, kind, offset, nbytes = found[name]
-            handle.seek(offset)
-            raw = np.frombuffer(handle.read(nbytes), dtype=np.uint8)
-            if kind.name == "F32":
-                data = raw.view(np.float32).reshape(shape)
-            else:
-                data = dequantize(raw.reshape(-1, nbytes // max(1, int(np.prod(shape[:-1])))), kind).reshape(shape)
-            if tuple(data.shape) != tuple(want.shape):
-                raise UnsupportedModelError(f"GGUF tensor {name}: shape {tuple(data.shape)}, expected "
-                                            f"{tuple(want.shape)}")
-            if kind.name == "F32":
-                if not np.array_equal(data, want.numpy()):
-                    worst = max(worst, float(np.abs(data - want.numpy()).max()))
-            elif data.size:
-                worst = max(worst, float(np.abs(data.astype(np.float32) - want.numpy()).max()))
-    return len(expected), worst
-
-
-# ---------------------------------------------------------------- running in llama.cpp
+# ---------------------------------------------------------------- the files an export writes
 
 
 def llama_cpp_version() -> tuple[str | None, str]:
@@ -491,7 +260,7 @@ def not_run(reason: str, gguf_type: str) -> Any:
 
 
 @dataclass
-class Written:
+class GgufFiles:
     """A GGUF export's files: the one written, the float32 one the runtime gate runs, and what they hold."""
 
     path: Path
@@ -506,7 +275,7 @@ class Written:
 
 
 def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folder: Path, scratch: Path,
-                gguf_type: str) -> Written:
+                gguf_type: str) -> GgufFiles:
     """Write ``model.gguf`` in ``gguf_type`` (and a float32 copy in ``scratch`` for the runtime check when the
     type is another), then read every tensor back.
 
@@ -538,4 +307,4 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if arch == "deci":
         notes.append("sliced: llama.cpp's deci architecture (per-layer head counts); stock llama-architecture "
                      "tools that assume equal layers do not apply")
-    return Written(path, f32_path, plan, tensors, description, chat, count, diff, tuple(notes))
+    return GgufFiles(path, f32_path, plan, tensors, description, chat, count, diff, tuple(notes))

@@ -21,10 +21,8 @@ import platform
 from ctypes import c_bool, c_float, c_int32, c_uint32, c_void_p
 from importlib import metadata, util
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
-import torch
 
 PINNED = "2026.10.11549"  # xllamacpp release = llama.cpp build b11549
 BUILD = "b11549"
@@ -284,65 +282,3 @@ class LlamaCpp:
             if n >= 0:
                 return list(out[:n])
             size = -n
-
-
-class LlamaCppModel:
-    """A GGUF file in llama.cpp answering the calls headprune's evaluator and verifier make of a model: rows run
-    one by one without their padding, logits at every position, float32 key/value cache, no flash attention."""
-
-    def __init__(self, path: Path, *, n_ctx: int, eos: tuple[int, ...], threads: int | None = None) -> None:
-        from headprune.errors import VerificationError
-
-        try:
-            self.llm = LlamaCpp(path, n_ctx=n_ctx, threads=threads)
-        except ValueError as error:
-            raise VerificationError(f"{error}; nothing was written") from error
-        self.eos, self.n_vocab, self.n_ctx = eos, self.llm.n_vocab, self.llm.n_ctx
-
-    def close(self) -> None:
-        self.llm.close()
-
-    def logits(self, tokens: list[int]) -> torch.Tensor:
-        """``(len(tokens), vocab)`` logits of one unpadded sequence."""
-        self.llm.reset()
-        return torch.from_numpy(self.llm.eval(tokens, all_logits=True))
-
-    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int = 0,
-                 **_: object) -> SimpleNamespace:
-        batch, width = input_ids.shape
-        out = torch.zeros(batch, width, self.n_vocab)
-        for row in range(batch):
-            real = attention_mask[row].bool().cpu()
-            out[row, real] = self.logits(input_ids[row].cpu()[real].tolist())
-        if logits_to_keep:
-            out = out[:, -logits_to_keep:]
-        return SimpleNamespace(logits=out)
-
-    def tokenize(self, text: str) -> list[int]:
-        return self.llm.tokenize(text)
-
-    def greedy(self, prompt: list[int], steps: int, stop: bool = True) -> tuple[list[int], list[torch.Tensor]]:
-        """Greedy tokens after ``prompt`` and the logits each was chosen from."""
-        self.llm.reset()
-        last = torch.from_numpy(self.llm.eval(prompt, all_logits=False)[-1])
-        tokens, logits = [], []
-        for _ in range(steps):
-            token = int(last.argmax())
-            tokens.append(token)
-            logits.append(last)
-            if stop and token in self.eos:
-                break
-            last = torch.from_numpy(self.llm.eval([token], all_logits=False)[-1])
-        return tokens, logits
-
-    def generate(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
-                 pad_token_id: int, **_: object) -> torch.Tensor:
-        """Like ``transformers``' greedy ``generate`` on left-padded rows: prompt then new tokens, padded."""
-        batch, width = input_ids.shape
-        out = torch.full((batch, width + max_new_tokens), pad_token_id, dtype=torch.long)
-        out[:, :width] = input_ids.cpu()
-        for row in range(batch):
-            real = attention_mask[row].bool().cpu()
-            tokens, _ = self.greedy(input_ids[row].cpu()[real].tolist(), max_new_tokens)
-            out[row, width: width + len(tokens)] = torch.tensor(tokens)
-        return out

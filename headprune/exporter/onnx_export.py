@@ -18,9 +18,7 @@ import json
 import logging
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -170,28 +168,6 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
     return genai
 
 
-class GenaiRunner:
-    """Greedy decoding in ONNX Runtime GenAI (the runtime itself), for the export gate."""
-
-    def __init__(self, folder: Path) -> None:
-        import onnxruntime_genai as og
-
-        self.og, self.model = og, og.Model(str(folder))
-
-    def greedy(self, prompt: list[int], steps: int) -> tuple[list[int], list[torch.Tensor]]:
-        """The greedy continuation of ``prompt`` (up to ``steps`` tokens) and the logits behind each token."""
-        params = self.og.GeneratorParams(self.model)
-        params.set_search_options(do_sample=False, max_length=len(prompt) + steps)
-        generator = self.og.Generator(self.model, params)
-        generator.append_tokens([prompt])
-        tokens, logits = [], []
-        while not generator.is_done():
-            logits.append(torch.from_numpy(np.array(generator.get_logits())).reshape(-1).float())
-            generator.generate_next_token()
-            tokens.append(int(generator.get_next_tokens()[0]))
-        return tokens, logits
-
-
 def genai_version() -> tuple[str | None, str]:
     """``(version, "")`` when onnxruntime-genai can be imported, else ``(None, why not)``."""
     try:
@@ -199,32 +175,3 @@ def genai_version() -> tuple[str | None, str]:
     except ImportError as error:
         return None, f"onnxruntime-genai is not installed ({error}); pip install 'headprune[onnx]'"
     return getattr(og, "__version__", "?"), ""
-
-
-class OnnxModel:
-    """An onnxruntime session that answers the calls headprune's evaluator and verifier make of a model."""
-
-    def __init__(self, path: Path, *, output: str, positions: bool) -> None:
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.output, self.positions = output, positions
-        # A decoder with a key/value cache: whole sequences go in with an empty past.
-        self.past = {i.name: (i.shape[1], i.shape[3]) for i in self.session.get_inputs()
-                     if i.name.startswith("past_key_values.")}
-
-    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None
-                 = None, logits_to_keep: int = 0, **_: object) -> SimpleNamespace:
-        feeds = {"input_ids": input_ids.cpu().numpy().astype(np.int64),
-                 "attention_mask": attention_mask.cpu().numpy().astype(np.int64)}
-        if self.positions:
-            feeds["position_ids"] = position_ids.cpu().numpy().astype(np.int64)
-        for name, (heads, head_dim) in self.past.items():
-            feeds[name] = np.zeros((input_ids.shape[0], heads, 0, head_dim), dtype=np.float32)
-        (output,) = self.session.run([self.output], feeds)
-        tensor = torch.from_numpy(output)
-        if self.output == "logits" and logits_to_keep and tensor.dim() == 3:
-            tensor = tensor[:, -logits_to_keep:]
-        return SimpleNamespace(**{self.output: tensor})

@@ -17,7 +17,7 @@ from headprune.record_json import from_json, to_json
 from headprune.search.stats import NonInferiority, Verdict
 
 RECORD_NAME = "headprune_export.json"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: RuntimeCheck.gguf_type became file_type (it holds ONNX's file type too)
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class RuntimeCheck:
     runtime: str  # "llama.cpp b11549 (xllamacpp 2026.10.11549)"; "" when not done
     done: bool
     reason: str = ""  # why it was not done
-    gguf_type: str = "f32"  # the type of the file run
+    file_type: str = "f32"  # the type of the file run (GGUF: f32, f16, bf16, q8_0; ONNX: f32)
     gated: bool = True  # False: reported only (a lossy type; the float32 copy is the one the gate ran)
     prompts: int = 0
     tokens: int = 0  # greedy tokens compared
@@ -180,6 +180,17 @@ def file_hashes(folder: Path) -> dict[str, str]:
             for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != RECORD_NAME)}
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".gguf")
+
+
+def weight_bytes(path: Path) -> int:
+    """Bytes of the weight files in a model folder (safetensors, bin, ONNX, GGUF), or of one file."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+
+
 def read_record(folder: Path) -> ExportRecord:
     """The export record of ``folder`` (records written by earlier versions too).
 
@@ -193,6 +204,8 @@ def read_record(folder: Path) -> ExportRecord:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("headprune_export") == 1:
             data = _upgrade_v1(data)
+        elif data.get("schema_version", SCHEMA_VERSION) < SCHEMA_VERSION:
+            data = _upgrade_v2(data)
         return from_json(ExportRecord, data)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
             AttributeError) as error:
@@ -237,3 +250,14 @@ def _upgrade_v1(data: dict) -> dict:
                                                     "p_value", "alpha")}, "ci95": verdict["ci95"]}},
         "seconds": data.get("seconds", 0.0), "files": data["files"],
     }
+
+
+def _upgrade_v2(data: dict) -> dict:
+    """A version 2 record in the current layout: its runtime checks named the type of the file run
+    ``gguf_type`` (an ONNX one too); now ``file_type``."""
+    gguf = data.get("gguf") or {}
+    checks = [data["verification"].get("runtime"), gguf.get("runtime"), gguf.get("typed_runtime")]
+    for check in checks:
+        if check is not None and "gguf_type" in check:
+            check["file_type"] = check.pop("gguf_type")
+    return {**data, "schema_version": SCHEMA_VERSION}

@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from headprune.compat import cache_of, passing_cache
 
 
 def eos_ids(lm: Any) -> tuple[int, ...]:
@@ -27,22 +26,11 @@ def eos_ids(lm: Any) -> tuple[int, ...]:
     return tuple(eos) if isinstance(eos, (list, tuple)) else (() if eos is None else (int(eos),))
 
 
-@torch.inference_mode()
 def torch_greedy(lm: Any, prompt: list[int], steps: int, eos: tuple[int, ...]) -> tuple[list[int], list[torch.Tensor]]:
     """Greedy tokens of ``lm.model`` (under whatever ablation is active) and the logits behind each."""
-    ids = torch.tensor([prompt], device=lm.device)
-    out = lm.model(input_ids=ids, use_cache=True)
-    tokens, logits = [], []
-    for _ in range(steps):
-        last = out.logits[0, -1].float().cpu()
-        token = int(last.argmax())
-        tokens.append(token)
-        logits.append(last)
-        if token in eos:
-            break
-        out = lm.model(input_ids=torch.tensor([[token]], device=lm.device), **passing_cache(cache_of(out)),
-                       use_cache=True)
-    return tokens, logits
+    from headprune.exporter.runtimes import TorchRunner
+
+    return TorchRunner(lm.model, eos=eos, device=lm.device).greedy(prompt, steps)
 
 
 def task_texts(task: Any) -> list[str]:
@@ -51,7 +39,7 @@ def task_texts(task: Any) -> list[str]:
 
 
 def compare_greedy(lm: Any, heads: Any, runner: Any, prompts: list[list[int]], *, steps: int, mode: str,
-                   means: torch.Tensor | None, tolerance: float, runtime: str, gguf_type: str, gated: bool,
+                   means: torch.Tensor | None, tolerance: float, runtime: str, file_type: str, gated: bool,
                    texts: list[str]) -> Any:
     """Greedy decoding of each prompt in a runtime (``runner.greedy``) and in the hook-masked original, token by
     token, with the largest logit difference over every compared step (up to and including the first step whose
@@ -86,7 +74,7 @@ def compare_greedy(lm: Any, heads: Any, runner: Any, prompts: list[list[int]], *
         ours = list(lm.tokenizer(text)["input_ids"])
         theirs = runner.tokenize(text)
         agree += ours == list(theirs)
-    return RuntimeCheck(runtime, True, "", gguf_type, gated, len(prompts), tokens, identical, ties, mismatches,
+    return RuntimeCheck(runtime, True, "", file_type, gated, len(prompts), tokens, identical, ties, mismatches,
                         worst, scale, len(texts), agree)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from headprune.errors import SearchSettingsError
+from headprune.errors import ExportSettingsError
 
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
                "GIB": 2**30, "TIB": 2**40}
@@ -26,10 +26,10 @@ def shard_size(value: int | str | None, format: str) -> int | None:  # noqa: A00
     if value is None:
         return None
     if format != "safetensors":
-        raise SearchSettingsError(f"max_shard_size applies to safetensors exports, not {format}",
+        raise ExportSettingsError(f"max_shard_size applies to safetensors exports, not {format}",
                                   settings=("max_shard_size", "format"))
     size = parse_size(value)
     if size is None or size < 1:
-        raise SearchSettingsError(f"max_shard_size must be a size such as 5GB, 500MB or a number of bytes, not "
+        raise ExportSettingsError(f"max_shard_size must be a size such as 5GB, 500MB or a number of bytes, not "
                                   f"{value!r}", settings=("max_shard_size",))
     return size

@@ -1,0 +1,115 @@
+"""ONNX: one graph with the model's head output, run in ONNX Runtime; language models of the families ONNX
+Runtime GenAI runs are written as a decoder with a key/value cache and decoded in GenAI itself.
+
+The graphs are written by :mod:`headprune.exporter.onnx_export`; this class chooses which, checks what the
+format cannot hold before anything is built, and says how the verification runs the result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from headprune.exporter.formats.base import ExportFormat, Job, Written, refuse_unless_float32, register
+from headprune.models import LoadedModel
+
+log = logging.getLogger("headprune")
+
+# Float32 onnxruntime against torch: kernels that sum in another order (measured 1e-7 to 3e-7 on the tiny models,
+# 1.35e-5 on SmolLM2-135M with 67 heads removed); see pipeline's note on the tolerances.
+ONNX_TOLERANCE = 5e-5
+FLOAT32_ONLY = "ONNX export runs in float32; give dtype float32"
+
+
+def _generates(lm: LoadedModel) -> bool:
+    from headprune.exporter.onnx_export import generates
+
+    return generates(lm.model.config.model_type, lm.task_head)
+
+
+@register
+class Onnx(ExportFormat):
+    name = "onnx"
+    extra = "onnx"
+    tolerance = ONNX_TOLERANCE
+
+    def check_options(self) -> None:
+        super().check_options()
+        refuse_unless_float32(self.options.dtype, FLOAT32_ONLY)
+
+    def check_model(self, lm: LoadedModel) -> None:
+        from headprune.exporter.onnx_export import onnx_output
+
+        super().check_model(lm)
+        self.output = onnx_output(lm.task_head)  # refuses heads whose outputs are not one tensor
+        refuse_unless_float32(lm.dtype, FLOAT32_ONLY)
+
+    def layout_for(self, lm: LoadedModel, plans: Sequence[Any]) -> str:
+        """The dense layout where GenAI could not run the sliced one (key/value head counts that differ)."""
+        counts = [len(p.kv_heads) for p in plans]
+        if self.options.layout == "sliced" and _generates(lm) and len(set(counts)) > 1:
+            log.warning("export: ONNX Runtime GenAI needs one key/value head count in every layer, and this sliced "
+                        "layout would keep %s; exporting the dense layout instead (same shapes, heads silenced)",
+                        counts)
+            return "dense"
+        return self.options.layout
+
+    def write(self, job: Job, staging: Path, scratch: Path) -> Written:
+        from headprune.exporter import onnx_export
+        from headprune.exporter.runtime_check import eos_ids
+        from headprune.exporter.runtimes import OnnxModel
+        from headprune.scoring import scorer_for
+
+        lm, artifact = job.lm, job.artifact
+        lm.tokenizer.save_pretrained(staging)
+        if _generates(lm):  # a decoder with a cache, for ONNX Runtime GenAI
+            onnx_export.export_decoder(artifact, staging, eos=eos_ids(lm), pad=_pad_id(lm),
+                                       bos=lm.tokenizer.bos_token_id)
+        else:
+            onnx_export.export_onnx(artifact, staging / onnx_export.ONNX_NAME, output=self.output,
+                                    positions=not lm.is_encoder)
+        artifact.config.save_pretrained(staging)
+        runner = OnnxModel(staging / onnx_export.ONNX_NAME, output=self.output, positions=not lm.is_encoder)
+        exported = LoadedModel(str(staging), staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
+                               lm.model_class)
+        measured_on = "onnxruntime"
+        if scorer_for(job.task, lm).generates:
+            # Decoding needs generate(); the ONNX graph is the sliced model's logits.
+            exported = LoadedModel("sliced", staging, artifact, lm.tokenizer, lm.adapter, lm.grid, lm.model_class)
+            measured_on = "the torch model the ONNX graph was exported from (decoding)"
+        return Written(exported, runner, artifact, measured_on)  # the graph's weights are the artifact's
+
+    def runtime_check(self, job: Job, written: Written) -> tuple[Any, Any]:
+        """ONNX Runtime GenAI itself loads the folder and decodes task prompts greedily like the masked original.
+        Records why when onnxruntime-genai is not installed.
+
+        Raises:
+            VerificationError: a mismatch.
+        """
+        from headprune.exporter.onnx_export import genai_version
+        from headprune.exporter.record import RuntimeCheck
+        from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
+        from headprune.exporter.runtimes import GenaiRunner
+
+        if not _generates(job.lm):
+            return None, None
+        version, reason = genai_version()
+        if version is None:
+            log.warning("export: the ONNX model was not run in ONNX Runtime GenAI: %s", reason)
+            return RuntimeCheck("", False, reason), None
+        lm = job.lm
+        prompts = [list(lm.tokenizer(text)["input_ids"]) for text in task_texts(job.task)[:job.greedy_prompts]]
+        check = compare_greedy(lm, job.removed, GenaiRunner(written.exported.folder), prompts, steps=job.greedy_steps,
+                               mode=job.ablation, means=job.means, tolerance=job.tolerance,
+                               runtime=f"ONNX Runtime GenAI {version}", file_type="f32", gated=True, texts=[])
+        gate(check, job.tolerance, "ONNX Runtime GenAI")
+        return check, None
+
+
+def _pad_id(lm: LoadedModel) -> int:
+    from headprune.exporter.runtime_check import eos_ids
+
+    tokenizer = lm.tokenizer
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos_ids(lm) or (0,))[0]

@@ -1,0 +1,191 @@
+"""What an export removes and what it is verified on: the head set (from a find result or a list) and, for a
+result, the discovery and held-out sets find used and the head means it ablated with.
+
+Everything here is checked against what find recorded (weight hash, content hashes, the means' digest), so an
+export is the model find measured or nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, UnconfirmedSetError
+from headprune.heads import Head, parse_heads
+from headprune.models import LoadedModel
+from headprune.search.result import FindResult
+from headprune.tasks import Task, load_task
+
+log = logging.getLogger("headprune")
+
+HeadsLike = str | Path | Sequence[Head | str] | FindResult
+
+
+def _is_folder(spec: str | Path) -> bool:
+    """Whether ``spec`` names a folder (a long head list is no path: the OS refuses to look it up)."""
+    try:
+        return Path(spec).is_dir()
+    except OSError:
+        return False
+
+
+def read_result(heads: HeadsLike) -> FindResult | None:
+    """The find result ``heads`` names (an object, ``result.json`` or its folder), or None for a head list.
+
+    Raises:
+        ResultFileError: an unreadable result.
+    """
+    if isinstance(heads, FindResult):
+        return heads
+    if isinstance(heads, (str, Path)) and (str(heads).endswith(".json") or _is_folder(heads)):
+        return FindResult.load(Path(heads))
+    return None
+
+
+def resolve_heads(heads: HeadsLike, lm: LoadedModel, set_rank: int = 1
+                  ) -> tuple[tuple[Head, ...], FindResult | None]:
+    """The heads to remove, from a find result (finalist ``set_rank``, 1 = primary) or a head list.
+
+    Raises:
+        ResultFileError: the result was made for another model, or has no such finalist.
+        HeadSpecError: malformed or out-of-range heads.
+    """
+    result = read_result(heads)
+    if result is None:
+        chosen = parse_heads(heads)  # type: ignore[arg-type]
+    else:
+        if result.model.weight_hash != lm.weight_hash:
+            raise ResultFileError(f"the find result was made for a different model ({result.model.name}, "
+                                  f"{result.model.weight_hash[:19]}...), not {lm.name}")
+        if not 1 <= set_rank <= len(result.finalists):
+            raise ResultFileError(f"set_rank {set_rank}: the result has finalists 1..{len(result.finalists)}",
+                                  settings=("set_rank",))
+        chosen = parse_heads(result.finalists[set_rank - 1].heads)
+    if not chosen:
+        raise HeadSpecError("no heads to remove")
+    return lm.grid.check(chosen), result
+
+
+def refuse_unconfirmed(result: FindResult, set_rank: int) -> None:
+    """An unconfirmed set (a primary set whose held-out verdict is not confirmed, or any other finalist, which
+    is exploratory by construction) is exported only when asked for explicitly.
+
+    Raises:
+        UnconfirmedSetError
+    """
+    verdict = result.finalists[set_rank - 1].heldout
+    if verdict.confirmed:
+        return
+    if set_rank == 1 and result.compression is not None:  # find --objective compress: non-inferiority
+        tested = result.compression.verdict
+        if tested.accepted:
+            return
+        raise UnconfirmedSetError(
+            f"the compressed set was not shown non-inferior on held-out data ({100 * tested.level:g}% score CI lower "
+            f"end {100 * tested.interval[0]:+.1f} points, margin -{100 * tested.margin:g}); give allow_unconfirmed to "
+            "export it anyway (its model card then says so)", settings=("allow_unconfirmed",))
+    if verdict.role == "exploratory":
+        why = (f"finalist {set_rank} is exploratory (not the set find chose on discovery; Holm-adjusted "
+               f"p = {verdict.adjusted_p:.3g})")
+    else:
+        why = (f"the primary set is not confirmed on held-out data ({verdict.difference * 100:+.1f} points, "
+               f"p = {verdict.p_value:.3g})")
+    raise UnconfirmedSetError(f"{why}; give allow_unconfirmed to export it anyway (its model card then says it is "
+                              "unconfirmed)", settings=("allow_unconfirmed",))
+
+
+def result_splits(result: FindResult) -> tuple[Task, Task] | None:
+    """Rebuild find's discovery and held-out tasks from the result (checked by content hash)."""
+    from headprune.search.split import split_task
+
+    if not result.task.spec:
+        return None
+    held_spec = result.heldout_task.spec
+    split = split_task(load_task(result.task.spec), discovery=result.split.discovery, heldout=result.split.heldout,
+                       seed=result.split.seed, heldout_task=load_task(held_spec) if held_spec else None)
+    if split.heldout.content_hash() != result.heldout_task.hash:
+        raise ResultFileError("the task files changed since find ran (held-out hash differs); give a verify_task",
+                              settings=("verify_task",))
+    return split.discovery, split.heldout
+
+
+def find_means(lm: LoadedModel, result: FindResult, splits: tuple[Task, Task] | None) -> torch.Tensor:
+    """The head means find ablated with: recomputed on its discovery set (checked by content hash) the way find
+    computed them, and checked against the digest find recorded; otherwise refused, never replaced by others.
+
+    Raises:
+        ResultFileError
+    """
+    from headprune.ablation import means_digest
+    from headprune.evaluation import Evaluator
+
+    def refuse(why: str) -> None:
+        raise ResultFileError(f"mean ablation: {why}; the export would not be the model find measured")
+
+    if splits is None:
+        refuse("find's discovery set cannot be rebuilt (the result's task was given in memory, not as a spec)")
+    if result.means_digest is None or result.task.discovery_hash is None:
+        refuse("the result does not record the means find used (made with zero ablation or by an older headprune)")
+    if splits[0].content_hash() != result.task.discovery_hash:
+        refuse("the task changed since find ran (its discovery set hash differs)")
+    means = Evaluator(lm, splits[0], batch_size=result.settings.batch_size).head_means()
+    if means_digest(means) != result.means_digest:
+        refuse(f"the head means recomputed on find's discovery set differ from those find used (digest "
+               f"{result.means_digest[:19]}...); export with the dtype and device find ran with")
+    return means
+
+
+def check_ablation(result: FindResult | None, ablation: str, verify_task: str | Path | Task | None) -> None:
+    """The ablation agrees with the result's (or, for heads given by hand, has what it needs); checked before the
+    model loads.
+
+    Raises:
+        ExportSettingsError
+    """
+    if result is None and ablation == "mean" and verify_task is None:
+        _mean_needs_task()
+    if result is not None and result.settings.ablation != ablation:
+        raise ExportSettingsError(f"find measured this set with {result.settings.ablation} ablation, not {ablation}; "
+                                  f"export it with ablation {result.settings.ablation}", settings=("ablation",))
+
+
+def _mean_needs_task() -> None:
+    raise ExportSettingsError("mean ablation of heads given by hand takes its means over a task's inputs: give "
+                              "verify_task", settings=("ablation", "verify_task"))
+
+
+def verification_inputs(lm: LoadedModel, result: FindResult | None, verify_task: str | Path | Task | None, *,
+                        limit: int, ablation: str, batch_size: int | str
+                        ) -> tuple[Task, torch.Tensor | None, bool]:
+    """The task the export is verified on (at most ``limit`` examples), the head means of a mean ablation, and
+    whether the task is re-measured (heads given by hand without a task: outputs on a built-in text sample).
+
+    The task: ``verify_task``, else the held-out set the result records. The means: exactly those find used for
+    a result (:func:`find_means`), the verification task's for heads given by hand.
+
+    Raises:
+        ExportSettingsError, ResultFileError, TaskError.
+    """
+    from headprune.evaluation import Evaluator
+
+    splits = result_splits(result) if result is not None else None
+    task = (load_task(verify_task) if isinstance(verify_task, (str, Path)) else verify_task) or (
+        splits[1] if splits else None)
+    remeasured = task is not None
+    if task is None:
+        if ablation == "mean":
+            _mean_needs_task()
+        from headprune.exporter.sample import sample_task
+
+        task = sample_task(lm)
+        log.info("export: no task given: outputs are verified on a built-in text sample (%d texts); no task is "
+                 "re-measured", len(task))
+    task = task.first(limit)
+    means = None
+    if ablation == "mean":  # a find result: exactly the means find used; heads given by hand: the verify task's
+        means = find_means(lm, result, splits) if result is not None else Evaluator(
+            lm, task, batch_size=batch_size).head_means()
+    return task, means, remeasured
