@@ -152,7 +152,7 @@ def _check_options(fmt: ExportFormat, ablation: str, tolerance: float | None) ->
 def _build(fmt: ExportFormat, lm: LoadedModel, removed: tuple[Head, ...], plans: list, *, task: Task, ablation: str,
            means: object, batch_size: int | str, tolerance: float | None) -> Job:
     """The artifact in memory, in the layout the format takes, with what its verification needs."""
-    from headprune.exporter import slicing
+    from headprune.surgery import slicing
     from headprune.exporter.verify import default_tolerance
 
     layout = fmt.layout_for(lm, plans)
