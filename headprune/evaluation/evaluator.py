@@ -76,7 +76,8 @@ class Evaluator:
         self.prefix = SharedPrefix.of(self._items, self.scorer.readout) if share_prefix else SharedPrefix()
         self.layers = LayerReuse(lm, reuse_layers)
         self.layers.reset(self._batch_widths())
-        self.generation = Generation(lm, self.scorer, self._items, self._pad_id) if self.scorer.generates else None
+        self.generation = (Generation(lm, self.scorer, self._items, self._pad_id, self.prefix)
+                           if self.scorer.generates else None)
 
     def _batch_widths(self) -> list[tuple[int, int]]:
         """Per batch, its rows and the padded tokens per row that a forward pass computes (after the prefix)."""
@@ -230,8 +231,11 @@ class Evaluator:
                     outs = self._forward(batch, prefix_cache)
                 for i, out in zip(batch, outs):
                     values[i] = self.scorer.value(self._items[i], out)
+                    if self.generation is not None:
+                        self.generation.observe(i, out)  # what greedy writes while it follows the forced tokens
                 bar.update(len(self._first_items.intersection(batch)))
-            generated = self.generation.generate(self._batches) if self.generation is not None else {}
+            generated = ({} if self.generation is None else
+                         self.generation.finish(self._batches, prefix_cache, self.plan.sequences))
         bar.close()
         results = []
         for index, example in enumerate(self.task.examples):
