@@ -2,7 +2,8 @@
 
 Two evaluations of the same examples agree when
 
-1. every example gets the same answer, except ties: an example whose answer the reference decided by less than
+1. every example gets the same answer (and, for generating kinds, the same generated text), except ties: an
+   example whose answer the reference decided by less than
    the allowance (for most kinds the margin; for generated answers the smallest top-1 minus top-2 gap of greedy
    decoding over the steps that wrote the answer, ``headprune.evaluation.decoding``: the teacher-forced margin
    does not decide what greedy writes);
@@ -62,6 +63,15 @@ def spread(reference: EvalResult, other: EvalResult) -> float:
     return float(np.sqrt(np.mean(((a - b) / np.maximum(1.0, np.abs(a))) ** 2))) if a.size else 0.0
 
 
+def _rewritten(reference: EvalResult, other: EvalResult) -> np.ndarray:
+    """``(n,)`` whether each example's generated text differs (all false for kinds that do not generate)."""
+    a, b = reference.texts, other.texts
+    if a is None and b is None:
+        return np.zeros(reference.n, dtype=bool)
+    a, b = a or ("",) * reference.n, b or ("",) * other.n
+    return np.array([x != y for x, y in zip(a, b)], dtype=bool)
+
+
 def disagreement(reference: EvalResult, other: EvalResult, dtype: str) -> tuple[str | None, int]:
     """The first breach of the contract, in words (``None`` when they agree), and the number of ties."""
     if [r.id for r in reference.results] != [r.id for r in other.results]:
@@ -77,6 +87,12 @@ def disagreement(reference: EvalResult, other: EvalResult, dtype: str) -> tuple[
             gap = "" if reference.results[i].decision is None else f", decoding gap {decides[i]:.4g}"
             return (f"{flipped.size} example(s) answered differently (first: {reference.results[i].id}, margin "
                     f"{a[i]:.4g} then {b[i]:.4g}{gap})"), int(ties.sum())
+    rewritten = _rewritten(reference, other) & ~ties
+    if rewritten.any():
+        i = int(np.flatnonzero(rewritten)[0])
+        return (f"{int(rewritten.sum())} example(s) wrote other text (first: {reference.results[i].id}, "
+                f"{reference.results[i].text!r} then {other.results[i].text!r}, decoding gap {decides[i]:.4g})"
+                ), int(ties.sum())
     excess = np.abs(a - b) - allowed
     if (excess > 0).any():
         i = int(np.argmax(excess))

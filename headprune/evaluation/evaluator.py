@@ -4,30 +4,29 @@ An :class:`Evaluator` turns a task into model inputs once (through its kind's sc
 and keeps the batches, so screening hundreds of conditions on the same examples pays for tokenisation once.
 It owns what every kind shares: batching (longest first, to cut padding), padding (causal models on the
 left with explicit position ids, so an example's result does not depend on its batch up to float rounding),
-the forward pass, greedy decoding, and two shortcuts with the results of a plain full forward pass:
-a prompt prefix shared by every sequence is computed once per condition (causal LMs), and ablated runs
-start from cached layer inputs of the intact model (``headprune.layer_cache``).
+the forward pass and the out-of-memory retry, and composes the rest: greedy decoding of generating kinds
+(``evaluation.generation``) and two shortcuts with the results of a plain full forward pass: a prompt prefix
+shared by every sequence is computed once per condition (causal LMs, ``evaluation.prefix``), and ablated runs
+start from cached layer inputs of the intact model (``evaluation.layer_reuse``).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
-import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
-from transformers import LogitsProcessorList
 
 from headprune.ablation import AblationMode, ablated, collect_head_means
-from headprune.compat import cache_of, logits_at, passing_cache
+from headprune.compat import logits_at, passing_cache
 from headprune.errors import TaskError
 from headprune.evaluation.batching import plan_batches
-from headprune.evaluation.decoding import Generated, StepGaps, decided_steps, decision_gap, eos_ids
+from headprune.evaluation.generation import Generation
+from headprune.evaluation.layer_reuse import LayerReuse
+from headprune.evaluation.prefix import SharedPrefix
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.heads import Head
 from headprune.layer_cache import LayerInputCache
@@ -38,7 +37,6 @@ from headprune.tasks import Task
 log = logging.getLogger("headprune")
 
 DEFAULT_BATCH_SIZE: int | str = "auto"
-MIN_SHARED_PREFIX = 16  # tokens; shorter shared prefixes are not worth a separate pass
 
 Batch = tuple[torch.Tensor, torch.Tensor, dict]  # (input_ids, attention_mask, extra forward keywords)
 
@@ -75,31 +73,33 @@ class Evaluator:
             self._by_example[item.example].append(i)
         self._first_items = {indices[0] for indices in self._by_example}  # to count progress in examples
         self._batches = self.plan.batches([len(item.tokens) for item in self._items])
-        self._prefix = self._shared_prefix() if share_prefix else ()
-        self._reuse_layers = reuse_layers
-        self._layer_cache = self._new_layer_cache()
-        self._recapture = False  # set when halving the batches dropped a captured layer cache
+        self.prefix = SharedPrefix.of(self._items, self.scorer.readout) if share_prefix else SharedPrefix()
+        self.layers = LayerReuse(lm, reuse_layers)
+        self.layers.reset(self._batch_widths())
+        self.generation = (Generation(lm, self.scorer, self._items, self._pad_id, self.prefix)
+                           if self.scorer.generates else None)
 
-    def _new_layer_cache(self) -> LayerInputCache | None:
-        if not self._reuse_layers:
-            return None
-        padded = sum(len(b) * (max(len(self._items[i].tokens) for i in b) - len(self._prefix)) for b in self._batches)
-        return LayerInputCache.for_budget(self.lm, padded)
+    def _batch_widths(self) -> list[tuple[int, int]]:
+        """Per batch, its rows and the padded tokens per row that a forward pass computes (after the prefix)."""
+        return [(len(b), max(len(self._items[i].tokens) for i in b) - len(self.prefix)) for b in self._batches]
+
+    @property
+    def _prefix(self) -> tuple[int, ...]:  # the shared prefix's tokens (tests read them)
+        return self.prefix.tokens
+
+    @property
+    def _layer_cache(self) -> LayerInputCache | None:  # the layer cache itself (tests read and set it)
+        return self.layers.cache
+
+    @_layer_cache.setter
+    def _layer_cache(self, cache: LayerInputCache | None) -> None:
+        self.layers.cache = cache
 
     @property
     def batch_size(self) -> int:
         return self.plan.sequences
 
     # ---------------------------------------------------------------- inputs
-
-    def _shared_prefix(self) -> tuple[int, ...]:
-        """The longest token prefix common to every input, if long enough to be worth sharing."""
-        if self.scorer.readout != "logprobs" or len(self._items) < 2:
-            return ()
-        common = os.path.commonprefix([item.tokens for item in self._items])  # type: ignore[type-var]
-        # Every read position must lie after the prefix.
-        length = min(len(common), min(len(item.tokens) - item.read for item in self._items))
-        return tuple(common[:length]) if length >= MIN_SHARED_PREFIX else ()
 
     def _tensors(self, batch: Sequence[int]) -> Batch:
         """Padded ``(B, T)`` ids and mask on the model's input device, plus position ids (left-padded causal
@@ -136,11 +136,7 @@ class Evaluator:
 
     def _prefix_cache(self) -> object | None:
         """Keys and values of the shared prompt prefix under the current ablation (one row)."""
-        if not self._prefix:
-            return None
-        ids = torch.tensor([self._prefix], device=self.lm.device)
-        return cache_of(self.lm.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
-                                      logits_to_keep=1))
+        return self.prefix.cache(self.lm.model, self.lm.device)
 
     def _forward(self, batch: list[int], prefix_cache: object | None, *, consume: bool = False
                  ) -> list[torch.Tensor]:
@@ -169,20 +165,11 @@ class Evaluator:
             logits = self.lm.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, **extra).logits
         else:
             # The shared prefix's keys/values are reused; each row's own tokens follow it, padded on the right.
-            device, start = self.lm.device, len(self._prefix)
-            suffixes = [item.tokens[start:] for item in items]
-            width = max(len(t) for t in suffixes)
-            ids = torch.full((len(items), width), self._pad_id, dtype=torch.long)
-            mask = torch.zeros((len(items), start + width), dtype=torch.long)
-            mask[:, :start] = 1
-            for row, tokens in enumerate(suffixes):
-                ids[row, : len(tokens)] = torch.tensor(tokens)
-                mask[row, start: start + len(tokens)] = 1
-            positions = torch.arange(start, start + width).expand(len(items), width)
-            last = torch.tensor([len(t) for t in suffixes])[:, None]  # (B, 1)
+            device = self.lm.device
+            ids, mask, positions = self.prefix.suffixes([item.tokens for item in items], self._pad_id)
+            last = torch.tensor([len(item.tokens) - len(self.prefix) for item in items])[:, None]  # (B, 1)
             keep_at = (last - keep + torch.arange(keep)).clamp(min=0)  # (B, keep): each row's final positions
-            cache = prefix_cache if consume else copy.deepcopy(prefix_cache)
-            cache.batch_repeat_interleave(len(items))
+            cache = self.prefix.rows(prefix_cache, len(items), consume=consume)
             keep_arg, pick = logits_at(keep_at.to(device))
             logits = pick(self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device),
                                         position_ids=positions.to(device), **passing_cache(cache), use_cache=True,
@@ -212,9 +199,9 @@ class Evaluator:
         heads = self.lm.grid.check(heads)
         while True:
             try:
-                if heads and self._recapture:  # the layer cache was per batch: capture it for the new batches
+                if heads and self.layers.recapture:  # the layer cache was per batch: capture it for the new ones
                     self._run((), mode=mode, means=means, progress=False, label=label)
-                    self._recapture = False
+                    self.layers.recapture = False
                 return self._run(heads, mode=mode, means=means, progress=progress, label=label)
             except torch.OutOfMemoryError:
                 self._shrink()
@@ -231,8 +218,7 @@ class Evaluator:
         log.warning("out of memory on %s with batches of %s; retrying with %s", self.lm.device, self.plan, smaller)
         self.plan = smaller
         self._batches = self.plan.batches([len(item.tokens) for item in self._items])
-        self._recapture = self._recapture or (self._layer_cache is not None and not self._layer_cache.empty)
-        self._layer_cache = self._new_layer_cache()
+        self.layers.reset(self._batch_widths())
 
     def _run(self, heads: tuple[Head, ...], *, mode: AblationMode, means: torch.Tensor | None, progress: bool,
              label: str) -> EvalResult:
@@ -241,12 +227,15 @@ class Evaluator:
         with ablated(self.lm, heads, mode=mode, means=means):
             prefix_cache = self._prefix_cache()  # the shared prompt prefix, once per condition
             for number, batch in enumerate(self._batches):
-                with self._layer_context(number, heads):
+                with self.layers.context(number, heads):
                     outs = self._forward(batch, prefix_cache)
                 for i, out in zip(batch, outs):
                     values[i] = self.scorer.value(self._items[i], out)
+                    if self.generation is not None:
+                        self.generation.observe(i, out)  # what greedy writes while it follows the forced tokens
                 bar.update(len(self._first_items.intersection(batch)))
-            generated = self._generate() if self.scorer.generates else {}
+            generated = ({} if self.generation is None else
+                         self.generation.finish(self._batches, prefix_cache, self.plan.sequences))
         bar.close()
         results = []
         for index, example in enumerate(self.task.examples):
@@ -274,46 +263,8 @@ class Evaluator:
 
     def warm_layer_cache(self) -> None:
         """Capture the intact model's layer inputs now if they are not (e.g. the baseline came from a journal)."""
-        cache = self._layer_cache
-        if cache is not None and cache.checkpoints and not cache.complete(len(self._batches)):
+        if self.layers.active and not self.layers.complete:
             self.run()
-
-    def _layer_context(self, number: int, heads: tuple[Head, ...]) -> AbstractContextManager:
-        """Capture layer inputs on the first intact run; replay them for ablated runs once captured."""
-        cache = self._layer_cache
-        if cache is None or not cache.checkpoints:
-            return nullcontext()
-        if not heads:
-            return cache.capture(number) if not cache.complete(len(self._batches)) else nullcontext()
-        if cache.complete(len(self._batches)):
-            return cache.replay(number, cache.start_for(min(h.layer for h in heads)))
-        return nullcontext()
-
-    def _generate(self) -> dict[int, Generated]:
-        """Greedy decoding of every example's generation prompt: per example, the answer part of the text and
-        how close greedy decoding came to choosing otherwise (see :class:`Generated`)."""
-        found: dict[int, Generated] = {}
-        device = self.lm.device
-        eos = eos_ids(self.lm.model)
-        for batch in self._batches:
-            prompts = [self.scorer.generation_prompt(self._items[i]) for i in batch]
-            width = max(len(p) for p in prompts)
-            ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for row, prompt in enumerate(prompts):
-                ids[row, width - len(prompt):] = torch.tensor(prompt)
-                mask[row, width - len(prompt):] = 1
-            gaps = StepGaps()  # records (B,) per step; the scores pass through unchanged
-            out = self.lm.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
-                                         max_new_tokens=self.task.max_new_tokens, pad_token_id=self._pad_id,
-                                         logits_processor=LogitsProcessorList([gaps]))
-            steps = gaps.stacked(len(batch))  # (B, steps)
-            for row, i in enumerate(batch):
-                tokens = out[row, width:].tolist()
-                text = self.scorer.stop(self.scorer.tokens.decode(tokens))
-                decided = decided_steps(tokens, eos, self.scorer.tokens.decode, self.scorer.stop)
-                found[self._items[i].example] = Generated(text, decision_gap(steps[row], decided))
-        return found
 
     def head_means(self) -> torch.Tensor:
         """Per-head mean outputs of the intact model over this task's inputs (for ``mean`` ablation)."""

@@ -1,0 +1,177 @@
+"""Greedy decoding of a generating task's prompts, with how close each answer came to being otherwise.
+
+Greedy decoding is a function of the logits, so wherever its tokens so far equal the teacher-forced ones, its
+next token is the teacher-forced pass's argmax at that position. The evaluator's teacher-forced pass of an
+example (prompt + target, read at every target position and the one after it) therefore already tells the
+first tokens greedy writes: the target's tokens up to the first one greedy would not choose, plus greedy's
+choice there (or, when it chooses every target token, the token after the target). An example whose known
+tokens end its answer (an end-of-sequence token, the scorer's stop string, ``max_new_tokens``) is decided
+without decoding; only the rest are decoded, from where the known tokens end, on top of the shared prompt
+prefix's keys and values, a batch stopping as soon as every row in it has ended. That is the answer and the
+per-step gaps plain ``model.generate`` gives, up to float rounding (the contract of
+``headprune.evaluation.contract``: an answer may differ only where a step's top-1 minus top-2 gap is within
+the precision's tolerance). Models that are not torch modules (an ONNX session, llama.cpp) and generation
+configs with a processor that changes greedy's scores get plain ``model.generate`` instead.
+
+The answer is the text up to the scorer's stop (``Scorer.stop``) and its decision gap the smallest top-1 minus
+top-2 gap over the steps that decided it (``headprune.evaluation.decoding``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import LogitsProcessorList
+
+from headprune.compat import cache_of, passing_cache
+from headprune.evaluation.decoding import Generated, StepGaps, decided_steps, decision_gap, eos_ids
+from headprune.evaluation.prefix import SharedPrefix
+from headprune.models import LoadedModel
+from headprune.scoring import Item, Scorer
+
+# Generation-config settings under which greedy's next token is the argmax of the model's logits: any other
+# value adds a logits processor (a penalty, a forced or suppressed token), and then only `generate` is exact.
+_NEUTRAL: dict[str, tuple] = {
+    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0),
+    "encoder_no_repeat_ngram_size": (None, 0), "min_length": (None, 0), "min_new_tokens": (None, 0),
+    "bad_words_ids": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,), "forced_eos_token_id": (None,), "sequence_bias": (None,),
+    "exponential_decay_length_penalty": (None,), "renormalize_logits": (None, False), "guidance_scale": (None, 1.0),
+    "watermarking_config": (None,), "stop_strings": (None,), "logits_processor": (None,),
+}
+
+
+def plain_greedy(model: object) -> bool:
+    """Whether greedy decoding of ``model`` is the argmax of its forward pass's logits at every step."""
+    if not isinstance(model, torch.nn.Module):
+        return False
+    config = getattr(model, "generation_config", None)
+    return all(getattr(config, name, None) in neutral for name, neutral in _NEUTRAL.items())
+
+
+class Generation:
+    """Greedy decoding of ``items``' generation prompts for one model and scorer.
+
+    Per condition: :meth:`observe` each item's teacher-forced readout, then :meth:`finish`.
+    """
+
+    def __init__(self, lm: LoadedModel, scorer: Scorer, items: Sequence[Item], pad_id: int,
+                 prefix: SharedPrefix | None = None, *, shortcut: bool = True) -> None:
+        self.lm = lm
+        self.scorer = scorer
+        self.items = items
+        self.pad_id = pad_id
+        self.prefix = prefix or SharedPrefix()
+        self.shortcut = shortcut and plain_greedy(lm.model)
+        self.eos = eos_ids(lm.model)
+        self.max_new = scorer.task.max_new_tokens
+        self._known: dict[int, tuple[list[int], list[float]]] = {}
+        self.decoded_rows = 0  # rows decoded beyond the teacher-forced pass, over this object's life (a statistic)
+
+    def observe(self, index: int, readout: torch.Tensor) -> None:
+        """Item ``index``'s teacher-forced log-probs ``(read, V)``: keep the greedy tokens and gaps they fix."""
+        if not self.shortcut:
+            return
+        item = self.items[index]
+        start = len(self.scorer.generation_prompt(item))
+        forced = item.tokens[start:]
+        first = (start - 1) - (len(item.tokens) - item.read)  # the readout row that predicts greedy's first token
+        if first < 0:
+            return  # the readout does not reach back to the prompt's end: decode this one from its prompt
+        top = readout[first:].topk(2, dim=-1)
+        chosen = top.indices[:, 0].tolist()
+        gaps = (top.values[:, 0] - top.values[:, 1]).tolist()
+        follows = next((j for j, token in enumerate(forced) if chosen[j] != token), len(forced))
+        self._known[index] = (list(forced[:follows]) + [chosen[follows]], gaps[: follows + 1])
+
+    def finish(self, batches: Sequence[Sequence[int]], prefix_cache: object | None, batch_rows: int
+               ) -> dict[int, Generated]:
+        """Per example, the answer part of the greedy text and its decision gap (see :class:`Generated`)."""
+        if not self.shortcut:
+            return self.generate(batches)
+        known, self._known = self._known, {}
+        found: dict[int, Generated] = {}
+        pending: list[int] = []
+        for index in (i for batch in batches for i in batch):
+            tokens, gaps = known.get(index, ([], []))
+            tokens, gaps = tokens[: self.max_new], gaps[: self.max_new]
+            if len(tokens) >= self.max_new or self._ended(tokens):
+                found[self.items[index].example] = self.answer(tokens, torch.tensor(gaps), self.eos)
+            else:
+                pending.append(index)
+                known[index] = (tokens, gaps)
+        pending.sort(key=lambda i: -(len(self.items[i].tokens)))
+        for start in range(0, len(pending), batch_rows):
+            batch = pending[start: start + batch_rows]
+            for index, (tokens, gaps) in zip(batch, self._decode([known[i] for i in batch], batch, prefix_cache)):
+                found[self.items[index].example] = self.answer(tokens, torch.tensor(gaps), self.eos)
+        return found
+
+    def _ended(self, tokens: Sequence[int]) -> bool:
+        """Whether greedy's text ends within ``tokens``: an end-of-sequence token, or the scorer's stop reached
+        (a stop string, once in the text, stays there; see ``decided_steps``)."""
+        if any(token in self.eos for token in tokens):
+            return True
+        text = self.scorer.tokens.decode(tokens)
+        return bool(tokens) and self.scorer.stop(text) != text
+
+    @torch.inference_mode()
+    def _decode(self, known: list[tuple[list[int], list[float]]], batch: list[int], prefix_cache: object | None
+                ) -> list[tuple[list[int], list[float]]]:
+        """Greedy decoding of ``batch`` on from its known tokens, until every row has ended; rows are left-padded
+        after the shared prefix (whose keys and values are reused) with explicit position ids."""
+        rows = [(list(tokens), list(gaps)) for tokens, gaps in known]
+        prompts = [list(self.scorer.generation_prompt(self.items[i])) + tokens for i, (tokens, _) in zip(batch, rows)]
+        prefix = self.prefix if prefix_cache is not None else SharedPrefix()
+        ids, mask, positions = prefix.suffixes(prompts, self.pad_id, left=True)
+        device, model = self.lm.device, self.lm.model
+        cache = {} if prefix_cache is None else passing_cache(prefix.rows(prefix_cache, len(rows)))
+        running = torch.ones(len(rows), dtype=torch.bool)
+        ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
+        while True:
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                        **cache)
+            top = out.logits[:, -1].float().topk(2, dim=-1)
+            chosen, gaps = top.indices[:, 0].tolist(), (top.values[:, 0] - top.values[:, 1]).tolist()
+            for row, (tokens, row_gaps) in enumerate(rows):
+                if running[row]:
+                    tokens.append(chosen[row])
+                    row_gaps.append(gaps[row])
+                    running[row] = len(tokens) < self.max_new and not self._ended(tokens)
+            if not running.any():
+                break
+            cache = passing_cache(cache_of(out))
+            step = torch.tensor([c if run else self.pad_id for c, run in zip(chosen, running.tolist())])
+            ids = step[:, None].to(device)
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+            positions = positions[:, -1:] + 1
+        self.decoded_rows += len(rows)
+        return rows
+
+    def generate(self, batches: Sequence[Sequence[int]]) -> dict[int, Generated]:
+        """Plain ``model.generate`` of every prompt, left-padded in ``batches``, to ``max_new_tokens``."""
+        found: dict[int, Generated] = {}
+        device = self.lm.device
+        for batch in batches:
+            prompts = [self.scorer.generation_prompt(self.items[i]) for i in batch]
+            width = max(len(p) for p in prompts)
+            ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for row, prompt in enumerate(prompts):
+                ids[row, width - len(prompt):] = torch.tensor(prompt)
+                mask[row, width - len(prompt):] = 1
+            gaps = StepGaps()  # records (B,) per step; the scores pass through unchanged
+            out = self.lm.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
+                                         max_new_tokens=self.max_new, pad_token_id=self.pad_id,
+                                         logits_processor=LogitsProcessorList([gaps]))
+            steps = gaps.stacked(len(batch))  # (B, steps)
+            for row, i in enumerate(batch):
+                found[self.items[i].example] = self.answer(out[row, width:].tolist(), steps[row], self.eos)
+        return found
+
+    def answer(self, tokens: list[int], gaps: torch.Tensor, eos: set[int]) -> Generated:
+        """One example's answer text and decision gap from its greedy tokens and per-step gaps."""
+        text = self.scorer.stop(self.scorer.tokens.decode(tokens))
+        decided = decided_steps(tokens, eos, self.scorer.tokens.decode, self.scorer.stop)
+        return Generated(text, decision_gap(gaps, decided))

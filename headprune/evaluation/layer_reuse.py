@@ -1,0 +1,55 @@
+"""When an evaluator captures and replays the intact model's layer inputs (``headprune.layer_cache``).
+
+The first intact run captures the checkpoint layers' inputs batch by batch; once every batch is captured, an
+ablated run starts each batch at the checkpoint below its lowest ablated layer. Halving the batches after an
+out-of-memory error drops what was captured (it was per batch), so the next ablated run captures it again first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+
+from headprune.heads import Head
+from headprune.layer_cache import LayerInputCache
+from headprune.models import LoadedModel
+
+
+class LayerReuse:
+    """The layer cache of one evaluator's batches (nothing when ``enabled`` is false)."""
+
+    def __init__(self, lm: LoadedModel, enabled: bool) -> None:
+        self.lm = lm
+        self.enabled = enabled
+        self.cache: LayerInputCache | None = None
+        self.batch_count = 0
+        self.recapture = False  # set when halving the batches dropped a captured layer cache
+
+    def reset(self, batch_widths: Sequence[tuple[int, int]]) -> None:
+        """A fresh cache for batches of ``(rows, padded tokens per row)``; remembers to recapture when the old
+        one held anything."""
+        self.recapture = self.recapture or (self.cache is not None and not self.cache.empty)
+        self.batch_count = len(batch_widths)
+        self.cache = (LayerInputCache.for_budget(self.lm, sum(rows * width for rows, width in batch_widths))
+                      if self.enabled else None)
+
+    @property
+    def active(self) -> bool:
+        return self.cache is not None and bool(self.cache.checkpoints)
+
+    @property
+    def complete(self) -> bool:
+        """Every batch's layer inputs are captured."""
+        return self.active and self.cache.complete(self.batch_count)  # type: ignore[union-attr]
+
+    def context(self, number: int, heads: tuple[Head, ...]) -> AbstractContextManager:
+        """Batch ``number``'s pass: capture layer inputs on the first intact run; replay them for ablated runs
+        once captured."""
+        cache = self.cache
+        if cache is None or not self.active:
+            return nullcontext()
+        if not heads:
+            return cache.capture(number) if not self.complete else nullcontext()
+        if self.complete:
+            return cache.replay(number, cache.start_for(min(h.layer for h in heads)))
+        return nullcontext()

