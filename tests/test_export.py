@@ -10,15 +10,13 @@ import sys
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import ALL_FAMILIES, build_tiny
+from helpers import ALL_FAMILIES, break_slicing, build_tiny
 from headprune.ablation import ablated
-from headprune.cli.main import cli
 from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, VerificationError
-from headprune.exporter import RECORD_NAME, export, verify_record
+from headprune.exporter import export, verify_record
 from headprune.exporter.loading import load
 from headprune.surgery.plan import plan_layers
 from headprune.surgery.slicing import densify, slice_model
@@ -221,24 +219,9 @@ def test_mean_ablation_folds_into_the_bias_or_is_refused(models, tmp_path) -> No
     assert not (tmp_path / "x").exists()
 
 
-def _break_slicing(monkeypatch, scale: float) -> None:  # noqa: ANN001
-    """Make slicing produce a subtly wrong model (one output projection scaled): what the gate must catch."""
-    import headprune.surgery.slicing as slicing
-
-    real = slicing.slice_model
-
-    def broken(lm, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        model = real(lm, *args, **kwargs)
-        with torch.no_grad():
-            lm.adapter.output_projection(model, 0).weight.mul_(scale)
-        return model
-
-    monkeypatch.setattr(slicing, "slice_model", broken)
-
-
 @pytest.mark.parametrize("scale", [1.001, 1.5])
 def test_failed_verification_writes_nothing(models, tmp_path, monkeypatch, scale) -> None:
-    _break_slicing(monkeypatch, scale)
+    break_slicing(monkeypatch, scale)
     with pytest.raises(VerificationError, match="nothing was written"):
         export(models["gpt2"], "L0.H1", verify_task=choice_task(), out=tmp_path / "never")
     assert list(tmp_path.iterdir()) == []
@@ -266,116 +249,6 @@ def test_record_detects_edits(models, tmp_path) -> None:
     card.write_text(card.read_text() + "\nedited by hand\n")
     with pytest.raises(ResultFileError, match="README.md was changed"):
         verify_record(tmp_path / "e")
-
-
-# ------------------------------------------------------------------ the command line and find results
-
-
-def _export(*args: str):  # noqa: ANN202
-    return CliRunner().invoke(cli, ["export", *args], catch_exceptions=False)
-
-
-@pytest.fixture(scope="module")
-def handmade_run(tmp_path_factory):  # noqa: ANN001, ANN201
-    """A find result on the hand-made model (its folder and task file), as a user would have it."""
-    from helpers.handmade import build_model, cue_task
-    from headprune.tasks import write_jsonl_task
-
-    folder = tmp_path_factory.mktemp("handmade-run")
-    lm = build_model()
-    lm.model.save_pretrained(folder / "model")
-    lm.tokenizer.save_pretrained(folder / "model")
-    write_jsonl_task(cue_task(), folder / "cue.jsonl")
-    result = CliRunner().invoke(cli, ["find", str(folder / "model"), "--task", str(folder / "cue.jsonl"),
-                                      "--discovery", "300", "--heldout", "300", "--batch-size", "64",
-                                      "--out", str(folder / "run")], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return folder
-
-
-def test_cli_export_from_a_find_result(handmade_run, tmp_path) -> None:
-    result = _export(str(handmade_run / "model"), "--heads", str(handmade_run / "run" / "result.json"), "--out",
-                     str(tmp_path / "pruned"), "--json")
-    assert result.exit_code == 0, result.output
-    summary = json.loads(result.stdout)
-    assert summary["removed_heads"] == ["L0.H0"]
-    task = summary["verification"]["task"]
-    assert task["n"] == 300 and task["exported"] == task["masked"] > task["intact"]  # the held-out gain, re-measured
-    card = (tmp_path / "pruned" / "README.md").read_text()
-    assert "confirmed" in card and "model-index" in card and "headprune-sliced" in card
-    assert (tmp_path / "pruned" / RECORD_NAME).is_file()
-
-
-@pytest.mark.parametrize(("heads", "extra", "fragment"), [
-    ("L0.H0,L0.H1,L0.H2,L0.H3", [], "every head of layer 0"),
-    ("L0.H7", [], "out of range"),
-    ("L0.H1", ["--ablation", "mean"], "no bias"),
-    ("L0.H1", ["--set", "99"], None),
-])
-def test_cli_export_refusals(handmade_run, tmp_path, heads, extra, fragment) -> None:
-    if fragment is None:  # --set with a head list is meaningless but harmless; with a result it is checked
-        heads, fragment = str(handmade_run / "run" / "result.json"), "finalists 1.."
-    result = _export(str(handmade_run / "model"), "--heads", heads, "--verify-task", str(handmade_run / "cue.jsonl"),
-                     "--out", str(tmp_path / "o"), *extra)
-    assert result.exit_code == 2, result.output
-    assert fragment in result.output and "Traceback" not in result.output
-    assert not (tmp_path / "o").exists()
-
-
-def test_cli_export_refuses_a_result_from_another_model(handmade_run, tmp_path, tokenizer) -> None:
-    other = build_tiny("llama", tokenizer)
-    other.model.save_pretrained(tmp_path / "other")
-    tokenizer.save_pretrained(tmp_path / "other")
-    result = _export(str(tmp_path / "other"), "--heads", str(handmade_run / "run"), "--out", str(tmp_path / "o"))
-    assert result.exit_code == 2 and "different model" in result.output
-
-
-def test_cli_export_verification_failure_exits_1(handmade_run, tmp_path, monkeypatch) -> None:
-    _break_slicing(monkeypatch, 1.01)
-    result = _export(str(handmade_run / "model"), "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
-                     "--out", str(tmp_path / "o"))
-    assert result.exit_code == 1 and "nothing was written" in result.output
-    assert not (tmp_path / "o").exists()
-    result = _export(str(handmade_run / "model"), "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
-                     "--tolerance", "5", "--out", str(tmp_path / "o"))
-    assert result.exit_code == 2 and "--tolerance must be between 0 and 0.1" in result.output
-
-
-def _card_claim(folder) -> str:  # noqa: ANN001
-    """The model card's first line after its YAML front matter."""
-    body = (folder / "README.md").read_text().split("---\n", 2)[2]
-    return body.lstrip("\n").splitlines()[0]
-
-
-def test_cli_export_of_an_unconfirmed_set_needs_allow_unconfirmed(handmade_run, tmp_path) -> None:
-    from dataclasses import replace
-
-    from headprune.search.result import FindResult
-
-    model, run = str(handmade_run / "model"), handmade_run / "run"
-    confirmed = FindResult.load(run / "result.json")
-    assert confirmed.confirmed and len(confirmed.finalists) >= 2
-    unconfirmed = replace(confirmed, finalists=(replace(confirmed.finalists[0], heldout=replace(
-        confirmed.verdict, p_value=0.5)), *confirmed.finalists[1:]))
-    unconfirmed.save(tmp_path / "unconfirmed.json")
-    for heads, extra, why in ((str(run), ["--set", "2"], "finalist 2 is exploratory"),
-                              (str(tmp_path / "unconfirmed.json"), [], "the primary set is not confirmed")):
-        refused = _export(model, "--heads", heads, *extra, "--out", str(tmp_path / "o"))
-        assert refused.exit_code == 2 and not (tmp_path / "o").exists()
-        assert refused.output.count("\n") == 1 and why in refused.output and "--allow-unconfirmed" in refused.output
-    written = _export(model, "--heads", str(run), "--set", "2", "--allow-unconfirmed", "--out", str(tmp_path / "x"))
-    assert written.exit_code == 0, written.output
-    assert _card_claim(tmp_path / "x").startswith("**Unconfirmed (exploratory)**: finalist 2")
-    written = _export(model, "--heads", str(tmp_path / "unconfirmed.json"), "--allow-unconfirmed",
-                      "--out", str(tmp_path / "u"))
-    assert written.exit_code == 0 and _card_claim(tmp_path / "u").startswith("**Unconfirmed**")
-    assert "confirmed**." not in (tmp_path / "u" / "README.md").read_text().replace("not confirmed**.", "")
-    # The primary set of a confirmed run needs no flag; heads given by hand make no claim and need none.
-    assert _export(model, "--heads", str(run), "--out", str(tmp_path / "c")).exit_code == 0
-    assert _card_claim(tmp_path / "c").startswith("**Confirmed**")
-    assert _export(model, "--heads", "L0.H1", "--verify-task", str(handmade_run / "cue.jsonl"),
-                   "--out", str(tmp_path / "h")).exit_code == 0
-    assert _card_claim(tmp_path / "h").startswith("**No claim**")
 
 
 def test_mean_ablation_export_uses_exactly_the_means_find_used(models, tmp_path) -> None:

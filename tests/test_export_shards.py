@@ -7,15 +7,14 @@ import json
 import pytest
 import torch
 import transformers
-from click.testing import CliRunner
 
 from headprune.ablation import ablated
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import ExportSettingsError, ResultFileError
 from headprune.exporter import export, verify_record
 from headprune.exporter.loading import load
 from headprune.heads import parse_heads
-from helpers import build_tiny, choice_task
+from helpers import build_tiny, choice_task, save_folder
 
 IDS = torch.tensor([[5, 9, 14, 3, 27, 8, 11]])
 INDEX = "model.safetensors.index.json"
@@ -59,12 +58,11 @@ def test_nonsense_shard_sizes_are_refused_before_anything_runs(tokenizer, tmp_pa
 
 def test_cli_max_shard_size(tokenizer, tmp_path) -> None:
     lm = build_tiny("llama", tokenizer, seed=6)
-    lm.model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
-    ok = CliRunner().invoke(cli, ["export", str(tmp_path / "model"), "--heads", "L0.H1", "--max-shard-size", "20KB",
-                                  "--out", str(tmp_path / "pruned")], catch_exceptions=False)
+    save_folder(lm.model, tokenizer, tmp_path / "model")
+    ok = invoke("export", str(tmp_path / "model"), "--heads", "L0.H1", "--max-shard-size", "20KB",
+                "--out", str(tmp_path / "pruned"))
     assert ok.exit_code == 0, ok.output
     assert (tmp_path / "pruned" / INDEX).is_file()
-    bad = CliRunner().invoke(cli, ["export", str(tmp_path / "model"), "--heads", "L0.H1", "--max-shard-size", "big",
-                                   "--out", str(tmp_path / "never")], catch_exceptions=False)
+    bad = invoke("export", str(tmp_path / "model"), "--heads", "L0.H1", "--max-shard-size", "big",
+                 "--out", str(tmp_path / "never"))
     assert bad.exit_code == 2 and "must be a size" in bad.output and not (tmp_path / "never").exists()

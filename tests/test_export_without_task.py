@@ -7,14 +7,13 @@ import json
 import pytest
 import torch
 import transformers
-from click.testing import CliRunner
 
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.errors import ExportSettingsError, HeadSpecError, VerificationError
 from headprune.exporter import RECORD_NAME, export
 from headprune.exporter.sample import SAMPLE_TEXTS
 from headprune.models import wrap_model
-from helpers import ALL_FAMILIES, build_tiny, tiny_config
+from helpers import ALL_FAMILIES, build_tiny, save_folder, tiny_config
 
 
 def _classifier(tokenizer):  # noqa: ANN001, ANN202
@@ -63,10 +62,9 @@ def test_mean_ablation_by_hand_needs_a_task(tokenizer, tmp_path) -> None:
 
 def test_cli_export_by_hand_without_a_task(tokenizer, tmp_path) -> None:
     lm = build_tiny("llama", tokenizer, seed=8)
-    lm.model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
-    result = CliRunner().invoke(cli, ["export", str(tmp_path / "model"), "--heads", "L1.H0", "--out",
-                                      str(tmp_path / "pruned")], catch_exceptions=False)
+    save_folder(lm.model, tokenizer, tmp_path / "model")
+    result = invoke("export", str(tmp_path / "model"), "--heads", "L1.H0", "--out",
+                    str(tmp_path / "pruned"))
     assert result.exit_code == 0, result.output
     assert f"on a built-in text sample ({len(SAMPLE_TEXTS)} texts); no task re-measured" in result.output
 

@@ -11,10 +11,9 @@ import json
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
-from helpers import build_tiny, choice_task, generate_task, text_task
+from helpers import build_tiny, choice_task, generate_task, save_folder, text_task
 
-from headprune.cli.main import cli
+from helpers.cli import invoke
 from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record, runtimes, verify_record
 from headprune.exporter.pipeline import GGUF_TOLERANCE
 from headprune.surgery.slicing import densify
@@ -248,19 +247,14 @@ def test_without_llama_cpp_the_record_says_it_was_not_run(models, tmp_path, monk
     assert "Not run in llama.cpp" in (tmp_path / "g" / "README.md").read_text()
 
 
-def _cli_export(*args: str):  # noqa: ANN202
-    return CliRunner().invoke(cli, ["export", *args], catch_exceptions=False)
-
-
 @pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "bert", "gemma2"])
 def test_families_without_gguf_are_refused_with_exit_2(family, tokenizer, tmp_path) -> None:
     lm = build_tiny(family, tokenizer)
-    lm.model.save_pretrained(tmp_path / "m")
-    tokenizer.save_pretrained(tmp_path / "m")
+    save_folder(lm.model, tokenizer, tmp_path / "m")
     task = tmp_path / "t.jsonl"
     task.write_text(json.dumps({"prompt": "the film is", "choices": [" a", " b"], "answer": 0}) + "\n")
-    result = _cli_export(str(tmp_path / "m"), "--heads", "L0.H1", "--format", "gguf", "--verify-task", str(task),
-                         "--out", str(tmp_path / "o"))
+    result = invoke("export", str(tmp_path / "m"), "--heads", "L0.H1", "--format", "gguf", "--verify-task", str(task),
+                    "--out", str(tmp_path / "o"))
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "safetensors, onnx" in lines[0] and "Traceback" not in result.output
@@ -269,17 +263,16 @@ def test_families_without_gguf_are_refused_with_exit_2(family, tokenizer, tmp_pa
 
 def test_cli_gguf_export(models, tokenizer, tmp_path) -> None:
     lm = models["llama"]
-    lm.model.save_pretrained(tmp_path / "m")
-    tokenizer.save_pretrained(tmp_path / "m")
+    save_folder(lm.model, tokenizer, tmp_path / "m")
     task = tmp_path / "t.jsonl"
     task.write_text("".join(json.dumps({"prompt": p, "target": "19"}) + "\n" for p in ("12 + 7 =", "the film is")))
-    result = _cli_export(str(tmp_path / "m"), "--heads", "L1.H0,L1.H1", "--format", "gguf", "--layout", "sliced",
-                         "--gguf-type", "q8_0", "--verify-task", str(task), "--out", str(tmp_path / "o"), "--json")
+    result = invoke("export", str(tmp_path / "m"), "--heads", "L1.H0,L1.H1", "--format", "gguf", "--layout", "sliced",
+                    "--gguf-type", "q8_0", "--verify-task", str(task), "--out", str(tmp_path / "o"), "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["format"] == "gguf" and out["gguf"]["gguf_type"] == "q8_0" and out["gguf"]["runtime"]["done"]
-    result = _cli_export(str(tmp_path / "m"), "--heads", "L1.H0", "--format", "gguf", "--verify-task", str(task),
-                         "--out", str(tmp_path / "o2"))
+    result = invoke("export", str(tmp_path / "m"), "--heads", "L1.H0", "--format", "gguf", "--verify-task", str(task),
+                    "--out", str(tmp_path / "o2"))
     assert result.exit_code == 0, result.output
     assert "llama.cpp (deci, float32)" in result.output and "model.gguf" in result.output
 
