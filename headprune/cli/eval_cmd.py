@@ -10,9 +10,7 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import (HEAD_LIST, ablation_option, allow_code_execution_option, batch_option,
-                                 device_map_option, device_option, dtype_option, json_option, max_memory_option,
-                                 model_argument, task_option, trust_remote_code_option)
+from headprune.cli.options import HEAD_LIST, ablation_option, batch_option, model_argument, run_options, task_option
 from headprune.heads import format_heads
 
 
@@ -25,13 +23,7 @@ from headprune.heads import format_heads
 @batch_option
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write per-example results (id, correct, margin; text for generate tasks) as JSONL.")
-@device_option
-@device_map_option
-@max_memory_option
-@dtype_option
-@trust_remote_code_option
-@allow_code_execution_option
-@json_option
+@run_options
 def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int | str,
                  out: Path | None, device: str, device_map: str | None, max_memory: str | None, dtype: str,
                  trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:

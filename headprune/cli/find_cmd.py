@@ -9,9 +9,7 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import (ablation_option, allow_code_execution_option, batch_option, device_map_option,
-                                 device_option, dtype_option, json_option, max_memory_option, model_argument, slug,
-                                 task_option, trust_remote_code_option)
+from headprune.cli.options import ablation_option, batch_option, model_argument, run_options, slug, task_option
 
 
 def _refuse_code_tasks(*specs: str | None) -> None:
@@ -72,13 +70,7 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: runs/MODEL-TASK].")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out.")
-@device_option
-@device_map_option
-@max_memory_option
-@dtype_option
-@trust_remote_code_option
-@allow_code_execution_option
-@json_option
+@run_options
 @click.pass_context
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
                  heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,

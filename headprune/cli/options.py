@@ -85,3 +85,12 @@ device_map_option = click.option(
 max_memory_option = click.option(
     "--max-memory", default=None, metavar="DEVICE=SIZE,...",
     help="With --device-map: memory each device may hold, e.g. 0=20GiB,1=20GiB,cpu=64GiB.")
+
+
+def run_options(command):  # noqa: ANN001, ANN201
+    """The options of a command that runs a model on a task (find, eval): where it runs, in what precision,
+    what it may execute, and JSON output; in this order in ``--help``."""
+    for option in reversed((device_option, device_map_option, max_memory_option, dtype_option,
+                            trust_remote_code_option, allow_code_execution_option, json_option)):
+        command = option(command)
+    return command
