@@ -127,6 +127,14 @@ def from_hub(repo_id: str, *, trust_remote_code: bool = False) -> Path:
     Raises:
         ModelNotFoundError: not cached, and offline, unreachable, not a model repository, or no loadable weights.
     """
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:  # before any cache or network access: a malformed name is the user's, not the Hub's, problem
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        raise ModelNotFoundError(f"{repo_id}: not a local folder or file, and not a Hub repository id (NAME or "
+                                 "OWNER/NAME of letters, digits, '-', '_' and '.', at most 96 characters)") from None
     folder = _cached(repo_id)
     if folder is not None:
         return folder

@@ -102,3 +102,11 @@ def test_offline_and_not_cached_says_so(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelNotFoundError, match="HF_HUB_OFFLINE"):
         load_model("alice/nowhere", device="cpu")
+
+
+@pytest.mark.parametrize("name", ["0/:", "alice/-x", "a/b/c", "x" * 97])
+def test_a_malformed_hub_id_is_one_clear_error_before_any_request(hub, name) -> None:
+    from headprune.model_download import from_hub
+
+    with pytest.raises(ModelNotFoundError, match="not a Hub repository id"):
+        from_hub(name)
