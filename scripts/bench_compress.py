@@ -3,7 +3,7 @@
 Runs find's baseline and screen once (journalled in ``--out``), then each search rule over the same queue at
 each ``--max-drop``, all through the same journal: a set two rules share is evaluated once, so comparing rules
 costs little more than the most expensive one. ``v1`` is the galloping greedy as it was before the search
-knew when to stop (no cost cap; kept here as the reference); ``greedy`` and ``beam`` are
+knew when to stop (``grow`` with no cost cap, the reference); ``greedy`` and ``beam`` are
 ``headprune.search.compress``'s.
 
     python scripts/bench_compress.py smollm2-135m --task sentiment --discovery 150 --heldout 50 \
@@ -21,58 +21,18 @@ and patience exits 1.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import time
 from pathlib import Path
 
-from headprune.heads import Head, HeadGrid
-from headprune.search.compress import (Evaluate, GrowResult, Unit, _feasible_prefix, beam,
-                                       grow, head_queue, units_of, within_budget)
+from headprune.heads import Head
+from headprune.search.compress import Unit, beam, grow, head_queue, units_of, within_budget
 from headprune.search.conditions import Conditions
-from headprune.search.result import CurvePoint
 from headprune.search.settings import settings_for
 from headprune.search.split import load_inputs
 from headprune.search.stages import Stages
-
-
-def grow_v1(units: list[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop: float, patience: int) -> GrowResult:
-    """The galloping greedy before it knew when to stop: every round evaluates step/2, step and 2*step (so
-    {1, 2} at step 1, even right after a rejection), and only ``patience`` rejections in a row end it."""
-    chosen: list[Unit] = []
-    queue = list(units)
-    curve: list[CurvePoint] = []
-    rejected: list[Unit] = []
-    evaluated: dict = {}
-    left = {layer: grid.num_heads for layer in range(grid.num_layers)}
-    step, streak = 1, 0
-    while streak < patience:
-        prefix = _feasible_prefix(queue, left, 2 * step)
-        if not prefix:
-            break
-        sizes = sorted({m for m in (max(1, step // 2), step, 2 * step) if m <= len(prefix)} | {len(prefix)})
-        base = tuple(h for unit in chosen for h in unit)
-        sets = [tuple(sorted(base + tuple(h for unit in prefix[:m] for h in unit))) for m in sizes]
-        results = evaluate(sets, "compress")
-        evaluated.update(results)
-        fits = [m for m, heads in zip(sizes, sets) if within_budget(results[heads], max_drop)]
-        best = max(fits, default=0)
-        for m, heads in zip(sizes, sets):
-            curve.append(CurvePoint(len(heads), results[heads].accuracy_after, m in fits, m == best))
-        if best:
-            for unit in prefix[:best]:
-                chosen.append(unit)
-                queue.remove(unit)
-                left[unit[0].layer] -= len(unit)
-            step, streak = best, 0
-        elif step > 1:
-            step = max(1, step // 4)
-        else:
-            unit = prefix[0]
-            queue.remove(unit)
-            rejected.append(unit)
-            streak += 1
-    return GrowResult(chosen, curve, rejected, evaluated, stopped="patience" if streak >= patience else "queue")
 
 
 def _run_rule(rule, name: str, units: list[Unit], stages: Stages, max_drop: float,  # noqa: ANN001
@@ -159,7 +119,7 @@ def main() -> int:
     stages.baseline()
     screened, prescreen = stages.screen()
     units = units_of(head_queue(screened, prescreen, lm.grid, stages.rank), lm.grid, "heads")
-    rules = {"v1": grow_v1, "greedy": grow,
+    rules = {"v1": functools.partial(grow, sets_per_unit=None), "greedy": grow,
              "beam": lambda u, g, e, **kw: beam(u, g, e, stages.intact(), width=4, **kw)}
     print(f"{lm.name} on {inputs.task.name}: discovery {len(inputs.split.discovery)}, queue {len(units)} heads")
     print("| max_drop | patience | rule | distinct sets | rounds | heads removed | rejected | sets per head | "

@@ -96,7 +96,7 @@ def within_budget(paired: Paired, max_drop: float) -> bool:
 
 
 def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop: float,
-         patience: int) -> GrowResult:
+         patience: int, sets_per_unit: int | None = SETS_PER_UNIT) -> GrowResult:
     """The galloping greedy search with backtracking described in the module docstring.
 
     Args:
@@ -106,6 +106,8 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop:
         max_drop: accuracy points discovery may lose.
         patience: consecutive single-unit rejections that end the search (and, with the units taken, the
             cost cap).
+        sets_per_unit: the cost cap's distinct sets per (patience + units taken); ``None``: no cap (the rule
+            before the cap, which ``scripts/bench_compress.py`` compares against).
     """
     chosen: list[Unit] = []
     queue = list(units)
@@ -115,7 +117,8 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, max_drop:
     left = {layer: grid.num_heads for layer in range(grid.num_layers)}  # heads each layer still has
     step, streak, rounds, stopped = 1, 0, 0, "queue"
     while True:
-        if streak >= patience or len(evaluated) >= SETS_PER_UNIT * (patience + len(chosen)):
+        capped = sets_per_unit is not None and len(evaluated) >= sets_per_unit * (patience + len(chosen))
+        if streak >= patience or capped:
             stopped = "patience" if streak >= patience else "cost"
             break
         prefix = _feasible_prefix(queue, left, 2 * step)
