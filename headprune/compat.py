@@ -2,6 +2,8 @@
 
 - transformers 5.24 renamed a model's key/value cache from ``past_key_values`` to ``cache``, both as the forward
   pass's keyword and as its output's field; earlier 5.x releases (the floor, 5.17, among them) know only the old name.
+- A key/value cache is a list of per-layer caches (``DynamicCache.layers``, a ``DynamicLayer`` each for full
+  attention) on every supported release.
 - A per-row ``logits_to_keep`` (``(batch, positions)``) is sliced per row only by releases that have
   ``slice_logits_to_keep``; earlier ones index every row with it.
 """
@@ -53,3 +55,21 @@ def logits_at(positions: Any) -> tuple[Any, Callable[[Any], Any]]:
     union = torch.unique(positions, sorted=True)
     index = torch.searchsorted(union, positions)
     return union, lambda logits: torch.take_along_dim(logits, index[..., None].to(logits.device), dim=1)
+
+
+def full_layers_of(cache: Any, length: int) -> bool:
+    """Whether ``cache`` is a ``DynamicCache`` of plain full-attention layers that each hold ``length`` positions
+    (what :func:`with_layers_below` can copy from: no sliding window dropped positions, no layer kind of its own)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    return type(cache) is DynamicCache and all(
+        type(layer) is DynamicLayer and layer.is_initialized and layer.keys.shape[-2] == length
+        for layer in cache.layers)
+
+
+def with_layers_below(cache: Any, source: Any, start: int) -> Any:
+    """``cache`` (its layers below ``start`` never filled: a pass that began at layer ``start``) with those layers'
+    keys and values taken from ``source`` (see :func:`full_layers_of`); ``source`` is not changed."""
+    for index, layer in enumerate(source.layers[:start]):
+        cache.update(layer.keys, layer.values, index)
+    return cache

@@ -64,8 +64,12 @@ class LayerInputCache:
         return not self._store
 
     def complete(self, batch_count: int) -> bool:
-        """Whether every batch's inputs have been captured."""
-        return len(self._store) == batch_count and all(len(s) == len(self.checkpoints) for s in self._store.values())
+        """Whether every batch's inputs (batches ``0 .. batch_count - 1``) have been captured."""
+        return all(self.holds(number) for number in range(batch_count))
+
+    def holds(self, batch_index: int) -> bool:
+        """Whether the inputs of every checkpoint are captured for ``batch_index``."""
+        return len(self._store.get(batch_index, ())) == len(self.checkpoints)
 
     def start_for(self, lowest_layer: int) -> int:
         """The checkpoint to start from for an ablation whose lowest layer is ``lowest_layer`` (0: none)."""

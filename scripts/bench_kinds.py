@@ -17,9 +17,11 @@ generated text for ``generate``; whether the answer is right otherwise): any dif
 ties (``headprune.evaluation.contract``: a decision gap within the precision's tolerance) exits 1.
 
 The FLOP limit of a condition is the floating-point work of a plain pass over the real (unpadded) tokens the
-naive loop runs, ``2 x (parameters - embedding) x tokens + 2 x vocabulary x hidden x logit rows`` (prompt and
-generated tokens for ``generate``; the prompts for ``choice``; the texts for ``classify``), divided by the
-measured float32 matmul rate of this machine (1024 x 1024, the threads torch uses).
+naive loop runs, ``2 x (parameters - embedding) x tokens + 4 x heads x head size x layers x attention pairs +
+2 x vocabulary x hidden x logit rows`` (prompt and generated tokens for ``generate``; the prompts for ``choice``;
+the texts for ``classify``; an attention pair is a query and a key it attends to: ``n (n + 1) / 2`` in a causal
+sequence of ``n`` tokens, ``n^2`` in an encoder's), divided by the measured float32 matmul rate of this machine
+(1024 x 1024, the threads torch uses).
 
     python scripts/bench_kinds.py [--kinds generate,choice,classify] [--n 150] [--heads 4]
 """
@@ -64,19 +66,33 @@ def matmul_gflops() -> float:
     return 2 * 1024**3 * 10 / best / 1e9
 
 
-def work_gflop(lm: LoadedModel, tokens: int, logit_rows: int) -> float:
-    """Floating-point work (GFLOP) of a plain pass over ``tokens`` real tokens with ``logit_rows`` vocab rows."""
+def work_gflop(lm: LoadedModel, tokens: int, pairs: int, logit_rows: int) -> float:
+    """Floating-point work (GFLOP) of a plain pass over ``tokens`` real tokens whose queries attend to ``pairs``
+    keys in all (per layer), with ``logit_rows`` vocabulary rows."""
     model = lm.model
     params = sum(p.numel() for p in model.parameters())
     embedding = model.get_input_embeddings().weight
     vocab, hidden = embedding.shape
-    return (2 * (params - embedding.numel()) * tokens + 2 * vocab * hidden * logit_rows) / 1e9
+    return (2 * (params - embedding.numel()) * tokens + attention_flop(lm) * pairs
+            + 2 * vocab * hidden * logit_rows) / 1e9
+
+
+def attention_flop(lm: LoadedModel) -> int:
+    """Per attention pair (a query and a key), in all layers: the query-key product and the value sum, per head."""
+    grid = lm.grid
+    return 4 * grid.num_heads * grid.head_dim * grid.num_layers
+
+
+def causal_pairs(length: int, after: int = 0) -> int:
+    """Attention pairs of ``length`` causal tokens that follow ``after`` cached ones."""
+    return length * after + length * (length + 1) // 2
 
 
 def own_work(evaluator: Evaluator, heads: tuple[Head, ...]) -> tuple[float, float]:
     """The work headprune's teacher-forced pass itself does for ``heads`` (GFLOP) and the padded share of its
-    token rows: each item's tokens after the shared prefix (the prefix once), through the layers from the lowest
-    ablated one up when the layer cache replays the ones below, plus the vocabulary rows it reads."""
+    token rows: each item's tokens after the shared prefix (the prefix once) and their attention pairs, through the
+    layers from the lowest ablated one up when the layer cache replays the ones below, plus the vocabulary rows it
+    reads."""
     lm, items = evaluator.lm, evaluator._items  # noqa: SLF001 - a benchmark reads what the evaluator runs
     prefix, layers = len(evaluator.prefix), lm.grid.num_layers
     above = layers - min(h.layer for h in heads) if heads and evaluator.layers.complete else layers
@@ -85,8 +101,12 @@ def own_work(evaluator: Evaluator, heads: tuple[Head, ...]) -> tuple[float, floa
     per_token = 2 * (sum(p.numel() for p in lm.model.parameters()) - embedding.numel()) * above / layers
     real = prefix + sum(len(item.tokens) - prefix for item in items)
     padded = prefix + sum(rows * width for rows, width in evaluator._batch_widths())  # noqa: SLF001
+    causal = not lm.is_encoder
+    pairs = (causal_pairs(prefix) + sum(causal_pairs(len(item.tokens) - prefix, prefix) for item in items) if causal
+             else sum(len(item.tokens) ** 2 for item in items))
     rows = sum(item.read for item in items)
-    return (per_token * real + 2 * vocab * hidden * rows) / 1e9, 1 - real / max(padded, real)
+    work = per_token * real + attention_flop(lm) * pairs * above / layers + 2 * vocab * hidden * rows
+    return work / 1e9, 1 - real / max(padded, real)
 
 
 def pad_id(lm: LoadedModel) -> int:
@@ -113,23 +133,23 @@ class NaiveGenerate:
         self.prompts = [tok(e.prompt)["input_ids"] for e in task.examples]
         newline = [i for i in range(len(tok)) if "\n" in tok.decode([i])]
         self.stops = sorted(set(newline) | ({tok.eos_token_id} if tok.eos_token_id is not None else set()))
-        self.tokens = self.logit_rows = 0  # the real work of the last run
+        self.tokens = self.pairs = self.logit_rows = 0  # the real work of the last run
 
     def __call__(self, heads: tuple[Head, ...]) -> list[str]:
         tok, texts = self.lm.tokenizer, []
-        self.tokens = self.logit_rows = 0
+        self.tokens = self.pairs = self.logit_rows = 0
         with torch.inference_mode(), ablated(self.lm, heads):
             for start in range(0, len(self.prompts), BATCH):
                 ids, mask = left_padded(self.prompts[start: start + BATCH], pad_id(self.lm))
                 out = self.lm.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
                                              max_new_tokens=self.task.max_new_tokens, eos_token_id=self.stops,
                                              pad_token_id=pad_id(self.lm))
-                for row in out[:, ids.shape[1]:].tolist():
+                for prompt, row in zip(mask.sum(-1).tolist(), out[:, ids.shape[1]:].tolist()):
                     written = next((k + 1 for k, t in enumerate(row) if t in self.stops), len(row))
                     texts.append(tok.decode(row[:written], skip_special_tokens=True).split("\n")[0])
                     self.logit_rows += written
-                    self.tokens += written
-                self.tokens += int(mask.sum())
+                    self.tokens += prompt + written
+                    self.pairs += causal_pairs(prompt + written)
         return texts
 
 
@@ -147,6 +167,7 @@ class NaiveChoice:
                 raise SystemExit("the naive choice loop reads first tokens: every choice must be one token")
             self.firsts.append([t[0] for t in tails])
         self.tokens, self.logit_rows = sum(len(p) for p in self.prompts), len(self.prompts)
+        self.pairs = sum(causal_pairs(len(p)) for p in self.prompts)
 
     def __call__(self, heads: tuple[Head, ...]) -> list[bool]:
         right = []
@@ -168,8 +189,8 @@ class NaiveClassify:
     def __init__(self, lm: LoadedModel, task: Task) -> None:
         self.lm, self.task = lm, task
         self.texts = [e.text for e in task.examples]
-        self.tokens = sum(len(lm.tokenizer(t)["input_ids"]) for t in self.texts)
-        self.logit_rows = 0
+        lengths = [len(lm.tokenizer(t)["input_ids"]) for t in self.texts]
+        self.tokens, self.pairs, self.logit_rows = sum(lengths), sum(n * n for n in lengths), 0
 
     def __call__(self, heads: tuple[Head, ...]) -> list[bool]:
         right = []
@@ -221,7 +242,7 @@ def bench(kind: str, lm: LoadedModel, task: Task, naive: Callable, heads: list[t
         seconds["headprune"].append(time.perf_counter() - start)
         b, t = differing(kind, result, answers, dtype_name(lm.dtype))
         bad, ties = bad + b, ties + t
-    limit = work_gflop(lm, naive.tokens, naive.logit_rows) / rate
+    limit = work_gflop(lm, naive.tokens, naive.pairs, naive.logit_rows) / rate
     ablated_naive, ablated_ours = np.mean(seconds["naive"][1:]), np.mean(seconds["headprune"][1:])
     if kind != "generate":  # a generate condition also decodes; its own work is not only the forced pass
         works = [own_work(evaluator, condition) for condition in heads]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 import torch
 
 from helpers.cli import invoke
 from headprune.errors import TaskError
 from headprune.evaluation import Evaluator
-from headprune.evaluation.batching import BatchPlan, plan_batches
+from headprune.evaluation.batching import BATCH_COST_TOKENS, BatchPlan, plan_batches
 from headprune.heads import parse_heads
 from helpers import assert_same_results, build_tiny, prefixed, random_choice_task
 
@@ -24,7 +25,47 @@ def test_batches_keep_the_token_budget_and_every_sequence_once() -> None:
         assert len(batch) <= 4
         assert len(batch) == 1 or len(batch) * max(lengths[i] for i in batch) <= 40
     assert batches[0] == [6]  # longest first, alone: over the budget by itself
-    assert BatchPlan(3).batches(lengths) == [[6, 1, 4], [7, 8, 9], [2, 3, 0], [5]]
+    # Four batches, the 20 not padded to the 90: 180 + 40 + 36 + 21 padded tokens (fixed batches of 3, also four:
+    # 270 + 36 + 21 + 1).
+    assert BatchPlan(3).batches(lengths) == [[6, 1], [4, 7], [8, 9, 2], [3, 0, 5]]
+
+
+def _cost(batches: list[list[int]], lengths: list[int]) -> int:
+    return sum(len(b) * max(lengths[i] for i in b) + BATCH_COST_TOKENS for b in batches)
+
+
+def _cheapest(widths: list[int], sequences: int, tokens: int | None) -> int:
+    """The least cost over every split of ``widths`` (sorted longest first) into runs, by brute force."""
+    if not widths:
+        return 0
+    options = []
+    for rows in range(1, min(sequences, len(widths)) + 1):
+        if rows == 1 or tokens is None or rows * widths[0] <= tokens:
+            options.append(rows * widths[0] + BATCH_COST_TOKENS + _cheapest(widths[rows:], sequences, tokens))
+    return min(options)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_batches_are_the_cheapest_split_of_the_sorted_lengths(seed: int) -> None:
+    """Padded tokens plus a fixed cost per batch: as low as any split of the sorted lengths into runs can be,
+    which cuts the padding of sorted fixed-size batches on lengths that spread (a real task's: 9% -> 4%)."""
+    rng = np.random.default_rng(seed)
+    lengths = [int(x) for x in rng.integers(1, 120, size=int(rng.integers(1, 13)))]
+    sequences, tokens = int(rng.integers(1, 6)), (None if seed % 2 else int(rng.integers(60, 400)))
+    plan = BatchPlan(sequences, tokens)
+    batches = plan.batches(lengths)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    assert [i for b in batches for i in b] == order  # runs of the sorted order, longest first
+    assert all(len(b) <= sequences for b in batches)
+    assert _cost(batches, lengths) == _cheapest([lengths[i] for i in order], sequences, tokens)
+    greedy = [order[i:i + sequences] for i in range(0, len(order), sequences)]
+    if tokens is None:
+        assert _cost(batches, lengths) <= _cost(greedy, lengths)
+
+
+def test_equal_lengths_fill_whole_batches() -> None:
+    assert [len(b) for b in BatchPlan(16).batches([30] * 40)] == [16, 16, 8]
 
 
 def test_auto_on_a_cpu_and_bad_sizes(tokenizer) -> None:  # noqa: ANN001

@@ -16,6 +16,10 @@ from helpers import build_tiny, random_choice_task
 def prefixed_choice_task():  # noqa: ANN201
     return prefixed(choice_task())
 
+
+def prefixed_generate_task():  # noqa: ANN201
+    return prefixed(generate_task())  # decoding reads every layer of the shared prefix's keys and values
+
 HEAD_SETS = ["L1.H0", "L1.H3", "L0.H2,L1.H1", "L0.H1"]
 
 
@@ -25,7 +29,7 @@ def _deep(family: str, tokenizer):  # noqa: ANN001, ANN202
 
 
 CASES = [(family, make_task) for family in ["llama", "gemma2", "gpt2", "gpt_neox", "bert"]
-         for make_task in [choice_task, generate_task, text_task, prefixed_choice_task]
+         for make_task in [choice_task, generate_task, text_task, prefixed_choice_task, prefixed_generate_task]
          if family != "bert" or make_task is choice_task]
 
 
@@ -46,10 +50,36 @@ def test_cached_layers_give_identical_results(family, make_task, tokenizer) -> N
             a = plain.run(heads, mode=mode, means=means)
             b = cached.run(heads, mode=mode, means=means)
             assert [r.correct for r in a.results] == [r.correct for r in b.results]
+            assert a.texts == b.texts
             np.testing.assert_allclose(a.margins, b.margins, rtol=0, atol=1e-5)
     # The model is left intact: no pass-through layers or hooks remain.
     again = cached.run()
     np.testing.assert_allclose(again.margins, plain.run().margins, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox"])
+def test_the_shared_prefix_is_replayed_from_the_checkpoint(family, tokenizer) -> None:
+    """An ablated run computes the shared prefix from the checkpoint layer on, like its batches: the layers below
+    it see no prompt token (their keys and values are the intact run's; the output head's flush passes one token)."""
+    lm = _deep(family, tokenizer)
+    cached = Evaluator(lm, prefixed_choice_task(), batch_size=5, reuse_layers=True)
+    assert cached.prefix
+    cached.run()
+    tokens = []
+    handle = lm.adapter.layers(lm.model)[0].register_forward_pre_hook(
+        lambda module, args, kwargs: tokens.append(_hidden(args, kwargs).shape[1]), with_kwargs=True)
+    try:
+        cached.run(parse_heads("L2.H1"))
+        assert set(tokens) == {1}
+        tokens.clear()
+        cached.run(parse_heads("L0.H1"))
+        assert len(cached.prefix) in tokens and len([t for t in tokens if t > 1]) == 1 + len(cached._batches)
+    finally:
+        handle.remove()
+
+
+def _hidden(args: tuple, kwargs: dict):  # noqa: ANN202
+    return args[0] if args else kwargs["hidden_states"]
 
 
 def test_budget_spaces_checkpoints(tokenizer) -> None:
@@ -84,7 +114,7 @@ def test_a_replay_that_starts_above_the_ablated_layer_is_an_internal_error(token
     evaluator = _cached_evaluator(lm)
     sound = evaluator.run([Head(1, 1)])  # replays from layer 1: fine
     monkeypatch.setattr(LayerInputCache, "start_for", lambda self, lowest: 2)  # an off-by-one bug
-    with pytest.raises(InternalCheckError, match=r"ablation hook of layer 1 \(L1.H1\) ran 0 times in \d+ forward"):
+    with pytest.raises(InternalCheckError, match=r"ablation hook of layer 1 \(L1.H1\) ran \d+ times in \d+ forward"):
         evaluator.run([Head(1, 1)])
     monkeypatch.undo()
     assert evaluator.run([Head(1, 1)]) == sound

@@ -26,6 +26,7 @@ from headprune.errors import TaskError
 from headprune.evaluation.batching import plan_batches
 from headprune.evaluation.generation import Generation
 from headprune.evaluation.layer_reuse import LayerReuse
+from headprune.evaluation.output_head import OutputHead, Waiting
 from headprune.evaluation.prefix import SharedPrefix
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.heads import Head
@@ -39,6 +40,10 @@ log = logging.getLogger("headprune")
 DEFAULT_BATCH_SIZE: int | str = "auto"
 
 Batch = tuple[torch.Tensor, torch.Tensor, dict]  # (input_ids, attention_mask, extra forward keywords)
+
+
+def _same(logits: torch.Tensor) -> torch.Tensor:
+    return logits
 
 
 class Evaluator:
@@ -78,6 +83,7 @@ class Evaluator:
         self.layers.reset(self._batch_widths())
         self.generation = (Generation(lm, self.scorer, self._items, self._pad_id, self.prefix)
                            if self.scorer.generates else None)
+        self.output_head = OutputHead(lm.model, self._pad_id, lm.device) if self.scorer.readout == "logprobs" else None
 
     def _batch_widths(self) -> list[tuple[int, int]]:
         """Per batch, its rows and the padded tokens per row that a forward pass computes (after the prefix)."""
@@ -143,7 +149,7 @@ class Evaluator:
         """Per row of ``batch``, the scorer's readout (see ``headprune.scoring.base``)."""
         readout = self.scorer.readout
         if readout == "logprobs":
-            return self._logprobs(batch, prefix_cache, consume=consume)
+            return self._logprobs(batch, prefix_cache, consume=consume).result()
         ids, mask, extra = self._tensors(batch)
         if readout == "pooled":
             out = self.lm.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, **extra)
@@ -153,16 +159,23 @@ class Evaluator:
             return list(((hidden * weights).sum(1) / weights.sum(1).clamp(min=1)).float())  # mean over real tokens
         return list(self.lm.model(input_ids=ids, attention_mask=mask, **extra).logits.float())  # (B, C): its own head
 
-    def _logprobs(self, batch: list[int], prefix_cache: object | None, *, consume: bool) -> list[torch.Tensor]:
-        """Per row, float32 log-probs ``(read_i, V)`` at the row's last ``read_i`` positions.
+    def _logprobs(self, batch: list[int], prefix_cache: object | None, *, consume: bool, defer: bool = False
+                  ) -> Waiting:
+        """Per row, float32 log-probs ``(read_i, V)`` at the row's last ``read_i`` positions: ready at once, or
+        when ``defer``, after the output head's next flush (``evaluation.output_head``).
 
         ``prefix_cache`` is copied before use, unless ``consume`` says it was made for this batch alone.
         """
         items = [self._items[i] for i in batch]
         keep = max(item.read for item in items)
+
+        def finish(logits: torch.Tensor) -> list[torch.Tensor]:
+            logprobs = F.log_softmax(pick(logits).float(), dim=-1)  # (B, keep, V), float32 whatever the dtype
+            return [logprobs[row, keep - item.read:] for row, item in enumerate(items)]
+
         if prefix_cache is None:
             ids, mask, extra = self._tensors(batch)
-            logits = self.lm.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, **extra).logits
+            call, pick = dict(input_ids=ids, attention_mask=mask, logits_to_keep=keep, **extra), _same
         else:
             # The shared prefix's keys/values are reused; each row's own tokens follow it, padded on the right.
             device = self.lm.device
@@ -171,11 +184,11 @@ class Evaluator:
             keep_at = (last - keep + torch.arange(keep)).clamp(min=0)  # (B, keep): each row's final positions
             cache = self.prefix.rows(prefix_cache, len(items), consume=consume)
             keep_arg, pick = logits_at(keep_at.to(device))
-            logits = pick(self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                        position_ids=positions.to(device), **passing_cache(cache), use_cache=True,
-                                        logits_to_keep=keep_arg).logits)
-        logprobs = F.log_softmax(logits.float(), dim=-1)  # (B, keep, V), float32 whatever the model's dtype
-        return [logprobs[row, keep - item.read:] for row, item in enumerate(items)]
+            call = dict(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
+                        **passing_cache(cache), use_cache=True, logits_to_keep=keep_arg)
+        if defer and self.output_head is not None:
+            return self.output_head.run(call, finish)
+        return Waiting.ready(finish(self.lm.model(**call).logits))
 
     # ---------------------------------------------------------------- running
 
@@ -224,15 +237,26 @@ class Evaluator:
              label: str) -> EvalResult:
         values: list[torch.Tensor | None] = [None] * len(self._items)
         bar = tqdm(total=len(self.task), desc=label, unit="ex", disable=not progress, file=sys.stderr, leave=False)
-        with ablated(self.lm, heads, mode=mode, means=means):
-            prefix_cache = self._prefix_cache()  # the shared prompt prefix, once per condition
-            for number, batch in enumerate(self._batches):
-                with self.layers.context(number, heads):
-                    outs = self._forward(batch, prefix_cache)
-                for i, out in zip(batch, outs):
+        waiting: list[tuple[list[int], Waiting]] = []
+
+        def take_waiting() -> None:  # the batches whose output head has been applied
+            for batch, outs in waiting:
+                for i, out in zip(batch, outs.result()):
                     values[i] = self.scorer.value(self._items[i], out)
                     if self.generation is not None:
                         self.generation.observe(i, out)  # what greedy writes while it follows the forced tokens
+            waiting.clear()
+
+        with ablated(self.lm, heads, mode=mode, means=means):
+            prefix_cache = self.layers.prefix_cache(self.prefix, heads)  # the shared prompt prefix, once per condition
+            for number, batch in enumerate(self._batches):
+                with self.layers.context(number, heads):
+                    waiting.append((batch, self._logprobs(batch, prefix_cache, consume=False, defer=True)
+                                    if self.output_head is not None else Waiting.ready(self._forward(batch, prefix_cache))))
+                if self.output_head is not None and (self.output_head.full or number == len(self._batches) - 1):
+                    self.output_head.flush()  # outside the layer cache's context: one token through every layer
+                if self.output_head is None or not self.output_head.waiting:
+                    take_waiting()
                 bar.update(len(self._first_items.intersection(batch)))
             generated = ({} if self.generation is None else
                          self.generation.finish(self._batches, prefix_cache, self.plan.sequences))

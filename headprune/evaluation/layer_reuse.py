@@ -3,6 +3,10 @@
 The first intact run captures the checkpoint layers' inputs batch by batch; once every batch is captured, an
 ablated run starts each batch at the checkpoint below its lowest ablated layer. Halving the batches after an
 out-of-memory error drops what was captured (it was per batch), so the next ablated run captures it again first.
+
+The shared prompt prefix (``evaluation.prefix``) is replayed the same way: the intact run keeps its keys and values
+and captures its layer inputs; an ablated run computes its keys and values from the checkpoint layer on and takes
+the layers below it from the intact run's (they are the same), where the cache allows (``compat.full_layers_of``).
 """
 
 from __future__ import annotations
@@ -10,9 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 
+from headprune.compat import full_layers_of, with_layers_below
+from headprune.evaluation.prefix import SharedPrefix
 from headprune.heads import Head
 from headprune.layer_cache import LayerInputCache
 from headprune.models import LoadedModel
+
+PREFIX = -1  # the layer cache's batch index for the shared prefix's pass
 
 
 class LayerReuse:
@@ -22,6 +30,7 @@ class LayerReuse:
         self.lm = lm
         self.enabled = enabled
         self.cache: LayerInputCache | None = None
+        self.intact_prefix: object | None = None  # the intact model's keys/values of the shared prefix
         self.batch_count = 0
         self.recapture = False  # set when halving the batches dropped a captured layer cache
 
@@ -32,6 +41,7 @@ class LayerReuse:
         self.batch_count = len(batch_widths)
         self.cache = (LayerInputCache.for_budget(self.lm, sum(rows * width for rows, width in batch_widths))
                       if self.enabled else None)
+        self.intact_prefix = None
 
     @property
     def active(self) -> bool:
@@ -53,3 +63,23 @@ class LayerReuse:
         if self.complete:
             return cache.replay(number, cache.start_for(min(h.layer for h in heads)))
         return nullcontext()
+
+    def prefix_cache(self, prefix: SharedPrefix, heads: tuple[Head, ...]) -> object | None:
+        """Keys and values of the shared prefix under the current ablation of ``heads`` (see the module docstring);
+        ``None`` without a prefix."""
+        if not prefix:
+            return None
+        model, device, cache = self.lm.model, self.lm.device, self.cache
+        if cache is None or not self.active:
+            return prefix.cache(model, device)
+        if not heads:
+            with cache.capture(PREFIX):
+                keys_values = prefix.cache(model, device)
+            self.intact_prefix = keys_values if full_layers_of(keys_values, len(prefix)) else None
+            return keys_values
+        start = cache.start_for(min(h.layer for h in heads))
+        if start == 0 or self.intact_prefix is None or not cache.holds(PREFIX):
+            return prefix.cache(model, device)
+        with cache.replay(PREFIX, start):
+            keys_values = prefix.cache(model, device)
+        return with_layers_below(keys_values, self.intact_prefix, start)
