@@ -57,19 +57,49 @@ def logits_at(positions: Any) -> tuple[Any, Callable[[Any], Any]]:
     return union, lambda logits: torch.take_along_dim(logits, index[..., None].to(logits.device), dim=1)
 
 
-def full_layers_of(cache: Any, length: int) -> bool:
-    """Whether ``cache`` is a ``DynamicCache`` of plain full-attention layers that each hold ``length`` positions
-    (what :func:`with_layers_below` can copy from: no sliding window dropped positions, no layer kind of its own)."""
+def full_length(cache: Any) -> int | None:
+    """The positions every layer of ``cache`` holds, when it is a ``DynamicCache`` of plain full-attention layers
+    that all hold as many (no sliding window dropped any, no layer kind of its own); else ``None``."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
-    return type(cache) is DynamicCache and all(
-        type(layer) is DynamicLayer and layer.is_initialized and layer.keys.shape[-2] == length
-        for layer in cache.layers)
+    if type(cache) is not DynamicCache or not cache.layers:
+        return None
+    lengths = {layer.keys.shape[-2] if type(layer) is DynamicLayer and layer.is_initialized else None
+               for layer in cache.layers}
+    return lengths.pop() if len(lengths) == 1 else None
 
 
 def with_layers_below(cache: Any, source: Any, start: int) -> Any:
     """``cache`` (its layers below ``start`` never filled: a pass that began at layer ``start``) with those layers'
-    keys and values taken from ``source`` (see :func:`full_layers_of`); ``source`` is not changed."""
-    for index, layer in enumerate(source.layers[:start]):
-        cache.update(layer.keys, layer.values, index)
+    keys and values taken from ``source`` (see :func:`full_length`); ``source`` is not changed."""
+    return appended_below(cache, [(layer.keys, layer.values) for layer in source.layers], start)
+
+
+def appended_below(cache: Any, keys_values: list[tuple[Any, Any]], start: int) -> Any:
+    """``cache`` with each layer below ``start`` given ``keys_values``' positions after its own (a layer not filled
+    yet starts with them); the tensors given are not changed."""
+    for index, (keys, values) in enumerate(keys_values[:start]):
+        cache.update(keys, values, index)
     return cache
+
+
+def positions_after(cache: Any, length: int) -> list[tuple[Any, Any]]:
+    """Per layer of ``cache`` (see :func:`full_length`), copies of its keys and values after the first
+    ``length`` positions."""
+    return [(layer.keys[..., length:, :].clone(), layer.values[..., length:, :].clone()) for layer in cache.layers]
+
+
+def stacked(caches: list[Any], length: int) -> Any:
+    """One cache whose rows are those of ``caches`` (each plain full layers, see :func:`full_length`), in order,
+    every layer right-padded with zeros to ``length`` positions (a mask must hide the padding)."""
+    import torch
+    from torch.nn.functional import pad
+    from transformers.cache_utils import DynamicCache
+
+    merged = DynamicCache()
+    for index in range(len(caches[0].layers)):
+        layers = [cache.layers[index] for cache in caches]
+        keys = torch.cat([pad(layer.keys, (0, 0, 0, length - layer.keys.shape[-2])) for layer in layers])
+        values = torch.cat([pad(layer.values, (0, 0, 0, length - layer.values.shape[-2])) for layer in layers])
+        merged.update(keys, values, index)
+    return merged

@@ -12,7 +12,7 @@ import torch
 from helpers.cli import invoke
 from headprune.errors import TaskError
 from headprune.evaluation import Evaluator
-from headprune.evaluation.batching import BATCH_COST_TOKENS, BatchPlan, plan_batches
+from headprune.evaluation.batching import BATCH_COST_TOKENS, CPU_SEQUENCES, CPU_TOKENS, BatchPlan, plan_batches
 from headprune.heads import parse_heads
 from helpers import assert_same_results, build_tiny, prefixed, random_choice_task
 
@@ -70,7 +70,7 @@ def test_equal_lengths_fill_whole_batches() -> None:
 
 def test_auto_on_a_cpu_and_bad_sizes(tokenizer) -> None:  # noqa: ANN001
     lm = build_tiny("llama", tokenizer)
-    assert plan_batches(lm, "auto") == BatchPlan(16)
+    assert plan_batches(lm, "auto") == BatchPlan(CPU_SEQUENCES, CPU_TOKENS) == BatchPlan(64, 4096)
     assert plan_batches(lm, 5) == BatchPlan(5)
     for bad in (0, -1, "many", True):
         with pytest.raises(TaskError, match="batch size"):

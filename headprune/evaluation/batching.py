@@ -3,8 +3,9 @@ out-of-memory error.
 
 ``auto`` on a GPU sizes batches from the memory free on it: a token budget (padded tokens per batch) from an
 estimate of one layer's activations per token, so long examples get smaller batches, and at most
-:data:`MAX_AUTO_SEQUENCES` sequences. On a CPU (where larger batches buy little) ``auto`` is
-:data:`CPU_SEQUENCES` sequences. Whatever the plan, an out-of-memory error halves it and the condition is
+:data:`MAX_AUTO_SEQUENCES` sequences. On a CPU ``auto`` is at most :data:`CPU_SEQUENCES` sequences and
+:data:`CPU_TOKENS` padded tokens: past a few hundred token rows a matrix product gains little from more, but a
+greedy decoding step (one token per row, every weight read) gains from every row it adds. Whatever the plan, an out-of-memory error halves it and the condition is
 run again (:meth:`BatchPlan.halved`).
 
 Within those limits, the sequences (sorted longest first) are cut into batches where another batch costs less
@@ -23,7 +24,8 @@ import torch
 from headprune.errors import TaskError
 from headprune.models import LoadedModel
 
-CPU_SEQUENCES = 16
+CPU_SEQUENCES = 64
+CPU_TOKENS = 4096
 MAX_AUTO_SEQUENCES = 256
 FREE_MEMORY_SHARE = 0.5  # of what the GPU has free after loading; the rest is the layer cache's and slack
 # A batch's fixed cost in padded tokens of work. Measured on SmolLM2-135M on 2 CPU threads: one more batch costs
@@ -95,7 +97,7 @@ def plan_batches(lm: LoadedModel, batch_size: int | str) -> BatchPlan:
         return BatchPlan(sequences)
     device = lm.device
     if device.type != "cuda":
-        return BatchPlan(CPU_SEQUENCES)
+        return BatchPlan(CPU_SEQUENCES, CPU_TOKENS)
     free, _ = torch.cuda.mem_get_info(device)
     return BatchPlan(MAX_AUTO_SEQUENCES, max(1, int(FREE_MEMORY_SHARE * free / bytes_per_token(lm))))
 
@@ -116,5 +118,5 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError)
 
 
-__all__ = ["BATCH_COST_TOKENS", "BatchPlan", "CPU_SEQUENCES", "MAX_AUTO_SEQUENCES", "bytes_per_token", "is_out_of_memory",
+__all__ = ["BATCH_COST_TOKENS", "BatchPlan", "CPU_SEQUENCES", "CPU_TOKENS", "MAX_AUTO_SEQUENCES", "bytes_per_token", "is_out_of_memory",
            "plan_batches"]

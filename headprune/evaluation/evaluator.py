@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from headprune.ablation import AblationMode, ablated, collect_head_means
-from headprune.compat import logits_at, passing_cache
+from headprune.compat import cache_of, logits_at, passing_cache
 from headprune.errors import TaskError
 from headprune.evaluation.batching import plan_batches
 from headprune.evaluation.generation import Generation
@@ -188,7 +188,10 @@ class Evaluator:
                         **passing_cache(cache), use_cache=True, logits_to_keep=keep_arg)
         if defer and self.output_head is not None:
             return self.output_head.run(call, finish)
-        return Waiting.ready(finish(self.lm.model(**call).logits))
+        out = self.lm.model(**call)
+        waiting = Waiting.ready(finish(out.logits))
+        waiting.keys_values = cache_of(out) if prefix_cache is not None else None
+        return waiting
 
     # ---------------------------------------------------------------- running
 
@@ -249,14 +252,22 @@ class Evaluator:
 
         with ablated(self.lm, heads, mode=mode, means=means):
             prefix_cache = self.layers.prefix_cache(self.prefix, heads)  # the shared prompt prefix, once per condition
+            # A generating task decodes each batch on from its own teacher-forced keys and values: at once, so
+            # only one batch's are held (and its output head is not deferred).
+            settle = self.generation is not None and self.generation.shortcut and prefix_cache is not None
             for number, batch in enumerate(self._batches):
                 with self.layers.context(number, heads):
-                    waiting.append((batch, self._logprobs(batch, prefix_cache, consume=False, defer=True)
-                                    if self.output_head is not None else Waiting.ready(self._forward(batch, prefix_cache))))
+                    outs = (self._logprobs(batch, prefix_cache, consume=False, defer=not settle)
+                            if self.output_head is not None else Waiting.ready(self._forward(batch, prefix_cache)))
+                waiting.append((batch, outs))
                 if self.output_head is not None and (self.output_head.full or number == len(self._batches) - 1):
                     self.output_head.flush()  # outside the layer cache's context: one token through every layer
                 if self.output_head is None or not self.output_head.waiting:
                     take_waiting()
+                if settle:
+                    forced = self.layers.forced_keys_values(number, heads, outs.keys_values, len(self.prefix))
+                    if forced is not None:
+                        self.generation.settle(batch, forced, self.plan.sequences)  # type: ignore[union-attr]
                 bar.update(len(self._first_items.intersection(batch)))
             generated = ({} if self.generation is None else
                          self.generation.finish(self._batches, prefix_cache, self.plan.sequences))

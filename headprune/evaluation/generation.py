@@ -6,8 +6,11 @@ example (prompt + target, read at every target position and the one after it) th
 first tokens greedy writes: the target's tokens up to the first one greedy would not choose, plus greedy's
 choice there (or, when it chooses every target token, the token after the target). An example whose known
 tokens end its answer (an end-of-sequence token, the scorer's stop string, ``max_new_tokens``) is decided
-without decoding; only the rest are decoded, from where the known tokens end, on top of the shared prompt
-prefix's keys and values, a batch stopping as soon as every row in it has ended. That is the answer and the
+without decoding; only the rest are decoded, from where the known tokens end, a batch stopping as soon as every
+row in it has ended. Where the teacher-forced pass ran on the shared prompt prefix's keys and values, its own
+keys and values (each row's prompt and the target tokens greedy followed) are where decoding goes on from
+(:meth:`Generation.settle`): only greedy's own tokens are computed, not the prompt again; elsewhere the rest are
+decoded from their prompt, on top of the shared prefix's keys and values (:meth:`Generation.finish`). That is the answer and the
 per-step gaps plain ``model.generate`` gives, up to float rounding (the contract of
 ``headprune.evaluation.contract``: an answer may differ only where a step's top-1 minus top-2 gap is within
 the precision's tolerance). Models that are not torch modules (an ONNX session, llama.cpp) and generation
@@ -24,7 +27,7 @@ from collections.abc import Sequence
 import torch
 from transformers import LogitsProcessorList
 
-from headprune.compat import cache_of, passing_cache
+from headprune.compat import cache_of, passing_cache, stacked
 from headprune.evaluation.decoding import Generated, StepGaps, decided_steps, decision_gap, eos_ids
 from headprune.evaluation.prefix import SharedPrefix
 from headprune.models import LoadedModel
@@ -67,6 +70,9 @@ class Generation:
         self.eos = eos_ids(lm.model)
         self.max_new = scorer.task.max_new_tokens
         self._known: dict[int, tuple[list[int], list[float]]] = {}
+        self._found: dict[int, Generated] = {}  # per example, answered by settle() in this condition
+        self._settling: list[tuple[int, list[int], list[float]]] = []  # settle()'s rows waiting to be decoded
+        self._settling_caches: list[object] = []  # and their batches' keys and values, in the same order
         self.decoded_rows = 0  # rows decoded beyond the teacher-forced pass, over this object's life (a statistic)
 
     def observe(self, index: int, readout: torch.Tensor) -> None:
@@ -85,22 +91,77 @@ class Generation:
         follows = next((j for j, token in enumerate(forced) if chosen[j] != token), len(forced))
         self._known[index] = (list(forced[:follows]) + [chosen[follows]], gaps[: follows + 1])
 
+    def _decided(self, index: int) -> tuple[list[int], list[float], bool]:
+        """Item ``index``'s known greedy tokens and gaps (up to ``max_new_tokens``), and whether they end it."""
+        tokens, gaps = self._known.pop(index, ([], []))
+        tokens, gaps = tokens[: self.max_new], gaps[: self.max_new]
+        return tokens, gaps, len(tokens) >= self.max_new or self._ended(tokens)
+
+    @torch.inference_mode()
+    def settle(self, batch: Sequence[int], forced: object, group_rows: int) -> None:
+        """After ``batch``'s teacher-forced pass on the shared prefix (every item of it observed): answer its items,
+        decoding those their known tokens do not end on from ``forced``, that pass's keys and values (the prefix
+        and each row's tokens after it, right-padded), which it consumes. Rows to decode wait for those of later
+        batches, up to ``group_rows`` (a decoding step reads every weight whatever its rows: the more, the
+        cheaper each)."""
+        if not self.shortcut:
+            return
+        keep: list[int] = []  # rows of the batch to decode
+        for row, index in enumerate(batch):
+            tokens, gaps, ended = self._decided(index)
+            if ended:
+                self._found[self.items[index].example] = self.answer(tokens, torch.tensor(gaps), self.eos)
+            elif tokens:
+                keep.append(row)
+                self._settling.append((index, tokens, gaps))
+            else:
+                self._known[index] = (tokens, gaps)  # no known token: finish() decodes it from its prompt
+        if keep:
+            forced.batch_select_indices(torch.tensor(keep, device=self.lm.device))  # type: ignore[attr-defined]
+            self._settling_caches.append(forced)
+        if len(self._settling) >= group_rows:
+            self._decode_settling()
+
+    def _decode_settling(self) -> None:
+        """Decode the rows that :meth:`settle` keeps waiting, from their batches' keys and values side by side."""
+        if not self._settling:
+            return
+        settling, caches = self._settling, self._settling_caches
+        self._settling, self._settling_caches = [], []
+        width = max(cache.get_seq_length() for cache in caches)  # type: ignore[attr-defined]
+        cache = caches[0] if len(caches) == 1 else stacked(caches, width)
+        # Each row keeps its keys/values up to its known tokens but the last (the target's, as far as greedy
+        # followed it); the last (greedy's own choice) goes in next, at the position after them.
+        kept = torch.tensor([len(self.scorer.generation_prompt(self.items[index])) + len(tokens) - 1
+                             for index, tokens, _ in settling])
+        mask = (torch.arange(width + 1)[None, :] < kept[:, None]).long()
+        mask[:, -1] = 1
+        ids = torch.tensor([[tokens[-1]] for _, tokens, _ in settling])
+        device = self.lm.device
+        rows = self._greedy([(tokens, gaps) for _, tokens, gaps in settling], ids.to(device), mask.to(device),
+                            kept[:, None].to(device), passing_cache(cache))
+        for (index, _, _), (tokens, gaps) in zip(settling, rows):
+            self._found[self.items[index].example] = self.answer(tokens, torch.tensor(gaps), self.eos)
+
     def finish(self, batches: Sequence[Sequence[int]], prefix_cache: object | None, batch_rows: int
                ) -> dict[int, Generated]:
         """Per example, the answer part of the greedy text and its decision gap (see :class:`Generated`)."""
         if not self.shortcut:
             return self.generate(batches)
-        known, self._known = self._known, {}
-        found: dict[int, Generated] = {}
+        self._decode_settling()
+        found, self._found = self._found, {}
+        known: dict[int, tuple[list[int], list[float]]] = {}
         pending: list[int] = []
         for index in (i for batch in batches for i in batch):
-            tokens, gaps = known.get(index, ([], []))
-            tokens, gaps = tokens[: self.max_new], gaps[: self.max_new]
-            if len(tokens) >= self.max_new or self._ended(tokens):
+            if self.items[index].example in found:
+                continue
+            tokens, gaps, ended = self._decided(index)
+            if ended:
                 found[self.items[index].example] = self.answer(tokens, torch.tensor(gaps), self.eos)
             else:
                 pending.append(index)
                 known[index] = (tokens, gaps)
+        self._known = {}
         pending.sort(key=lambda i: -(len(self.items[i].tokens)))
         for start in range(0, len(pending), batch_rows):
             batch = pending[start: start + batch_rows]
@@ -125,10 +186,16 @@ class Generation:
         prompts = [list(self.scorer.generation_prompt(self.items[i])) + tokens for i, (tokens, _) in zip(batch, rows)]
         prefix = self.prefix if prefix_cache is not None else SharedPrefix()
         ids, mask, positions = prefix.suffixes(prompts, self.pad_id, left=True)
-        device, model = self.lm.device, self.lm.model
+        device = self.lm.device
         cache = {} if prefix_cache is None else passing_cache(prefix.rows(prefix_cache, len(rows)))
+        return self._greedy(rows, ids.to(device), mask.to(device), positions.to(device), cache)
+
+    def _greedy(self, rows: list[tuple[list[int], list[float]]], ids: torch.Tensor, mask: torch.Tensor,
+                positions: torch.Tensor, cache: dict) -> list[tuple[list[int], list[float]]]:
+        """Greedy steps from input ``ids`` (mask over the cache and them, their position ids), appending each
+        row's tokens and gaps to ``rows`` until every row has ended."""
+        model, device = self.lm.model, self.lm.device
         running = torch.ones(len(rows), dtype=torch.bool)
-        ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
         while True:
             out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
                         **cache)

@@ -6,7 +6,11 @@ out-of-memory error drops what was captured (it was per batch), so the next abla
 
 The shared prompt prefix (``evaluation.prefix``) is replayed the same way: the intact run keeps its keys and values
 and captures its layer inputs; an ablated run computes its keys and values from the checkpoint layer on and takes
-the layers below it from the intact run's (they are the same), where the cache allows (``compat.full_layers_of``).
+the layers below it from the intact run's (they are the same), where the cache allows (``compat.full_length``).
+A generating task's teacher-forced pass is completed the same way (:meth:`LayerReuse.forced_keys_values`): the
+intact run keeps each batch's keys and values after the prefix, within :data:`KEYS_VALUES_BUDGET_MB`, and an
+ablated run's pass, which began at the checkpoint, takes the layers below it from them, so that greedy decoding
+can go on from that pass.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 
-from headprune.compat import full_layers_of, with_layers_below
+import torch
+
+from headprune.compat import appended_below, full_length, positions_after, with_layers_below
 from headprune.evaluation.prefix import SharedPrefix
 from headprune.heads import Head
 from headprune.layer_cache import LayerInputCache
 from headprune.models import LoadedModel
 
 PREFIX = -1  # the layer cache's batch index for the shared prefix's pass
+KEYS_VALUES_BUDGET_MB = 1024  # the intact teacher-forced keys and values kept for generating tasks
 
 
 class LayerReuse:
@@ -31,6 +38,7 @@ class LayerReuse:
         self.enabled = enabled
         self.cache: LayerInputCache | None = None
         self.intact_prefix: object | None = None  # the intact model's keys/values of the shared prefix
+        self.intact_forced: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # per batch, after the prefix
         self.batch_count = 0
         self.recapture = False  # set when halving the batches dropped a captured layer cache
 
@@ -42,6 +50,7 @@ class LayerReuse:
         self.cache = (LayerInputCache.for_budget(self.lm, sum(rows * width for rows, width in batch_widths))
                       if self.enabled else None)
         self.intact_prefix = None
+        self.intact_forced = {}
 
     @property
     def active(self) -> bool:
@@ -75,7 +84,7 @@ class LayerReuse:
         if not heads:
             with cache.capture(PREFIX):
                 keys_values = prefix.cache(model, device)
-            self.intact_prefix = keys_values if full_layers_of(keys_values, len(prefix)) else None
+            self.intact_prefix = keys_values if full_length(keys_values) == len(prefix) else None
             return keys_values
         start = cache.start_for(min(h.layer for h in heads))
         if start == 0 or self.intact_prefix is None or not cache.holds(PREFIX):
@@ -83,3 +92,27 @@ class LayerReuse:
         with cache.replay(PREFIX, start):
             keys_values = prefix.cache(model, device)
         return with_layers_below(keys_values, self.intact_prefix, start)
+
+    def forced_keys_values(self, number: int, heads: tuple[Head, ...], keys_values: object, prefix: int
+                           ) -> object | None:
+        """Batch ``number``'s teacher-forced keys and values in every layer (``keys_values``, its pass's own, on a
+        shared prefix of ``prefix`` positions, completed below the layer the pass began at), or ``None`` where they
+        cannot be (the intact run's were not kept, or the cache is not plain full layers)."""
+        began = self.cache.start_for(min(h.layer for h in heads)) if heads and self.complete else 0  # as context()
+        if began > 0:
+            if number not in self.intact_forced:
+                return None
+            appended_below(keys_values, self.intact_forced[number], began)
+        if full_length(keys_values) is None:
+            return None
+        if not heads and self.active:
+            self._keep(number, positions_after(keys_values, prefix))
+        return keys_values
+
+    def _keep(self, number: int, forced: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Keep batch ``number``'s intact keys and values after the prefix, within the budget."""
+        size = sum(t.numel() * t.element_size() for pair in forced for t in pair)
+        kept = sum(t.numel() * t.element_size() for number_, pairs in self.intact_forced.items() if number_ != number
+                   for pair in pairs for t in pair)
+        if kept + size <= KEYS_VALUES_BUDGET_MB * 2**20:
+            self.intact_forced[number] = forced

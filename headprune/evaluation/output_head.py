@@ -56,6 +56,7 @@ class Waiting:
     def __init__(self, finish: Callable[[torch.Tensor], list[torch.Tensor]], rows: torch.Tensor) -> None:
         self.finish, self.rows = finish, rows
         self.outputs: list[torch.Tensor] | None = None
+        self.keys_values: object | None = None  # the pass's own key/value cache, where it was asked to keep it
 
     @classmethod
     def ready(cls, outputs: list[torch.Tensor]) -> Waiting:
