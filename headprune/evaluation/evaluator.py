@@ -5,9 +5,10 @@ and keeps the batches, so screening hundreds of conditions on the same examples 
 It owns what every kind shares: batching (longest first, to cut padding), padding (causal models on the
 left with explicit position ids, so an example's result does not depend on its batch up to float rounding),
 the forward pass and the out-of-memory retry, and composes the rest: greedy decoding of generating kinds
-(``evaluation.generation``) and two shortcuts with the results of a plain full forward pass: a prompt prefix
-shared by every sequence is computed once per condition (causal LMs, ``evaluation.prefix``), and ablated runs
-start from cached layer inputs of the intact model (``evaluation.layer_reuse``).
+(``evaluation.generation``) and the shortcuts with the results of a plain full forward pass: a prompt prefix
+shared by every sequence is computed once per condition (causal LMs, ``evaluation.prefix``), ablated runs
+start from cached layer inputs of the intact model (``evaluation.layer_reuse``), and the output head is applied
+once to the read rows of many batches (``evaluation.output_head``).
 """
 
 from __future__ import annotations
@@ -241,6 +242,9 @@ class Evaluator:
         values: list[torch.Tensor | None] = [None] * len(self._items)
         bar = tqdm(total=len(self.task), desc=label, unit="ex", disable=not progress, file=sys.stderr, leave=False)
         waiting: list[tuple[list[int], Waiting]] = []
+        for state in (self.output_head, self.generation):  # nothing left over from a pass cut short (out of memory)
+            if state is not None:
+                state.reset()
 
         def take_waiting() -> None:  # the batches whose output head has been applied
             for batch, outs in waiting:
@@ -252,8 +256,8 @@ class Evaluator:
 
         with ablated(self.lm, heads, mode=mode, means=means):
             prefix_cache = self.layers.prefix_cache(self.prefix, heads)  # the shared prompt prefix, once per condition
-            # A generating task decodes each batch on from its own teacher-forced keys and values: at once, so
-            # only one batch's are held (and its output head is not deferred).
+            # A generating task decodes on from each batch's own teacher-forced keys and values (its output head
+            # not deferred: its rows to decode are known once its read-out is), in groups of up to a batch's rows.
             settle = self.generation is not None and self.generation.shortcut and prefix_cache is not None
             for number, batch in enumerate(self._batches):
                 with self.layers.context(number, heads):

@@ -75,6 +75,10 @@ class Generation:
         self._settling_caches: list[object] = []  # and their batches' keys and values, in the same order
         self.decoded_rows = 0  # rows decoded beyond the teacher-forced pass, over this object's life (a statistic)
 
+    def reset(self) -> None:
+        """Forget what a condition cut short (out of memory) observed or left waiting."""
+        self._known, self._found, self._settling, self._settling_caches = {}, {}, [], []
+
     def observe(self, index: int, readout: torch.Tensor) -> None:
         """Item ``index``'s teacher-forced log-probs ``(read, V)``: keep the greedy tokens and gaps they fix."""
         if not self.shortcut:

@@ -75,10 +75,15 @@ class OutputHead:
 
     def __init__(self, model: object, pad_id: int, device: torch.device) -> None:
         self.model, self.pad_id, self.device = model, pad_id, device
-        head = model.get_output_embeddings() if isinstance(model, nn.Module) else None
-        self.head = head if isinstance(head, nn.Linear) else None
+        getter = getattr(model, "get_output_embeddings", None) if isinstance(model, nn.Module) else None
+        head = getter() if callable(getter) else None
+        self.head = head if isinstance(head, nn.Linear) and hasattr(model, "set_output_embeddings") else None
         self.waiting: list[Waiting] = []
-        self.rows = 0
+        self.rows = 0  # the waiting rows
+
+    def reset(self) -> None:
+        """Forget any waiting batch (a pass cut short)."""
+        self.waiting, self.rows = [], 0
 
     @contextmanager
     def _swapped(self, stand_in: nn.Module) -> Iterator[None]:
