@@ -21,13 +21,17 @@ The FLOP limit of a condition is the floating-point work of a plain pass over th
 naive loop runs, ``2 x (parameters - embedding) x tokens + 4 x heads x head size x layers x attention pairs +
 2 x vocabulary x hidden x logit rows`` (prompt and generated tokens for ``generate``; the prompts for ``choice``;
 the texts for ``classify``; an attention pair is a query and a key it attends to: ``n (n + 1) / 2`` in a causal
-sequence of ``n`` tokens, ``n^2`` in an encoder's), divided by the measured float32 matmul rate of this machine
-(1024 x 1024, the threads torch uses).
+sequence of ``n`` tokens, ``n^2`` in an encoder's), divided by the float32 matmul rate of this machine (1024 x
+1024, the threads torch uses), measured at the start and after each kind; the higher (the stricter limit) is used.
 
 Each condition runs ``--repeat`` times per side (interleaved) and each side's best time is kept: on a shared
 machine the best run is the one least slowed by others.
 
-    python scripts/bench_kinds.py [--kinds generate,choice,classify] [--n 150] [--heads 4] [--repeat 1]
+``--profile`` then runs each ablated choice and classify condition once more under torch's profiler and prints
+where its time goes: the matrix products (and their rate against the measured one), the attention kernel, the
+other ops.
+
+    python scripts/bench_kinds.py [--kinds generate,choice,classify] [--n 150] [--heads 4] [--repeat 1] [--profile]
 """
 
 from __future__ import annotations
@@ -111,6 +115,33 @@ def own_work(evaluator: Evaluator, heads: tuple[Head, ...]) -> tuple[float, floa
     rows = sum(item.read for item in items)
     work = per_token * real + attention_flop(lm) * pairs * above / layers + 2 * vocab * hidden * rows
     return work / 1e9, 1 - real / max(padded, real)
+
+
+PRODUCTS = {"aten::mm": 0, "aten::addmm": 1}  # a matrix product's op, and where its two matrices start
+
+
+def profile(evaluator: Evaluator, heads: list[tuple[Head, ...]], rate: float) -> None:
+    """Where an ablated condition's time goes, per condition, under torch's profiler (which slows it a little):
+    the matrix products (seconds, and their rate against ``rate``), the attention kernel and every other op."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiled
+
+    for condition in heads:
+        with profiled(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            start = time.perf_counter()
+            evaluator.run(condition)
+            wall = time.perf_counter() - start
+        gflop = 0.0
+        for e in prof.events():  # mm(a, b), and addmm(bias, a, b) for layers with a bias
+            if e.name in PRODUCTS:
+                (rows, inner), (_, cols) = e.input_shapes[PRODUCTS[e.name]: PRODUCTS[e.name] + 2]
+                gflop += 2 * rows * inner * cols / 1e9
+        ops = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages() if e.key.startswith("aten::")}
+        matmul = max(sum(ops.get(name, 0.0) for name in PRODUCTS), 1e-9)
+        attention = sum(t for key, t in ops.items() if "attention" in key)
+        print(f"  profiled {condition[0]}: {wall:.2f} s; matrix products {matmul:.2f} s for {gflop:.0f} GFLOP "
+              f"({gflop / matmul:.0f} GFLOP/s, {100 * gflop / matmul / rate:.0f}% of the measured rate), attention "
+              f"kernel {attention:.2f} s, other ops {sum(ops.values()) - matmul - attention:.2f} s", flush=True)
 
 
 def pad_id(lm: LoadedModel) -> int:
@@ -233,7 +264,7 @@ def differing(kind: str, result: EvalResult, naive: list, dtype: str) -> tuple[i
 
 
 def bench(kind: str, lm: LoadedModel, task: Task, naive: Callable, heads: list[tuple[Head, ...]], rate: float,
-          batch: int | str, repeat: int) -> bool:
+          batch: int | str, repeat: int, explain: bool = False) -> bool:
     evaluator = Evaluator(lm, task, batch_size=batch, reuse_layers=True)
     seconds = {"naive": [], "headprune": []}
     bad = ties = 0
@@ -250,6 +281,7 @@ def bench(kind: str, lm: LoadedModel, task: Task, naive: Callable, heads: list[t
             bad, ties = bad + b, ties + t
         for side, runs in times.items():
             seconds[side].append(min(runs))
+    rate = max(rate, matmul_gflops())  # the rate after the kind too: the higher, the stricter the limit
     limit = work_gflop(lm, naive.tokens, naive.pairs, naive.logit_rows) / rate
     ablated_naive, ablated_ours = np.mean(seconds["naive"][1:]), np.mean(seconds["headprune"][1:])
     if kind != "generate":  # a generate condition also decodes; its own work is not only the forced pass
@@ -258,9 +290,12 @@ def bench(kind: str, lm: LoadedModel, task: Task, naive: Callable, heads: list[t
         print(f"{kind:<9} headprune's own work (forced pass after the shared prefix, layers from the ablated one "
               f"up): limit {own:.2f} s, headprune x{ablated_ours / own:.2f}; padding {100 * works[0][1]:.0f}% of "
               f"its token rows", flush=True)
+        if explain:
+            profile(evaluator, heads, rate)
     print(f"{kind:<9} {task.name} n={len(task)}: naive {ablated_naive:7.2f} s  headprune {ablated_ours:7.2f} s per "
           f"ablated condition  ratio x{ablated_naive / ablated_ours:4.1f}  | intact: naive {seconds['naive'][0]:.2f} s, "
-          f"headprune {seconds['headprune'][0]:.2f} s | FLOP limit {limit:.2f} s: naive x{ablated_naive / limit:.2f}, "
+          f"headprune {seconds['headprune'][0]:.2f} s | matmul {rate:.0f} GFLOP/s | FLOP limit {limit:.2f} s: naive "
+          f"x{ablated_naive / limit:.2f}, "
           f"headprune x{ablated_ours / limit:.2f} | answers differing: {bad} (+{ties} ties)", flush=True)
     return bad == 0
 
@@ -275,6 +310,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heads", type=int, default=4, help="single heads ablated, spread over the layers")
     parser.add_argument("--batch", default="auto", help="headprune's --batch-size (the naive loops: 16)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per condition and side; the best is kept")
+    parser.add_argument("--profile", action="store_true",
+                        help="choice, classify: where each ablated condition's time goes (torch's profiler)")
     args = parser.parse_args(argv)
     rate = matmul_gflops()
     print(f"torch threads {torch.get_num_threads()}, float32 matmul {rate:.0f} GFLOP/s, load average "
@@ -295,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
         grid = lm.grid
         heads = [(Head(layer, (7 * layer) % grid.num_heads),)
                  for layer in np.linspace(0, grid.num_layers - 1, args.heads).round().astype(int).tolist()]
-        ok = bench(kind, lm, task, naive, heads, rate, args.batch, args.repeat) and ok
+        ok = bench(kind, lm, task, naive, heads, rate, args.batch, args.repeat, args.profile) and ok
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     if not ok:
         print("answers differ from the naive loop outside the contract's ties", file=sys.stderr)

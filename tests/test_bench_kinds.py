@@ -1,0 +1,36 @@
+"""scripts/bench_kinds.py on the default model (SmolLM2-135M, few examples): every kind runs, answers agree with the naive loops, the FLOP limits
+and the profile are printed; a fast path that changes an answer makes it exit 1."""
+
+from __future__ import annotations
+
+import runpy
+from dataclasses import replace
+
+import pytest
+
+from headprune.evaluation import Evaluator
+
+
+@pytest.mark.slow
+def test_bench_kinds_runs_every_kind_and_exits_1_when_an_answer_differs(smollm2, monkeypatch, capsys) -> None:
+    bench = runpy.run_path("scripts/bench_kinds.py")
+    argv = ["--kinds", "generate,choice,classify", "--heads", "2", "--n", "8", "--generate-task", "arithmetic:n=8",
+            "--choice-task", "sentiment:n=8", "--repeat", "2", "--profile"]
+    bench["main"](argv)  # the exact screen keeps the contract: no exit
+    out = capsys.readouterr().out
+    for kind in ("generate", "choice", "classify"):
+        assert f"{kind:<9}" in out and "answers differing: 0" in out
+    assert out.count("profiled L") == 4 and "own work" in out  # choice and classify, 2 heads each
+    real = Evaluator.run
+
+    def one_answer_off(self, heads=(), **kwargs):  # noqa: ANN001, ANN003, ANN202 - a fast path that flips one answer
+        result = real(self, heads, **kwargs)
+        if not heads or result.kind != "choice":
+            return result
+        first = result.results[0]
+        return replace(result, results=(replace(first, correct=not first.correct), *result.results[1:]))
+
+    monkeypatch.setattr(Evaluator, "run", one_answer_off)
+    with pytest.raises(SystemExit) as stopped:
+        bench["main"](["--kinds", "choice", "--heads", "1", "--choice-task", "sentiment:n=8"])
+    assert stopped.value.code == 1
