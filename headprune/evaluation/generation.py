@@ -71,13 +71,13 @@ class Generation:
         self.max_new = scorer.task.max_new_tokens
         self._known: dict[int, tuple[list[int], list[float]]] = {}
         self._found: dict[int, Generated] = {}  # per example, answered by settle() in this condition
-        self._settling: list[tuple[int, list[int], list[float]]] = []  # settle()'s rows waiting to be decoded
-        self._settling_caches: list[object] = []  # and their batches' keys and values, in the same order
+        # settle()'s rows waiting to be decoded: per batch, its keys and values and its rows (item, tokens, gaps)
+        self._settling: list[tuple[object, list[tuple[int, list[int], list[float]]]]] = []
         self.decoded_rows = 0  # rows decoded beyond the teacher-forced pass, over this object's life (a statistic)
 
     def reset(self) -> None:
         """Forget what a condition cut short (out of memory) observed or left waiting."""
-        self._known, self._found, self._settling, self._settling_caches = {}, {}, [], []
+        self._known, self._found, self._settling = {}, {}, []
 
     def observe(self, index: int, readout: torch.Tensor) -> None:
         """Item ``index``'s teacher-forced log-probs ``(read, V)``: keep the greedy tokens and gaps they fix."""
@@ -111,27 +111,29 @@ class Generation:
         if not self.shortcut:
             return
         keep: list[int] = []  # rows of the batch to decode
+        rows: list[tuple[int, list[int], list[float]]] = []
         for row, index in enumerate(batch):
             tokens, gaps, ended = self._decided(index)
             if ended:
                 self._found[self.items[index].example] = self.answer(tokens, torch.tensor(gaps), self.eos)
             elif tokens:
                 keep.append(row)
-                self._settling.append((index, tokens, gaps))
+                rows.append((index, tokens, gaps))
             else:
                 self._known[index] = (tokens, gaps)  # no known token: finish() decodes it from its prompt
         if keep:
             forced.batch_select_indices(torch.tensor(keep, device=self.lm.device))  # type: ignore[attr-defined]
-            self._settling_caches.append(forced)
-        if len(self._settling) >= group_rows:
+            self._settling.append((forced, rows))
+        if sum(len(waiting) for _, waiting in self._settling) >= group_rows:
             self._decode_settling()
 
     def _decode_settling(self) -> None:
         """Decode the rows that :meth:`settle` keeps waiting, from their batches' keys and values side by side."""
         if not self._settling:
             return
-        settling, caches = self._settling, self._settling_caches
-        self._settling, self._settling_caches = [], []
+        caches = [cache for cache, _ in self._settling]
+        settling = [row for _, rows in self._settling for row in rows]
+        self._settling = []
         width = max(cache.get_seq_length() for cache in caches)  # type: ignore[attr-defined]
         cache = caches[0] if len(caches) == 1 else stacked(caches, width)
         # Each row keeps its keys/values up to its known tokens but the last (the target's, as far as greedy
