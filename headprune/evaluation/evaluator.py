@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from headprune.ablation import AblationMode, ablated, collect_head_means
-from headprune.compat import cache_of, logits_at, passing_cache
+from headprune.compat import logits_at, passing_cache
 from headprune.errors import TaskError
 from headprune.evaluation.batching import plan_batches
 from headprune.evaluation.generation import Generation
@@ -187,12 +187,8 @@ class Evaluator:
             keep_arg, pick = logits_at(keep_at.to(device))
             call = dict(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
                         **passing_cache(cache), use_cache=True, logits_to_keep=keep_arg)
-        if defer and self.output_head is not None:
-            return self.output_head.run(call, finish)
-        out = self.lm.model(**call)
-        waiting = Waiting.ready(finish(out.logits))
-        waiting.keys_values = cache_of(out) if prefix_cache is not None else None
-        return waiting
+        return self.output_head.run(call, finish, defer=defer,  # type: ignore[union-attr]
+                                    keep_cache=prefix_cache is not None)
 
     # ---------------------------------------------------------------- running
 

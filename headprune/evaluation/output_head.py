@@ -19,6 +19,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from headprune.compat import cache_of
+
 MAX_WAITING_BYTES = 256 * 2**20  # the float32 logits of the waiting rows; a flush when more would wait
 
 
@@ -93,10 +95,16 @@ class OutputHead:
         finally:
             self.model.set_output_embeddings(self.head)  # type: ignore[union-attr]
 
-    def run(self, call: dict, finish: Callable[[torch.Tensor], list[torch.Tensor]]) -> Waiting:
-        """The model's pass with keywords ``call``; ``finish`` turns its logits into the batch's read-out."""
-        if self.head is None:
-            return Waiting.ready(finish(self.model(**call).logits))  # type: ignore[operator]
+    def run(self, call: dict, finish: Callable[[torch.Tensor], list[torch.Tensor]], *, defer: bool = True,
+            keep_cache: bool = False) -> Waiting:
+        """The model's pass with keywords ``call``; ``finish`` turns its logits into the batch's read-out, at once
+        unless ``defer`` (then after :meth:`flush`). ``keep_cache``: an at-once read-out keeps the pass's own
+        key/value cache (``Waiting.keys_values``)."""
+        if not defer or self.head is None:
+            out = self.model(**call)  # type: ignore[operator]
+            waiting = Waiting.ready(finish(out.logits))
+            waiting.keys_values = cache_of(out) if keep_cache else None
+            return waiting
         recorder = _Recorder(self.head)
         with self._swapped(recorder):
             out = self.model(**call)  # type: ignore[operator]
