@@ -22,7 +22,11 @@ naive loop runs, ``2 x (parameters - embedding) x tokens + 4 x heads x head size
 2 x vocabulary x hidden x logit rows`` (prompt and generated tokens for ``generate``; the prompts for ``choice``;
 the texts for ``classify``; an attention pair is a query and a key it attends to: ``n (n + 1) / 2`` in a causal
 sequence of ``n`` tokens, ``n^2`` in an encoder's), divided by the float32 matmul rate of this machine (1024 x
-1024, the threads torch uses), measured at the start and after each kind; the higher (the stricter limit) is used.
+1024, the threads torch uses): the higher of torch's own product (MKL's sgemm) and oneDNN's, measured at the start
+and after each kind; the highest (the strictest limit) is used. headprune computes its linear layers with the
+faster of the two (``headprune.cpu_linear``, printed at the start); the naive loops are plain transformers (torch's
+product), as a practitioner runs them: on a CPU where oneDNN is the faster, part of the ratio is that choice, and
+``HEADPRUNE_CPU_LINEAR=torch`` shows headprune without it.
 
 Each condition runs ``--repeat`` times per side (interleaved) and each side's best time is kept: on a shared
 machine the best run is the one least slowed by others.
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import sys
 import tempfile
@@ -49,6 +54,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from headprune import cpu_linear
 from headprune.ablation import ablated
 from headprune.devices import dtype_name
 from headprune.evaluation import Evaluator
@@ -61,17 +67,23 @@ from headprune.tasks import Example, Task, load_task
 BATCH = 16
 
 
-def matmul_gflops() -> float:
-    """Measured float32 matmul rate of this machine (GFLOP/s), best of three."""
+def matmul_rates() -> dict[str, float]:
+    """This machine's float32 rate (GFLOP/s) of a 1024 x 1024 x 1024 product, best of three runs of ten: torch's
+    own product (MKL's sgemm) and oneDNN's (what ``headprune.cpu_linear`` routes linear layers to)."""
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    a @ b
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(10):
-            a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * 1024**3 * 10 / best / 1e9
+    products = {"torch": lambda: a @ b,
+                "onednn": lambda: torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")}  # noqa: SLF001
+    rates = {}
+    for name, product in products.items():
+        product()
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(10):
+                product()
+            best = min(best, time.perf_counter() - start)
+        rates[name] = 2 * 1024**3 * 10 / best / 1e9
+    return rates
 
 
 def work_gflop(lm: LoadedModel, tokens: int, pairs: int, logit_rows: int) -> float:
@@ -117,7 +129,18 @@ def own_work(evaluator: Evaluator, heads: tuple[Head, ...]) -> tuple[float, floa
     return work / 1e9, 1 - real / max(padded, real)
 
 
-PRODUCTS = {"aten::mm": 0, "aten::addmm": 1}  # a matrix product's op, and where its two matrices start
+# A matrix product's op, and where its two operands start: mm(a, b), addmm(bias, a, b) for layers with a bias, and
+# oneDNN's linear(x, weight, bias) with weight (out, in) and x (..., in).
+PRODUCTS = {"aten::mm": 0, "aten::addmm": 1, "mkldnn::_linear_pointwise": 0}
+
+
+def product_gflop(name: str, shapes: list[list[int]]) -> float:
+    """The work of one matrix product op, from its operands' shapes."""
+    first, second = shapes[PRODUCTS[name]: PRODUCTS[name] + 2]
+    if name.startswith("mkldnn"):
+        return 2 * math.prod(first) * second[0] / 1e9
+    (rows, inner), (_, cols) = first, second
+    return 2 * rows * inner * cols / 1e9
 
 
 def profile(evaluator: Evaluator, heads: list[tuple[Head, ...]], rate: float) -> None:
@@ -131,12 +154,9 @@ def profile(evaluator: Evaluator, heads: list[tuple[Head, ...]], rate: float) ->
             start = time.perf_counter()
             evaluator.run(condition)
             wall = time.perf_counter() - start
-        gflop = 0.0
-        for e in prof.events():  # mm(a, b), and addmm(bias, a, b) for layers with a bias
-            if e.name in PRODUCTS:
-                (rows, inner), (_, cols) = e.input_shapes[PRODUCTS[e.name]: PRODUCTS[e.name] + 2]
-                gflop += 2 * rows * inner * cols / 1e9
-        ops = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages() if e.key.startswith("aten::")}
+        gflop = sum(product_gflop(e.name, e.input_shapes) for e in prof.events() if e.name in PRODUCTS)
+        ops = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()
+               if e.key.startswith(("aten::", "mkldnn::"))}
         matmul = max(sum(ops.get(name, 0.0) for name in PRODUCTS), 1e-9)
         attention = sum(t for key, t in ops.items() if "attention" in key)
         print(f"  profiled {condition[0]}: {wall:.2f} s; matrix products {matmul:.2f} s for {gflop:.0f} GFLOP "
@@ -281,7 +301,7 @@ def bench(kind: str, lm: LoadedModel, task: Task, naive: Callable, heads: list[t
             bad, ties = bad + b, ties + t
         for side, runs in times.items():
             seconds[side].append(min(runs))
-    rate = max(rate, matmul_gflops())  # the rate after the kind too: the higher, the stricter the limit
+    rate = max(rate, *matmul_rates().values())  # the rate after the kind too: the higher, the stricter the limit
     limit = work_gflop(lm, naive.tokens, naive.pairs, naive.logit_rows) / rate
     ablated_naive, ablated_ours = np.mean(seconds["naive"][1:]), np.mean(seconds["headprune"][1:])
     if kind != "generate":  # a generate condition also decodes; its own work is not only the forced pass
@@ -313,8 +333,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="choice, classify: where each ablated condition's time goes (torch's profiler)")
     args = parser.parse_args(argv)
-    rate = matmul_gflops()
-    print(f"torch threads {torch.get_num_threads()}, float32 matmul {rate:.0f} GFLOP/s, load average "
+    rates = matmul_rates()
+    rate = max(rates.values())
+    print(f"torch threads {torch.get_num_threads()}, float32 1024^3 products: torch {rates['torch']:.0f} GFLOP/s, "
+          f"oneDNN {rates['onednn']:.0f}; headprune's CPU linear kernel {cpu_linear.kernel()}; load average "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     ok = True
     kinds = args.kinds.split(",")

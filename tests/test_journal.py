@@ -8,13 +8,14 @@ import json
 import pytest
 import torch
 
+from headprune import cpu_linear
 from headprune.errors import ResultFileError
 from headprune.search.find import find
 from headprune.search.journal import JOURNAL_NAME
 from helpers import SMALL, build_tiny, random_choice_task
 
 
-def test_resume_refuses_another_environment(tmp_path, tokenizer) -> None:
+def test_resume_refuses_another_environment(tmp_path, tokenizer, monkeypatch) -> None:
     lm = build_tiny("llama", tokenizer, seed=1)
     task = random_choice_task(40)
     find(lm, task, out=tmp_path, **SMALL)
@@ -27,7 +28,7 @@ def test_resume_refuses_another_environment(tmp_path, tokenizer) -> None:
     assert header["environment"] == {"headprune": headprune.__version__, "torch": torch.__version__,
                                      "transformers": transformers.__version__,
                                      "python": header["environment"]["python"], "dtype": "float32",
-                                     "device": "cpu", "threads": threads}
+                                     "device": "cpu", "threads": threads, "cpu_linear": cpu_linear.kernel()}
     other = 1 if threads != 1 else 2
     torch.set_num_threads(other)
     try:
@@ -35,6 +36,11 @@ def test_resume_refuses_another_environment(tmp_path, tokenizer) -> None:
             find(lm, task, out=tmp_path, resume=True, **SMALL)
     finally:
         torch.set_num_threads(threads)
+    kernel = cpu_linear.kernel()  # results computed by another float32 linear kernel differ by float rounding
+    monkeypatch.setenv(cpu_linear.ENV, other_kernel := "torch" if kernel == "onednn" else "onednn")
+    with pytest.raises(ResultFileError, match=f"environment differs .*cpu_linear: {kernel} then, {other_kernel} now"):
+        find(lm, task, out=tmp_path, resume=True, **SMALL)
+    monkeypatch.delenv(cpu_linear.ENV)
     find(lm, task, out=tmp_path, resume=True, **SMALL)  # the same environment resumes
 
 

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from headprune.ablation import AblationMode, ablated, collect_head_means
 from headprune.compat import logits_at, passing_cache
+from headprune.cpu_linear import fast_linears
 from headprune.errors import TaskError
 from headprune.evaluation.batching import plan_batches
 from headprune.evaluation.generation import Generation
@@ -210,14 +211,15 @@ class Evaluator:
             TaskError: out of memory even with one sequence per batch.
         """
         heads = self.lm.grid.check(heads)
-        while True:
-            try:
-                if heads and self.layers.recapture:  # the layer cache was per batch: capture it for the new ones
-                    self._run((), mode=mode, means=means, progress=False, label=label)
-                    self.layers.recapture = False
-                return self._run(heads, mode=mode, means=means, progress=progress, label=label)
-            except torch.OutOfMemoryError:
-                self._shrink()
+        with fast_linears(self.lm.model):
+            while True:
+                try:
+                    if heads and self.layers.recapture:  # the layer cache was per batch: capture it for the new ones
+                        self._run((), mode=mode, means=means, progress=False, label=label)
+                        self.layers.recapture = False
+                    return self._run(heads, mode=mode, means=means, progress=progress, label=label)
+                except torch.OutOfMemoryError:
+                    self._shrink()
 
     def _shrink(self) -> None:
         """Halve the batches after an out-of-memory error, or give up with a clear message."""

@@ -22,6 +22,7 @@ import platform
 
 import torch
 
+from headprune import cpu_linear
 from headprune.devices import dtype_name
 from headprune.errors import InternalCheckError
 from headprune.evaluation import EvalResult, Evaluator
@@ -35,14 +36,14 @@ KEY = "determinism|discovery,reversed,half-batch"
 
 def run_environment(lm: LoadedModel) -> dict[str, object]:
     """What a journal records about the software and hardware a run computes with (``--resume`` insists on
-    the same): package versions, dtype, device and thread count."""
+    the same): package versions, dtype, device, thread count and the CPU's float32 linear kernel."""
     import transformers
 
     from headprune._version import __version__
 
     return {"headprune": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "dtype": dtype_name(lm.dtype), "device": str(lm.device),
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "cpu_linear": cpu_linear.kernel()}
 
 
 def reordered_pass(evaluator: Evaluator) -> EvalResult:
