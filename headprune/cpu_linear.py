@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -40,31 +40,40 @@ def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")  # noqa: SLF001 - torch's own op
 
 
-def _best_seconds(product: object, repeats: int = 5) -> float:
-    product()  # type: ignore[operator]  # the first call sets up kernels
+def _best_seconds(product: Callable[[], object], repeats: int = 5) -> float:
+    product()  # the first call sets up kernels
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        product()  # type: ignore[operator]
+        product()
         best = min(best, time.perf_counter() - start)
     return best
 
 
 @functools.cache
-def _measured() -> str:
-    """``onednn`` when it computes a float32 product clearly faster than ``F.linear`` here and agrees with it."""
+def _works() -> bool:
+    """Whether this torch build has oneDNN's linear op and it agrees with ``F.linear`` to float32 rounding."""
     if not torch.backends.mkldnn.is_available():
-        return "torch"
+        return False
     generator = torch.Generator().manual_seed(0)
-    x, weight = torch.randn(512, 1024, generator=generator), torch.randn(1024, 1024, generator=generator)
+    x, weight = torch.randn(64, 256, generator=generator), torch.randn(128, 256, generator=generator)
     with torch.inference_mode():
         try:
             ours = _onednn(x, weight, None)
         except (RuntimeError, AttributeError, NotImplementedError):  # an op this torch build lacks
-            return "torch"
+            return False
         theirs = torch.nn.functional.linear(x, weight)
-        if not torch.allclose(ours, theirs, rtol=1e-4, atol=1e-4 * float(theirs.abs().max())):
-            return "torch"
+    return torch.allclose(ours, theirs, rtol=1e-4, atol=1e-4 * float(theirs.abs().max()))
+
+
+@functools.cache
+def _measured() -> str:
+    """``onednn`` when it works and computes a float32 product clearly faster than ``F.linear`` here."""
+    if not _works():
+        return "torch"
+    generator = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(512, 1024, generator=generator), torch.randn(1024, 1024, generator=generator)
+    with torch.inference_mode():
         onednn = _best_seconds(lambda: _onednn(x, weight, None))
         plain = _best_seconds(lambda: torch.nn.functional.linear(x, weight))
     return "onednn" if onednn <= FASTER * plain else "torch"
@@ -75,11 +84,15 @@ def kernel() -> str:
     measured once).
 
     Raises:
-        SettingsError: ``HEADPRUNE_CPU_LINEAR`` is set to something else than ``auto``, ``onednn`` or ``torch``.
+        SettingsError: ``HEADPRUNE_CPU_LINEAR`` is not ``auto``, ``onednn`` or ``torch``, or asks for oneDNN where
+            this torch build has no working oneDNN linear.
     """
     wanted = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if wanted not in CHOICES:
         raise SettingsError(f"{ENV}={os.environ[ENV]!r}: use one of {', '.join(CHOICES)}")
+    if wanted == "onednn" and not _works():
+        raise SettingsError(f"{ENV}=onednn: this torch build ({torch.__version__}) has no working oneDNN linear; "
+                            "use auto or torch")
     return _measured() if wanted == "auto" else wanted
 
 

@@ -104,3 +104,13 @@ def test_bad_setting_is_a_settings_error_and_exit_2(tiny_folder, monkeypatch) ->
     result = invoke("eval", str(tiny_folder), "--task", "sentiment:n=4")
     assert result.exit_code == 2, result.output
     assert "HEADPRUNE_CPU_LINEAR" in result.output and "Traceback" not in result.output
+    monkeypatch.setenv(cpu_linear.ENV, "onednn")  # asked for where this torch build has no working oneDNN linear
+    monkeypatch.setattr(cpu_linear, "_works", lambda: False)
+    with pytest.raises(SettingsError, match="no working oneDNN linear; use auto or torch"):
+        cpu_linear.kernel()
+    monkeypatch.setenv(cpu_linear.ENV, "auto")
+    cpu_linear._measured.cache_clear()  # noqa: SLF001 - measured again, without oneDNN
+    try:
+        assert cpu_linear.kernel() == "torch"  # auto falls back to torch's product
+    finally:
+        cpu_linear._measured.cache_clear()  # noqa: SLF001
