@@ -118,3 +118,38 @@ def test_contract_compares_generated_texts() -> None:
     assert disagreement(reference, result(["a", "c"], [2.0, 1e-6]), "float32")[0] is None  # a tie may change
     problem, _ = disagreement(reference, result(["x", "b"], [2.0, 1e-6]), "float32")
     assert problem is not None and "wrote other text" in problem
+
+
+@pytest.mark.parametrize("solution", [False, True])
+def test_code_completions_stop_where_generate_with_stop_strings_would(tiny_causal, solution: bool) -> None:
+    """A code task's greedy decoding ends at its stop strings, as a harness passing them to ``generate`` does:
+    the same completion as plain ``generate`` to ``max_new_tokens``, cut; and fewer model calls when every
+    printable character stops a completion than when none does. With a reference solution teacher-forced, from
+    its keys and values."""
+    import string
+
+    from headprune.scoring.execution import permit_code_execution
+
+    lm, steps = tiny_causal, 12
+    prompts = PROMPTS[:4] + EXTRA_PROMPTS[:4]  # every example's program runs in a process of its own
+    texts, _ = greedy_texts(lm, prompts, steps, until=STOPS)
+    printable, never = tuple(string.printable), ("\x00",)
+    calls: list[int] = []
+    handle = lm.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    counts = {}
+    try:
+        for until in (STOPS, printable, never):
+            task = Task("code", "code", tuple(
+                Example(f"c{i}", prompt=p, tests="def check(f):\n    pass\n", entry_point="f",
+                        target=" the film" if solution else "") for i, p in enumerate(prompts)),
+                max_new_tokens=steps, until=until)
+            with permit_code_execution():
+                evaluator = Evaluator(lm, task, batch_size=4)
+                calls.clear()
+                result = evaluator.run()
+            counts[until] = len(calls)
+            if until == STOPS:
+                assert_same_texts(result, texts)
+    finally:
+        handle.remove()
+    assert counts[printable] < counts[never]

@@ -58,15 +58,14 @@ def eos_ids(model: object) -> set[int]:
 
 
 def decided_steps(tokens: Sequence[int], eos: set[int], decode: Callable[[Sequence[int]], str],
-                  stop: Callable[[str], str]) -> int:
+                  ended: Callable[[str], bool]) -> int:
     """How many greedy steps decided the answer text: up to and including the step whose token ends it (a stop
     string reached, an end-of-sequence token), else all of them. Found by bisection on decoded prefixes (a stop
     string, once in the text, stays there), so a long generation costs a few decodes, not one per token."""
     limit = next((k + 1 for k, token in enumerate(tokens) if token in eos), len(tokens))
 
     def stopped(k: int) -> bool:
-        text = decode(tokens[:k])
-        return stop(text) != text
+        return ended(decode(tokens[:k]))
 
     if limit == 0 or not stopped(limit):
         return limit

@@ -25,13 +25,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import LogitsProcessorList
+from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from headprune.compat import cache_of, passing_cache, stacked
 from headprune.evaluation.decoding import Generated, StepGaps, decided_steps, decision_gap, eos_ids
 from headprune.evaluation.prefix import SharedPrefix
 from headprune.models import LoadedModel
 from headprune.scoring import Item, Scorer
+from headprune.tasks import Example
 
 # Generation-config settings under which greedy's next token is the argmax of the model's logits: any other
 # value adds a logits processor (a penalty, a forced or suppressed token), and then only `generate` is exact.
@@ -99,7 +100,7 @@ class Generation:
         """Item ``index``'s known greedy tokens and gaps (up to ``max_new_tokens``), and whether they end it."""
         tokens, gaps = self._known.pop(index, ([], []))
         tokens, gaps = tokens[: self.max_new], gaps[: self.max_new]
-        return tokens, gaps, len(tokens) >= self.max_new or self._ended(tokens)
+        return tokens, gaps, len(tokens) >= self.max_new or self._ended(index, tokens)
 
     @torch.inference_mode()
     def settle(self, batch: Sequence[int], forced: object, group_rows: int) -> None:
@@ -115,7 +116,7 @@ class Generation:
         for row, index in enumerate(batch):
             tokens, gaps, ended = self._decided(index)
             if ended:
-                self._found[self.items[index].example] = self.answer(tokens, torch.tensor(gaps), self.eos)
+                self._found[self.items[index].example] = self.answer(index, tokens, torch.tensor(gaps))
             elif tokens:
                 keep.append(row)
                 rows.append((index, tokens, gaps))
@@ -144,10 +145,10 @@ class Generation:
         mask[:, -1] = 1
         ids = torch.tensor([[tokens[-1]] for _, tokens, _ in settling])
         device = self.lm.device
-        rows = self._greedy([(tokens, gaps) for _, tokens, gaps in settling], ids.to(device), mask.to(device),
-                            kept[:, None].to(device), passing_cache(cache))
+        rows = self._greedy([index for index, _, _ in settling], [(tokens, gaps) for _, tokens, gaps in settling],
+                            ids.to(device), mask.to(device), kept[:, None].to(device), passing_cache(cache))
         for (index, _, _), (tokens, gaps) in zip(settling, rows):
-            self._found[self.items[index].example] = self.answer(tokens, torch.tensor(gaps), self.eos)
+            self._found[self.items[index].example] = self.answer(index, tokens, torch.tensor(gaps))
 
     def finish(self, batches: Sequence[Sequence[int]], prefix_cache: object | None, batch_rows: int
                ) -> dict[int, Generated]:
@@ -163,7 +164,7 @@ class Generation:
                 continue
             tokens, gaps, ended = self._decided(index)
             if ended:
-                found[self.items[index].example] = self.answer(tokens, torch.tensor(gaps), self.eos)
+                found[self.items[index].example] = self.answer(index, tokens, torch.tensor(gaps))
             else:
                 pending.append(index)
                 known[index] = (tokens, gaps)
@@ -172,16 +173,18 @@ class Generation:
         for start in range(0, len(pending), batch_rows):
             batch = pending[start: start + batch_rows]
             for index, (tokens, gaps) in zip(batch, self._decode([known[i] for i in batch], batch, prefix_cache)):
-                found[self.items[index].example] = self.answer(tokens, torch.tensor(gaps), self.eos)
+                found[self.items[index].example] = self.answer(index, tokens, torch.tensor(gaps))
         return found
 
-    def _ended(self, tokens: Sequence[int]) -> bool:
-        """Whether greedy's text ends within ``tokens``: an end-of-sequence token, or the scorer's stop reached
-        (a stop string, once in the text, stays there; see ``decided_steps``)."""
+    def _ended(self, index: int, tokens: Sequence[int]) -> bool:
+        """Whether greedy's text for item ``index`` ends within ``tokens``: an end-of-sequence token, or the
+        scorer's stop reached (a stop string, once in the text, stays there; see ``decided_steps``)."""
         if any(token in self.eos for token in tokens):
             return True
-        text = self.scorer.tokens.decode(tokens)
-        return bool(tokens) and self.scorer.stop(text) != text
+        return bool(tokens) and self.scorer.ended(self.scorer.tokens.decode(tokens), self._example(index))
+
+    def _example(self, index: int) -> Example:
+        return self.scorer.task.examples[self.items[index].example]
 
     @torch.inference_mode()
     def _decode(self, known: list[tuple[list[int], list[float]]], batch: list[int], prefix_cache: object | None
@@ -194,12 +197,12 @@ class Generation:
         ids, mask, positions = prefix.suffixes(prompts, self.pad_id, left=True)
         device = self.lm.device
         cache = {} if prefix_cache is None else passing_cache(prefix.rows(prefix_cache, len(rows)))
-        return self._greedy(rows, ids.to(device), mask.to(device), positions.to(device), cache)
+        return self._greedy(batch, rows, ids.to(device), mask.to(device), positions.to(device), cache)
 
-    def _greedy(self, rows: list[tuple[list[int], list[float]]], ids: torch.Tensor, mask: torch.Tensor,
-                positions: torch.Tensor, cache: dict) -> list[tuple[list[int], list[float]]]:
+    def _greedy(self, batch: Sequence[int], rows: list[tuple[list[int], list[float]]], ids: torch.Tensor,
+                mask: torch.Tensor, positions: torch.Tensor, cache: dict) -> list[tuple[list[int], list[float]]]:
         """Greedy steps from input ``ids`` (mask over the cache and them, their position ids), appending each
-        row's tokens and gaps to ``rows`` until every row has ended."""
+        row's tokens and gaps to ``rows`` (of items ``batch``) until every row has ended."""
         model, device = self.lm.model, self.lm.device
         running = torch.ones(len(rows), dtype=torch.bool)
         while True:
@@ -211,7 +214,7 @@ class Generation:
                 if running[row]:
                     tokens.append(chosen[row])
                     row_gaps.append(gaps[row])
-                    running[row] = len(tokens) < self.max_new and not self._ended(tokens)
+                    running[row] = len(tokens) < self.max_new and not self._ended(batch[row], tokens)
             if not running.any():
                 break
             cache = passing_cache(cache_of(out))
@@ -237,14 +240,29 @@ class Generation:
             gaps = StepGaps()  # records (B,) per step; the scores pass through unchanged
             out = self.lm.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
                                          max_new_tokens=self.max_new, pad_token_id=self.pad_id,
-                                         logits_processor=LogitsProcessorList([gaps]))
+                                         logits_processor=LogitsProcessorList([gaps]),
+                                         stopping_criteria=StoppingCriteriaList([_Ended(self, batch, width)]))
             steps = gaps.stacked(len(batch))  # (B, steps)
             for row, i in enumerate(batch):
-                found[self.items[i].example] = self.answer(out[row, width:].tolist(), steps[row], self.eos)
+                found[self.items[i].example] = self.answer(i, out[row, width:].tolist(), steps[row])
         return found
 
-    def answer(self, tokens: list[int], gaps: torch.Tensor, eos: set[int]) -> Generated:
-        """One example's answer text and decision gap from its greedy tokens and per-step gaps."""
-        text = self.scorer.stop(self.scorer.tokens.decode(tokens))
-        decided = decided_steps(tokens, eos, self.scorer.tokens.decode, self.scorer.stop)
+    def answer(self, index: int, tokens: list[int], gaps: torch.Tensor) -> Generated:
+        """Item ``index``'s answer text and decision gap from its greedy tokens and per-step gaps."""
+        example = self._example(index)
+        text = self.scorer.stop(self.scorer.tokens.decode(tokens), example)
+        decided = decided_steps(tokens, self.eos, self.scorer.tokens.decode,
+                                lambda text: self.scorer.ended(text, example))
         return Generated(text, decision_gap(gaps, decided))
+
+
+class _Ended(StoppingCriteria):
+    """Plain ``generate``'s rows stop where the scorer's stop is reached (``Generation._ended``), not only at an
+    end-of-sequence token: a batch ends when every row has."""
+
+    def __init__(self, generation: Generation, batch: Sequence[int], width: int) -> None:
+        self.generation, self.batch, self.width = generation, batch, width
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: object) -> torch.Tensor:
+        return torch.tensor([self.generation._ended(index, input_ids[row, self.width:].tolist())  # noqa: SLF001
+                             for row, index in enumerate(self.batch)], device=input_ids.device)

@@ -140,12 +140,17 @@ class Scorer(ABC):
         """Generating kinds: the prompt tokens greedy decoding starts from."""
         raise NotImplementedError
 
-    def stop(self, text: str) -> str:
-        """Generating kinds: the part of the decoded text that is the answer: up to the first of the task's
-        ``until`` strings, or the first newline."""
+    def stop(self, text: str, example: Example) -> str:
+        """Generating kinds: the part of the decoded text that is ``example``'s answer: up to the first of the
+        task's ``until`` strings, or the first newline."""
         for marker in self.task.until or ("\n",):
             text = text.split(marker, 1)[0]
         return text
+
+    def ended(self, text: str, example: Example) -> bool:
+        """Generating kinds: whether greedy's ``text`` already holds all of ``example``'s answer (a stop reached;
+        once in the text, it stays there, whatever greedy writes next)."""
+        return self.stop(text, example) != text
 
 
 def rest_max(values: torch.Tensor, index: int) -> torch.Tensor:

@@ -4,7 +4,9 @@ The program is the prompt plus the completion when the row names an ``entry_poin
 is the function's signature and docstring, and the tests define ``check(candidate)``, called with it), and
 the completion alone otherwise (MBPP: the prompt describes the function, the model writes all of it, and
 the tests are ``assert`` lines). The completion ends before the first line that starts a new top-level
-statement the function does not need (HumanEval's stop strings), or ``[DONE]`` / a code fence (MBPP's).
+statement the function does not need (HumanEval's stop strings), or ``[DONE]`` / a code fence (MBPP's), and
+greedy decoding stops there too (what follows a stop string cannot change the completion), as a harness passing
+the stop strings to ``generate`` does; the generated text kept is the completion.
 Correct: the program and its tests exit cleanly within the time limit (``headprune.scoring.execution``).
 
 Margin: as for ``generate``, when the row carries a reference solution (``solution``; HumanEval's
@@ -55,21 +57,35 @@ class CodeScorer(Scorer):
             return item.tokens[: len(item.tokens) - (item.read - 1)]
         return item.tokens
 
-    def stop(self, text: str) -> str:
-        return text  # cut in judge, where the example says which convention applies
+    def _stops(self, example: Example) -> tuple[str, ...]:
+        return self.task.until or (_FUNCTION_STOPS if example.entry_point else _PROGRAM_STOPS)
+
+    def stop(self, text: str, example: Example) -> str:
+        """The completion: after a leading code fence's first line (it names the language), up to the first of
+        the example's stop strings."""
+        completion = _unfenced(text)
+        for marker in self._stops(example):
+            completion = completion.split(marker, 1)[0]
+        return completion
+
+    def ended(self, text: str, example: Example) -> bool:
+        completion = _unfenced(text)
+        return any(marker in completion for marker in self._stops(example))
 
     def judge(self, example: Example, values: list[torch.Tensor], generated: str | None) -> tuple[bool, float]:
-        completion = generated or ""
-        if completion.lstrip().startswith("```"):  # a fenced block: its first line names the language
-            completion = completion.lstrip().partition("\n")[2]
-        for marker in self.task.until or (_FUNCTION_STOPS if example.entry_point else _PROGRAM_STOPS):
-            completion = completion.split(marker, 1)[0]
-        passed = run_program(program(example, completion)).passed
+        passed = run_program(program(example, self.stop(generated or "", example))).passed
         margin = float(values[0][0]) if example.target else (1.0 if passed else -1.0)
         return passed, margin
 
     def surrogate(self, item: Item, value: torch.Tensor, example: Example) -> torch.Tensor:
         return value[1] if example.target else value[1] * 0.0
+
+
+def _unfenced(text: str) -> str:
+    """``text`` without a leading code fence's first line (which names the language); all of it without one."""
+    if text.lstrip().startswith("```"):
+        return text.lstrip().partition("\n")[2]
+    return text
 
 
 def program(example: Example, completion: str) -> str:
