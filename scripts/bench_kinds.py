@@ -10,6 +10,11 @@ load hits both alike. The naive loops are the simplest strong ones:
 * ``choice``: one left-padded forward pass of the prompts (16 per batch) reading the last position's
   log-probs of each choice's first token (exact for single-token choices, which the script checks).
 * ``classify``: the model's own forward pass (16 per batch, padded by the tokenizer), argmax of its logits.
+* ``code``: batched left-padded greedy ``model.generate`` (16 per batch) with HumanEval's stop strings
+  (``stop_strings``, a row stops when its text holds one; 128 new tokens at most), the completion cut there, then
+  every program run against its tests in a process of its own (``headprune.scoring.execution``, as headprune
+  runs them; the time it takes is printed, the same work on both sides). The problems come from templates
+  (``code_task``: a function's signature and docstring after two solved ones, with a reference solution).
 
 The head is zeroed in both by the same o_proj pre-hook (``headprune.ablation.ablated``). headprune runs
 ``Evaluator(..., reuse_layers=True)`` (find's exact screen) with find's default batches (``--batch-size auto``:
@@ -19,9 +24,10 @@ ties (``headprune.evaluation.contract``: a decision gap within the precision's t
 
 The FLOP limit of a condition is the floating-point work of a plain pass over the real (unpadded) tokens the
 naive loop runs, ``2 x (parameters - embedding) x tokens + 4 x heads x head size x layers x attention pairs +
-2 x vocabulary x hidden x logit rows`` (prompt and generated tokens for ``generate``; the prompts for ``choice``;
-the texts for ``classify``; an attention pair is a query and a key it attends to: ``n (n + 1) / 2`` in a causal
-sequence of ``n`` tokens, ``n^2`` in an encoder's), divided by the float32 matmul rate of this machine (1024 x
+2 x vocabulary x hidden x logit rows`` (prompt and generated tokens for ``generate`` and ``code``; the prompts
+for ``choice``; the texts for ``classify``; an attention pair is a query and a key it attends to: ``n (n + 1) /
+2`` in a causal sequence of ``n`` tokens, ``n^2`` in an encoder's; a code condition's programs are not counted),
+divided by the float32 matmul rate of this machine (1024 x
 1024, the threads torch uses): the higher of torch's own product (MKL's sgemm) and oneDNN's, measured at the start
 and after each kind; the highest (the strictest limit) is used. headprune computes its linear layers with the
 faster of the two (``headprune.cpu_linear``, printed at the start); the naive loops are plain transformers (torch's
@@ -35,7 +41,8 @@ machine the best run is the one least slowed by others.
 where its time goes: the matrix products (and their rate against the measured one), the attention kernel, the
 other ops.
 
-    python scripts/bench_kinds.py [--kinds generate,choice,classify] [--n 150] [--heads 4] [--repeat 1] [--profile]
+    python scripts/bench_kinds.py [--kinds generate,choice,classify,code] [--n 150] [--code-n 60] [--heads 4]
+                                  [--repeat 1] [--profile]
 """
 
 from __future__ import annotations
@@ -62,9 +69,13 @@ from headprune.evaluation.contract import allowance
 from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
 from headprune.models import LoadedModel, load_model
+from headprune.scoring.code import FUNCTION_STOPS, completion, program
+from headprune.scoring.execution import permit_code_execution, run_program
 from headprune.tasks import Example, Task, load_task
+from headprune.tasks.jsonl import CODE_MAX_NEW_TOKENS
 
 BATCH = 16
+GENERATING = ("generate", "code")
 
 
 def matmul_rates() -> dict[str, float]:
@@ -208,6 +219,70 @@ class NaiveGenerate:
         return texts
 
 
+class NaiveCode:
+    """Batched left-padded greedy ``generate`` stopping each row at HumanEval's stop strings (``stop_strings``), the
+    completion cut there; then each program run against its tests (headprune's runner, a process each)."""
+
+    def __init__(self, lm: LoadedModel, task: Task) -> None:
+        self.lm, self.task = lm, task
+        self.prompts = [lm.tokenizer(e.prompt)["input_ids"] for e in task.examples]
+        self.tokens = self.pairs = self.logit_rows = 0  # the real work of the last run
+        self.program_seconds = 0.0  # of the last run: running the programs
+
+    def __call__(self, heads: tuple[Head, ...]) -> list[str]:
+        tok, pad, completions = self.lm.tokenizer, pad_id(self.lm), []
+        self.tokens = self.pairs = self.logit_rows = 0
+        with torch.inference_mode(), ablated(self.lm, heads):
+            for start in range(0, len(self.prompts), BATCH):
+                ids, mask = left_padded(self.prompts[start: start + BATCH], pad)
+                out = self.lm.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                                             max_new_tokens=self.task.max_new_tokens, pad_token_id=pad,
+                                             stop_strings=list(FUNCTION_STOPS), tokenizer=tok)
+                for prompt, row in zip(mask.sum(-1).tolist(), out[:, ids.shape[1]:].tolist()):
+                    written = len(row) - next((k for k, t in enumerate(reversed(row)) if t != pad), len(row))
+                    completions.append(completion(tok.decode(row[:written], skip_special_tokens=True),
+                                                  FUNCTION_STOPS))
+                    self.logit_rows += written
+                    self.tokens += prompt + written
+                    self.pairs += causal_pairs(prompt + written)
+        start = time.perf_counter()
+        for example, written in zip(self.task.examples, completions):
+            run_program(program(example, written))
+        self.program_seconds = time.perf_counter() - start
+        return completions
+
+
+def code_task(n: int) -> Task:
+    """``n`` HumanEval-style problems (a signature and docstring after two solved ones, the shared prefix; tests
+    calling ``check``; a reference solution), from six templates with a constant ``k`` each: small enough for
+    SmolLM2 to solve some. The prompt ends at the docstring's quotes: SmolLM2 spells a newline and the body's
+    indentation as one token, which a prompt ending in a newline would split."""
+    templates = [
+        ("add", "x", "Return x plus {k}.", "return x + {k}", [(1, "{a} + {k}"), (-3, "{a} + {k}")]),
+        ("times", "x", "Return x multiplied by {k}.", "return x * {k}", [(2, "{a} * {k}"), (-1, "{a} * {k}")]),
+        ("is_multiple", "n", "Return True when n is a multiple of {k}.", "return n % {k} == 0",
+         [(0, "True"), ("{k} * 3", "True"), ("{k} + 1", "False")]),
+        ("repeat", "word", "Return the word repeated {k} times.", "return word * {k}", [('"ab"', '"ab" * {k}')]),
+        ("sum_above", "xs", "Return the sum of the numbers in xs greater than {k}.",
+         "return sum(x for x in xs if x > {k})", [("[{k}, {k} + 1, {k} + 5]", "2 * {k} + 6"), ("[]", "0")]),
+        ("last", "xs", "Return the last {k} items of the list xs.", "return xs[-{k}:]",
+         [("list(range(40))", "list(range(40 - {k}, 40))")]),
+    ]
+    shots = 'def add_1(x):\n    """Return x plus 1."""\n    return x + 1\n\n\n' \
+            'def first(xs):\n    """Return the first item of the list xs."""\n    return xs[0]\n\n\n'
+    examples = []
+    for i in range(n):
+        name, arg, doc, solution, cases = templates[i % len(templates)]
+        k = 2 + i // len(templates)
+        function = f"{name}_{k}"
+        checks = "".join(f"    assert candidate({str(a).format(k=k)}) == {str(b).format(a=a, k=k)}\n"
+                         for a, b in cases)
+        examples.append(Example(f"code{i}", prompt=f'{shots}def {function}({arg}):\n    """{doc.format(k=k)}"""',
+                                target=f"\n    {solution.format(k=k)}\n", entry_point=function,
+                                tests=f"def check(candidate):\n{checks}"))
+    return Task("code-templates", "code", tuple(examples), max_new_tokens=CODE_MAX_NEW_TOKENS)
+
+
 class NaiveChoice:
     """One left-padded forward of the prompts; the choices' first-token log-probs at the last position."""
 
@@ -276,7 +351,7 @@ def classifier_and_task(n: int) -> tuple[LoadedModel, Task]:
 
 def differing(kind: str, result: EvalResult, naive: list, dtype: str) -> tuple[int, int]:
     """Answers that differ outside the contract's ties, and the ties among all differing ones."""
-    ours = result.texts if kind == "generate" else [bool(c) for c in result.correct]
+    ours = result.texts if kind in GENERATING else [bool(c) for c in result.correct]
     differ = np.array([a != b for a, b in zip(ours, naive)], dtype=bool)
     decides = result.decisions
     ties = np.abs(decides) <= allowance(dtype, decides)
@@ -304,7 +379,7 @@ def bench(kind: str, lm: LoadedModel, task: Task, naive: Callable, heads: list[t
     rate = max(rate, *matmul_rates().values())  # the rate after the kind too: the higher, the stricter the limit
     limit = work_gflop(lm, naive.tokens, naive.pairs, naive.logit_rows) / rate
     ablated_naive, ablated_ours = np.mean(seconds["naive"][1:]), np.mean(seconds["headprune"][1:])
-    if kind != "generate":  # a generate condition also decodes; its own work is not only the forced pass
+    if kind not in GENERATING:  # a generating condition also decodes; its own work is not only the forced pass
         works = [own_work(evaluator, condition) for condition in heads]
         own = float(np.mean([w for w, _ in works])) / rate
         print(f"{kind:<9} headprune's own work (forced pass after the shared prefix, layers from the ablated one "
@@ -316,17 +391,20 @@ def bench(kind: str, lm: LoadedModel, task: Task, naive: Callable, heads: list[t
           f"ablated condition  ratio x{ablated_naive / ablated_ours:4.1f}  | intact: naive {seconds['naive'][0]:.2f} s, "
           f"headprune {seconds['headprune'][0]:.2f} s | matmul {rate:.0f} GFLOP/s | FLOP limit {limit:.2f} s: naive "
           f"x{ablated_naive / limit:.2f}, "
-          f"headprune x{ablated_ours / limit:.2f} | answers differing: {bad} (+{ties} ties)", flush=True)
+          f"headprune x{ablated_ours / limit:.2f} | answers differing: {bad} (+{ties} ties)"
+          + (f" | running the programs: {naive.program_seconds:.2f} s of each side's condition" if kind == "code"
+             else ""), flush=True)
     return bad == 0
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--kinds", default="generate,choice,classify")
+    parser.add_argument("--kinds", default="generate,choice,classify,code")
     parser.add_argument("--generate-task", default="arithmetic:n=150")
     parser.add_argument("--choice-task", default="sentiment:n=150")
     parser.add_argument("--n", type=int, default=150, help="classify: Rotten Tomatoes sentences")
+    parser.add_argument("--code-n", type=int, default=60, help="code: problems from templates")
     parser.add_argument("--heads", type=int, default=4, help="single heads ablated, spread over the layers")
     parser.add_argument("--batch", default="auto", help="headprune's --batch-size (the naive loops: 16)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per condition and side; the best is kept")
@@ -340,21 +418,26 @@ def main(argv: list[str] | None = None) -> None:
           f"{os.getloadavg()[0]:.1f}", flush=True)
     ok = True
     kinds = args.kinds.split(",")
-    causal = load_model(args.model) if {"generate", "choice"} & set(kinds) else None
+    unknown = set(kinds) - {"generate", "choice", "classify", "code"}
+    if unknown:
+        raise SystemExit(f"unknown kind {sorted(unknown)[0]!r}: generate, choice, classify or code")
+    causal = load_model(args.model) if {"generate", "choice", "code"} & set(kinds) else None
     for kind in kinds:
         if kind == "classify":
             lm, task = classifier_and_task(args.n)
             naive: Callable = NaiveClassify(lm, task)
-        elif kind in ("generate", "choice"):
+        elif kind == "code":
+            lm, task = causal, code_task(args.code_n)  # type: ignore[assignment]
+            naive = NaiveCode(lm, task)
+        else:
             lm = causal  # type: ignore[assignment]
             task = load_task(args.generate_task if kind == "generate" else args.choice_task)
             naive = NaiveGenerate(lm, task) if kind == "generate" else NaiveChoice(lm, task)
-        else:
-            raise SystemExit(f"unknown kind {kind!r}: generate, choice or classify")
         grid = lm.grid
         heads = [(Head(layer, (7 * layer) % grid.num_heads),)
                  for layer in np.linspace(0, grid.num_layers - 1, args.heads).round().astype(int).tolist()]
-        ok = bench(kind, lm, task, naive, heads, rate, args.batch, args.repeat, args.profile) and ok
+        with permit_code_execution():  # the code kind runs the programs SmolLM2 writes, as its tasks do
+            ok = bench(kind, lm, task, naive, heads, rate, args.batch, args.repeat, args.profile) and ok
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     if not ok:
         print("answers differ from the naive loop outside the contract's ties", file=sys.stderr)

@@ -1,5 +1,6 @@
-"""scripts/bench_kinds.py on the default model (SmolLM2-135M, few examples): every kind runs, answers agree with the naive loops, the FLOP limits
-and the profile are printed; a fast path that changes an answer makes it exit 1."""
+"""scripts/bench_kinds.py on the default model (SmolLM2-135M, few examples): every kind runs (code's programs
+too), answers agree with the naive loops, the FLOP limits and the profile are printed; a fast path that changes an
+answer makes it exit 1."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from headprune.evaluation import Evaluator
 @pytest.mark.slow
 def test_bench_kinds_runs_every_kind_and_exits_1_when_an_answer_differs(smollm2, monkeypatch, capsys) -> None:
     bench = runpy.run_path("scripts/bench_kinds.py")
-    argv = ["--kinds", "generate,choice,classify", "--heads", "2", "--n", "8", "--generate-task", "arithmetic:n=8",
-            "--choice-task", "sentiment:n=8", "--repeat", "2", "--profile"]
+    argv = ["--kinds", "generate,choice,classify,code", "--heads", "2", "--n", "8", "--generate-task",
+            "arithmetic:n=8", "--choice-task", "sentiment:n=8", "--code-n", "8", "--repeat", "2", "--profile"]
     bench["main"](argv)  # the exact screen keeps the contract: no exit
     out = capsys.readouterr().out
-    for kind in ("generate", "choice", "classify"):
+    assert "running the programs" in out
+    for kind in ("generate", "choice", "classify", "code"):
         assert f"{kind:<9}" in out and "answers differing: 0" in out
     assert out.count("profiled L") == 4 and "own work" in out  # choice and classify, 2 heads each
     real = Evaluator.run

@@ -100,7 +100,7 @@ class Generation:
         """Item ``index``'s known greedy tokens and gaps (up to ``max_new_tokens``), and whether they end it."""
         tokens, gaps = self._known.pop(index, ([], []))
         tokens, gaps = tokens[: self.max_new], gaps[: self.max_new]
-        return tokens, gaps, len(tokens) >= self.max_new or self._ended(index, tokens)
+        return tokens, gaps, len(tokens) >= self.max_new or self.ended(index, tokens)
 
     @torch.inference_mode()
     def settle(self, batch: Sequence[int], forced: object, group_rows: int) -> None:
@@ -176,7 +176,7 @@ class Generation:
                 found[self.items[index].example] = self.answer(index, tokens, torch.tensor(gaps))
         return found
 
-    def _ended(self, index: int, tokens: Sequence[int]) -> bool:
+    def ended(self, index: int, tokens: Sequence[int]) -> bool:
         """Whether greedy's text for item ``index`` ends within ``tokens``: an end-of-sequence token, or the
         scorer's stop reached (a stop string, once in the text, stays there; see ``decided_steps``)."""
         if any(token in self.eos for token in tokens):
@@ -214,7 +214,7 @@ class Generation:
                 if running[row]:
                     tokens.append(chosen[row])
                     row_gaps.append(gaps[row])
-                    running[row] = len(tokens) < self.max_new and not self._ended(batch[row], tokens)
+                    running[row] = len(tokens) < self.max_new and not self.ended(batch[row], tokens)
             if not running.any():
                 break
             cache = passing_cache(cache_of(out))
@@ -226,7 +226,8 @@ class Generation:
         return rows
 
     def generate(self, batches: Sequence[Sequence[int]]) -> dict[int, Generated]:
-        """Plain ``model.generate`` of every prompt, left-padded in ``batches``, to ``max_new_tokens``."""
+        """Plain ``model.generate`` of every prompt, left-padded in ``batches``, a row to its stop or
+        ``max_new_tokens``."""
         found: dict[int, Generated] = {}
         device = self.lm.device
         for batch in batches:
@@ -257,12 +258,12 @@ class Generation:
 
 
 class _Ended(StoppingCriteria):
-    """Plain ``generate``'s rows stop where the scorer's stop is reached (``Generation._ended``), not only at an
+    """Plain ``generate``'s rows stop where the scorer's stop is reached (``Generation.ended``), not only at an
     end-of-sequence token: a batch ends when every row has."""
 
     def __init__(self, generation: Generation, batch: Sequence[int], width: int) -> None:
         self.generation, self.batch, self.width = generation, batch, width
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: object) -> torch.Tensor:
-        return torch.tensor([self.generation._ended(index, input_ids[row, self.width:].tolist())  # noqa: SLF001
+        return torch.tensor([self.generation.ended(index, input_ids[row, self.width:].tolist())
                              for row, index in enumerate(self.batch)], device=input_ids.device)

@@ -16,6 +16,7 @@ reference token's log-prob minus the best other token's. Without one: +1 when th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,8 +28,9 @@ from headprune.tasks import Example, Task
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.models import LoadedModel
 
-_FUNCTION_STOPS = ("\nclass ", "\ndef ", "\n#", "\nif __name__", "\nprint(", "\nassert ")
-_PROGRAM_STOPS = ("[DONE]", "```", "\nassert ", "\nif __name__", "\n\n\n")
+# Where a completion ends: HumanEval's stop strings (a function's body) and MBPP's (a whole program).
+FUNCTION_STOPS = ("\nclass ", "\ndef ", "\n#", "\nif __name__", "\nprint(", "\nassert ")
+PROGRAM_STOPS = ("[DONE]", "```", "\nassert ", "\nif __name__", "\n\n\n")
 
 
 class CodeScorer(Scorer):
@@ -58,15 +60,10 @@ class CodeScorer(Scorer):
         return item.tokens
 
     def _stops(self, example: Example) -> tuple[str, ...]:
-        return self.task.until or (_FUNCTION_STOPS if example.entry_point else _PROGRAM_STOPS)
+        return self.task.until or (FUNCTION_STOPS if example.entry_point else PROGRAM_STOPS)
 
     def stop(self, text: str, example: Example) -> str:
-        """The completion: after a leading code fence's first line (it names the language), up to the first of
-        the example's stop strings."""
-        completion = _unfenced(text)
-        for marker in self._stops(example):
-            completion = completion.split(marker, 1)[0]
-        return completion
+        return completion(text, self._stops(example))
 
     def ended(self, text: str, example: Example) -> bool:
         completion = _unfenced(text)
@@ -79,6 +76,15 @@ class CodeScorer(Scorer):
 
     def surrogate(self, item: Item, value: torch.Tensor, example: Example) -> torch.Tensor:
         return value[1] if example.target else value[1] * 0.0
+
+
+def completion(text: str, stops: Sequence[str]) -> str:
+    """The completion in greedy's ``text``: after a leading code fence's first line (it names the language), up
+    to the first of ``stops``."""
+    kept = _unfenced(text)
+    for marker in stops:
+        kept = kept.split(marker, 1)[0]
+    return kept
 
 
 def _unfenced(text: str) -> str:
