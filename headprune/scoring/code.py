@@ -66,8 +66,8 @@ class CodeScorer(Scorer):
         return completion(text, self._stops(example))
 
     def ended(self, text: str, example: Example) -> bool:
-        completion = _unfenced(text)
-        return any(marker in completion for marker in self._stops(example))
+        body = _unfenced(text)
+        return any(marker in body for marker in self._stops(example))
 
     def judge(self, example: Example, values: list[torch.Tensor], generated: str | None) -> tuple[bool, float]:
         passed = run_program(program(example, self.stop(generated or "", example))).passed
