@@ -88,13 +88,28 @@ def test_modules_with_their_own_forward_and_other_dtypes_are_left_alone(tokenize
         assert routed == 0
 
 
-def test_torch_setting_routes_nothing_and_auto_measures(tokenizer, monkeypatch) -> None:
+def test_torch_setting_routes_nothing_and_auto_follows_the_cpu(tokenizer, monkeypatch) -> None:
     lm = build_tiny("llama", tokenizer)
     monkeypatch.setenv(cpu_linear.ENV, "torch")
     with cpu_linear.fast_linears(lm.model) as routed:
         assert routed == 0
     monkeypatch.setenv(cpu_linear.ENV, " AUTO ")
-    assert cpu_linear.kernel() == cpu_linear._measured() in ("onednn", "torch")  # noqa: SLF001
+    assert cpu_linear.kernel() == cpu_linear._for_this_cpu() in ("onednn", "torch")  # noqa: SLF001
+
+
+CPU = "processor\t: {n}\nvendor_id\t: {vendor}\ncpu family\t: 25\nflags\t\t: fpu sse2 avx2 fma{more}\n"
+
+
+@pytest.mark.parametrize(("vendor", "more", "suits"), [
+    ("AuthenticAMD", " avx512f avx512bw avx512_bf16", True),  # Zen 4, Zen 5: MKL runs AVX2 kernels there
+    ("AuthenticAMD", " avx512_bf16", False),  # no AVX-512 foundation: MKL's AVX2 is what the CPU has
+    ("AuthenticAMD", "", False),
+    ("GenuineIntel", " avx512f avx512bw", False),  # MKL at its best
+])
+def test_onednn_suits_amd_cpus_with_avx512_only(vendor: str, more: str, suits: bool) -> None:
+    cpuinfo = "\n".join(CPU.format(n=n, vendor=vendor, more=more) for n in range(2))
+    assert cpu_linear.suits_onednn(cpuinfo) is suits
+    assert not cpu_linear.suits_onednn("")
 
 
 def test_bad_setting_is_a_settings_error_and_exit_2(tiny_folder, monkeypatch) -> None:
@@ -109,8 +124,22 @@ def test_bad_setting_is_a_settings_error_and_exit_2(tiny_folder, monkeypatch) ->
     with pytest.raises(SettingsError, match="no working oneDNN linear; use auto or torch"):
         cpu_linear.kernel()
     monkeypatch.setenv(cpu_linear.ENV, "auto")
-    cpu_linear._measured.cache_clear()  # noqa: SLF001 - measured again, without oneDNN
+    cpu_linear._for_this_cpu.cache_clear()  # noqa: SLF001 - decided again, without oneDNN
     try:
         assert cpu_linear.kernel() == "torch"  # auto falls back to torch's product
     finally:
-        cpu_linear._measured.cache_clear()  # noqa: SLF001
+        cpu_linear._for_this_cpu.cache_clear()  # noqa: SLF001
+
+
+def test_a_run_keeps_the_kernel_it_agreed_on_while_entered(tokenizer, monkeypatch, caplog) -> None:
+    monkeypatch.setenv(cpu_linear.ENV, "onednn")
+    with cpu_linear.agreed("torch", "rank 0") as used:
+        assert used == cpu_linear.kernel() == "torch", "the agreed kernel, not this process's setting"
+        with cpu_linear.fast_linears(build_tiny("llama", tokenizer).model) as routed:
+            assert routed == 0
+    assert cpu_linear.kernel() == "onednn", "the setting again once the run is over"
+    monkeypatch.setattr(cpu_linear, "_works", lambda: False)  # rank 0 has oneDNN, this process has none
+    monkeypatch.setenv(cpu_linear.ENV, "torch")
+    with caplog.at_level("WARNING", logger="headprune"), cpu_linear.agreed("onednn", "rank 0") as used:
+        assert used == cpu_linear.kernel() == "torch"
+    assert "rank 0 used oneDNN" in caplog.text and "uses torch's own product" in caplog.text

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import logging
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
 from headprune import cpu_linear
 from headprune.devices import dtype_name
+from headprune.distributed import Team
 from headprune.errors import InternalCheckError
 from headprune.evaluation import EvalResult, Evaluator
 from headprune.evaluation.contract import ABSOLUTE_TOLERANCE, disagreement, spread, tolerance
@@ -44,6 +47,17 @@ def run_environment(lm: LoadedModel) -> dict[str, object]:
     return {"headprune": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "dtype": dtype_name(lm.dtype), "device": str(lm.device),
             "threads": torch.get_num_threads(), "cpu_linear": cpu_linear.kernel()}
+
+
+@contextmanager
+def one_kernel(team: Team) -> Iterator[None]:
+    """Every process of a data-parallel run computes with rank 0's CPU float32 linear kernel while entered (the
+    same on alike machines; on a mixed cluster too, as the journal, written by rank 0, records)."""
+    if not team.parallel:
+        yield
+        return
+    with cpu_linear.agreed(team.broadcast(cpu_linear.kernel()), "the run's first process"):
+        yield
 
 
 def reordered_pass(evaluator: Evaluator) -> EvalResult:

@@ -24,6 +24,7 @@ from headprune.distributed import Team
 from headprune.models import LoadedModel, load_model
 from headprune.search.compress import compress
 from headprune.search.conditions import Conditions
+from headprune.search.determinism import one_kernel
 from headprune.search.improve import expected_joint_evaluations, improve
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.result import FindResult
@@ -104,11 +105,12 @@ def find(
         log.info("data-parallel: %d processes share every stage's conditions", team.world)
     check_layout(lm.grid, settings.prefer)
     settings = fit_to_grid(settings, lm.grid)
-    conditions = Conditions.start(lm, inputs.split, inputs.controls, settings, out=out, resume=resume,
-                                  progress=progress, team=team)
-    stages = Stages(lm, conditions, settings)
-    stages.timings["setup"] = time.perf_counter() - started
-    result = OBJECTIVE_RUNS[settings.objective](stages, inputs)
+    with one_kernel(team):
+        conditions = Conditions.start(lm, inputs.split, inputs.controls, settings, out=out, resume=resume,
+                                      progress=progress, team=team)
+        stages = Stages(lm, conditions, settings)
+        stages.timings["setup"] = time.perf_counter() - started
+        result = OBJECTIVE_RUNS[settings.objective](stages, inputs)
     stages.timings["total"] = time.perf_counter() - started
     return replace(result, timings={k: round(v, 3) for k, v in stages.timings.items()})
 
