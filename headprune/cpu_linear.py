@@ -41,7 +41,8 @@ SMALL = 1 << 20
 _agreed: str | None = None  # the run's kernel while agreed() is entered
 
 
-def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` computed by oneDNN (float32, under ``torch.inference_mode``)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")  # noqa: SLF001 - torch's own op
 
 
@@ -54,7 +55,7 @@ def _works() -> bool:
     x, weight = torch.randn(64, 256, generator=generator), torch.randn(128, 256, generator=generator)
     with torch.inference_mode():
         try:
-            ours = _onednn(x, weight, None)
+            ours = onednn_linear(x, weight, None)
         except (RuntimeError, AttributeError, NotImplementedError):  # an op this torch build lacks
             return False
         theirs = torch.nn.functional.linear(x, weight)
@@ -151,4 +152,4 @@ def fast_linears(model: object) -> Iterator[int]:
 def _linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if x.numel() * module.out_features < SMALL:  # rows x in x out: oneDNN's set-up would cost more than it saves
         return torch.nn.functional.linear(x, module.weight, module.bias)
-    return _onednn(x, module.weight, module.bias)
+    return onednn_linear(x, module.weight, module.bias)

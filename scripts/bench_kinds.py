@@ -83,7 +83,7 @@ def matmul_rates() -> dict[str, float]:
     own product (MKL's sgemm) and oneDNN's (what ``headprune.cpu_linear`` routes linear layers to)."""
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
     products = {"torch": lambda: a @ b,
-                "onednn": lambda: torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")}  # noqa: SLF001
+                "onednn": lambda: cpu_linear.onednn_linear(a, b, None)}
     rates = {}
     for name, product in products.items():
         product()
@@ -190,61 +190,81 @@ def left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Te
     return ids, mask
 
 
-class NaiveGenerate:
-    """Batched left-padded greedy ``generate``, stopping each row at its first newline (see the docstring)."""
-
-    def __init__(self, lm: LoadedModel, task: Task) -> None:
-        self.lm, self.task = lm, task
-        tok = lm.tokenizer
-        self.prompts = [tok(e.prompt)["input_ids"] for e in task.examples]
-        newline = [i for i in range(len(tok)) if "\n" in tok.decode([i])]
-        self.stops = sorted(set(newline) | ({tok.eos_token_id} if tok.eos_token_id is not None else set()))
-        self.tokens = self.pairs = self.logit_rows = 0  # the real work of the last run
-
-    def __call__(self, heads: tuple[Head, ...]) -> list[str]:
-        tok, texts = self.lm.tokenizer, []
-        self.tokens = self.pairs = self.logit_rows = 0
-        with torch.inference_mode(), ablated(self.lm, heads):
-            for start in range(0, len(self.prompts), BATCH):
-                ids, mask = left_padded(self.prompts[start: start + BATCH], pad_id(self.lm))
-                out = self.lm.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
-                                             max_new_tokens=self.task.max_new_tokens, eos_token_id=self.stops,
-                                             pad_token_id=pad_id(self.lm))
-                for prompt, row in zip(mask.sum(-1).tolist(), out[:, ids.shape[1]:].tolist()):
-                    written = next((k + 1 for k, t in enumerate(row) if t in self.stops), len(row))
-                    texts.append(tok.decode(row[:written], skip_special_tokens=True).split("\n")[0])
-                    self.logit_rows += written
-                    self.tokens += prompt + written
-                    self.pairs += causal_pairs(prompt + written)
-        return texts
-
-
-class NaiveCode:
-    """Batched left-padded greedy ``generate`` stopping each row at HumanEval's stop strings (``stop_strings``), the
-    completion cut there; then each program run against its tests (headprune's runner, a process each)."""
+class NaiveDecoding:
+    """Batched left-padded greedy ``generate`` of the task's prompts under the ablation, counting the real work;
+    a kind says how a row stops (:meth:`options`), how many tokens it wrote and what its answer text is."""
 
     def __init__(self, lm: LoadedModel, task: Task) -> None:
         self.lm, self.task = lm, task
         self.prompts = [lm.tokenizer(e.prompt)["input_ids"] for e in task.examples]
         self.tokens = self.pairs = self.logit_rows = 0  # the real work of the last run
-        self.program_seconds = 0.0  # of the last run: running the programs
+
+    def options(self) -> dict:
+        raise NotImplementedError
+
+    def written(self, row: list[int]) -> int:
+        raise NotImplementedError
+
+    def answer(self, text: str) -> str:
+        raise NotImplementedError
 
     def __call__(self, heads: tuple[Head, ...]) -> list[str]:
-        tok, pad, completions = self.lm.tokenizer, pad_id(self.lm), []
+        tok, pad, texts = self.lm.tokenizer, pad_id(self.lm), []
         self.tokens = self.pairs = self.logit_rows = 0
         with torch.inference_mode(), ablated(self.lm, heads):
             for start in range(0, len(self.prompts), BATCH):
                 ids, mask = left_padded(self.prompts[start: start + BATCH], pad)
                 out = self.lm.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
                                              max_new_tokens=self.task.max_new_tokens, pad_token_id=pad,
-                                             stop_strings=list(FUNCTION_STOPS), tokenizer=tok)
+                                             **self.options())
                 for prompt, row in zip(mask.sum(-1).tolist(), out[:, ids.shape[1]:].tolist()):
-                    written = len(row) - next((k for k, t in enumerate(reversed(row)) if t != pad), len(row))
-                    completions.append(completion(tok.decode(row[:written], skip_special_tokens=True),
-                                                  FUNCTION_STOPS))
+                    written = self.written(row)
+                    texts.append(self.answer(tok.decode(row[:written], skip_special_tokens=True)))
                     self.logit_rows += written
                     self.tokens += prompt + written
                     self.pairs += causal_pairs(prompt + written)
+        return texts
+
+
+class NaiveGenerate(NaiveDecoding):
+    """Stopping each row at its first newline (see the docstring); the answer is the text before it."""
+
+    def __init__(self, lm: LoadedModel, task: Task) -> None:
+        super().__init__(lm, task)
+        tok = lm.tokenizer
+        newline = [i for i in range(len(tok)) if "\n" in tok.decode([i])]
+        self.stops = sorted(set(newline) | ({tok.eos_token_id} if tok.eos_token_id is not None else set()))
+
+    def options(self) -> dict:
+        return {"eos_token_id": self.stops}
+
+    def written(self, row: list[int]) -> int:
+        return next((k + 1 for k, t in enumerate(row) if t in self.stops), len(row))
+
+    def answer(self, text: str) -> str:
+        return text.split("\n")[0]
+
+
+class NaiveCode(NaiveDecoding):
+    """Stopping each row at HumanEval's stop strings (``stop_strings``), the completion cut there; then each
+    program run against its tests (headprune's runner, a process each)."""
+
+    def __init__(self, lm: LoadedModel, task: Task) -> None:
+        super().__init__(lm, task)
+        self.program_seconds = 0.0  # of the last run: running the programs
+
+    def options(self) -> dict:
+        return {"stop_strings": list(FUNCTION_STOPS), "tokenizer": self.lm.tokenizer}
+
+    def written(self, row: list[int]) -> int:  # a stopped row is padded to its batch's end
+        pad = pad_id(self.lm)
+        return len(row) - next((k for k, t in enumerate(reversed(row)) if t != pad), len(row))
+
+    def answer(self, text: str) -> str:
+        return completion(text, FUNCTION_STOPS)
+
+    def __call__(self, heads: tuple[Head, ...]) -> list[str]:
+        completions = super().__call__(heads)
         start = time.perf_counter()
         for example, written in zip(self.task.examples, completions):
             run_program(program(example, written))

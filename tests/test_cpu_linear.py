@@ -69,7 +69,7 @@ def test_small_products_stay_torchs_and_large_ones_are_onednns() -> None:
     with torch.inference_mode():
         assert torch.equal(cpu_linear._linear(layer, small), torch.nn.functional.linear(small, layer.weight, layer.bias))  # noqa: SLF001
         ours = cpu_linear._linear(layer, large)  # noqa: SLF001
-        assert torch.equal(ours, cpu_linear._onednn(large, layer.weight, layer.bias))  # noqa: SLF001
+        assert torch.equal(ours, cpu_linear.onednn_linear(large, layer.weight, layer.bias))
         torch.testing.assert_close(ours, torch.nn.functional.linear(large, layer.weight, layer.bias))
 
 
