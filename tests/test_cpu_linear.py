@@ -62,13 +62,15 @@ def test_evaluator_results_are_the_same_with_either_kernel(make_task, tokenizer,
         assert [r.text for r in plain.results] == [r.text for r in ours.results]
 
 
-def test_small_products_stay_torchs_and_large_ones_are_onednns() -> None:
+def test_small_products_stay_torchs_and_large_ones_are_onednns(monkeypatch) -> None:
+    monkeypatch.setenv(cpu_linear.ENV, "onednn")
     layer = nn.Linear(256, 512)
     small, large = torch.randn(2, 256), torch.randn(64, 256)  # 2 x 256 x 512 and 64 x 256 x 512 multiply-adds
     assert small.numel() * 512 < cpu_linear.SMALL <= large.numel() * 512
-    with torch.inference_mode():
-        assert torch.equal(cpu_linear._linear(layer, small), torch.nn.functional.linear(small, layer.weight, layer.bias))  # noqa: SLF001
-        ours = cpu_linear._linear(layer, large)  # noqa: SLF001
+    with torch.inference_mode(), cpu_linear.fast_linears(layer) as routed:
+        assert routed == 1
+        assert torch.equal(layer(small), torch.nn.functional.linear(small, layer.weight, layer.bias))
+        ours = layer(large)
         assert torch.equal(ours, cpu_linear.onednn_linear(large, layer.weight, layer.bias))
         torch.testing.assert_close(ours, torch.nn.functional.linear(large, layer.weight, layer.bias))
 
