@@ -126,7 +126,8 @@ def save_heatmap(result: FindResult, path: Path) -> None:
 @dataclass(frozen=True)
 class TradeoffPoint:
     """One finalist on ``controls.png``: held-out change on the task (x, accuracy points) and on a control
-    (y, higher is better), each with its 95% bootstrap CI as (low, high)."""
+    (y, higher is better), each with its interval as (low, high): the verdict's interval for x, the control's
+    (simultaneous over the controls) for y."""
 
     rank: int
     x: float
@@ -144,16 +145,17 @@ def control_series(result: FindResult) -> list[tuple[str, list[TradeoffPoint]]]:
         accuracy = result.finalists[0].controls[index].metric == "accuracy"
         for f in result.finalists:
             c, v = f.controls[index], f.heldout
-            y, y_ci = ((100 * c.difference, (100 * c.ci95[0], 100 * c.ci95[1])) if accuracy
-                       else (-c.difference, (-c.ci95[1], -c.ci95[0])))
-            points.append(TradeoffPoint(f.rank, 100 * v.difference, (100 * v.ci95[0], 100 * v.ci95[1]), y, y_ci))
+            low, high = c.interval
+            y, y_ci = ((100 * c.difference, (100 * low, 100 * high)) if accuracy else (-c.difference, (-high, -low)))
+            x_low, x_high = v.interval
+            points.append(TradeoffPoint(f.rank, 100 * v.difference, (100 * x_low, 100 * x_high), y, y_ci))
         series.append((f"{control.name} ({'accuracy, points' if accuracy else '-mean NLL'})", points))
     return series
 
 
 def control_tradeoff_figure(result: FindResult) -> Figure:
     """Each finalist's held-out change on the task (x) against its change on every control task (y), with
-    95% CIs on both axes: a trade-off is resolved only where a bar stays clear of zero."""
+    their intervals on both axes: a trade-off is resolved only where a bar stays clear of zero."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     for index, (label, points) in enumerate(control_series(result)):
@@ -168,7 +170,7 @@ def control_tradeoff_figure(result: FindResult) -> Figure:
     ax.axvline(0, color="grey", lw=0.6)
     ax.set_xlabel(f"held-out change on {result.task.name} (accuracy points)")
     ax.set_ylabel("change on the control (higher is better)")
-    ax.set_title("finalists: the gain and what it costs elsewhere\n(bars: 95% bootstrap CIs; labels: rank)",
+    ax.set_title("finalists: the gain and what it costs elsewhere\n(bars: the verdicts' intervals; labels: rank)",
                  fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -10,8 +10,11 @@ from headprune.search.stats import NonInferiority, Verdict
 
 IMPROVE_TEST = (
     "The test: the exact McNemar test (a two-sided binomial test of rescued against damaged examples, the only "
-    "ones that differ) at alpha={alpha}; the CI is a percentile bootstrap 95% interval of the paired difference "
-    "(10,000 resamples of the held-out examples, pairs kept together).")
+    "ones that differ) at alpha={alpha:g}; confirmed when it rejects and more were rescued than damaged, i.e. "
+    "one-sided at {one_sided:g}%. The interval of the paired difference is Tango's score interval at "
+    "{level}, widened to 0 where the exact test does not reject, so it lies above 0 exactly when the gain is "
+    "confirmed; unlike a bootstrap interval it holds its coverage when few answers change and is never of zero "
+    "width.")
 
 NON_INFERIORITY_TEST = (
     "The test: Tango's score test for the difference of paired proportions (Tango 1998, continuity-corrected), "
@@ -22,23 +25,39 @@ NON_INFERIORITY_TEST = (
     "otherwise no claim is made. Unlike a bootstrap interval, it holds its level when few answers change.")
 
 
+def level_text(level: float) -> str:
+    """``95%``, ``99.5%``, ``98.3%``: a confidence level as people write it."""
+    return f"{100 * level:.3g}%"
+
+
+def interval_text(interval: tuple[float, float], fmt: str = "+.1%") -> str:
+    return f"[{interval[0]:{fmt}}, {interval[1]:{fmt}}]"
+
+
 def verdict_sentence(v: Verdict) -> str:
     """``CONFIRMED improvement: held-out accuracy 78.0% -> 81.0% (+3.0%, 95% CI [...], McNemar p=..., ...)``."""
     if v.role == "exploratory":
-        outcome, p = "exploratory (not confirmable)", f"Holm-adjusted p={v.adjusted_p:.3g}"
+        outcome, p = "exploratory (not confirmable)", f"Bonferroni-adjusted p={v.adjusted_p:.3g}"
     else:
         outcome = "CONFIRMED improvement" if v.confirmed else "no confirmed improvement"
         p = f"McNemar p={v.p_value:.3g}"
     return (f"{outcome}: held-out accuracy {v.accuracy_before:.1%} -> {v.accuracy_after:.1%} "
-            f"({v.difference:+.1%}, 95% bootstrap CI [{v.ci95[0]:+.1%}, {v.ci95[1]:+.1%}], "
+            f"({v.difference:+.1%}, {level_text(v.level)} CI {interval_text(v.interval)}, "
             f"{p}, n={v.n}, rescued {v.rescued}, damaged {v.damaged})")
 
 
 def control_text(c: ControlEffect) -> str:
     """``-9.5% [-15.5%, -3.5%]`` for an accuracy, ``NLL +0.0123 [...]`` for a text task."""
     if c.metric == "accuracy":
-        return f"{c.difference:+.1%} [{c.ci95[0]:+.1%}, {c.ci95[1]:+.1%}]"
-    return f"NLL {c.difference:+.4f} [{c.ci95[0]:+.4f}, {c.ci95[1]:+.4f}]"
+        return f"{c.difference:+.1%} {interval_text(c.interval)}"
+    return f"NLL {c.difference:+.4f} {interval_text(c.interval, '+.4f')}"
+
+
+def control_level(c: ControlEffect) -> str:
+    """How a control's interval was made: its level, its method, and the adjustment over several controls."""
+    method = "exact McNemar/score interval" if c.metric == "accuracy" else "paired t interval"
+    adjusted = f", simultaneous over {c.family} controls (Bonferroni)" if c.family > 1 else ""
+    return f"{level_text(c.level)} {method}{adjusted}"
 
 
 def verdict_line(result: FindResult) -> str:
@@ -90,7 +109,7 @@ def render_markdown(result: FindResult) -> str:
         "",
         verdict_sentence(v) + ".",
         "",
-        IMPROVE_TEST.format(alpha=v.alpha),
+        IMPROVE_TEST.format(alpha=v.alpha, one_sided=100 * v.alpha / 2, level=level_text(v.level)),
         "",
     ]
     if not v.confirmed:
@@ -99,24 +118,25 @@ def render_markdown(result: FindResult) -> str:
     lines += contributions_table(result)
     controls = result.control_tasks
     lines += ["## Finalists (chosen on discovery; held-out shown, never used to choose)", "",
-              "| rank | role | heads | discovery gain | held-out before | held-out after | diff | 95% bootstrap CI | "
-              "p | p (Holm) |" + "".join(f" {c.name} |" for c in controls),
+              "| rank | role | heads | discovery gain | held-out before | held-out after | diff | interval (level) | "
+              "p | p (adjusted) |" + "".join(f" {c.name} |" for c in controls),
               "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(controls)]
     for f in result.finalists:
         h = f.heldout
         holm_p = "" if h.adjusted_p is None else f"{h.adjusted_p:.3g}"
         row = (f"| {f.rank} | {h.role} | `{','.join(f.heads)}` | {f.discovery.gain:+d} | {_pct(h.accuracy_before)} | "
-               f"{_pct(h.accuracy_after)} | {h.difference:+.1%} | [{h.ci95[0]:+.1%}, {h.ci95[1]:+.1%}] | "
+               f"{_pct(h.accuracy_after)} | {h.difference:+.1%} | {interval_text(h.interval)} ({level_text(h.level)}) | "
                f"{h.p_value:.3g} | {holm_p} |")
         lines.append(row + "".join(f" {control_text(c)} |" for c in f.controls))
     if len(result.finalists) > 1:
         lines += ["", "Only the primary set, fixed on discovery before any held-out number was seen, can be confirmed. "
                   "The other finalists are exploratory: choosing among them after seeing held-out numbers is a "
-                  "multiple comparison, so their p-values are Holm-adjusted over the finalists and none of them is "
+                  "multiple comparison, so their p-values and intervals are Bonferroni-adjusted over the "
+                  f"{len(result.finalists)} finalists (interval at 1 - alpha/{len(result.finalists)}) and none of them is "
                   "called confirmed."]
-    for control in controls:
-        lines += ["", f"Control task `{control.name}` (n={control.n}): how the same sets move a second capability. "
-                  "Removing heads that help one task often hurts another."]
+    for control, effect in zip(controls, primary.controls):
+        lines += ["", f"Control task `{control.name}` (n={control.n}): how the same sets move a second capability "
+                  f"(intervals: {control_level(effect)}). Removing heads that help one task often hurts another."]
     if controls:
         lines += ["", "![trade-off: held-out gain against each control's change](controls.png)"]
     lines += [""] + examples_section(result)  # generate tasks: what the model wrote, before and after
@@ -134,13 +154,16 @@ def contributions_table(result: FindResult) -> list[str]:
         return []
     measure = ("answers" if rule.measure == "accuracy" else "margins (up / down beyond float tolerance)")
     against = "the intact model" if len(primary.heads) == 1 else "the set without it"
+    where = ("the check half of discovery, which chose nothing" if rule.check is not None
+             else "discovery (the rule of files before 0.2)")
+    short = "check-half" if rule.check is not None else "discovery"
     lines = ["## Each head of the primary set", "",
-             f"Each head against {against}, on {measure}: b = better with the head removed, c = worse; p is the "
-             f"one-sided exact binomial test of b against c, Holm-adjusted over the set's heads. A head stays in a "
-             f"set only when b - c >= 1 and its adjusted p <= {rule.level:g} on discovery "
-             f"({rule.examined} multi-head sets tested, {rule.dropped} dropped, {rule.conditions} extra discovery "
-             "conditions).", "",
-             "| head | discovery b | discovery c | p | p (Holm) | held-out b (exploratory) | held-out c (exploratory) "
+             f"Each head against {against}, on {measure}, on {where} (n={rule.check or result.split.discovery}): "
+             f"b = better with the head removed, c = worse; p is the one-sided exact binomial test of b against c, "
+             f"Holm-adjusted over the set's heads. A head stays in a set only when b - c >= 1 and its adjusted p <= "
+             f"{rule.level:g} ({rule.examined} multi-head sets tested, {rule.dropped} lost a head or were refused, "
+             f"{rule.conditions} extra discovery conditions).", "",
+             f"| head | {short} b | {short} c | p | p (Holm) | held-out b (exploratory) | held-out c (exploratory) "
              "| held-out p (exploratory) |", "|---|---|---|---|---|---|---|---|"]
     for c in primary.contributions:
         held = ("| n/a | n/a | n/a |" if c.heldout_rescued is None else
@@ -312,8 +335,8 @@ def render_compression(result: FindResult) -> str:
     else:
         lines += ["No improvement is claimed (this objective does not look for one).", ""]
     for task, effect in zip(result.control_tasks, finalist.controls):
-        lines += [f"Control `{task.name}` (n={effect.n}): {control_text(effect)} (95% bootstrap CI), the cost of "
-                  "removing the same heads on a second task.", ""]
+        lines += [f"Control `{task.name}` (n={effect.n}): {control_text(effect)} ({control_level(effect)}), the cost "
+                  "of removing the same heads on a second task.", ""]
     lines += ["## Trade-off explored on discovery", "",
               f"{len(within)} of {len(c.curve)} evaluated sets stayed within the budget; the largest has "
               f"{max((p.removed for p in within), default=0)} heads.", "",

@@ -29,10 +29,10 @@ def test_harmful_head_is_found_confirmed_and_its_cost_shown(handmade) -> None:
     assert sorted(result.screen, key=lambda r: -r.paired.gain)[0].head == "L0.H0"
     assert result.nominees[0] == "L0.H0"
     assert [str(h) for h in result.primary] == ["L0.H0"]
-    assert result.confirmed and result.verdict.difference > 0 and result.verdict.ci95[0] > 0
+    assert result.confirmed and result.verdict.difference > 0 and result.verdict.interval[0] > 0
     assert result.verdict.damaged == 0  # by construction, removing the head can only rescue
     (cost,) = result.finalists[0].controls
-    assert cost.difference < 0 and cost.ci95[1] < 0
+    assert cost.difference < 0 and cost.interval[1] < 0
 
 
 # The false-confirmation rate on null tasks, end to end: tests/test_error_rates.py (and scripts/error_rates.py).
@@ -43,9 +43,13 @@ def test_exhaustive_stage_evaluates_every_subset_exactly_once(tmp_path, tokenize
     result = find(lm, random_choice_task(130), discovery=60, heldout=60, nominees=5, max_heads=3, finalists=4,
                   out=tmp_path, batch_size=32)
     assert expected_joint_evaluations(5, 3) == math.comb(5, 2) + math.comb(5, 3) == 20
-    assert len(result.sets) == 5 + 20
-    assert len({s.heads for s in result.sets}) == 25
-    assert all(set(s.heads) <= set(result.nominees) for s in result.sets)
+    joint = [s for s in result.sets if len(s.heads) > 1]
+    assert len(joint) == len({s.heads for s in joint}) == 20
+    assert all(set(s.heads) <= set(result.nominees) for s in joint)
+    # Singles: the nominees, and any finalist single head (ranked on all of discovery) that is not one of them.
+    singles = {s.heads[0] for s in result.sets if len(s.heads) == 1}
+    finalist_singles = {f.heads[0] for f in result.finalists if len(f.heads) == 1}
+    assert singles == set(result.nominees) | finalist_singles
     keys = [json.loads(line)["key"] for line in (tmp_path / JOURNAL_NAME).read_text().splitlines()[1:]]
     discovery_keys = [k for k in keys if k.startswith("discovery|")]
     assert len(discovery_keys) == len(set(discovery_keys)) == 1 + 8 + 20  # baseline, screen, joint
@@ -233,15 +237,16 @@ def test_only_the_primary_set_can_be_confirmed(tmp_path) -> None:
     primary, *others = result.finalists
     assert primary.heldout.role == "primary" and primary.heldout.adjusted_p is None and result.confirmed
     raw = [f.heldout.p_value for f in result.finalists]
-    for finalist, adjusted in zip(others, holm_by_rejection(raw)[1:]):  # Holm over all finalists, primary included
+    for finalist in others:  # Bonferroni over all finalists, primary included, so each interval agrees with it
         v = finalist.heldout
-        assert v.role == "exploratory" and v.adjusted_p == pytest.approx(adjusted) and v.adjusted_p >= v.p_value
+        assert v.role == "exploratory" and v.adjusted_p == pytest.approx(min(1.0, len(raw) * v.p_value))
+        assert v.family == len(raw) and (v.interval[0] > 0 or v.interval[1] < 0) == (v.adjusted_p < 0.05)
         assert not v.confirmed  # even where its own p-value is tiny (these sets contain a harmful head)
     assert any(f.heldout.p_value < 0.05 and f.heldout.difference > 0 for f in others)
     from headprune.report import render_markdown
 
     report = render_markdown(result)
-    assert "| 2 | exploratory |" in report and "Holm-adjusted" in report
+    assert "| 2 | exploratory |" in report and "Bonferroni-adjusted" in report
     # An export of finalist 2 says exploratory in its card and never claims confirmation.
     from headprune.exporter import export
 
@@ -287,8 +292,11 @@ def test_passenger_heads_do_not_ride_along_with_the_harmful_head(passengers) -> 
     assert all(len(f.heads) == 1 or all(c.earned for c in f.contributions) for f in result.finalists)
     assert result.parsimony.conditions == 0  # exhaustive: every drop-one subset was already evaluated
     assert result.parsimony.dropped >= 2 and result.parsimony.measure == "accuracy"
-    (alone,) = result.finalists[0].contributions  # against the intact model
-    assert (alone.head, alone.rescued, alone.damaged) == ("L0.H0", sets[("L0.H0",)].rescued, 0)
+    (alone,) = result.finalists[0].contributions  # against the intact model, on the check half
+    record = next(s for s in result.sets if s.heads == ("L0.H0",))
+    check_rescued = record.paired.rescued - record.search.rescued  # all of discovery minus the search half
+    assert (alone.head, alone.rescued, alone.damaged) == ("L0.H0", check_rescued, 0)
+    assert result.split.search + result.split.check == result.split.discovery == 300
     report = render_markdown(result)
     assert "## Each head of the primary set" in report and f"| `L0.H0` | {alone.rescued} | 0 |" in report
     # A result.json written before parsimony (no contributions, no parsimony record) still loads and renders.
@@ -325,7 +333,7 @@ def test_margin_ranking_keeps_heads_that_raise_margins(passengers) -> None:
 
 def test_extended_sets_are_pruned_through_the_journal(tmp_path) -> None:
     lm = build_model(passengers={1: 0.1, 2: 0.02})  # H1: a second harmful head; H2: a passenger
-    settings = dict(discovery=300, heldout=300, nominees=4, max_heads=1, extend=2, finalists=3, batch_size=64)
+    settings = dict(discovery=600, heldout=300, nominees=4, max_heads=1, extend=2, finalists=3, batch_size=64)
     result = find(lm, cue_task(), out=tmp_path, **settings)
     assert any(len(s.heads) == 3 for s in result.sets)  # extend reached three heads (H0, H1, then one more)
     assert [str(h) for h in result.primary] == ["L0.H0", "L0.H1"]

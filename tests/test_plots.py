@@ -30,8 +30,8 @@ def test_controls_png_draws_both_confidence_intervals(attributed) -> None:
     assert label.startswith("reversed-cue") and [p.rank for p in points] == [f.rank for f in attributed.finalists]
     for p, f in zip(points, attributed.finalists):
         (control,) = f.controls
-        assert p.x_ci == pytest.approx((100 * f.heldout.ci95[0], 100 * f.heldout.ci95[1]))
-        assert p.y_ci == pytest.approx((100 * control.ci95[0], 100 * control.ci95[1]))
+        assert p.x_ci == pytest.approx((100 * f.heldout.interval[0], 100 * f.heldout.interval[1]))
+        assert p.y_ci == pytest.approx((100 * control.interval[0], 100 * control.interval[1]))
         assert p.x_ci[0] <= p.x <= p.x_ci[1] and p.y_ci[0] <= p.y <= p.y_ci[1]
     fig = control_tradeoff_figure(attributed)
     (bars,) = [c for c in fig.axes[0].containers if isinstance(c, ErrorbarContainer)]

@@ -156,7 +156,7 @@ def test_theory_seed(seeds: list[tuple], index: int) -> None:
     heldout = record["heldout_b"]
     assert heldout["confirmed"] and heldout["difference"] >= 0.08, heldout
     control = record["control_a"]
-    assert control["difference"] <= -0.1 and control["ci95"][1] < 0, control
+    assert control["difference"] <= -0.1 and control["interval"][1] < 0, control
     assert record["exported"] is not None  # export re-verified the set and wrote the pruned checkpoint
 
 

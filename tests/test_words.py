@@ -42,7 +42,7 @@ def _with_verdict(record: ExportRecord, **changes) -> ExportRecord:  # noqa: ANN
 
 def _compression(record: ExportRecord, *, rescued: int, damaged: int, n: int, alpha: float = 0.05) -> ExportRecord:
     unconfirmed = _with_verdict(record, p_value=0.5)
-    ni = NonInferiority(n, 0.9, 0.9 + (rescued - damaged) / n, rescued, damaged, (0.0, 0.0), 0.02, 3, alpha)
+    ni = NonInferiority(n, 0.9, 0.9 + (rescued - damaged) / n, rescued, damaged, 0.02, 3, alpha)
     return replace(unconfirmed, origin=replace(unconfirmed.origin, non_inferiority=ni))
 
 
@@ -52,7 +52,7 @@ def test_a_confirmed_set_publishes_its_heldout_accuracy(confirmed) -> None:
     values = {m["name"]: m["value"] for m in entry["results"][0]["metrics"]}
     assert values == {"held-out accuracy (pruned)": 0.97, "held-out accuracy (original)": 0.85}
     assert "carries these held-out accuracies" in text
-    assert "exact McNemar test p = " in text and "95% percentile bootstrap CI" in text
+    assert "exact McNemar test p = " in text and "95% interval" in text
 
 
 @pytest.mark.parametrize("case", ["exploratory", "unconfirmed", "not-non-inferior"])
@@ -98,8 +98,8 @@ def test_the_card_links_no_page_that_does_not_exist(confirmed, monkeypatch) -> N
 
 def test_report_names_both_tests_and_the_level_follows_alpha() -> None:
     report = render_markdown(FindResult.load(V1 / "result.json"))
-    assert "the exact McNemar test" in report and "percentile bootstrap 95% interval" in report
-    assert "95% bootstrap CI" in report
+    assert "the exact McNemar test" in report and "Tango's score interval at 95%" in report
+    assert "95% CI" in report and "bootstrap CI" not in report
     before = np.ones(300, dtype=bool)
     after = before.copy()
     after[:2] = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -52,14 +53,23 @@ class EvalResult:
     def has_accuracy(self) -> bool:
         return has_accuracy(self.kind)
 
-    @property
-    def correct(self) -> np.ndarray:
-        """``(n,)`` bool; all False for kinds without an accuracy."""
-        return np.array([bool(r.correct) for r in self.results], dtype=bool)
+    @cached_property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(r.id for r in self.results)
 
-    @property
+    @cached_property
+    def correct(self) -> np.ndarray:
+        """``(n,)`` bool, read-only; all False for kinds without an accuracy."""
+        values = np.array([bool(r.correct) for r in self.results], dtype=bool)
+        values.flags.writeable = False  # computed once and shared: nobody may edit it in place
+        return values
+
+    @cached_property
     def margins(self) -> np.ndarray:
-        return np.array([r.margin for r in self.results], dtype=np.float64)
+        """``(n,)`` float64, read-only."""
+        values = np.array([r.margin for r in self.results], dtype=np.float64)
+        values.flags.writeable = False
+        return values
 
     @property
     def texts(self) -> tuple[str, ...] | None:

@@ -109,12 +109,12 @@ def render_card(record: ExportRecord) -> str:
     elif record.origin is not None:
         v = record.origin.verdict
         numbers = (f"accuracy {v.accuracy_before:.2%} -> {v.accuracy_after:.2%} (difference {v.difference:+.2%}, "
-                   f"95% percentile bootstrap CI [{v.ci95[0]:+.2%}, {v.ci95[1]:+.2%}]")
+                   f"{100 * v.level:.3g}% interval [{v.interval[0]:+.2%}, {v.interval[1]:+.2%}]")
         lines += ["", "## Held-out result from `headprune find`", ""]
         if v.role == "exploratory":
             lines.append(f"**Exploratory**: finalist {record.origin.rank}, not the set find chose on discovery; picked "
                          f"by a user who could see the finalists' held-out numbers. On {v.n} held-out examples: "
-                         f"{numbers}, Holm-adjusted p = {v.adjusted_p:.3g} over the finalists). No improvement is "
+                         f"{numbers}, Bonferroni-adjusted p = {v.adjusted_p:.3g} over the finalists). No improvement is "
                          "claimed for it.")
         else:
             lines.append(f"Discovery-selected set, tested on {v.n} held-out examples the search never saw: {numbers}, "
@@ -137,9 +137,9 @@ def claim_line(record: ExportRecord) -> str:
     if ni is not None and not v.confirmed:  # find --objective compress: a test of not being worse
         low = 100 * ni.interval[0]
         if ni.accepted:
-            return (f"**Non-inferior**: held-out `{record.origin.task}` accuracy stays within "
-                    f"{100 * ni.margin:g} points of the original ({100 * ni.level:g}% score CI lower end "
-                    f"{low:+.1f} points); no improvement is claimed.")
+            return (f"**Non-inferior**: with {100 * ni.level:g}% confidence, removing these heads costs held-out "
+                    f"`{record.origin.task}` accuracy at most {100 * ni.margin:g} points (the {100 * ni.level:g}% score "
+                    f"interval's lower end is {low:+.1f} points); no improvement is claimed.")
         return (f"**Not shown non-inferior**: held-out `{record.origin.task}` accuracy may be more than "
                 f"{100 * ni.margin:g} points below the original ({100 * ni.level:g}% score CI lower end "
                 f"{low:+.1f} points); exported with --allow-unconfirmed.")
@@ -148,7 +148,7 @@ def claim_line(record: ExportRecord) -> str:
                 f"data ({v.difference * 100:+.1f} points, p = {v.p_value:.3g}).")
     if v.role == "exploratory":
         return (f"**Unconfirmed (exploratory)**: finalist {record.origin.rank}, exported with --allow-unconfirmed; "
-                f"Holm-adjusted p = {v.adjusted_p:.3g}. No improvement is claimed.")
+                f"Bonferroni-adjusted p = {v.adjusted_p:.3g}. No improvement is claimed.")
     return (f"**Unconfirmed**: find's held-out verdict did not confirm a gain ({v.difference * 100:+.1f} points, "
             f"p = {v.p_value:.3g}); exported with --allow-unconfirmed. No improvement is claimed.")
 
@@ -166,8 +166,8 @@ def _compression_lines(origin: FindOrigin) -> list[str]:
                "than that")
     lines = ["", "## Held-out result from `headprune find --objective compress`", "",
              f"The heads were chosen on discovery data by a search (greedy or beam) that grew the set, least "
-             f"harmful heads first, while `{origin.task}` accuracy stayed within {margin:g} points of the "
-             f"original: a set within that budget, not necessarily the largest. Tested on {ni.n} held-out examples "
+             f"harmful heads first, while the discovery data still showed `{origin.task}` accuracy within "
+             f"{margin:g} points of the original: a set within that budget, not necessarily the largest. Tested on {ni.n} held-out examples "
              f"the search never saw: accuracy {ni.accuracy_before:.2%} -> {ni.accuracy_after:.2%} (difference "
              f"{ni.difference:+.2%}, {level} score CI [{low:+.2%}, {high:+.2%}]; {ni.rescued} answers rescued, "
              f"{ni.damaged} damaged). The test: {ni.test}, Tango 1998, at one-sided {100 * ni.alpha / 2:g}%. "

@@ -247,7 +247,7 @@ def _upgrade_v1(data: dict) -> dict:
         "origin": None if not verdict else {
             "task": data.get("find_task") or "task", "rank": 1,
             "verdict": {**{k: verdict[k] for k in ("n", "accuracy_before", "accuracy_after", "rescued", "damaged",
-                                                    "p_value", "alpha")}, "ci95": verdict["ci95"]}},
+                                                    "p_value", "alpha")}}},
         "seconds": data.get("seconds", 0.0), "files": data["files"],
     }
 

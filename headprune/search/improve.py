@@ -1,9 +1,11 @@
 """``find --objective improve`` (the default): a few heads whose removal improves the task.
 
-After the shared baseline and screen (``headprune.search.stages``): take the best M single heads as nominees,
-evaluate every subset of them of size 2..K (optionally grow the best set greedily), freeze the best F sets whose
-every head earns its place against the set without it (``headprune.search.parsimony``) as finalists, using
-discovery only; then score the finalists on held-out, where the discovery rank-1 set gets the verdict.
+After the shared baseline and screen (``headprune.search.stages``), discovery is split into a search half and a
+check half (``headprune.search.folds``). On the search half: take the best M single heads as nominees, evaluate
+every subset of them of size 2..K (optionally grow the best set greedily). On the check half: admit into each
+proposed set, best first, only the heads that earn their place against the set without it
+(``headprune.search.admission``), until F finalists are frozen; single heads compete on all of discovery. Then
+score the finalists on held-out, where the first finalist (the primary set) gets the verdict.
 """
 
 from __future__ import annotations
@@ -11,39 +13,62 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from headprune.devices import dtype_name
 from headprune.evaluation.contract import tolerance
 from headprune.heads import Head
 from headprune.progress import duration
-from headprune.search.pruner import Pruner
-from headprune.search.result import FindResult
+from headprune.search.admission import Admission, single_order
+from headprune.search.parsimony import HeadContribution, HeadSet
+from headprune.search.result import FindResult, Prescreen
 from headprune.search.split import Inputs
-from headprune.search.stages import Evaluated, Screened, Stages
+from headprune.search.stages import Screened, Stages
 
 log = logging.getLogger("headprune")
 
 
+@dataclass
+class Choice:
+    """What the search chose on discovery, before any held-out number is seen."""
+
+    screened: Screened
+    prescreen: Prescreen | None
+    nominees: list[Head]
+    admission: Admission  # its ``evaluated`` holds every set evaluated on discovery
+    frozen: list[HeadSet]  # the finalists, primary first
+    found: dict[HeadSet, tuple[HeadContribution, ...]]  # each finalist's heads on the check half
+
+
 def improve(stages: Stages, inputs: Inputs) -> FindResult:
     """The improve objective of a find run, from the baseline to the record (timings aside)."""
-    settings = stages.settings
     stages.baseline()
     announce_cost(stages)
-    screened, prescreen = stages.screen()
-    pruner = Pruner(stages.conditions, stages.base["discovery"], stages.rank,
-                    "margin" if settings.rank_by == "margin" else "accuracy", settings.alpha,
-                    tolerance(dtype_name(stages.lm.dtype)))
-    with stages.timed("joint"):
-        evaluated, nominees = joint(stages, screened, pruner)
-    with stages.timed("parsimony"):
-        frozen, found = pruner.freeze(evaluated, settings.finalists)  # every head earns its place
+    choice = choose(stages)
+    frozen, found, admission = choice.frozen, choice.found, choice.admission
     records = [replace(f, contributions=found[heads])
-               for f, heads in zip(stages.finalists(frozen, evaluated), frozen)]
+               for f, heads in zip(stages.finalists(frozen, admission.evaluated), frozen)]
     with stages.timed("heldout"):  # the primary set's drop-one numbers, after the verdict
-        records[0] = replace(records[0], contributions=pruner.heldout(frozen[0], found[frozen[0]]))
-    return replace(stages.record(inputs, screened, prescreen, nominees, evaluated, records),
-                   parsimony=pruner.record(len(frozen[0])))
+        records[0] = replace(records[0], contributions=admission.heldout(frozen[0], found[frozen[0]]))
+    return replace(stages.record(inputs, choice.screened, choice.prescreen, choice.nominees, admission.evaluated,
+                                 records), parsimony=admission.record(len(frozen[0])))
+
+
+def choose(stages: Stages) -> Choice:
+    """Everything the search decides on discovery, once the baseline is in ``stages``: the halves, the screen,
+    the joint search on the search half, the admission on the check half, the finalists. The counts-only
+    simulation (``headprune.search.simulation``) runs exactly this."""
+    settings = stages.settings
+    stages.split_discovery()
+    screened, prescreen = stages.screen()
+    admission = Admission(stages, {}, "margin" if settings.rank_by == "margin" else "accuracy", settings.alpha,
+                          tolerance(dtype_name(stages.lm.dtype)))
+    with stages.timed("joint"):
+        nominees = joint(stages, screened, admission)
+    with stages.timed("parsimony"):  # every head of a set earns its place on the check half
+        ranked = sorted(admission.evaluated, key=stages.search_rank)
+        frozen, found = admission.finalists(ranked, single_order(screened, stages.rank), settings.finalists)
+    return Choice(screened, prescreen, nominees, admission, frozen, found)
 
 
 def announce_cost(stages: Stages) -> None:
@@ -71,28 +96,30 @@ def announce_cost(stages: Stages) -> None:
                     "(torchrun --nproc-per-node N -m headprune find ...)", duration(each * screen / world))
 
 
-def joint(stages: Stages, screened: Screened, pruner: Pruner) -> tuple[Evaluated, list[Head]]:
-    """Every subset of the nominees of size 2..K, then optional greedy growth (each step only while the added
-    head earns its place, ``headprune.search.parsimony``)."""
-    settings, rank = stages.settings, stages.rank
-    ranked = sorted(screened, key=lambda row: rank(row[1], (row[0],)))
-    nominees = [head for head, _, _ in ranked[: settings.nominees]]
-    evaluated = {(head,): paired for head, paired, _ in ranked[: settings.nominees]}
+def joint(stages: Stages, screened: Screened, admission: Admission) -> list[Head]:
+    """On the search half: every subset of the nominees of size 2..K, then optional greedy growth (each step
+    only while the added head earns its place there, ``headprune.search.parsimony``). ``admission.evaluated``
+    gains every set; returns the nominees."""
+    settings, rank = stages.settings, stages.search_rank
+    ranked = sorted((head for head, _, _ in screened), key=lambda head: rank((head,)))
+    nominees = ranked[: settings.nominees]
     subsets = [tuple(sorted(c)) for size in range(2, settings.max_heads + 1)
                for c in itertools.combinations(nominees, size)]
+    evaluated = admission.evaluated
+    evaluated.update({(head,): paired for head, paired, _ in screened if head in nominees})
     evaluated.update(stages.evaluate(subsets, "joint"))
-    best = min(evaluated, key=lambda h: rank(evaluated[h], h))
-    pool = [head for head, _, _ in ranked[: 2 * settings.nominees]]
+    best = min([(h,) for h in nominees] + subsets, key=rank)
+    pool = ranked[: 2 * settings.nominees]
     for _ in range(settings.extend):
         grown = [tuple(sorted((*best, h))) for h in pool if h not in best]
         if not grown:
             break
         evaluated.update(stages.evaluate(grown, "extend"))
-        candidate = min(grown, key=lambda h: rank(evaluated[h], h))
-        if not pruner.adds(candidate, best, next(h for h in candidate if h not in best)):
+        candidate = min(grown, key=rank)
+        if not admission.adds(candidate, best, next(h for h in candidate if h not in best)):
             break
         best = candidate
-    return evaluated, nominees
+    return nominees
 
 
 def expected_joint_evaluations(nominees: int, max_heads: int) -> int:
@@ -100,4 +127,4 @@ def expected_joint_evaluations(nominees: int, max_heads: int) -> int:
     return sum(math.comb(nominees, k) for k in range(2, max_heads + 1))
 
 
-__all__ = ["announce_cost", "expected_joint_evaluations", "improve", "joint"]
+__all__ = ["Choice", "announce_cost", "choose", "expected_joint_evaluations", "improve", "joint"]

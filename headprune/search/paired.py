@@ -33,16 +33,21 @@ class Paired:
         return self.accuracy_after - self.accuracy_before
 
 
-def compare(baseline: EvalResult, after: EvalResult) -> Paired:
-    """Score ``after`` against ``baseline``; both must cover the same examples in the same order."""
-    if [r.id for r in baseline.results] != [r.id for r in after.results]:
+def compare(baseline: EvalResult, after: EvalResult, mask: np.ndarray | None = None) -> Paired:
+    """Score ``after`` against ``baseline``; both must cover the same examples in the same order. ``mask``
+    (bool, one per example) keeps only some of them (a half of discovery: ``headprune.search.folds``)."""
+    if baseline.ids is not after.ids and baseline.ids != after.ids:
         raise ValueError("paired comparison needs the same examples in the same order")
     before_ok, after_ok = baseline.correct, after.correct
-    return Paired(
-        n=baseline.n,
-        rescued=int((~before_ok & after_ok).sum()),
-        damaged=int((before_ok & ~after_ok).sum()),
-        accuracy_before=float(before_ok.mean()),
-        accuracy_after=float(after_ok.mean()),
-        margin_change=float(np.mean(after.margins - baseline.margins)),
-    )
+    change = after.margins - baseline.margins
+    if mask is not None:
+        before_ok, after_ok, change = before_ok[mask], after_ok[mask], change[mask]
+    n = len(before_ok)
+    changed = before_ok ^ after_ok
+    rescued = int(np.count_nonzero(changed & after_ok))
+    right_before = int(np.count_nonzero(before_ok))
+    damaged = int(np.count_nonzero(changed)) - rescued
+    # count / n is the float the boolean mean gives (an exact count, one correctly rounded division)
+    return Paired(n=n, rescued=rescued, damaged=damaged, accuracy_before=right_before / n if n else float("nan"),
+                  accuracy_after=(right_before + rescued - damaged) / n if n else float("nan"),
+                  margin_change=float(np.mean(change)) if n else 0.0)

@@ -1,35 +1,25 @@
-"""Parsimony: a head stays in a set only if it earns its place on discovery.
+"""Parsimony: a head stays in a set only if it earns its place, on data that did not choose the set.
 
 Why: ranking sets by their discovery gain alone lets a head ride along that adds nothing the data supports
-(it flips one example by chance, or only nudges margins), and a shipped set should contain no such passenger.
+(it flips a few examples by chance, or only nudges margins), and a shipped set should contain no such passenger.
 
-The rule. For a set S and each head h of S, pair S's discovery results with those of S without h:
-``b`` = examples right with S removed and wrong with h kept (S without h), ``c`` = the reverse. If h adds
-nothing, each of the b + c discordant examples goes either way with probability 1/2, so ``p`` = P(X >= b)
-for X ~ Binomial(b + c, 1/2) is an exact one-sided test (the one-sided McNemar / sign test); Holm's step-down
-over S's heads keeps the chance that a set keeps any passenger at the level, which is find's ``alpha``
-(default 0.05). h **earns its place** when b - c >= 1 and its Holm-adjusted p <= the level. A single-head set
-is compared with the intact model the same way, for the record; its test is the held-out verdict.
+The rule. For a set S and each head h of S, pair S's results with those of S without h, on the check half of
+discovery (``headprune.search.folds``: the half that proposed nothing): ``b`` = examples right with S removed
+and wrong with h kept (S without h), ``c`` = the reverse. If h adds nothing, each of the b + c discordant
+examples goes either way with probability 1/2, so ``p`` = P(X >= b) for X ~ Binomial(b + c, 1/2) is an exact
+one-sided test (the one-sided McNemar / sign test); Holm's step-down over S's heads keeps the chance that a set
+keeps any passenger at the level, which is find's ``alpha`` (default 0.05). h **earns its place** when
+b - c >= 1 and its Holm-adjusted p <= the level. A single head is compared with the intact model the same way,
+for the record; its test is the held-out verdict.
 
 With ``rank_by=margin`` the user has chosen the margin as what improves, so b and c count the examples whose
 margin the head's removal raises or lowers (beyond the evaluation's float tolerance) instead of answers: the
 same exact sign test on the per-example margin change. A head whose removal consistently raises margins
 earns its place there even when it flips no answer; under ``rank_by=gain`` it does not.
 
-Freezing. The evaluated sets are walked best first by find's ranking key. A set whose heads all earn their
-place is frozen as a finalist; any other set is dropped and its drop-one subsets join the walk at their own
-discovery rank (so a failing set is replaced by its subset, and the subset is tested in turn). The walk stops
-at F distinct frozen sets. ``--extend`` obeys the same rule: a step is taken only when the added head earns
-its place against the set it grows (which also needs a discovery gain of at least 1).
-
-Cost, in conditions. Every subset of the nominees of size 1..K is already evaluated by the exhaustive stage,
-so testing its sets costs no new condition (the journal holds them). Only sets grown by ``--extend`` have
-drop-one subsets not yet evaluated: at most |S| - 1 new discovery conditions per such set reached by the walk,
-evaluated in one batch through the journal (so ``--resume`` recomputes nothing and data-parallel processes
-share them). The primary set's held-out drop-one numbers (exploratory, after the verdict) cost |S| held-out
-conditions when it has two heads or more.
-
-This module holds the rule and its records; ``headprune.search.pruner`` walks find's sets with it.
+This module holds the rule and its records; ``headprune.search.admission`` walks find's sets with it
+(backward elimination on the check half, finalists), and ``--extend`` uses it on the search half to decide
+whether a step is worth proposing.
 """
 
 from __future__ import annotations
@@ -41,14 +31,15 @@ import numpy as np
 
 from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
-from headprune.search.stats import holm, upper_tail
+from headprune.search.binomial import upper_tail
+from headprune.search.stats import holm
 
 HeadSet = tuple[Head, ...]
 
 
 @dataclass(frozen=True)
 class HeadContribution:
-    """One head of a set against the set without it on discovery (this module says how): b = ``rescued``,
+    """One head of a set against the set without it on the check half (this module says how): b = ``rescued``,
     c = ``damaged``, the one-sided exact binomial p and its Holm adjustment over the set's heads.
     ``heldout_*``: the primary set's exploratory drop-one numbers, measured after the verdict."""
 
@@ -65,30 +56,39 @@ class HeadContribution:
 
 @dataclass(frozen=True)
 class Parsimony:
-    """The pruning before the finalists are frozen: its test and what it cost in conditions."""
+    """The admission of heads before the finalists are frozen: its test and what it cost in conditions.
 
-    level: float  # discovery level of each head's test, Holm over a set's heads
+    ``search``/``check`` are the sizes of discovery's halves; files written before 0.2 have neither (their rule
+    tested each head on all of discovery, the data that had chosen the set)."""
+
+    level: float  # level of each head's test, Holm over a set's heads
     measure: str  # "accuracy" (b, c count answers) or "margin" (b, c count margins up / down)
     examined: int  # multi-head sets tested head by head
     dropped: int  # of those, sets with a head that did not earn its place
-    conditions: int  # discovery conditions the pruning evaluated (not already in the journal)
+    conditions: int  # discovery conditions the admission evaluated (not evaluated by the search)
     heldout_conditions: int = 0  # the primary set's held-out drop-one conditions (exploratory)
+    search: int | None = None  # examples in the search half (proposes sets)
+    check: int | None = None  # examples in the check half (admits heads)
 
 
-def counts(with_set: EvalResult, without: EvalResult, measure: str, tolerance: float) -> tuple[int, int]:
-    """(b, c): examples the head's removal helps and hurts, given the rest of the set removed either way."""
+def counts(with_set: EvalResult, without: EvalResult, measure: str, tolerance: float,
+           mask: np.ndarray | None = None) -> tuple[int, int]:
+    """(b, c): examples the head's removal helps and hurts, given the rest of the set removed either way; only
+    the examples of ``mask`` (bool) when given."""
+    keep = slice(None) if mask is None else mask
     if measure == "margin":
-        change = with_set.margins - without.margins
-        allowed = tolerance * np.maximum(1.0, np.abs(without.margins))
+        change = (with_set.margins - without.margins)[keep]
+        allowed = tolerance * np.maximum(1.0, np.abs(without.margins[keep]))
         return int((change > allowed).sum()), int((change < -allowed).sum())
-    right, right_without = with_set.correct, without.correct
+    right, right_without = with_set.correct[keep], without.correct[keep]
     return int((right & ~right_without).sum()), int((~right & right_without).sum())
 
 
 def contributions(heads: HeadSet, with_set: EvalResult, withouts: Sequence[EvalResult], *, measure: str,
-                  level: float, tolerance: float) -> tuple[HeadContribution, ...]:
-    """Each head's b, c, one-sided exact p, Holm-adjusted p over the set's heads, and whether it earned."""
-    pairs = [counts(with_set, without, measure, tolerance) for without in withouts]
+                  level: float, tolerance: float, mask: np.ndarray | None = None) -> tuple[HeadContribution, ...]:
+    """Each head's b, c (on the examples of ``mask``), one-sided exact p, Holm-adjusted p over the set's heads,
+    and whether it earned its place."""
+    pairs = [counts(with_set, without, measure, tolerance, mask) for without in withouts]
     p_values = [upper_tail(b, b + c) for b, c in pairs]
     return tuple(HeadContribution(str(h), b, c, p, adjusted, b - c >= 1 and adjusted <= level)
                  for h, (b, c), p, adjusted in zip(heads, pairs, p_values, holm(p_values)))
@@ -98,4 +98,4 @@ def drop_one(heads: HeadSet) -> list[HeadSet]:
     return [tuple(x for x in heads if x != h) for h in heads]
 
 
-__all__ = ["HeadContribution", "Parsimony", "contributions", "counts", "drop_one", "upper_tail"]
+__all__ = ["HeadContribution", "HeadSet", "Parsimony", "contributions", "counts", "drop_one"]

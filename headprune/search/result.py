@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headprune.errors import ResultFileError
-from headprune.evaluation.results import EvalResult, Summary
+from headprune.evaluation.results import Summary
 from headprune.heads import Head, parse_heads
 from headprune.record_json import from_json, to_json
 from headprune.search.generations import Generations
-from headprune.search.paired import Paired, compare
+from headprune.search.effects import ControlEffect
+from headprune.search.paired import Paired
 from headprune.search.parsimony import HeadContribution, Parsimony
-from headprune.search.stats import NonInferiority, Verdict, paired_bootstrap_ci
+from headprune.search.stats import NonInferiority, Verdict
 
 SCHEMA_VERSION = 2
 RESULT_NAME = "result.json"
@@ -61,6 +62,8 @@ class SplitInfo:
     source: str  # "split" (one task split in two) or "heldout-task"
     duplicates_dropped: int
     conflicts_dropped: int = 0  # same input as an earlier example, another answer (kept on no side)
+    search: int | None = None  # improve: discovery examples in the search half (headprune.search.folds)
+    check: int | None = None  # improve: discovery examples in the check half
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class ScreenRow:
     head: str
     paired: Paired
     estimate: float | None = None
+    search: Paired | None = None  # improve: the same on the search half (what ranked it)
 
 
 @dataclass(frozen=True)
@@ -111,37 +115,7 @@ class SetRecord:
 
     heads: tuple[str, ...]
     paired: Paired
-
-
-@dataclass(frozen=True)
-class ControlEffect:
-    """How a head set moves a control task: accuracy (or mean NLL) before and after, with a bootstrap CI."""
-
-    task: str
-    metric: str  # "accuracy" or "mean_nll"
-    n: int
-    before: float
-    after: float
-    ci95: tuple[float, float]
-    rescued: int | None = None
-    damaged: int | None = None
-
-    _derived = ("difference",)
-
-    @property
-    def difference(self) -> float:
-        return self.after - self.before
-
-    @classmethod
-    def measure(cls, baseline: EvalResult, after: EvalResult, seed: int) -> ControlEffect:
-        """Accuracy (or mean NLL for a text task) before and after, with a paired bootstrap CI."""
-        if not baseline.has_accuracy:
-            low, high = paired_bootstrap_ci(-baseline.margins, -after.margins, seed=seed)
-            return cls(baseline.task, "mean_nll", baseline.n, baseline.mean_nll, after.mean_nll, (low, high))
-        low, high = paired_bootstrap_ci(baseline.correct, after.correct, seed=seed)
-        paired = compare(baseline, after)
-        return cls(baseline.task, "accuracy", paired.n, paired.accuracy_before, paired.accuracy_after, (low, high),
-                   paired.rescued, paired.damaged)
+    search: Paired | None = None  # improve: the same on the search half (what ranked it)
 
 
 @dataclass(frozen=True)
@@ -310,7 +284,7 @@ def _paired_v1(row: dict) -> dict:
 
 def _verdict_v1(v: dict, rank: int) -> dict:
     return {**{k: v[k] for k in ("n", "accuracy_before", "accuracy_after", "rescued", "damaged", "p_value",
-                                 "alpha")}, "ci95": v["ci95"], "role": "primary" if rank == 1 else "exploratory"}
+                                 "alpha")}, "role": "primary" if rank == 1 else "exploratory"}
 
 
 def _control_v1(c: dict, task: str) -> dict:

@@ -12,21 +12,34 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 
 import numpy as np
 
 from headprune.ablation import means_digest
+from headprune.evaluation import Evaluator
 from headprune.heads import Head
 from headprune.models import LoadedModel
 from headprune.search.conditions import Conditions
 from headprune.search.determinism import check_determinism
+from headprune.search.effects import ControlEffect
+from headprune.search.folds import Folds
 from headprune.search.generations import heldout_generations
 from headprune.search.paired import Paired, compare
-from headprune.search.result import (Baseline, ControlEffect, Finalist, FindResult, FindSettings, ModelInfo,
-                                     Prescreen, ScreenRow, SetRecord, SplitInfo, TaskInfo)
+from headprune.search.result import (
+    Baseline,
+    Finalist,
+    FindResult,
+    FindSettings,
+    ModelInfo,
+    Prescreen,
+    ScreenRow,
+    SetRecord,
+    SplitInfo,
+    TaskInfo,
+)
 from headprune.search.split import Inputs
-from headprune.search.stats import holm, spearman, verdict
+from headprune.search.stats import exploratory, spearman, verdict
+from headprune.tasks import Task
 
 Screened = list[tuple[Head, Paired, float | None]]  # each screened head, its discovery result, its estimate
 Evaluated = dict[tuple[Head, ...], Paired]  # head set (sorted) -> discovery result paired with the intact model
@@ -60,6 +73,19 @@ class Stages:
         self.lm, self.conditions, self.settings = lm, conditions, settings
         self.base: dict = {}
         self.timings: dict[str, float] = {}
+        self.folds: Folds | None = None  # improve: discovery's search and check halves (headprune.search.folds)
+        self.search_half: Evaluated = {}  # with folds: every evaluated set on the search half
+
+    def split_discovery(self) -> Folds:
+        """From now on, rank on the search half too (:mod:`headprune.search.folds`); after :meth:`baseline`.
+        Folds set beforehand (the simulation's) are kept."""
+        if self.folds is None:
+            self.folds = Folds.halves(self.base["discovery"].n, self.settings.seed)
+        return self.folds
+
+    def search_rank(self, heads: Sequence[Head]) -> tuple:
+        """:func:`rank_key` of an evaluated set on the search half (the order that proposes sets)."""
+        return rank_key(self.search_half[tuple(heads)], heads, self.settings.rank_by)
 
     def rank(self, paired: Paired, heads: Sequence[Head]) -> tuple:
         """:func:`rank_key` under this run's ``rank_by``."""
@@ -75,7 +101,11 @@ class Stages:
     def evaluate(self, head_sets: list[tuple[Head, ...]], label: str) -> Evaluated:
         """Discovery results of a batch of head sets, each paired with the intact model."""
         results = self.conditions.many("discovery", head_sets, label)
-        return {heads: compare(self.base["discovery"], result) for heads, result in zip(head_sets, results)}
+        base = self.base["discovery"]
+        if self.folds is not None:
+            self.search_half.update({heads: compare(base, result, self.folds.search)
+                                     for heads, result in zip(head_sets, results)})
+        return {heads: compare(base, result) for heads, result in zip(head_sets, results)}
 
     def intact(self) -> Paired:
         """The intact model paired with itself on discovery: the empty set."""
@@ -94,8 +124,9 @@ class Stages:
         with self.timed("screen"):
             singles = self.evaluate([(h,) for h in to_screen], "screen")
         screened = [(h, singles[(h,)], estimates[h] if estimates else None) for h in to_screen]
-        if estimates is not None:
-            rho = spearman(np.array([e for _, _, e in screened]), np.array([p.margin_change for _, p, _ in screened]))
+        if estimates is not None:  # against the exact numbers of the examples the estimate saw
+            seen = self.search_half if self.folds is not None else singles
+            rho = spearman(np.array([e for _, _, e in screened]), np.array([seen[(h,)].margin_change for h in to_screen]))
             prescreen = Prescreen("attribution", len(screened), estimates={str(h): v for h, v in estimates.items()},
                                   spearman_on_candidates=rho)
         return screened, prescreen
@@ -109,6 +140,8 @@ class Stages:
 
             # Rank 0's estimates for every process: the candidates must not depend on a device's rounding.
             discovery = conditions.evaluators["discovery"]
+            if self.folds is not None:  # proposing is the search half's job alone
+                discovery = Evaluator(self.lm, self._search_task(), batch_size=settings.batch_size)
             remembered = conditions.journal.remember("prescreen|attribution", lambda: {
                 str(h): e for h, e in estimate_effects(discovery, means=conditions.means).items()})
             estimates = conditions.team.broadcast({Head.parse(name): value for name, value in remembered.items()})
@@ -117,29 +150,36 @@ class Stages:
             from headprune.search.halving import halving_candidates
 
             survivors, rounds = halving_candidates(
-                self.lm, conditions.evaluators["discovery"].task, keep=settings.candidates, rank_key=self.rank,
+                self.lm, self._search_task(), keep=settings.candidates, rank_key=self.rank,
                 mode=settings.ablation, means=conditions.means, batch_size=settings.batch_size,
                 progress=conditions.progress, journal=conditions.journal)
             survivors, rounds = conditions.team.broadcast((survivors, rounds))
             return survivors, None, Prescreen("halving", len(survivors), rounds=rounds)
         return heads, None, None
 
+    def _search_task(self) -> Task:
+        """The discovery examples a pre-screen may see: the search half (all of them without folds)."""
+        task = self.conditions.evaluators["discovery"].task
+        return task if self.folds is None else task.subset(np.flatnonzero(self.folds.search).tolist())
+
     def finalists(self, frozen: list[tuple[Head, ...]], evaluated: Evaluated) -> list[Finalist]:
         """Held-out (and controls) for each finalist, frozen on discovery beforehand; the first is the primary
-        set and gets the verdict, the others are exploratory (Holm-adjusted)."""
+        set and gets the verdict, the others are exploratory (one of ``F`` comparisons, Bonferroni-adjusted:
+        :func:`headprune.search.stats.exploratory`). Each finalist's controls are adjusted together the same way
+        (:mod:`headprune.search.effects`)."""
         with self.timed("heldout"):
-            conditions, seed = self.conditions, self.settings.seed
+            conditions, alpha = self.conditions, self.settings.alpha
             heldout = conditions.many("heldout", frozen, "held-out")
-            controls = [conditions.many(name, frozen, name) for name in conditions.control_names]
-            tests = [verdict(self.base["heldout"].correct, after.correct, alpha=self.settings.alpha, seed=seed)
-                     for after in heldout]
-            adjusted = holm([test.p_value for test in tests])
+            names = conditions.control_names
+            controls = [conditions.many(name, frozen, name) for name in names]
             records = []
-            for rank, (heads, test) in enumerate(zip(frozen, tests), start=1):
-                if rank > 1:  # chosen among finalists after held-out is visible: exploratory, Holm-adjusted
-                    test = replace(test, role="exploratory", adjusted_p=adjusted[rank - 1])
-                effects = tuple(ControlEffect.measure(self.base[name], results[rank - 1], seed)
-                                for name, results in zip(conditions.control_names, controls))
+            for rank, (heads, after) in enumerate(zip(frozen, heldout), start=1):
+                test = verdict(self.base["heldout"].correct, after.correct, alpha=alpha)
+                if rank > 1:  # chosen among finalists after held-out is visible: exploratory, adjusted
+                    test = exploratory(test, len(frozen))
+                effects = tuple(ControlEffect.measure(self.base[name], results[rank - 1], alpha=alpha,
+                                                      family=len(names))
+                                for name, results in zip(names, controls))
                 records.append(Finalist(rank, tuple(str(h) for h in heads), evaluated[heads], test, effects))
         return records
 
@@ -147,7 +187,8 @@ class Stages:
                evaluated: Evaluated, finalists: list[Finalist]) -> FindResult:
         """The run's record (without timings: the caller adds them once the run is over)."""
         lm, split = self.lm, inputs.split
-        ranked_sets = sorted(evaluated, key=lambda h: self.rank(evaluated[h], h))
+        ranked_sets = sorted(evaluated, key=self.search_rank if self.folds is not None
+                             else lambda h: self.rank(evaluated[h], h))
         names = self.conditions.control_names
         return FindResult(
             model=ModelInfo(lm.name, lm.weight_hash, lm.adapter.family, lm.model.config.model_type,
@@ -158,14 +199,16 @@ class Stages:
                                   split.heldout.content_hash(), inputs.specs["heldout"]),
             control_tasks=tuple(TaskInfo(c.name, c.kind, len(c), c.content_hash()) for c in inputs.controls),
             split=SplitInfo(self.settings.seed, len(split.discovery), len(split.heldout), split.source,
-                            split.duplicates_dropped, split.conflicts_dropped),
+                            split.duplicates_dropped, split.conflicts_dropped,
+                            *(self.folds.sizes if self.folds is not None else (None, None))),
             settings=self.settings,
             baseline=Baseline(self.base["discovery"].summary(), self.base["heldout"].summary(),
                               tuple(self.base[name].summary() for name in names)),
-            screen=tuple(ScreenRow(str(h), p, e) for h, p, e in screened),
+            screen=tuple(ScreenRow(str(h), p, e, self.search_half.get((h,))) for h, p, e in screened),
             prescreen=prescreen,
             nominees=tuple(str(h) for h in nominees),
-            sets=tuple(SetRecord(tuple(str(h) for h in heads), evaluated[heads]) for heads in ranked_sets),
+            sets=tuple(SetRecord(tuple(str(h) for h in heads), evaluated[heads], self.search_half.get(heads))
+                       for heads in ranked_sets),
             finalists=tuple(finalists),
             means_digest=None if self.conditions.means is None else means_digest(self.conditions.means),
             generations=heldout_generations(self.conditions, self.base["heldout"], finalists),

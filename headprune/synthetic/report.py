@@ -90,9 +90,9 @@ def render_report(records: list[dict], figures: tuple[Path, Path]) -> str:
             f"{', '.join(f'H{h}' for h in r['conflict_heads'])} ({r['conflict_share_top']:.0%} in the first) | "
             f"{r['emergence_step']} | {', '.join(f'H{h}' for h in r['found_heads'])} | "
             f"{'yes' if r['found_contains_named'] else 'NO'} | {b['accuracy_before']:.1%} -> "
-            f"{b['accuracy_after']:.1%}, {_pct(b['difference'])} [{_pct(b['ci95'][0])}, {_pct(b['ci95'][1])}], "
+            f"{b['accuracy_after']:.1%}, {_pct(b['difference'])} [{_pct(b['interval'][0])}, {_pct(b['interval'][1])}], "
             f"p={b['p_value']:.2g}{' confirmed' if b['confirmed'] else ' NOT confirmed'} | "
-            f"{_pct(a['difference'])} [{_pct(a['ci95'][0])}, {_pct(a['ci95'][1])}] |")
+            f"{_pct(a['difference'])} [{_pct(a['interval'][0])}, {_pct(a['interval'][1])}] |")
     lines += ["", "Reproduce one seed's find and export with the CLI:", ""]
     lines += [f"    {command}" for command in records[0]["commands"]]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,168 @@
+"""find's own search code on counts-only models: how often it is wrong, measured in seconds.
+
+A *counts-only model* says, for any set of heads removed, which examples become right or wrong, and nothing
+else: no weights, no forward pass. Each head toggles the correctness of a random subset of examples (drawn once
+per model and split); removing a set toggles each example once per head of the set that toggles it (so two heads
+toggling the same example cancel). A head's two rates are the shares of all examples it rescues (toggles from
+wrong to right) and damages (from right to wrong), in expectation:
+
+- a **null** head (no effect on the task) rescues and damages equally (``flip / 2`` each): it flips ``flip`` of
+  the answers at random, the behaviour every real head shows on examples it does not understand;
+- a **real** head rescues more than it damages: ``(0.008, 0.002)`` is +0.6 points at a 1% discordant rate.
+
+Margins are +-|N(0, 1)|, their sign the correctness (so a toggle flips the sign), enough for find's ranking key.
+
+:func:`run_improve` feeds such a model through exactly what ``find`` runs on discovery
+(:func:`headprune.search.improve.choose`: the halves, the screen, the joint search, ``--extend``, the
+admission on the check half, the finalists) and through its held-out verdict (:meth:`Stages.finalists`), with
+the real records and statistics. Nothing here is re-implemented but the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from headprune.heads import Head, HeadGrid
+from headprune.search.folds import Folds
+from headprune.search.improve import choose
+from headprune.search.result import FindSettings
+from headprune.search.stages import Stages
+
+Rates = tuple[float, float]  # (rescued, damaged) as shares of all examples
+
+
+@dataclass(frozen=True)
+class CountsResult:
+    """What find reads of a condition (the fields it uses of an ``EvalResult``), as arrays."""
+
+    correct: np.ndarray
+    margins: np.ndarray
+    ids: tuple[str, ...]
+    task: str = "counts"
+    kind: str = "choice"
+
+    @property
+    def n(self) -> int:
+        return len(self.correct)
+
+    @property
+    def has_accuracy(self) -> bool:
+        return True
+
+
+class CountsSplit:
+    """One set of examples of a counts-only model: its intact correctness and every head's toggles."""
+
+    def __init__(self, rng: np.random.Generator, n: int, accuracy: float, rates: Sequence[Rates]) -> None:
+        self.correct = rng.random(n) < accuracy
+        size = np.abs(rng.standard_normal(n)) + 1e-3
+        self.margins = np.where(self.correct, size, -size)
+        rescue = np.array([r for r, _ in rates])[:, None] / (1 - accuracy)  # P(toggle | wrong)
+        damage = np.array([d for _, d in rates])[:, None] / accuracy  # P(toggle | right)
+        draws = rng.random((len(rates), n))
+        self.toggles = np.where(self.correct[None, :], draws < damage, draws < rescue)  # (heads, n)
+        self.ids = tuple(str(i) for i in range(n))
+
+    def result(self, indices: Sequence[int]) -> CountsResult:
+        if not indices:
+            return CountsResult(self.correct, self.margins, self.ids)
+        flipped = np.bitwise_xor.reduce(self.toggles[list(indices)], axis=0)
+        return CountsResult(self.correct ^ flipped, np.where(flipped, -self.margins, self.margins), self.ids)
+
+
+@dataclass
+class _Journal:
+    """Every condition of a counts-only model is known at once: nothing is ever missing."""
+
+    def has(self, key: str) -> bool:
+        return True
+
+
+@dataclass
+class CountsConditions:
+    """The part of ``Conditions`` the search uses, answered by a counts-only model."""
+
+    splits: dict[str, CountsSplit]
+    grid: HeadGrid
+    journal: _Journal = field(default_factory=_Journal)
+    evaluators: dict = field(default_factory=dict)
+    control_names: tuple[str, ...] = ()
+
+    def index(self, heads: Sequence[Head]) -> list[int]:
+        return [h.layer * self.grid.num_heads + h.head for h in heads]
+
+    def many(self, split: str, head_sets: Sequence[Sequence[Head]], label: str, *,
+             quiet: bool = False) -> list[CountsResult]:
+        return [self.splits[split].result(self.index(heads)) for heads in head_sets]
+
+
+@dataclass(frozen=True)
+class _Model:
+    """The part of ``LoadedModel`` the search uses."""
+
+    grid: HeadGrid
+    dtype: torch.dtype = torch.float32
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One simulated find run: the primary set and its verdict, against the truth."""
+
+    primary: tuple[int, ...]  # head indices
+    real: tuple[int, ...]  # the heads with an effect
+    confirmed: bool
+
+    @property
+    def passenger(self) -> bool:
+        """A head with no effect rides in a primary set of several heads."""
+        return len(self.primary) > 1 and any(h not in self.real for h in self.primary)
+
+    @property
+    def kept(self) -> float:
+        """The share of real heads in the primary set (nan without real heads)."""
+        return float(np.mean([h in self.primary for h in self.real])) if self.real else float("nan")
+
+    @property
+    def clean_confirmation(self) -> bool:
+        """Confirmed, with every head of the primary set real."""
+        return self.confirmed and all(h in self.real for h in self.primary)
+
+    @property
+    def false_confirmation(self) -> bool:
+        """Confirmed, with a head of no effect in the primary set."""
+        return self.confirmed and any(h not in self.real for h in self.primary)
+
+
+def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), layers: int = 2, heads: int = 9,
+                discovery: int = 2000, heldout: int = 1000, accuracy: float = 0.6,
+                settings: FindSettings | None = None, rule: str = "halves") -> Outcome:
+    """One find run (improve, exact screen) on a fresh counts-only model: ``real`` heads at random places, every
+    other head a null head flipping ``flip`` of the answers. ``settings``: find's (default: its defaults, seeded
+    by ``seed``). ``rule``: ``halves`` (find's: propose on one half of discovery, admit on the other) or
+    ``same`` (propose and admit on all of discovery: the rule before 0.2, for comparison)."""
+    rng = np.random.default_rng(seed)
+    grid = HeadGrid(layers, heads, heads, 4)
+    rates: list[Rates] = [(flip / 2, flip / 2)] * grid.total
+    places = tuple(int(i) for i in rng.choice(grid.total, size=len(real), replace=False))
+    for place, effect in zip(places, real):
+        rates[place] = effect
+    splits = {"discovery": CountsSplit(rng, discovery, accuracy, rates),
+              "heldout": CountsSplit(rng, heldout, accuracy, rates)}
+    conditions = CountsConditions(splits, grid)
+    stages = Stages(_Model(grid), conditions, settings or FindSettings(seed=seed))  # type: ignore[arg-type]
+    stages.base = {name: split.result(()) for name, split in splits.items()}
+    if rule == "same":
+        stages.folds = Folds.same(discovery)
+    elif rule != "halves":
+        raise ValueError(f"rule must be halves or same, not {rule!r}")
+    choice = choose(stages)  # it logs a line or two: callers running thousands quieten the "headprune" logger
+    primary = choice.frozen[0]
+    (finalist,) = stages.finalists([primary], choice.admission.evaluated)
+    return Outcome(tuple(conditions.index(primary)), places, finalist.heldout.confirmed)
+
+
+__all__ = ["CountsConditions", "CountsResult", "CountsSplit", "Outcome", "run_improve"]
