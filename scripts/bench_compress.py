@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 from headprune.heads import Head
-from headprune.search.compress import Unit, beam, grow, head_queue, units_of, within_budget
+from headprune.search.compress import head_queue, units_of
+from headprune.search.growth import Budget, Unit, beam, grow
 from headprune.search.conditions import Conditions
 from headprune.search.settings import settings_for
 from headprune.search.split import load_inputs
@@ -39,6 +40,8 @@ def _run_rule(rule, name: str, units: list[Unit], stages: Stages, max_drop: floa
               patience: int) -> int:
     """One search over the queue through the shared journal; prints its row and returns the heads removed."""
     asked: list[tuple[Head, ...]] = []
+    base = stages.base  # find's rule: judged at the held-out size, by the held-out test
+    budget = Budget(max_drop, min(base["discovery"].n, base["heldout"].n), stages.settings.alpha)
     rounds = 0
     trace: list[str] = []  # per round: each set's size, + within budget, - over
 
@@ -47,11 +50,11 @@ def _run_rule(rule, name: str, units: list[Unit], stages: Stages, max_drop: floa
         asked.extend(sets)
         rounds += 1
         results = stages.evaluate(sets, label)
-        trace.append(" ".join(f"{len(h)}{'+' if within_budget(results[h], max_drop) else '-'}" for h in sets))
+        trace.append(" ".join(f"{len(h)}{'+' if budget(results[h]) else '-'}" for h in sets))
         return results
 
     started = time.perf_counter()
-    grown = rule(units, stages.lm.grid, evaluate, max_drop=max_drop, patience=patience)
+    grown = rule(units, stages.lm.grid, evaluate, budget=budget, patience=patience)
     heads = sum(len(unit) for unit in grown.chosen)
     distinct = len(set(asked))
     per_head = f"{distinct / heads:.2f}" if heads else "n/a"

@@ -7,7 +7,7 @@ from helpers.handmade import build_model, reversed_task
 
 from headprune.heads import Head, HeadGrid
 from headprune.report import render_markdown
-from headprune.search.compress import SETS_PER_UNIT, grow, within_budget
+from headprune.search.growth import SETS_PER_UNIT, Budget, grow
 from headprune.search.find import find
 from headprune.search.paired import Paired
 from headprune.search.result import FindResult
@@ -30,7 +30,7 @@ def _interleaved(layers: int):  # noqa: ANN202
 
 def test_greedy_stops_at_its_cost_cap_in_a_long_interleaved_tail() -> None:
     units, grid, evaluate = _interleaved(60)
-    grown = grow(units, grid, evaluate, max_drop=1.0, patience=3)
+    grown = grow(units, grid, evaluate, budget=Budget(1.0), patience=3)
     # Two rejections between harmless units never reach patience 3: without the cap the search would walk all
     # 60 units (20 harmless, about 6 sets each). With it, it ends once the sets reach 2 x (patience + taken).
     assert grown.stopped == "cost"
@@ -39,14 +39,14 @@ def test_greedy_stops_at_its_cost_cap_in_a_long_interleaved_tail() -> None:
     assert len(grown.evaluated) <= SETS_PER_UNIT * (3 + taken) + 3  # at most one round (3 sets) past it
     assert 1 <= taken < 20 and all(unit[0].layer % 3 == 0 for unit in grown.chosen)  # only harmless units
     chosen = tuple(sorted(h for unit in grown.chosen for h in unit))
-    assert within_budget(grown.evaluated[chosen], 1.0)
+    assert Budget(1.0)(grown.evaluated[chosen])
 
 
 def test_greedy_without_a_tail_ends_with_its_queue_or_its_patience() -> None:
     units, grid, evaluate = _interleaved(3)  # one harmless unit, then two harmful: the queue runs out
-    grown = grow(units, grid, evaluate, max_drop=1.0, patience=3)
+    grown = grow(units, grid, evaluate, budget=Budget(1.0), patience=3)
     assert grown.stopped == "queue" and grown.chosen == [units[0]] and grown.rejected == units[1:]
-    grown = grow(units, grid, evaluate, max_drop=1.0, patience=2)
+    grown = grow(units, grid, evaluate, budget=Budget(1.0), patience=2)
     assert grown.stopped == "patience" and grown.rejected == units[1:]
 
 

@@ -61,7 +61,7 @@ def test_a_verdict_with_more_than_1024_discordant_pairs_is_reported() -> None:
     v = verdict(before, after, alpha=0.05)
     assert v.rescued + v.damaged > 1_024
     assert v.p_value == pytest.approx(_mcnemar_log_gamma(v.rescued, v.damaged), rel=1e-8)
-    from headprune.report import verdict_sentence
+    from headprune.report_text import verdict_sentence
 
     assert f"n={v.n}" in verdict_sentence(v)
 

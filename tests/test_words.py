@@ -15,7 +15,8 @@ import yaml
 
 from headprune.exporter.card import card_metadata, render_card
 from headprune.exporter.record import ExportRecord, read_record
-from headprune.report import non_inferiority_sentence, render_markdown
+from headprune.report import render_markdown
+from headprune.report_compress import non_inferiority_sentence
 from headprune.search.result import FindResult
 from headprune.search.stats import NonInferiority, non_inferiority
 

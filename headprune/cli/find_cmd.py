@@ -89,7 +89,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.cli import exits
     from headprune.io import check_writable_folder
     from headprune.record_json import to_json
-    from headprune.report import stage_times_line, verdict_line, write_outputs
+    from headprune.report import verdict_line, write_outputs
+    from headprune.report_text import stage_times_line
     from headprune.scoring.execution import permit_code_execution
     from headprune.search.find import find
 

@@ -53,6 +53,10 @@ class CountsResult:
     def has_accuracy(self) -> bool:
         return True
 
+    @property
+    def accuracy(self) -> float:
+        return float(np.count_nonzero(self.correct)) / len(self.correct)
+
 
 class CountsSplit:
     """One set of examples of a counts-only model: its intact correctness and every head's toggles."""
@@ -165,4 +169,72 @@ def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), layers: i
     return Outcome(tuple(conditions.index(primary)), places, finalist.heldout.confirmed)
 
 
-__all__ = ["CountsConditions", "CountsResult", "CountsSplit", "Outcome", "run_improve"]
+def true_change(rates: Sequence[Rates], indices: Sequence[int], accuracy: float) -> float:
+    """The exact expected accuracy change of removing the heads ``indices`` of a counts-only model: an example
+    changes when an odd number of the heads toggle it (each independently, with its rate given the example's
+    intact correctness)."""
+    if not indices:
+        return 0.0
+    damage = np.array([rates[i][1] / accuracy for i in indices])
+    rescue = np.array([rates[i][0] / (1 - accuracy) for i in indices])
+    odd_right, odd_wrong = (1 - np.prod(1 - 2 * damage)) / 2, (1 - np.prod(1 - 2 * rescue)) / 2
+    return float((1 - accuracy) * odd_wrong - accuracy * odd_right)
+
+
+def compress_rates(rng: np.random.Generator, count: int) -> list[Rates]:
+    """Heads for the compress simulation: each flips up to 1% of the answers at random; 40% of them do no more
+    (harmless), the others also damage 0.05-1.5% of the answers (harmful, the screen orders them last)."""
+    rates = []
+    for _ in range(count):
+        flip = rng.uniform(0.0, 0.01)
+        harm = 0.0 if rng.random() < 0.4 else rng.uniform(0.0005, 0.015)
+        rates.append((flip / 2, flip / 2 + harm))
+    return rates
+
+
+@dataclass(frozen=True)
+class CompressOutcome:
+    """One simulated compress run: the set removed, its held-out verdict and its true cost."""
+
+    removed: int
+    accepted: bool
+    change: float  # the true expected accuracy change of the set (negative: a drop)
+    max_drop: float  # points
+
+    @property
+    def over_budget(self) -> bool:
+        return self.change < -self.max_drop / 100
+
+
+def run_compress(seed: int, *, max_drop: float = 0.5, layers: int = 4, heads: int = 9, discovery: int = 2000,
+                 heldout: int = 1000, accuracy: float = 0.6, rule: str = "held-out") -> CompressOutcome:
+    """One ``find --objective compress`` run (greedy, exact screen) on a fresh counts-only model
+    (:func:`compress_rates`), through find's own screen, growth and held-out verdict. ``rule``: ``held-out``
+    (find's budget: discovery judged as the held-out test will judge it) or ``estimate`` (the discovery estimate
+    alone: the rule before 0.2)."""
+    from headprune.search.compress import grow_on_discovery, verdict_for
+    from headprune.search.growth import Budget
+    from headprune.search.settings import compress_fields
+
+    rng = np.random.default_rng(seed)
+    grid = HeadGrid(layers, heads, heads, 4)
+    rates = compress_rates(rng, grid.total)
+    splits = {"discovery": CountsSplit(rng, discovery, accuracy, rates),
+              "heldout": CountsSplit(rng, heldout, accuracy, rates)}
+    conditions = CountsConditions(splits, grid)
+    settings = FindSettings(seed=seed, **compress_fields("compress", max_drop, None, None))
+    stages = Stages(_Model(grid), conditions, settings)  # type: ignore[arg-type]
+    stages.base = {name: split.result(()) for name, split in splits.items()}
+    if rule not in ("held-out", "estimate"):
+        raise ValueError(f"rule must be held-out or estimate, not {rule!r}")
+    screened, prescreen = stages.screen()
+    budget = Budget(max_drop) if rule == "estimate" else None
+    chosen = grow_on_discovery(stages, screened, prescreen, budget=budget)[3]
+    indices = conditions.index(chosen)
+    verdict = verdict_for(stages.base["heldout"], splits["heldout"].result(indices), max_drop=max_drop,
+                          removed=len(chosen), alpha=settings.alpha)
+    return CompressOutcome(len(chosen), verdict.accepted, true_change(rates, indices, accuracy), max_drop)
+
+
+__all__ = ["CompressOutcome", "CountsConditions", "CountsResult", "CountsSplit", "Outcome", "compress_rates",
+           "run_compress", "run_improve", "true_change"]
