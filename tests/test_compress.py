@@ -290,8 +290,10 @@ def test_cli_compress_exit_codes_and_outputs(handmade_files, tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    (["--objective", "compress", "--max-drop", "-1"], "--max-drop must be a number of accuracy points >= 0"),
+    (["--objective", "compress", "--max-drop", "-1"], "--max-drop must be a number of accuracy points from 0 to 50"),
     (["--objective", "compress", "--max-drop", "nan"], "--max-drop must be"),
+    (["--objective", "compress", "--max-drop", "100"], "--max-drop must be a number of accuracy points from 0 to 50"),
+    (["--objective", "compress", "--max-drop", "inf"], "--max-drop must be"),
     (["--objective", "compress", "--prefer", "groups"], "--prefer groups needs grouped-query attention"),
     (["--objective", "compress", "--patience", "0"], "--patience must be at least 1"),
     (["--max-drop", "2"], "--max-drop: only with --objective compress"),

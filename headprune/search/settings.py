@@ -8,7 +8,6 @@ and never check them again.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +21,7 @@ OBJECTIVES = ("improve", "compress")
 PREFER = ("heads", "groups")
 SEARCHES = ("greedy", "beam")
 DEFAULT_MAX_DROP = 0.5  # accuracy points
+MAX_DROP_LIMIT = 50.0  # accuracy points: beyond, non-inferiority says nothing (at 100 its null is impossible)
 DEFAULT_PATIENCE = 3
 DEFAULT_BEAM_WIDTH = 4
 COMPRESS_ONLY = ("max_drop", "prefer", "patience", "compress_search", "beam_width")
@@ -96,8 +96,9 @@ def check_objective(settings: FindSettings) -> None:
         if given:
             _refuse(f"{', '.join(given)}: only with objective compress", *given, "objective")
         return
-    if settings.max_drop is None or not settings.max_drop >= 0 or not math.isfinite(settings.max_drop):
-        _refuse(f"max_drop must be a number of accuracy points >= 0, got {settings.max_drop}", "max_drop")
+    if settings.max_drop is None or not 0 <= settings.max_drop <= MAX_DROP_LIMIT:
+        _refuse(f"max_drop must be a number of accuracy points from 0 to {MAX_DROP_LIMIT:g}, got {settings.max_drop} "
+                "(a budget of half the accuracy or more is no longer a test of not being worse)", "max_drop")
     if settings.prefer not in PREFER:
         _refuse(f"prefer must be one of {', '.join(PREFER)}, not {settings.prefer!r}", "prefer")
     if settings.patience is None or settings.patience < 1:
@@ -140,6 +141,6 @@ def fit_to_grid(settings: FindSettings, grid: HeadGrid) -> FindSettings:
     return replace(settings, nominees=grid.total, max_heads=min(settings.max_heads, grid.total))
 
 
-__all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_MAX_DROP", "DEFAULT_PATIENCE", "OBJECTIVES", "PREFER", "RANK_KEYS",
+__all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_MAX_DROP", "MAX_DROP_LIMIT", "DEFAULT_PATIENCE", "OBJECTIVES", "PREFER", "RANK_KEYS",
            "SCREENS", "SEARCHES", "check_layout", "check_objective", "check_placement", "check_settings",
            "compress_fields", "fit_to_grid", "settings_for"]
