@@ -59,7 +59,10 @@ def test_clopper_pearson_upper_bound(script) -> None:
 def test_script_runs_end_to_end_and_writes_its_figures(script, tmp_path) -> None:
     figures = script["main"](["--null-tasks", "1", "--power-runs", "1", "--heldout-sizes", "40", "--discovery", "60",
                               "--heldout", "40", "--heads", "4", "--effect-tokens", "100", "--json", str(tmp_path / "f.json")])
-    assert figures["null"]["runs"] == 1 and 0 <= figures["null"]["upper95"] <= 1
+    for kind in ("random", "surface"):
+        null = figures["null"][kind]
+        assert null["runs"] == 1 and 0 <= null["upper95"] <= 1 and 0 <= null["expected"] <= 0.025
+        assert len(null["discordant"]) == 1
     assert figures["power"][0]["heldout"] == 40 and figures["effect"] > 0
     assert (tmp_path / "f.json").stat().st_size > 100
 
@@ -74,3 +77,31 @@ def test_the_planted_head_hurts_and_the_others_are_null_for_random_labels(script
     assert without.accuracy - base.accuracy > 0.02 and not (base.correct & ~without.correct).any()
     flips = [int((cue.run([Head(0, h)]).correct != base.correct).sum()) for h in range(1, 8)]
     assert np.mean(flips) > 1  # the other heads do change answers (so a null search has something to chase)
+
+
+def test_a_correct_pipeline_confirms_a_null_set_at_its_exact_rate(script) -> None:
+    """e(D): the chance that rescued > damaged and the exact McNemar test rejects, when D discordant pairs fall
+    either way at random, against a brute-force count over every split."""
+    from headprune.search.binomial import mcnemar_exact
+
+    for discordant in (0, 1, 5, 6, 20, 101, 400):
+        brute = sum(math.comb(discordant, b) for b in range(discordant + 1)
+                    if b > discordant - b and mcnemar_exact(b, discordant - b) < 0.05) / 2**discordant
+        assert script["correct_rate"](discordant, 0.05) == pytest.approx(brute, rel=1e-12, abs=0.0)
+    assert script["correct_rate"](5, 0.05) == 0.0 and script["correct_rate"](6, 0.05) == 1 / 64
+    low, high = script["clopper_pearson"](4, 400)  # each end leaves 2.5% beyond it
+    assert sum(math.comb(400, i) * low**i * (1 - low) ** (400 - i) for i in range(4, 401)) == pytest.approx(0.025)
+    assert sum(math.comb(400, i) * high**i * (1 - high) ** (400 - i) for i in range(5)) == pytest.approx(0.025)
+
+
+def test_the_surface_null_moves_many_answers_both_ways_with_no_net_effect(script) -> None:
+    from headprune.evaluation import Evaluator
+    from headprune.heads import Head
+
+    lm = script["build_model"](3, tokens=600)
+    surface = Evaluator(lm, script["build_task"](3, tokens=600, surface=True), batch_size=1200)
+    base, without = surface.run().correct, surface.run([Head(0, 0)]).correct
+    rescued, damaged = int((~base & without).sum()), int((base & ~without).sum())
+    assert rescued > 25 and damaged > 25 and abs(rescued - damaged) < 0.35 * (rescued + damaged)
+    seeds = script["streams"](0, 5)
+    assert len(set(seeds)) == 3 and seeds == script["streams"](0, 5) and seeds != script["streams"](0, 6)
