@@ -60,3 +60,14 @@ def test_a_modest_real_head_is_kept_and_confirmed_without_passengers() -> None:
     kept = float(np.mean([o.kept for o in halves]))
     assert kept >= 0.9 and kept >= float(np.mean([o.kept for o in same])) - 0.05
     assert sum(o.clean_confirmation for o in halves) > sum(o.clean_confirmation for o in same)
+
+
+def test_the_script_writes_both_tables(tmp_path) -> None:
+    import runpy
+    from pathlib import Path
+
+    script = runpy.run_path(str(Path(__file__).resolve().parent.parent / "scripts" / "passengers.py"))
+    figures = script["main"](["--runs", "2", "--compress-runs", "3", "--json", str(tmp_path / "p.json")])
+    assert len(figures["improve"]) == 30 and len(figures["compress"]) == 3
+    assert set(figures["improve"][0]) == {"extend", "real", "flip", "halves", "same"}
+    assert (tmp_path / "p.json").stat().st_size > 1000
