@@ -67,7 +67,8 @@ def choose(stages: Stages) -> Choice:
         nominees = joint(stages, screened, admission)
     with stages.timed("parsimony"):  # every head of a set earns its place on the check half
         ranked = sorted(admission.evaluated, key=stages.search_rank)
-        frozen, found = admission.finalists(ranked, single_order(screened, stages.rank), settings.finalists)
+        frozen, found = admission.finalists(ranked, single_order(screened, stages.rank, settings.rank_by),
+                                            settings.finalists)
     return Choice(screened, prescreen, nominees, admission, frozen, found)
 
 
