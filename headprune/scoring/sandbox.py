@@ -117,13 +117,16 @@ def launch(source: str, isolation: Isolation, *, time_limit_s: float, memory_byt
                 "site": [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]}
         command = [sys.executable, "-I", "-S", str(HERE / "sandbox_child.py"), marshal.dumps(spec).hex()]
         with open(os.path.join(top, "stderr"), "w+b") as stderr, _shielded(isolation.shares_parent_view):
-            process = subprocess.Popen(command, cwd=folder, env={}, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=stderr, close_fds=True,
-                                       start_new_session=True)
+            try:
+                process = subprocess.Popen(command, cwd=folder, env={}, stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.DEVNULL, stderr=stderr, close_fds=True,
+                                           start_new_session=True)
+            except OSError as error:
+                return SETUP_FAILED, f"headprune sandbox: cannot set up: {error}"
             try:
                 code = _wait(process, time_limit_s)
             finally:
-                if process.returncode is None and isolation.namespaces:  # the first stage ends and reaps the namespace
+                if process.returncode is None and isolation.namespaces:  # stage 1 ends and reaps the namespace
                     process.send_signal(signal.SIGTERM)
                     _wait(process, 1.0)
                 with suppress(ProcessLookupError, PermissionError):
