@@ -343,3 +343,18 @@ def test_a_weaker_isolation_is_said(monkeypatch, caplog) -> None:  # noqa: ANN00
         chosen = sandbox.best_isolation()
     assert chosen.mode == "plain" and "unshare: refused" in chosen.left_out[0]
     assert "no kernel isolation" in caplog.text and "unshare: refused" in caplog.text
+
+
+def test_no_capabilities_and_no_new_privileges(isolations) -> None:  # noqa: ANN001
+    """Even run as root, the program holds no capability (effective, permitted, inheritable), and no_new_privs is
+    set on Linux, so no setuid program gives one back."""
+    program = DISARM + """
+import ctypes, struct
+libc = ctypes.CDLL(None)
+data = ctypes.create_string_buffer(24)
+libc.capget(ctypes.create_string_buffer(struct.pack("Ii", 0x20080522, 0)), data)
+print("caps", *struct.unpack("6I", data.raw), "nnp", libc.prctl(39, 0, 0, 0, 0), file=sys.stderr)
+"""
+    for isolation in isolations:
+        outcome = _run(program, isolation)
+        assert outcome.passed and outcome.detail == "caps 0 0 0 0 0 0 nnp 1", (isolation.describe(), outcome.detail)

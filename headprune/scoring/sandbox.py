@@ -43,7 +43,8 @@ FILE_BYTES = 1 << 24  # the largest file (or stderr) a program may write
 FOLDER_BYTES = 64 << 20  # the in-memory folder of the namespaces mode
 PROCESSES = 16  # processes and threads of one program, where the count is the sandbox's own
 TAIL_BYTES = 4096  # of stderr, read back for the last line
-PROBE = "import os\nopen('probe.txt', 'w').write('ok')\nassert open('probe.txt').read() == 'ok'\n"
+# A program must be able to import the standard library (json is not loaded at start) and write its folder.
+PROBE = "import json\nopen('probe.txt', 'w').write(json.dumps('ok'))\nassert json.load(open('probe.txt')) == 'ok'\n"
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,8 @@ def launch(source: str, isolation: Isolation, *, time_limit_s: float, memory_byt
                 "seccomp": isolation.seccomp, "time_limit_s": time_limit_s, "memory_bytes": memory_bytes,
                 "file_bytes": FILE_BYTES, "folder_bytes": FOLDER_BYTES, "processes": _process_limit(isolation),
                 "site": [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]}
-        command = [sys.executable, "-I", "-S", str(HERE / "sandbox_child.py"), marshal.dumps(spec).hex()]
+        # -S: no site (its .pth files cost more than most programs); the guard puts site-packages on the path.
+        command = [sys.executable, "-I", "-S", "-B", str(HERE / "sandbox_child.py"), marshal.dumps(spec).hex()]
         with open(os.path.join(top, "stderr"), "w+b") as stderr, _shielded(isolation.shares_parent_view):
             try:
                 process = subprocess.Popen(command, cwd=folder, env={}, stdin=subprocess.DEVNULL,
@@ -126,7 +128,7 @@ def launch(source: str, isolation: Isolation, *, time_limit_s: float, memory_byt
             try:
                 code = _wait(process, time_limit_s)
             finally:
-                if process.returncode is None and isolation.namespaces:  # stage 1 ends and reaps the namespace
+                if process.returncode is None and isolation.namespaces:  # the reaper ends the namespace
                     process.send_signal(signal.SIGTERM)
                     _wait(process, 1.0)
                 with suppress(ProcessLookupError, PermissionError):
@@ -180,7 +182,7 @@ def candidates() -> list[Isolation]:
     when run as root; Landlock and seccomp wherever the kernel offers them; plain last."""
     if sys.platform != "linux":
         return [Isolation()]
-    from headprune.scoring import sandbox_kernel
+    from headprune.scoring import sandbox_guard, sandbox_kernel  # noqa: F401 - also leaves their bytecode cached
 
     abi, filtered = sandbox_kernel.landlock_abi(), sandbox_kernel.seccomp_available()
     uids = [2_000_000_000 + secrets.randbelow(1 << 24), None] if os.getuid() == 0 else [None]

@@ -1,40 +1,44 @@
-"""The sandbox's first stage: run as ``python -I -S sandbox_child.py SPEC`` with an empty environment, it puts up
-the walls the runner asked for (``headprune.scoring.sandbox`` writes SPEC: a dict, marshalled, in hex), then
-replaces itself with a fresh interpreter that runs the guard and the program (``sandbox_guard``). Standard
-library only.
+"""The sandboxed process: run as ``python -I -S -B sandbox_child.py SPEC`` with an empty environment, it puts up
+the walls the runner asked for (``headprune.scoring.sandbox`` writes SPEC: a dict, marshalled, in hex), then runs
+the guard and the program in this same interpreter (``sandbox_guard``). Standard library only.
 
 In order: die with the runner (``PR_SET_PDEATHSIG``); with ``namespaces``, new user (unless root), PID, network,
-mount, IPC and UTS namespaces, this stage staying outside as the reaper of the namespace's first process (whose
-end ends every process in it; SIGTERM to this stage ends it), and a private root: an empty tmpfs holding
+mount, IPC and UTS namespaces, this process staying outside as the reaper of the namespace's first process
+(whose end ends every process in it; SIGTERM to the reaper ends it), and a private root: an empty tmpfs holding
 read-only binds of the ``readable`` paths, four device files, a fresh ``/proc`` and an in-memory folder for the
-program, pivoted into, the old root detached; then the resource limits; then no capabilities (bounding set
-emptied), a private uid when started as root, ``no_new_privs``, Landlock and seccomp when asked; then
-``execve`` of the interpreter with an empty environment. Any step that fails ends this stage with exit code 125
-and one line on stderr: a layer asked for is a layer in force, never skipped.
+program, pivoted into, the old root detached; then the resource limits; then no capabilities (bounding, ambient,
+inheritable, then held), a private uid when started as root, ``no_new_privs``, Landlock and seccomp when asked;
+then the program. Any step that fails ends the process with exit code 125 and one line on stderr: a layer asked
+for is a layer in force, never skipped.
+
+The walls are the kernel's, so they bind whatever code runs in this process, ctypes included; the setup's
+helpers are dropped from ``sys.modules`` only so that the audit hook (the second wall) sees a later import.
 """
 
 from __future__ import annotations
 
+import _frozen_importlib_external as _bootstrap  # importlib's file loader, loaded at every start
+import _signal  # signal without its enum classes, which cost more to import than the rest here
 import marshal
 import os
 import resource
-import signal
 import sys
 
 SETUP_FAILED = 125
 DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 
 
-SIGKILL = 9
+SIGKILL, SIGTERM = 9, 15
 
 
 class _Module:
-    """The sibling ``sandbox_kernel``, run from its file (no package, and no importlib: this stage is timed)."""
+    """A sibling file run as a module: no package here, and this process is timed, so its code comes from the
+    bytecode cache the runner's own import left (the loader already in memory checks it against the source)."""
 
     def __init__(self, path: str) -> None:
-        with open(path, encoding="utf-8") as handle:
-            self.__dict__.update(__name__="sandbox_kernel")
-            exec(compile(handle.read(), path, "exec"), self.__dict__)  # noqa: S102
+        name = os.path.basename(path)[:-3]
+        self.__dict__.update(__name__=name)
+        exec(_bootstrap.SourceFileLoader(name, path).get_code(name), self.__dict__)  # noqa: S102
 
 
 def _kernel() -> _Module:
@@ -58,7 +62,7 @@ def enter_namespaces(kernel, spec: dict) -> None:  # noqa: ANN001
         _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
     first = os.fork()
     if first:  # SIGTERM from the runner at the time limit: end the namespace, then reap it (no zombie left)
-        signal.signal(signal.SIGTERM, lambda *_: os.kill(first, SIGKILL))
+        _signal.signal(SIGTERM, lambda *_: os.kill(first, SIGKILL))
         status = os.waitpid(first, 0)[1]
         code = os.waitstatus_to_exitcode(status)
         os._exit(code if code >= 0 else 128 - code)
@@ -108,28 +112,38 @@ def set_limits(spec: dict) -> None:
     """CPU seconds, address space, file size, no core files; processes when the count is the sandbox's own."""
     cpu = int(spec["time_limit_s"]) + 1
     limits = [(resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, spec["file_bytes"]), (resource.RLIMIT_CORE, 0)]
-    if sys.platform != "darwin":  # macOS refuses an address-space limit
-        limits.append((resource.RLIMIT_AS, spec["memory_bytes"]))
     if spec["processes"] is not None:
         limits.append((resource.RLIMIT_NPROC, spec["processes"]))
     for which, value in limits:
         resource.setrlimit(which, (value, value))
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (spec["memory_bytes"], spec["memory_bytes"]))
+    except (OSError, ValueError):
+        if sys.platform == "linux":
+            raise  # elsewhere (macOS) the kernel may not offer it: the memory limit is Linux's promise
 
 
 def lock_down(kernel, spec: dict) -> None:  # noqa: ANN001
     """No capabilities, the private uid, no_new_privs, then Landlock and seccomp as asked."""
-    if os.getuid() == 0 or spec["namespaces"]:  # root, or holding a new user namespace's capabilities
-        kernel.drop_capabilities()
+    kernel.drop_capabilities()
     if spec["uid"] is not None:
         os.setgroups([])
         os.setresgid(spec["uid"], spec["uid"], spec["uid"])
         os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+    kernel.drop_capabilities(held=True)  # root, or a new user namespace's: none left
     kernel.prctl(kernel.PR_SET_NO_NEW_PRIVS, 1, "no_new_privs")
     if spec["landlock"]:
         readable = [p for p in spec["readable"] if os.path.exists(p)] + [d for d in DEVICES if d != "/dev/null"]
         kernel.landlock(readable, [spec["folder"], "/dev/null"])
     if spec["seccomp"]:
         kernel.seccomp()
+
+
+def _forget(module: _Module) -> None:
+    """Take the setup's helpers out of reach of ordinary imports: ``import ctypes`` asks the guard again."""
+    module.__dict__.clear()
+    for name in [n for n in sys.modules if n.split(".")[0] in ("ctypes", "_ctypes")]:
+        del sys.modules[name]
 
 
 def main() -> None:
@@ -141,8 +155,7 @@ def main() -> None:
             kernel.prctl(kernel.PR_SET_PDEATHSIG, SIGKILL, "pdeathsig")
             if os.getppid() != spec["runner"]:  # the runner is already gone
                 os._exit(SETUP_FAILED)
-        with open(spec["guard"], encoding="utf-8") as handle:
-            guard = handle.read()
+        guard = _Module(spec["guard"])  # read now: the view leaves the package out
         if spec["namespaces"]:
             with open(os.path.join(spec["folder"], "program.py"), "rb") as handle:
                 source = handle.read()
@@ -152,12 +165,13 @@ def main() -> None:
         set_limits(spec)
         if kernel is not None:
             lock_down(kernel, spec)
-        python = spec["python"]
-        # -S: no site (its .pth files cost more than the program); the guard puts site-packages on the path.
-        os.execve(python, [python, "-I", "-S", "-B", "-c", guard, "program.py", spec["folder"], *spec["site"]], {})
+            _forget(kernel)
     except (OSError, ValueError) as error:
         os.write(2, f"headprune sandbox: cannot set up: {error}\n".encode())
         os._exit(SETUP_FAILED)
+    # This interpreter runs the program: the walls above bind whatever code runs here, and started with -I -S
+    # it is as bare as a fresh one; a second interpreter would cost a start (a third of a short program's run).
+    guard.run("program.py", spec["folder"], spec["site"])
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
-"""The sandbox's second stage, the program's own interpreter: ``python -I -S -B -c <this file> program.py FOLDER
-[SITE...]``.
+"""The guard around the program, run by the sandboxed process once its walls stand (``sandbox_child``):
+``run(program.py, FOLDER, SITE)``.
 
-It puts the interpreter's site-packages folders (SITE) on ``sys.path`` and ``exit``/``quit`` in the builtins, as
-``site`` would without reading its ``.pth`` files (the slowest part of starting), installs an audit hook, then
-runs the program. The hook refuses sockets, new processes, ``ctypes`` and writing,
-renaming or deleting anything outside FOLDER, with a ``PermissionError`` the program's traceback names. It is the
-second wall, not the boundary: the hook is Python, and a program determined to can switch it off. The first wall
-is the kernel's (``sandbox_child``): what the hook refuses, the process cannot reach either.
+It puts the interpreter's site-packages folders (SITE) on ``sys.path`` and ``exit``, ``quit``, ``help`` in the
+builtins, as ``site`` would without reading its ``.pth`` files (the slowest part of starting), installs an audit
+hook, then runs the program. The hook refuses sockets, new processes, ``ctypes`` and writing, renaming or
+deleting anything outside FOLDER, with a ``PermissionError`` the program's traceback names. It is the second
+wall, not the boundary: the hook is Python, and a program determined to can switch it off. The first wall is the
+kernel's: what the hook refuses, the process cannot reach either (on Linux; elsewhere the hook is all there is,
+see ``headprune.scoring.execution``).
 """
 
 from __future__ import annotations
@@ -54,16 +55,16 @@ def install_guard(folder: str) -> None:
 
 
 def run(path: str, folder: str, site_packages: list[str]) -> None:
+    """Run the program at ``path`` as ``__main__``, behind the hook."""
     import site
 
     sys.path.extend(site_packages)
-    site.setquit()
+    site.setquit()  # exit(), quit(), help(), copyright(): the builtins site adds
+    site.sethelper()
+    site.setcopyright()
     with open(path, encoding="utf-8") as handle:
         code = compile(handle.read(), "program.py", "exec")
     install_guard(os.path.realpath(folder))
-    del sys.argv[1:]
+    sys.argv[:] = [path]
     exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 - the point of the sandbox
 
-
-if __name__ == "__main__":
-    run(sys.argv[1], sys.argv[2], sys.argv[3:])

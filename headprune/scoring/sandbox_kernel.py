@@ -93,11 +93,19 @@ def pivot_into(root: str) -> None:
     os.chdir("/")
 
 
-def drop_capabilities() -> None:
-    """Empty the capability bounding set, so no later exec, even as uid 0, gains a capability."""
+def drop_capabilities(*, held: bool = False) -> None:
+    """Empty the capability bounding, ambient and inheritable sets, so that no later exec, even as uid 0, gains
+    a capability; with ``held``, also the capabilities this process holds (else it keeps them, to change uid)."""
     for cap in range(64):
         if LIBC.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) < 0 and ctypes.get_errno() == 22:  # EINVAL
             break  # past the last capability this kernel knows
+    LIBC.prctl(47, ctypes.c_ulong(4), 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL (Linux 4.3)
+    header = ctypes.create_string_buffer(struct.pack("Ii", 0x20080522, 0))  # _LINUX_CAPABILITY_VERSION_3, self
+    data = ctypes.create_string_buffer(24)  # two of (effective, permitted, inheritable)
+    _check(LIBC.capget(header, data), "capget")
+    sets = [0] * 6 if held else list(struct.unpack("6I", data.raw))
+    sets[2] = sets[5] = 0
+    _check(LIBC.capset(header, ctypes.create_string_buffer(struct.pack("6I", *sets))), "capset")
 
 
 def landlock_abi() -> int:
