@@ -12,17 +12,22 @@ writes outside its folder (the second wall: it is Python and can be switched off
 On Linux with user namespaces (most distributions; root anywhere) the program also runs in its own user, PID,
 network, mount, IPC and UTS namespaces: it sees no other process (not headprune's /proc/<pid>/environ), has no
 network at all, reads only the system's and Python's files through a read-only view, writes only its own
-in-memory folder, and every process it starts, in any session, ends when it does; seccomp refuses sockets,
-tracing, io_uring, mounts and namespaces; no capabilities, no_new_privs, Landlock where the kernel has it, and a
-private uid when headprune runs as root. Without namespaces, Landlock and seccomp keep reads, writes, network,
-new processes and signals to the same limits; headprune makes itself non-dumpable while the program runs. On
-macOS and other systems only the common walls hold: the program can read what the user can read (including a
-process's environment, through ``ps``) and reach the network if it switches the hook off.
+in-memory folder (64 MiB), and every process it starts, in any session, ends when it does; seccomp refuses
+sockets, new processes, sessions, signals, tracing, io_uring, mounts, namespaces and changes to files' mode,
+owner and times; no capability in any set, no_new_privs, Landlock where the kernel has it, and a private uid
+when headprune runs as root (where that uid could not read Python: uid 0 without any capability). Without
+namespaces (Ubuntu 24.04 restricts them; container profiles may refuse them), Landlock and seccomp keep reads
+to the same files, writes to its folder, and refuse network, new processes and signals; where neither Landlock
+nor another uid closes headprune's /proc entries, headprune makes itself non-dumpable while the program runs.
+On macOS and other systems only the common walls hold: the program can read what the user can read (including
+a process's environment, through ``ps``) and reach the network if it switches the hook off.
 
 What it does not promise: protection against kernel exploits, side channels (timing, CPU caches), or what a
-program can learn from the files it may read (Python's installation); nor that a program which passes is
-correct. Untrusted models' code is best run in a container or VM all the same. Nothing here runs unless code
-execution is allowed (``--allow-code-execution`` or ``HF_ALLOW_CODE_EVAL=1``).
+program can learn from the files it may read (Python's installation); without seccomp, a memory bound across a
+program's processes (each has 1 GiB, up to 16 of them) nor, without namespaces too, that a child in a new
+session ends with the program; nor that a program which passes is correct. Untrusted models' code is best run
+in a container or VM all the same. Nothing here runs unless code execution is allowed
+(``--allow-code-execution`` or ``HF_ALLOW_CODE_EVAL=1``).
 """
 
 from __future__ import annotations

@@ -6,14 +6,16 @@ The runner tries the strongest isolation first and keeps the first that runs a p
                 program sees a read-only root holding only the system's and Python's files, a fresh /proc of its
                 own processes and an in-memory folder (64 MiB); the namespace ends with its first process.
     process     Linux without usable namespaces (e.g. Ubuntu 24.04 restricts them, or a container's seccomp
-                profile refuses them): the same process, limited by Landlock (what it may read and write) and
+                profile refuses them): the process itself, limited by Landlock (what it may read and write) and
                 seccomp (no sockets, no new processes, sessions or signals).
-    plain       anywhere else (macOS): an empty environment, limits, its own session, and the audit hook alone.
+    plain       neither works (or not Linux: macOS): an empty environment, limits, its own session, the audit hook.
 
-On Linux every mode adds seccomp (x86_64, aarch64), Landlock (when the kernel offers it), no capabilities and
-``no_new_privs``; run as root, the program runs as a private uid. When the program shares the user's uid and has
-no PID namespace, headprune marks itself non-dumpable while the program runs, so that its ``/proc`` entries
-(environment, memory) are closed to it. What the mode in force is and leaves out is logged at the first program.
+The first two add seccomp (x86_64, aarch64) and Landlock wherever the kernel offers them; on Linux every mode
+drops every capability and sets ``no_new_privs``; run as root, the program runs as a private uid where that uid
+can read Python (else as uid 0 without capabilities). When the program shares headprune's uid with neither
+namespaces nor Landlock, headprune marks itself non-dumpable while the program runs, so that its ``/proc``
+entries (environment, memory) are closed to it. The mode in force, and why stronger ones were not, is logged
+at the first program (a warning when weaker than namespaces with seccomp).
 """
 
 from __future__ import annotations
