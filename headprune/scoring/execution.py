@@ -25,7 +25,8 @@ a process's environment, through ``ps``) and reach the network if it switches th
 What it does not promise: protection against kernel exploits, side channels (timing, CPU caches), or what a
 program can learn from the files it may read (Python's installation); without seccomp, a memory bound across a
 program's processes (each has 1 GiB, up to 16 of them) nor, without namespaces too, that a child in a new
-session ends with the program; nor that a program which passes is correct. Untrusted models' code is best run
+session ends with the program; without namespaces, a bound on the total written (each file is at most 16 MiB,
+their number is bounded by the time limit only); nor that a program which passes is correct. Untrusted models' code is best run
 in a container or VM all the same. Nothing here runs unless code execution is allowed
 (``--allow-code-execution`` or ``HF_ALLOW_CODE_EVAL=1``).
 """
