@@ -146,16 +146,11 @@ sys.exit(1)
         assert not passed and secret not in detail, (isolation.describe(), detail)
 
 
-def test_the_users_files_are_out_of_reach(tmp_path, walled) -> None:  # noqa: ANN001
-    """Outside its folder a program can neither read (a secret file), nor write by path, through a dir_fd, an
-    O_PATH descriptor, sqlite3, mkfifo or mknod, nor delete or rename."""
-    secret = tmp_path / "secret.txt"
-    secret.write_text("hf_" + "0" * 32)
-    victim = tmp_path / "victim.txt"
-    victim.write_text("keep")
-    program = DISARM + f'''
+def _files_escape(outside: Path) -> str:
+    """A program that escapes (exit 0) when it reads ``outside/secret.txt`` or changes anything in ``outside``."""
+    return DISARM + f'''
 import os, sqlite3, sys
-outside, escaped = {str(tmp_path)!r}, []
+outside, escaped = {str(outside)!r}, []
 def attempt(name, action):
     try:
         action()
@@ -182,9 +177,56 @@ if escaped:
     sys.exit(0)
 sys.exit(1)
 '''
-    assert _escapes(program, walled) == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.txt", "victim.txt"]
-    assert victim.read_text() == "keep" and victim.stat().st_mode & 0o777 != 0o777
+
+
+def _outside(folder: Path) -> Path:
+    """A folder of the user's: a secret and a file to keep."""
+    folder.mkdir(exist_ok=True)
+    (folder / "secret.txt").write_text("hf_" + "0" * 32)
+    (folder / "victim.txt").write_text("keep")
+    return folder
+
+
+def _untouched(folder: Path) -> bool:
+    victim = folder / "victim.txt"
+    return (sorted(p.name for p in folder.iterdir()) == ["secret.txt", "victim.txt"] and victim.read_text() == "keep"
+            and victim.stat().st_mode & 0o777 != 0o777)
+
+
+def test_the_users_files_are_out_of_reach(tmp_path, walled) -> None:  # noqa: ANN001
+    """Outside its folder a program can neither read (a secret file), nor write by path, through a dir_fd, an
+    O_PATH descriptor, sqlite3, mkfifo or mknod, nor delete, rename or chmod."""
+    assert _escapes(_files_escape(_outside(tmp_path)), walled) == []
+    assert _untouched(tmp_path)
+
+
+def test_without_user_namespaces_the_runner_says_so_and_still_holds(tmp_path) -> None:  # noqa: ANN001
+    """Where unshare is refused (a container's default seccomp profile; Ubuntu 24.04 refuses what follows it), the
+    runner falls back to Landlock and seccomp, warns naming why, and the files stay out of reach."""
+    from headprune.scoring import sandbox_kernel
+
+    if not (sandbox_kernel.seccomp_available() and sandbox_kernel.landlock_abi()):
+        pytest.skip("this machine offers no Landlock or no seccomp filter to fall back on")
+    outside = _outside(tmp_path / "outside")
+    script = f"""
+import ctypes, logging, struct, sys
+from headprune.scoring import sandbox, sandbox_kernel as k
+code = [(0x20, 0, 0, 4), (0x15, 1, 0, k.audit_arch()), (0x06, 0, 0, 0x7FFF0000), (0x20, 0, 0, 0),
+        (0x15, 0, 1, k.syscall_number("unshare")), (0x06, 0, 0, 0x00050001), (0x06, 0, 0, 0x7FFF0000)]
+program = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *c) for c in code))
+k.prctl(k.PR_SET_NO_NEW_PRIVS, 1)
+assert k.LIBC.prctl(22, 2, ctypes.c_char_p(struct.pack("@HP", len(code), ctypes.addressof(program))), 0, 0) == 0
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+from headprune.scoring.execution import permit_code_execution, run_program
+with permit_code_execution():
+    print(sandbox.best_isolation().mode, run_program(sys.argv[1]).passed)
+"""
+    done = subprocess.run([sys.executable, "-c", script, _files_escape(outside)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["process", "False"]
+    assert "WARNING" in done.stderr and "unshare: Operation not permitted" in done.stderr
+    assert _untouched(outside)
 
 
 def test_no_network_and_no_new_processes_even_with_the_hook_off(tmp_path, walled) -> None:  # noqa: ANN001

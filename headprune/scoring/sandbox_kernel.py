@@ -55,8 +55,7 @@ def _check(result: int, what: str) -> int:
 
 
 def syscall(name: str, *args: object) -> int:
-    number = {**_COMMON, **(_NUMBERS or {})}[name]
-    return _check(LIBC.syscall(ctypes.c_long(number), *args), name)
+    return _check(LIBC.syscall(ctypes.c_long(syscall_number(name)), *args), name)
 
 
 def prctl(option: int, value: int = 0, what: str = "prctl") -> None:
@@ -142,6 +141,16 @@ def landlock(readable: list[str], writable: list[str]) -> int:
     finally:
         os.close(ruleset)
     return abi
+
+
+def syscall_number(name: str) -> int:
+    """The number of system call ``name`` on this machine (those this module names)."""
+    return {**_COMMON, **(_NUMBERS or {})}[name]
+
+
+def audit_arch() -> int | None:
+    """seccomp's name for this machine's architecture (x86_64, aarch64; None elsewhere)."""
+    return _AUDIT_ARCH
 
 
 def seccomp_available() -> bool:
