@@ -51,7 +51,7 @@ def _write(path: str, text: str) -> None:
 
 
 def enter_namespaces(kernel, spec: dict) -> None:  # noqa: ANN001
-    """New namespaces; returns in their first process, while this stage waits outside and exits as it does."""
+    """New namespaces; returns in their first process, while this process waits outside and exits as it does."""
     uid, gid = os.getuid(), os.getgid()
     flags = (kernel.CLONE_NEWNS | kernel.CLONE_NEWPID | kernel.CLONE_NEWNET | kernel.CLONE_NEWIPC
              | kernel.CLONE_NEWUTS | (0 if uid == 0 else kernel.CLONE_NEWUSER))
@@ -95,13 +95,13 @@ def build_view(kernel, spec: dict, source: bytes) -> None:  # noqa: ANN001
         _mount_point(root + device, device)
         kernel.mount(device, root + device, None, kernel.MS_BIND)
     os.symlink("/proc/self/fd", root + "/dev/fd")
-    owner = spec["uid"] if spec["uid"] is not None else os.getuid()
+    owner, group = (spec["uid"], spec["uid"]) if spec["uid"] is not None else (os.getuid(), os.getgid())
     os.makedirs(root + folder)
     kernel.mount("tmpfs", root + folder, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV,
-                 f"mode=0700,uid={owner},gid={owner},size={spec['folder_bytes']},nr_inodes=4096")
+                 f"mode=0700,uid={owner},gid={group},size={spec['folder_bytes']},nr_inodes=4096")
     with open(os.path.join(root + folder, "program.py"), "wb") as handle:
         handle.write(source)
-    os.chown(os.path.join(root + folder, "program.py"), owner, owner)
+    os.chown(os.path.join(root + folder, "program.py"), owner, group)
     os.makedirs(root + "/proc")
     kernel.mount("proc", root + "/proc", "proc", kernel.MS_NOSUID | kernel.MS_NODEV | kernel.MS_NOEXEC)
     kernel.pivot_into(root)
