@@ -73,6 +73,10 @@ def load_harness_task(spec: str, *, trust_remote_code: bool = False) -> Task:
     names = [n.strip() for n in names_text.split(",") if n.strip()]
     if not names:
         raise TaskError("lm-eval: name at least one task, e.g. lm-eval:hellaswag or lm-eval:path/to/task.yaml")
+    try:
+        import lm_eval.tasks  # noqa: F401 - before anything else of it is touched
+    except ImportError:
+        raise MissingExtraError("lm-eval tasks need lm_eval, not installed: pip install 'headprune[lm-eval]'") from None
     with sandboxed_templates(not trust_remote_code):
         harness_tasks = _harness_tasks(names, trust_remote_code=trust_remote_code)
         built = [_convert(name, task, metric=metric, split=split, num_fewshot=num_fewshot,
@@ -99,10 +103,8 @@ def _harness_tasks(names: list[str], *, trust_remote_code: bool) -> list[tuple[s
     """``(name, lm-eval task object)`` per name; YAML paths are read from their own folder. Without
     ``trust_remote_code``, what they would load is checked first (lm-eval's index reads files without running
     them; loading a task imports its Python)."""
-    try:
-        from lm_eval.tasks import TaskManager
-    except ImportError:
-        raise MissingExtraError("lm-eval tasks need lm_eval, not installed: pip install 'headprune[lm-eval]'") from None
+    from lm_eval.tasks import TaskManager
+
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notices are not headprune's output
     paths = [Path(n).expanduser() for n in names if n.endswith((".yaml", ".yml"))]
     for path in paths:
