@@ -115,17 +115,19 @@ def code_file(tmp_path_factory) -> Path:  # noqa: ANN001
 
 @pytest.fixture()
 def started(monkeypatch) -> list:  # noqa: ANN001
-    """The processes the code runner starts (passed on to the real ``Popen``)."""
-    from headprune.scoring import execution
+    """The processes the code runner starts (passed on to the real ``Popen``); the sandbox is probed first."""
+    from headprune.scoring import sandbox
 
+    with permit_code_execution():
+        sandbox.best_isolation()
     calls: list = []
-    real = execution.subprocess.Popen
+    real = sandbox.subprocess.Popen
 
     def popen(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(execution.subprocess, "Popen", popen)
+    monkeypatch.setattr(sandbox.subprocess, "Popen", popen)
     return calls
 
 

@@ -49,7 +49,7 @@ def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | 
     from headprune.scoring.execution import require_code_execution
     from headprune.tasks import load_task
 
-    task = load_task(task_spec).first(limit)
+    task = load_task(task_spec, trust_remote_code=placement["trust_remote_code"]).first(limit)
     if task.kind == "code":
         require_code_execution(task.name)  # before the model is even loaded
     lm = load_model(model, **placement)

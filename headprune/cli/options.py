@@ -42,8 +42,9 @@ task_option = click.option(
 allow_code_execution_option = click.option(
     "--allow-code-execution", is_flag=True,
     help="Run the model's generated code against code tasks' tests (also HF_ALLOW_CODE_EVAL=1). DANGEROUS: "
-         "the code is untrusted; it runs in a separate process with time, memory and network limits, which "
-         "are not a security boundary. Use a container or VM.")
+         "the code is untrusted; each program runs isolated (on Linux: its own namespaces, seccomp, Landlock; "
+         "no environment, network or files of yours) with time and memory limits; elsewhere the walls are "
+         "weaker. Untrusted models are best run in a container or VM.")
 ablation_option = click.option(
     "--ablation", type=click.Choice(["zero", "mean"]), default="zero", show_default=True,
     help="Replace an ablated head's output by zeros, or by its mean over the task's inputs.",
@@ -69,8 +70,9 @@ batch_option = click.option(
          "out of memory, batches are halved and the work retried.")
 trust_remote_code_option = click.option(
     "--trust-remote-code", is_flag=True,
-    help="Run the checkpoint's own modeling code (its auto_map) when its class is not part of transformers. "
-         "Only for checkpoints you trust.")
+    help="Run the checkpoint's own modeling code (its auto_map) when its class is not part of transformers, "
+         "and the Python an lm-eval task file names (!function, class:). Only for checkpoints and tasks you "
+         "trust.")
 device_option = click.option(
     "--device", default="auto", show_default=True, metavar="auto|cpu|cuda|cuda:N|mps",
     help="Where the model runs: auto takes the GPU when there is one.")

@@ -89,7 +89,8 @@ def export(
         device: where the model runs (``auto``: the GPU when there is one).
         dtype: the export's dtype (``None``: the checkpoint's own; a loaded model keeps its dtype).
         out: the folder to write (replaced atomically).
-        trust_remote_code: allow a checkpoint whose class only its own code defines.
+        trust_remote_code: allow a checkpoint whose class only its own code defines, and lm-eval task files that
+            run Python.
         allow_unconfirmed: export a finalist whose held-out gain is not confirmed (an exploratory finalist, or
             a primary set find did not confirm); its card says so in its first line. Heads given as a list
             make no claim and need no permission (their card says that no improvement is claimed).
@@ -121,7 +122,7 @@ def export(
     # Refuses removing a whole layer before any work.
     plans = plan_layers(lm.grid, removed, kv_map=fmt.kv_map)
     task, means, remeasured = verification_inputs(lm, result, verify_task, limit=verify_limit, ablation=ablation,
-                                                  batch_size=batch_size)
+                                                  batch_size=batch_size, trust_remote_code=trust_remote_code)
     job = _build(fmt, lm, removed, plans, task=task, ablation=ablation, means=means, batch_size=batch_size,
                  tolerance=tolerance if tolerance is not None else fmt.tolerance)
     origin = None if result is None else FindOrigin(

@@ -7,6 +7,7 @@ export is the model find measured or nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -97,15 +98,17 @@ def refuse_unconfirmed(result: FindResult, set_rank: int) -> None:
                               "unconfirmed)", settings=("allow_unconfirmed",))
 
 
-def result_splits(result: FindResult) -> tuple[Task, Task] | None:
-    """Rebuild find's discovery and held-out tasks from the result (checked by content hash)."""
+def result_splits(result: FindResult, *, trust_remote_code: bool = False) -> tuple[Task, Task] | None:
+    """Rebuild find's discovery and held-out tasks from the result (checked by content hash); ``trust_remote_code``
+    lets an lm-eval task file run its Python."""
     from headprune.search.split import split_task
 
     if not result.task.spec:
         return None
     held_spec = result.heldout_task.spec
-    split = split_task(load_task(result.task.spec), discovery=result.split.discovery, heldout=result.split.heldout,
-                       seed=result.split.seed, heldout_task=load_task(held_spec) if held_spec else None)
+    load = functools.partial(load_task, trust_remote_code=trust_remote_code)
+    split = split_task(load(result.task.spec), discovery=result.split.discovery, heldout=result.split.heldout,
+                       seed=result.split.seed, heldout_task=load(held_spec) if held_spec else None)
     if split.heldout.content_hash() != result.heldout_task.hash:
         raise ResultFileError("the task files changed since find ran (held-out hash differs); give a verify_task",
                               settings=("verify_task",))
@@ -158,7 +161,7 @@ def _mean_needs_task() -> None:
 
 
 def verification_inputs(lm: LoadedModel, result: FindResult | None, verify_task: str | Path | Task | None, *,
-                        limit: int, ablation: str, batch_size: int | str
+                        limit: int, ablation: str, batch_size: int | str, trust_remote_code: bool = False
                         ) -> tuple[Task, torch.Tensor | None, bool]:
     """The task the export is verified on (at most ``limit`` examples), the head means of a mean ablation, and
     whether the task is re-measured (heads given by hand without a task: outputs on a built-in text sample).
@@ -171,8 +174,9 @@ def verification_inputs(lm: LoadedModel, result: FindResult | None, verify_task:
     """
     from headprune.evaluation import Evaluator
 
-    splits = result_splits(result) if result is not None else None
-    task = (load_task(verify_task) if isinstance(verify_task, (str, Path)) else verify_task) or (
+    splits = result_splits(result, trust_remote_code=trust_remote_code) if result is not None else None
+    task = (load_task(verify_task, trust_remote_code=trust_remote_code) if isinstance(verify_task, (str, Path))
+            else verify_task) or (
         splits[1] if splits else None)
     remeasured = task is not None
     if task is None:

@@ -1,74 +1,51 @@
-"""Running generated programs against their tests: a separate, limited Python process per program.
+"""Running generated programs against their tests: each in a separate, isolated, limited process.
 
-Generated code is untrusted. Each program runs in a fresh interpreter (``python -I``) in its own temporary
-folder, with a wall-clock limit (the whole process group is killed when it runs over), CPU-time, memory,
-file-size and process limits, an environment without the user's variables, and an audit hook installed
-before the program's first line that refuses sockets, new processes, ``ctypes`` and writing, renaming or
-deleting anything outside the temporary folder. This follows lm-evaluation-harness and HumanEval, and like
-theirs it is a guard against accidents, not a security boundary: run untrusted models' code in a container
-or VM. Nothing here runs unless code execution is allowed (``--allow-code-execution`` or
-``HF_ALLOW_CODE_EVAL=1``).
+Generated code is untrusted, so each program runs where the user's secrets, files and network are out of reach
+by construction, not by asking the program to behave (``headprune.scoring.sandbox`` picks the strongest walls
+this machine offers and says which). What holds in every mode: a separate process started with an empty
+environment (no variable of headprune's, HF_TOKEN included) and no open descriptors but its stdin (/dev/null),
+stdout (/dev/null) and stderr (a file of at most 16 MiB); its own session and process group, killed whole at
+the wall-clock limit and after it exits, so the runner never waits past the limit on a child that keeps a pipe
+open; CPU-time, memory (1 GiB), file-size limits; an audit hook refusing sockets, new processes, ctypes and
+writes outside its folder (the second wall: it is Python and can be switched off).
+
+On Linux with user namespaces (most distributions; root anywhere) the program also runs in its own user, PID,
+network, mount, IPC and UTS namespaces: it sees no other process (not headprune's /proc/<pid>/environ), has no
+network at all, reads only the system's and Python's files through a read-only view, writes only its own
+in-memory folder (64 MiB), and every process it starts, in any session, ends when it does; seccomp refuses
+sockets, new processes, sessions, signals, tracing, io_uring, mounts, namespaces and changes to files' mode,
+owner and times; no capability in any set, no_new_privs, Landlock where the kernel has it, and a private uid
+when headprune runs as root (where that uid could not read Python: uid 0 without any capability). Without
+namespaces (Ubuntu 24.04 restricts them; container profiles may refuse them), Landlock and seccomp keep reads
+to the same files, writes to its folder, and refuse network, new processes and signals; where neither Landlock
+nor another uid closes headprune's /proc entries, headprune makes itself non-dumpable while the program runs.
+On macOS and other systems only the common walls hold: the program can read what the user can read (including
+a process's environment, through ``ps``) and reach the network if it switches the hook off.
+
+What it does not promise: protection against kernel exploits, side channels (timing, CPU caches), or what a
+program can learn from the files it may read (Python's installation); without seccomp, a memory bound across a
+program's processes (each has 1 GiB, up to 16 of them) nor, without namespaces too, that a child in a new
+session ends with the program; without namespaces, a bound on the total written (each file is at most 16 MiB,
+their number is bounded by the time limit only); nor that a program which passes is correct. Untrusted models' code is best run
+in a container or VM all the same. Nothing here runs unless code execution is allowed
+(``--allow-code-execution`` or ``HF_ALLOW_CODE_EVAL=1``).
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 from headprune.errors import TaskError
+from headprune.scoring.sandbox import SETUP_FAILED, Isolation, best_isolation, launch
 
 ENV_VAR = "HF_ALLOW_CODE_EVAL"  # lm-evaluation-harness's and Hugging Face evaluate's switch
 TIME_LIMIT_S = 10.0
 MEMORY_LIMIT_BYTES = 1 << 30
 
 _permitted = False
-
-# Runs in the child before the program: limits, then an audit hook that cannot be removed.
-_GUARD = r'''
-import os, resource, sys
-limit_s, memory, folder = float(sys.argv[2]), int(sys.argv[3]), os.path.realpath(sys.argv[4])
-resource.setrlimit(resource.RLIMIT_CPU, (int(limit_s) + 1, int(limit_s) + 1))
-resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 24, 1 << 24))
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-_BLOCKED_IMPORTS = {"socket", "_socket", "ssl", "_ssl", "ctypes", "_ctypes", "subprocess", "_posixsubprocess",
-                    "multiprocessing", "_multiprocessing", "asyncio"}
-_BLOCKED_EVENTS = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
-                   "os.forkpty", "os.kill", "os.killpg", "ctypes.", "pty.", "resource.setrlimit")
-_WRITES = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.link", "os.symlink",
-           "os.truncate", "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile")
-def _inside(path):
-    try:
-        path = os.fsdecode(path) if not isinstance(path, int) else None
-    except TypeError:
-        return False
-    return path is not None and os.path.realpath(path).startswith(folder + os.sep)
-def _guard(event, args):
-    if event == "import" and args[0].split(".")[0] in _BLOCKED_IMPORTS:
-        raise PermissionError(f"headprune sandbox: import of {args[0]} is not allowed")
-    if event.startswith(_BLOCKED_EVENTS):
-        raise PermissionError(f"headprune sandbox: {event} is not allowed")
-    if event == "open" and args[0] is not None and not isinstance(args[0], int):
-        mode, flags = args[1] or "r", args[2] or 0
-        writing = any(c in str(mode) for c in "wax+") or flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
-        if writing and not _inside(args[0]):
-            raise PermissionError(f"headprune sandbox: writing {args[0]} is not allowed")
-    if event in _WRITES and not all(_inside(a) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))):
-        raise PermissionError(f"headprune sandbox: {event} outside the temporary folder is not allowed")
-with open(sys.argv[1], encoding="utf-8") as handle:
-    _source = handle.read()
-_code = compile(_source, "program.py", "exec")
-sys.addaudithook(_guard)
-del sys.argv[1:]
-exec(_code, {"__name__": "__main__", "__builtins__": __builtins__})
-'''
 
 
 @dataclass(frozen=True)
@@ -105,30 +82,24 @@ def require_code_execution(task_name: str) -> None:
                         f"(or {ENV_VAR}=1), and generated code is untrusted: use a container or VM")
 
 
-def run_program(source: str, *, time_limit_s: float = TIME_LIMIT_S,
-                memory_bytes: int = MEMORY_LIMIT_BYTES) -> Outcome:
-    """Run ``source`` in a separate limited interpreter; passed when it exits 0 within the time limit.
+def run_program(source: str, *, time_limit_s: float = TIME_LIMIT_S, memory_bytes: int = MEMORY_LIMIT_BYTES,
+                isolation: Isolation | None = None) -> Outcome:
+    """Run ``source`` in a separate, isolated, limited interpreter; passed when it exits 0 within the time limit.
+
+    Args:
+        isolation: the walls to run behind; default the strongest this machine offers (``best_isolation``).
 
     Raises:
-        TaskError: code execution is not allowed.
+        TaskError: code execution is not allowed, or no program can run here at all.
     """
     require_code_execution("code")
-    with tempfile.TemporaryDirectory(prefix="headprune-code-") as folder:
-        program = Path(folder) / "program.py"
-        program.write_text(source, encoding="utf-8")
-        env = {"PATH": "/usr/bin:/bin", "HOME": folder, "TMPDIR": folder, "PYTHONHASHSEED": "0",
-               "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-        command = [sys.executable, "-I", "-B", "-c", _GUARD, str(program), str(time_limit_s), str(memory_bytes), folder]
-        try:
-            process = subprocess.Popen(command, cwd=folder, env=env, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-        except OSError as error:
-            return Outcome(False, "error", str(error))
-        try:
-            _, stderr = process.communicate(timeout=time_limit_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # the program and anything it started
-            process.communicate()
-            return Outcome(False, "timeout", f"killed after {time_limit_s:g} s")
-        last = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-        return Outcome(process.returncode == 0, "passed" if process.returncode == 0 else "failed", last[0][:300])
+    try:
+        isolation = isolation or best_isolation()
+    except OSError as error:
+        raise TaskError(str(error)) from None
+    code, last = launch(source, isolation, time_limit_s=time_limit_s, memory_bytes=memory_bytes)
+    if code is None:
+        return Outcome(False, "timeout", f"killed after {time_limit_s:g} s")
+    if code == SETUP_FAILED and last.startswith("headprune sandbox: cannot set up"):
+        return Outcome(False, "error", last)
+    return Outcome(code == 0, "passed" if code == 0 else "failed", last)

@@ -78,7 +78,8 @@ def find(
         resume: continue the journal in ``out``.
         device, dtype: where and in which precision the model runs (``auto``: a GPU in bfloat16 when there is
             one, else the CPU in float32); margins and statistics are float32 either way.
-        trust_remote_code: allow a checkpoint whose class only its own code defines.
+        trust_remote_code: allow a checkpoint whose class only its own code defines, and lm-eval task files that
+            run Python (``!function``, ``class:``).
         device_map, max_memory: spread a model too large for one GPU over several (see ``load_model``).
         team: the processes of a data-parallel run (``headprune.distributed.join()``); each evaluates a share
             of every stage's conditions, rank 0 alone writes the journal. Default: this process alone.
@@ -98,7 +99,7 @@ def find(
         resume = True
     check_settings(settings, resume=resume, out=out)
     check_placement(device_map, team.parallel)
-    inputs = load_inputs(task, heldout_task, control, settings, discovery, heldout)
+    inputs = load_inputs(task, heldout_task, control, settings, discovery, heldout, trust_remote_code=trust_remote_code)
     lm = load_model(model, dtype=dtype, device=team.device(device), trust_remote_code=trust_remote_code,
                     device_map=device_map, max_memory=max_memory) if isinstance(model, str) else model
     if team.parallel:

@@ -9,6 +9,7 @@ reported.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ class Inputs:
 
 
 def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike | Sequence[TaskLike] | None,
-                settings: FindSettings, discovery: int, heldout: int) -> Inputs:
+                settings: FindSettings, discovery: int, heldout: int, *, trust_remote_code: bool = False) -> Inputs:
     """Load the task, its held-out source and controls (each capped at ``control_limit``), and split.
 
     Raises:
@@ -111,12 +112,13 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
     """
     specs = {"task": None if isinstance(task, Task) else str(task),
              "heldout": None if heldout_task is None or isinstance(heldout_task, Task) else str(heldout_task)}
-    task = task if isinstance(task, Task) else load_task(task)
+    load = functools.partial(load_task, trust_remote_code=trust_remote_code)
+    task = task if isinstance(task, Task) else load(task)
     if not task.has_accuracy:
         raise TaskError(f"find needs a task with an accuracy; {task.name} is a {task.kind} task "
                         "(such tasks can be a control)", settings=("task", "control"))
-    held = heldout_task if heldout_task is None or isinstance(heldout_task, Task) else load_task(heldout_task)
+    held = heldout_task if heldout_task is None or isinstance(heldout_task, Task) else load(heldout_task)
     controls = () if control is None else (control,) if isinstance(control, (str, Path, Task)) else tuple(control)
-    loaded = tuple((c if isinstance(c, Task) else load_task(c)).first(settings.control_limit) for c in controls)
+    loaded = tuple((c if isinstance(c, Task) else load(c)).first(settings.control_limit) for c in controls)
     split = split_task(task, discovery=discovery, heldout=heldout, seed=settings.seed, heldout_task=held)
     return Inputs(task, split, loaded, specs)

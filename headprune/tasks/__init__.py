@@ -19,16 +19,20 @@ from headprune.tasks.harness import PREFIX, load_harness_task
 from headprune.tasks.jsonl import load_jsonl_task, write_jsonl_task
 
 
-def load_task(spec: str | Path) -> Task:
+def load_task(spec: str | Path, *, trust_remote_code: bool = False) -> Task:
     """Load a task from a built-in name, a JSONL path or ``lm-eval:...``, with optional ``:key=value,...``
     options.
 
+    Args:
+        trust_remote_code: let an lm-eval task file run the Python it names (``!function``, ``class:``).
+
     Raises:
-        TaskError: unknown name, missing file, malformed rows or options, or an empty task.
+        TaskError: unknown name, missing file, malformed rows or options, an empty task, or an lm-eval task file
+            that runs Python without trust_remote_code.
     """
     text = str(spec)
     if text.startswith(PREFIX):
-        return load_harness_task(text)
+        return load_harness_task(text, trust_remote_code=trust_remote_code)
     base, _, option_text = text.partition(":")
     if Path(text).exists():  # a path that happens to contain ':' wins over option parsing
         base, option_text = text, ""

@@ -20,7 +20,9 @@ Options after a second colon: ``metric=acc|acc_norm|acc_bytes`` (default: ``acc_
 it, else ``acc``), ``num_fewshot=N``, ``split=NAME`` (default: the task's test split, else validation),
 ``filter=NAME`` (generate_until: which of the task's ``filter_list`` entries gives the answer; default the
 first listed, e.g. gsm8k's ``strict-match``; lm-eval reports one exact_match per filter).
-Needs the optional extra ``headprune[lm-eval]``.
+Needs the optional extra ``headprune[lm-eval]``. A task file that runs Python (``!function``, ``class:``) loads only
+with ``trust_remote_code``, and templates of tasks not trusted render in Jinja's sandbox
+(``headprune.tasks.harness_python``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from headprune.errors import MissingExtraError, TaskError
 from headprune.tasks.answers import AnswerRule, harness_rule
 from headprune.tasks.base import Example, Task, parse_options
+from headprune.tasks.harness_python import require_trust, sandboxed_templates, task_python
 
 PREFIX = "lm-eval:"
 _METRICS = ("acc", "acc_norm", "acc_bytes")
@@ -38,12 +41,17 @@ _DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's HFLM default
 FEWSHOT_SEED = 1234  # lm_eval's default --seed for few-shot sampling
 
 
-def load_harness_task(spec: str) -> Task:
+def load_harness_task(spec: str, *, trust_remote_code: bool = False) -> Task:
     """Build a task from lm-evaluation-harness task names or a YAML task file.
 
+    Args:
+        trust_remote_code: run the Python a task file names (``!function``, ``class:``) and its templates
+            unsandboxed; without it such a task is refused before any of its Python is imported.
+
     Raises:
-        TaskError: lm-eval not installed, unknown task, a dataset that cannot be loaded, an output type or
-            setting headprune cannot reproduce, or tasks of different kinds.
+        TaskError: lm-eval not installed, unknown task, a task file that runs Python without trust_remote_code,
+            a dataset that cannot be loaded, an output type or setting headprune cannot reproduce, or tasks of
+            different kinds.
     """
     body = spec[len(PREFIX):]
     names_text, _, option_text = body.partition(":")
@@ -65,9 +73,14 @@ def load_harness_task(spec: str) -> Task:
     names = [n.strip() for n in names_text.split(",") if n.strip()]
     if not names:
         raise TaskError("lm-eval: name at least one task, e.g. lm-eval:hellaswag or lm-eval:path/to/task.yaml")
-    harness_tasks = _harness_tasks(names)
-    built = [_convert(name, task, metric=metric, split=split, num_fewshot=num_fewshot, answer_filter=answer_filter)
-             for name, task in harness_tasks]
+    try:
+        import lm_eval.tasks  # noqa: F401 - before anything else of it is touched
+    except ImportError:
+        raise MissingExtraError("lm-eval tasks need lm_eval, not installed: pip install 'headprune[lm-eval]'") from None
+    with sandboxed_templates(not trust_remote_code):
+        harness_tasks = _harness_tasks(names, trust_remote_code=trust_remote_code)
+        built = [_convert(name, task, metric=metric, split=split, num_fewshot=num_fewshot,
+                          answer_filter=answer_filter) for name, task in harness_tasks]
     kinds = {task.kind for task in built}
     if len(kinds) > 1:
         raise TaskError(f"lm-eval tasks {', '.join(names)} mix kinds ({', '.join(sorted(kinds))}); give them apart")
@@ -86,12 +99,12 @@ def load_harness_task(spec: str) -> Task:
                 settings={"lm_eval": {t.name: t.settings for t in built}})
 
 
-def _harness_tasks(names: list[str]) -> list[tuple[str, object]]:
-    """``(name, lm-eval task object)`` per name; YAML paths are read from their own folder."""
-    try:
-        from lm_eval.tasks import TaskManager
-    except ImportError:
-        raise MissingExtraError("lm-eval tasks need lm_eval, not installed: pip install 'headprune[lm-eval]'") from None
+def _harness_tasks(names: list[str], *, trust_remote_code: bool) -> list[tuple[str, object]]:
+    """``(name, lm-eval task object)`` per name; YAML paths are read from their own folder. Without
+    ``trust_remote_code``, what they would load is checked first (lm-eval's index reads files without running
+    them; loading a task imports its Python)."""
+    from lm_eval.tasks import TaskManager
+
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notices are not headprune's output
     paths = [Path(n).expanduser() for n in names if n.endswith((".yaml", ".yml"))]
     for path in paths:
@@ -99,9 +112,13 @@ def _harness_tasks(names: list[str]) -> list[tuple[str, object]]:
             raise TaskError(f"no lm-eval task file {str(path)!r}")
     include = sorted({str(path.resolve().parent) for path in paths})
     manager = TaskManager(include_path=include or None, include_defaults=len(paths) < len(names))
+    keys = [_yaml_task_name(Path(name)) if name.endswith((".yaml", ".yml")) else name for name in names]
+    if not trust_remote_code:
+        found = task_python(getattr(manager, "task_index", None) or {}, keys)
+        if found or not hasattr(manager, "task_index"):
+            require_trust(keys, found or ["this lm_eval does not show what its tasks load"])
     result = []
-    for name in names:
-        key = _yaml_task_name(Path(name)) if name.endswith((".yaml", ".yml")) else name
+    for key in keys:
         try:
             loaded = manager.load([key])["tasks"]
         except TaskError:
