@@ -61,7 +61,7 @@ if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$STAMP" ]; then
     if [ "$TORCH_FLOOR" != "$CPU_TORCH" ]; then
         # One flag argument each: pip download takes no --force-reinstall. The CPU build first, with no retries.
         if [ -z "$CPU_INDEX" ] || ! cached "--no-deps --force-reinstall --timeout 15 --retries 0" \
-                "torch==$TORCH_FLOOR+cpu" --extra-index-url "$CPU_INDEX"; then
+                "torch==$TORCH_FLOOR+cpu" --extra-index-url "$CPU_INDEX" 2>/dev/null; then
             echo "floors: no CPU build of torch $TORCH_FLOOR could be downloaded; PyPI's build with scripts/cuda_stubs.py"
             cached "--no-deps --force-reinstall" "torch==$TORCH_FLOOR"
         fi

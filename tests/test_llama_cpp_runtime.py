@@ -190,7 +190,7 @@ def test_llama_cpp_python_runs_the_file_as_xllamacpp_does(binding, tiny_gguf) ->
     if "llama-cpp-python" not in rt.installed():
         pytest.skip("llama-cpp-python is absent here: PyPI ships it as source only and CI does not build it")
     theirs = rt.library("llama-cpp-python")
-    assert rt.problems(theirs) == [] and theirs.runtime.startswith("llama-cpp-python ")
+    assert rt.problems(theirs) == [] and theirs.runtime.startswith("llama.cpp (llama-cpp-python ")
     tokens = list(range(5, 45))
     logits = []
     for each in (theirs, binding):

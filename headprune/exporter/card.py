@@ -210,7 +210,7 @@ def headprune_link() -> str:
 def gguf_usage(runtime: str, file: str) -> list[str]:
     """How to run a GGUF export in the runtime headprune checked it in (``runtime`` as the record names it; empty:
     none was), as markdown: llama-cpp-python's ``Llama``, or llama.cpp's own programs and xllamacpp's server."""
-    if runtime.startswith("llama-cpp-python"):
+    if "llama-cpp-python" in runtime:
         return [f"Checked in {runtime}:", "", "```python", "from llama_cpp import Llama",
                 f'llm = Llama("{file}")', 'print(llm("12 + 7 =", max_tokens=8))', "```"]
     build = runtime.split()[1] if runtime.startswith("llama.cpp ") else ""

@@ -46,7 +46,7 @@ RELIED_ON = ("n_seq_max", "rope_scaling_type", "pooling_type", "attention_type",
 class Binding:
     """One llama.cpp runtime: its functions (attributes of ``lib``), its declarations and what is checked."""
 
-    runtime: str  # "llama.cpp b11549 (xllamacpp 2026.10.11549)", "llama-cpp-python 0.3.36"
+    runtime: str  # "llama.cpp b11549 (xllamacpp 2026.10.11549)", "llama.cpp (llama-cpp-python 0.3.36)"
     lib: Any
     decls: Any  # llama_context_params, llama_model_params, llama_batch, CONSTANTS
     defaults: dict[str, dict[str, object]]  # struct name: field: llama.cpp's default
@@ -107,7 +107,7 @@ def _llama_cpp_python() -> Binding:
                             llama_model_params=module.llama_model_params, llama_batch=module.llama_batch,
                             log_callback=module.llama_log_callback, CONSTANTS=newest.CONSTANTS)
     defaults = {"llama_context_params": {k: newest.DEFAULTS["llama_context_params"][k] for k in RELIED_ON}}
-    return Binding(f"llama-cpp-python {metadata.version('llama-cpp-python')}", module, decls, defaults)
+    return Binding(f"llama.cpp (llama-cpp-python {metadata.version('llama-cpp-python')})", module, decls, defaults)
 
 
 def installed() -> list[str]:
