@@ -105,7 +105,9 @@ def _harness_tasks(names: list[str]) -> list[tuple[str, object]]:
     for name in names:
         key = _yaml_task_name(Path(name)) if name.endswith((".yaml", ".yml")) else name
         try:
-            loaded = dict(_leaves(get_task_dict([key], manager)))
+            # TaskManager.load (0.4.12 on; get_task_dict is deprecated there), get_task_dict before it.
+            loaded = (manager.load([key])["tasks"] if hasattr(manager, "load")
+                      else dict(_leaves(get_task_dict([key], manager))))
         except TaskError:
             raise
         except Exception as error:  # noqa: BLE001 -- lm-eval and datasets raise many kinds; name the cause
