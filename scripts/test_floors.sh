@@ -3,11 +3,12 @@
 # (each dependency's ">=" version, pinned with "=="), with the optional extras, in a second virtual environment
 # (.venv-floors), and the fast tier run there. scripts/test.sh runs this after the suite (so CI does).
 #
-# torch: this machine's package index has a CPU build of one torch only (the one scripts/setup.sh pins); an older
-# torch comes from PyPI as a CUDA build whose NVIDIA libraries are several GB. So the environment is first built
-# around the CPU torch, then the floor's wheel (about 530 MB, from pip's cache after the first run) replaces it
-# without its NVIDIA dependencies, and scripts/cuda_stubs.py gives the dynamic loader stand-ins that tell torch
-# there is no GPU: torch's CPU kernels are the same code in both builds.
+# torch: the floor's own CPU build where an index serves one (PyTorch's CPU index, or HEADPRUNE_TORCH_CPU_INDEX;
+# empty skips it): installed in place of the CPU torch the environment is first built around, nothing else needed.
+# Where none can be downloaded (only PyPI is reachable: its Linux x86-64 torch is a CUDA build whose NVIDIA libraries
+# are several GB), the fallback installs PyPI's wheel without its NVIDIA dependencies and scripts/cuda_stubs.py
+# compiles stand-ins (gcc, nm, readelf) that tell torch there is no GPU: torch's CPU kernels are the same code in
+# both builds. The log's "floors:" line says which build ran.
 # Wheels are kept in pip's cache folder (headprune-floors), so a re-run downloads nothing; an unchanged set of
 # requirements reuses the environment as it is. Extra pytest arguments pass through.
 set -euo pipefail
@@ -17,6 +18,7 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 CPU_TORCH=2.13.0  # the CPU build on this machine's disk (scripts/setup.sh)
 VENV=.venv-floors
 EXTRAS=test,onnx,lm-eval,gguf
+CPU_INDEX="${HEADPRUNE_TORCH_CPU_INDEX-https://download.pytorch.org/whl/cpu}"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 WHEELS="$("$VENV/bin/python" -m pip cache dir)/headprune-floors"
@@ -29,17 +31,17 @@ cached() {
     pip install --find-links "$WHEELS" $flag "$@"
 }
 
-# pyproject's dependencies and the extras' (headprune itself runs from this checkout, on PYTHONPATH), the five floors
-# pinned. llama-cpp-python is left out: PyPI has only its source (a 30-minute compile).
+# pyproject's dependencies and the extras' (headprune itself runs from this checkout, on PYTHONPATH), the floors
+# pinned: the five core ones, and lm-eval and xllamacpp, whose oldest supported release is thereby tested too.
 "$VENV/bin/python" - "$EXTRAS" "$CPU_TORCH" >"$VENV/requirements.txt" <<'EOF'
 import re, sys, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-floors = {"torch", "transformers", "accelerate", "safetensors", "huggingface-hub"}
+floors = {"torch", "transformers", "accelerate", "safetensors", "huggingface-hub", "lm-eval", "xllamacpp"}
 extras = sys.argv[1].split(",")
 found = {}
 for line in project["dependencies"] + [r for e in extras for r in project["optional-dependencies"][e]]:
     name = re.match(r"[A-Za-z0-9_.-]+", line).group(0).lower().replace("_", "-")
-    if name in ("headprune", "llama-cpp-python"):
+    if name == "headprune":
         continue
     if name in floors:
         found[name] = re.search(r">=\s*([0-9][0-9.]*)", line).group(1)
@@ -57,26 +59,24 @@ if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$STAMP" ]; then
     cached "" -r "$VENV/requirements.txt"
     cached --no-deps -r scripts/data_packages.txt
     if [ "$TORCH_FLOOR" != "$CPU_TORCH" ]; then
-        cached "--no-deps --force-reinstall" "torch==$TORCH_FLOOR"  # one flag argument: pip download takes no --force-reinstall
+        # One flag argument each: pip download takes no --force-reinstall. The CPU build first, with no retries.
+        if [ -z "$CPU_INDEX" ] || ! cached "--no-deps --force-reinstall --timeout 15 --retries 0" \
+                "torch==$TORCH_FLOOR+cpu" --extra-index-url "$CPU_INDEX" 2>/dev/null; then
+            echo "floors: no CPU build of torch $TORCH_FLOOR could be downloaded; PyPI's build with scripts/cuda_stubs.py"
+            cached "--no-deps --force-reinstall" "torch==$TORCH_FLOOR"
+        fi
     fi
     rm -rf "$VENV/cuda-stubs"
     TORCH_LIB="$("$VENV/bin/python" -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("torch").origin).parent / "lib")')"
-    if [ -e "$TORCH_LIB/libtorch_cuda.so" ]; then
+    if [ -e "$TORCH_LIB/libtorch_cuda.so" ]; then  # the fallback: a CUDA build (the only place a compiler is used)
         "$VENV/bin/python" scripts/cuda_stubs.py "$TORCH_LIB" "$VENV/cuda-stubs" >/dev/null
     fi
     echo "$STAMP" >"$VENV/.installed"
 fi
 [ -d "$VENV/cuda-stubs" ] && export LD_LIBRARY_PATH="$PWD/$VENV/cuda-stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "$VENV/bin/python" -c "import torch, transformers, accelerate, safetensors, huggingface_hub as hub
-print('floors: torch', torch.__version__, '| transformers', transformers.__version__, '| accelerate',
-      accelerate.__version__, '| safetensors', safetensors.__version__, '| huggingface-hub', hub.__version__)"
-# The tests that run GGUF files in llama.cpp run here when a llama.cpp runtime installs from a wheel (llama-cpp-python
-# is left out above: PyPI has only its source).
-IGNORE=()
-if ! "$VENV/bin/python" -c "import llama_cpp" >/dev/null 2>&1 && ! "$VENV/bin/python" -c "import xllamacpp" >/dev/null 2>&1
-then
-    IGNORE=(--ignore=tests/test_gguf.py
-            --deselect=tests/test_bench_export.py::test_bench_runs_torch_and_llama_cpp_and_prints_positive_speeds)
-fi
+print('floors: torch', torch.__version__, '(CUDA build on stubs)' if torch.version.cuda else '(CPU build)',
+      '| transformers', transformers.__version__, '| accelerate', accelerate.__version__, '| safetensors',
+      safetensors.__version__, '| huggingface-hub', hub.__version__)"
 PYTHONPATH="$PWD" HEADPRUNE_REQUIRE_EXTRAS=1 exec "$VENV/bin/python" -m pytest -q -ra -m "not slow" \
-    -p no:cacheprovider "${IGNORE[@]}" "$@"
+    -p no:cacheprovider "$@"

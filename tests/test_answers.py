@@ -1,5 +1,6 @@
-"""Answer extraction of generate tasks: the same answers as lm-evaluation-harness's own filter classes and
-exact_match on the same texts, and the named rules (line, first-number, regex) on what they are for.
+"""Answer extraction of generate tasks: lm-eval filter pipelines, built and scored through lm-eval's registry,
+give the answers its filter classes and exact_match give one by one on the same texts; the named rules (line,
+first-number, regex) do what they are for.
 
 Without lm_eval these tests fail rather than skip (see tests/test_lm_eval_tasks.py).
 """
@@ -14,7 +15,8 @@ from hypothesis import strategies as st
 
 from headprune.errors import TaskError
 from headprune.tasks import load_task
-from headprune.tasks.answers import harness_rule, named_rule
+from headprune.tasks.answers import named_rule
+from headprune.tasks.harness import harness_rule
 
 try:
     from lm_eval.api.metrics import exact_match_hf_evaluate
@@ -107,8 +109,8 @@ def test_jsonl_answer_option(tmp_path) -> None:
             load_task(spec)
 
 
-def test_filters_headprune_cannot_reproduce_are_refused() -> None:
-    with pytest.raises(TaskError, match="uses 'multi_choice_regex'"):
-        harness_rule("mc", [{"function": "multi_choice_regex"}], {})
-    with pytest.raises(TaskError, match="option 'ignore_spaces'"):
+def test_filters_and_options_lm_eval_cannot_use_are_refused_at_load() -> None:
+    with pytest.raises(TaskError, match="filter 'mc' .*lm-eval cannot use it"):
+        harness_rule("mc", [{"function": "no_such_filter"}], {})
+    with pytest.raises(TaskError, match="lm-eval cannot use it .*ignore_spaces"):
         harness_rule("x", [{"function": "take_first"}], {"ignore_spaces": True})

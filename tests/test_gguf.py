@@ -275,6 +275,13 @@ def test_cli_gguf_export(models, tokenizer, tmp_path) -> None:
                     "--out", str(tmp_path / "o2"))
     assert result.exit_code == 0, result.output
     assert "llama.cpp (deci, float32)" in result.output and "model.gguf" in result.output
+    # Users are told to run it with what headprune ran it in, and how.
+    ran = read_record(tmp_path / "o2").gguf.runtime.runtime
+    assert ran == llama_cpp_runtime.library().runtime and f"checked in {ran}" in result.output
+    card = (tmp_path / "o2" / "README.md").read_text()
+    assert f"Checked in {ran}" in card
+    assert ("from llama_cpp import Llama" in card) == ("llama-cpp-python" in ran)
+    assert ("xllamacpp.Server(params)" in card) == ("llama-cli -m model.gguf" in card) == ("xllamacpp" in ran)
 
 
 @pytest.mark.slow

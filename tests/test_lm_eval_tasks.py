@@ -298,3 +298,23 @@ def test_several_tasks_in_one_spec(tasks_folder) -> None:
     assert both.examples[14].prompt == "the film is a delight from start to finish. Sentiment: "  # zero-shot
     with pytest.raises(TaskError, match="mix kinds"):
         load_task(f"lm-eval:{plain},{tasks_folder / 'hp_generate.yaml'}")
+
+
+def test_only_lm_evals_public_api_is_used() -> None:
+    """No private module or member of lm-eval (``task._metric_fn_list``, ``lm_eval.tasks._yaml_loader``): what a
+    release may change without notice."""
+    import ast
+
+    import headprune.tasks.answers as answers
+    import headprune.tasks.harness as harness
+
+    for module in (harness, answers):
+        for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                names += [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
+                for name in names:
+                    if name.startswith("lm_eval"):
+                        assert not any(p.startswith("_") for p in name.split(".")), name
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                assert isinstance(node.value, ast.Name) and node.value.id == "self", ast.unparse(node)

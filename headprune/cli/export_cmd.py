@@ -77,7 +77,10 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
     if record.gguf is not None:
         _echo_gguf(record.gguf)
     if fmt == "gguf":
-        how = f"llama-cli -m {out}/model.gguf  or  llama_cpp.Llama(\"{out}/model.gguf\")"
+        checked = record.gguf.runtime.runtime if record.gguf is not None else ""
+        how = (f'llama_cpp.Llama("{out}/model.gguf"), as checked in {checked}'
+               if "llama-cpp-python" in checked else f"llama-cli or llama-server -m {out}/model.gguf, or "
+               f"xllamacpp.Server" + (f"; checked in {checked}" if checked else "; not run in llama.cpp here"))
     elif fmt == "onnx":
         how = f'onnxruntime.InferenceSession("{out}/model.onnx")'
     elif layout == "sliced":

@@ -207,11 +207,28 @@ def headprune_link() -> str:
     return "headprune"
 
 
+def gguf_usage(runtime: str, file: str) -> list[str]:
+    """How to run a GGUF export in the runtime headprune checked it in (``runtime`` as the record names it; empty:
+    none was), as markdown: llama-cpp-python's ``Llama``, or llama.cpp's own programs and xllamacpp's server."""
+    if "llama-cpp-python" in runtime:
+        return [f"Checked in {runtime}:", "", "```python", "from llama_cpp import Llama",
+                f'llm = Llama("{file}")', 'print(llm("12 + 7 =", max_tokens=8))', "```"]
+    build = runtime.split()[1] if runtime.startswith("llama.cpp ") else ""
+    lines = [f"Checked in {runtime}: llama.cpp's own programs of that build or later, or xllamacpp's server:" if build
+             else "Not run in llama.cpp when it was exported; llama.cpp's own programs:", "", "```bash",
+             f"llama-cli -m {file}      # or: llama-server -m {file}", "```"]
+    if build:
+        lines += ["", "```python", "import xllamacpp", "", "params = xllamacpp.CommonParams()",
+                  f'params.model.path = "{file}"', "server = xllamacpp.Server(params)",
+                  'print(server.handle_completions({"prompt": "12 + 7 =", "n_predict": 8, "temperature": 0}))',
+                  "```"]
+    return lines
+
+
 def _how_to_load(record: ExportRecord) -> list[str]:
     auto = record.auto_class or "AutoModel"
     if record.format == "gguf" and record.gguf is not None:
-        lines = ["```bash", f"llama-cli -m {record.gguf.file}", "```", "", "```python",
-                 "from llama_cpp import Llama", f'llm = Llama("{record.gguf.file}")', "```"]
+        lines = gguf_usage(record.gguf.runtime.runtime, record.gguf.file)
         if record.gguf.architecture == "deci":
             lines += ["", "Layers have different head counts: the file uses llama.cpp's `deci` architecture, which "
                       "reads them per layer (`deci.attention.head_count`, `deci.attention.head_count_kv`)."]

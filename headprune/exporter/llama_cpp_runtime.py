@@ -1,200 +1,249 @@
-"""llama.cpp itself, without a compiler: a thin ctypes binding to the C API inside the prebuilt ``xllamacpp`` wheel.
+"""llama.cpp itself, without a compiler, through ctypes: llama-cpp-python where it is installed (the runtime its
+users already have, with its own declarations), else the prebuilt ``xllamacpp`` wheel.
 
-Why this and not llama-cpp-python: PyPI ships llama-cpp-python only as source (15 to 30 minutes of compiling on
-a 2-core machine), while ``xllamacpp`` (Xorbits, MIT) is a prebuilt abi3 wheel whose shared library exports
-llama.cpp's C functions. headprune calls about twenty of them directly, so the numbers the GGUF gate compares are
-llama.cpp's own (its loader, graph and kernels), not a re-implementation. llama-cpp-python is not used at all:
-one runtime, one code path, tested in CI.
+PyPI ships llama-cpp-python only as source (15 to 30 minutes of compiling on a 2-core machine), while ``xllamacpp``
+(Xorbits, MIT) is a prebuilt abi3 wheel whose shared library exports llama.cpp's C functions. Its stated API is only
+its ``Server``, so the C structs and signatures headprune passes are declared per release, GENERATED from that
+release's own ``llama.h`` (``headprune/exporter/llama_cpp_decls``, by ``scripts/llama_h_to_ctypes.py``; never typed
+by hand) and picked by the installed version before anything of the library is loaded: another release is refused
+(one line naming the supported ones, exit 2), never called with a layout that may not match.
 
-C structs passed by value must match the build byte for byte, so the binding is pinned to one build
-(:data:`PINNED`) and checks the layouts against that build every time it loads (:func:`layout_problems`): the
-defaults llama.cpp's own ``llama_context_default_params`` / ``llama_batch_init`` return must sit at the offsets
-declared here, and (on x86-64) the bytes the library writes must end where the declared struct ends. A field this
-binding does not set is declared as opaque bytes and keeps llama.cpp's default.
+The declarations are checked against the running build (:func:`problems`, once per load; :func:`read_back`, on
+every context): every default ``llama_*_default_params`` returns must read as llama.cpp's source sets it (for
+llama-cpp-python: the defaults headprune relies on), a struct-returning function must write exactly the declared
+size, and every field headprune sets must reach llama.cpp (read back through its getters and its own log of the
+context it made). Two fields swapped in a declaration are caught unless they hold the same value throughout, in
+which case llama.cpp receives exactly what it would have.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import platform
-from ctypes import c_bool, c_float, c_int32, c_uint32, c_void_p
+import re
+from dataclasses import dataclass, field
 from importlib import metadata, util
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import numpy as np
 
-PINNED = "2026.10.11549"  # xllamacpp release = llama.cpp build b11549
-BUILD = "b11549"
+from headprune.errors import InternalCheckError, MissingExtraError
+from headprune.exporter.llama_cpp_decls import SUPPORTED
+
+RUNTIMES = ("llama-cpp-python", "xllamacpp")  # in the order they are preferred
+# Defaults the gate's numbers depend on (rope and YaRN from the file, logits of a causal decoder, one sequence),
+# checked in every runtime; xllamacpp's are checked field by field against its build's source.
+RELIED_ON = ("n_seq_max", "rope_scaling_type", "pooling_type", "attention_type", "rope_freq_base", "rope_freq_scale",
+             "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "embeddings",
+             "cb_eval", "abort_callback")
 
 
-class ModelParams(ctypes.Structure):
-    """``struct llama_model_params`` (80 bytes in b11549): passed as llama.cpp's defaults, never edited."""
+@dataclass
+class Binding:
+    """One llama.cpp runtime: its functions (attributes of ``lib``), its declarations and what is checked."""
 
-    _fields_ = [("_opaque", ctypes.c_uint64 * 10)]
-
-
-class ContextParams(ctypes.Structure):
-    """``struct llama_context_params`` of b11549 (168 bytes). Named fields are the ones whose offsets
-    :func:`layout_problems` checks through their defaults; the rest are opaque and keep llama.cpp's defaults."""
-
-    _fields_ = [
-        ("n_ctx", c_uint32), ("n_batch", c_uint32), ("n_ubatch", c_uint32), ("n_seq_max", c_uint32),
-        ("_opaque_16", c_uint32 * 3),  # n_rs_seq, n_outputs_max, one more (0, 0, 1)
-        ("n_threads", c_int32), ("n_threads_batch", c_int32),
-        ("ctx_type", c_int32), ("rope_scaling_type", c_int32), ("pooling_type", c_int32),
-        ("attention_type", c_int32), ("flash_attn_type", c_int32),
-        ("rope_freq_base", c_float), ("rope_freq_scale", c_float), ("yarn_ext_factor", c_float),
-        ("yarn_attn_factor", c_float), ("yarn_beta_fast", c_float), ("yarn_beta_slow", c_float),
-        ("yarn_orig_ctx", c_uint32), ("defrag_thold", c_float),
-        ("cb_eval", c_void_p), ("cb_eval_user_data", c_void_p),
-        ("type_k", c_int32), ("type_v", c_int32),
-        ("_opaque_112", ctypes.c_ubyte * 24),  # the abort callback, its data and one more field (all 0)
-        ("embeddings", c_bool), ("offload_kqv", c_bool), ("no_perf", c_bool), ("op_offload", c_bool),
-        ("swa_full", c_bool), ("kv_unified", c_bool),
-        ("samplers", c_void_p), ("n_samplers", ctypes.c_size_t),
-        ("_opaque_160", ctypes.c_uint64),
-    ]
+    runtime: str  # "llama.cpp b11549 (xllamacpp 2026.10.11549)", "llama.cpp (llama-cpp-python 0.3.36)"
+    lib: Any
+    decls: Any  # llama_context_params, llama_model_params, llama_batch, CONSTANTS
+    defaults: dict[str, dict[str, object]]  # struct name: field: llama.cpp's default
+    cdll: ctypes.CDLL | None = None  # the raw library, for the struct-size probe
+    log: list[list] = field(default_factory=list)  # [level, text] of llama.cpp's log since the last clear
+    keep: list = field(default_factory=list)  # the log callback, alive while the library may call it
 
 
-class Batch(ctypes.Structure):
-    """``struct llama_batch`` (56 bytes)."""
-
-    _fields_ = [("n_tokens", c_int32), ("token", ctypes.POINTER(c_int32)), ("embd", ctypes.POINTER(c_float)),
-                ("pos", ctypes.POINTER(c_int32)), ("n_seq_id", ctypes.POINTER(c_int32)),
-                ("seq_id", ctypes.POINTER(ctypes.POINTER(c_int32))), ("logits", ctypes.POINTER(ctypes.c_int8))]
+def _newest() -> ModuleType:
+    return importlib.import_module(f"headprune.exporter.llama_cpp_decls.{SUPPORTED[max(SUPPORTED, key=_key)]}")
 
 
-# llama_context_default_params() in llama.cpp's src/llama-context.cpp: GGML_DEFAULT_N_THREADS = 4, the
-# UNSPECIFIED/AUTO enums = -1, YaRN factors -1, GGML_TYPE_F16 = 1 for the key/value cache.
-CONTEXT_DEFAULTS = {"n_ctx": 512, "n_batch": 2048, "n_ubatch": 512, "n_seq_max": 1, "n_threads": 4,
-                    "n_threads_batch": 4, "ctx_type": 0, "rope_scaling_type": -1, "pooling_type": -1,
-                    "attention_type": -1, "flash_attn_type": -1, "rope_freq_base": 0.0, "rope_freq_scale": 0.0,
-                    "yarn_ext_factor": -1.0, "yarn_attn_factor": -1.0, "yarn_beta_fast": -1.0,
-                    "yarn_beta_slow": -1.0, "yarn_orig_ctx": 0, "defrag_thold": -1.0, "cb_eval": None,
-                    "cb_eval_user_data": None, "type_k": 1, "type_v": 1, "embeddings": False, "offload_kqv": True,
-                    "no_perf": True, "op_offload": True, "swa_full": True, "kv_unified": False, "samplers": None,
-                    "n_samplers": 0}
-
-_P, _I, _U = c_void_p, c_int32, c_uint32
-SIGNATURES = {  # name: (result, arguments), as in llama.h of the pinned build
-    "llama_backend_init": (None, []),
-    "llama_log_set": (None, [_P, _P]),
-    "llama_model_default_params": (ModelParams, []),
-    "llama_context_default_params": (ContextParams, []),
-    "llama_model_load_from_file": (_P, [ctypes.c_char_p, ModelParams]),
-    "llama_model_free": (None, [_P]),
-    "llama_init_from_model": (_P, [_P, ContextParams]),
-    "llama_free": (None, [_P]),
-    "llama_model_get_vocab": (_P, [_P]),
-    "llama_vocab_n_tokens": (_I, [_P]),
-    "llama_n_ctx": (_U, [_P]), "llama_n_batch": (_U, [_P]), "llama_n_ubatch": (_U, [_P]),
-    "llama_n_threads": (_I, [_P]), "llama_n_threads_batch": (_I, [_P]),
-    "llama_batch_init": (Batch, [_I, _I, _I]),
-    "llama_batch_free": (None, [Batch]),
-    "llama_decode": (_I, [_P, Batch]),
-    "llama_get_logits_ith": (ctypes.POINTER(c_float), [_P, _I]),
-    "llama_get_memory": (_P, [_P]),
-    "llama_memory_clear": (None, [_P, c_bool]),
-    "llama_tokenize": (_I, [_P, ctypes.c_char_p, _I, ctypes.POINTER(c_int32), _I, c_bool, c_bool]),
-}
-LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, c_void_p)
-_LOADED: dict = {}
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
-def _library_path() -> Path:
-    spec = util.find_spec("xllamacpp")
-    if spec is None or spec.origin is None:
-        raise ImportError("the xllamacpp package is not installed")
-    found = sorted(Path(spec.origin).parent.glob("xllamacpp*.so")) + sorted(
-        Path(spec.origin).parent.glob("xllamacpp*.pyd"))
+def _xllamacpp(decls: ModuleType | None = None) -> Binding:
+    """xllamacpp's library with the declarations of its release (``decls`` replaces them, for tests).
+
+    Raises:
+        MissingExtraError: a release headprune has no declarations for (nothing of it was loaded).
+    """
+    version = metadata.version("xllamacpp")
+    if decls is None:
+        if version not in SUPPORTED:
+            raise MissingExtraError(
+                f"xllamacpp {version} is installed; headprune runs llama.cpp through xllamacpp "
+                f"{', '.join(sorted(SUPPORTED, key=_key))} only: pip install 'headprune[gguf]'")
+        decls = importlib.import_module(f"headprune.exporter.llama_cpp_decls.{SUPPORTED[version]}")
+    folder = Path(util.find_spec("xllamacpp").origin).parent  # type: ignore[union-attr, arg-type]
+    found = sorted(folder.glob("xllamacpp*.so")) + sorted(folder.glob("xllamacpp*.pyd"))
     if not found:
-        raise ImportError(f"no xllamacpp shared library beside {spec.origin}")
-    return found[0]
+        raise MissingExtraError(f"no xllamacpp shared library beside {folder}: pip install 'headprune[gguf]'")
+    cdll = ctypes.CDLL(str(found[0]))
+    lib = SimpleNamespace()
+    for name, (result, arguments) in decls.FUNCTIONS.items():
+        try:
+            function = getattr(cdll, name)
+        except AttributeError:
+            raise InternalCheckError(f"llama.cpp in xllamacpp {version} exports no {name}") from None
+        function.restype, function.argtypes = result, arguments
+        setattr(lib, name, function)
+    return Binding(f"llama.cpp {decls.BUILD} (xllamacpp {version})", lib, SimpleNamespace(
+        llama_context_params=decls.llama_context_params, llama_model_params=decls.llama_model_params,
+        llama_batch=decls.llama_batch, log_callback=decls.ggml_log_callback, CONSTANTS=decls.CONSTANTS),
+        decls.DEFAULTS, cdll)
 
 
-def _sret_extent(function: ctypes._CFuncPtr, size: int) -> int:  # type: ignore[name-defined]
+def _llama_cpp_python() -> Binding:
+    """llama-cpp-python's own ctypes module (its declarations match the build it ships)."""
+    module = importlib.import_module("llama_cpp.llama_cpp")
+    newest = _newest()
+    missing = [name for name in newest.FUNCTIONS if not hasattr(module, name)]
+    if missing:
+        raise MissingExtraError(f"llama-cpp-python {metadata.version('llama-cpp-python')} has no {missing[0]}; "
+                                "headprune needs a newer one (pip install -U llama-cpp-python)")
+    decls = SimpleNamespace(llama_context_params=module.llama_context_params,
+                            llama_model_params=module.llama_model_params, llama_batch=module.llama_batch,
+                            log_callback=module.llama_log_callback, CONSTANTS=newest.CONSTANTS)
+    defaults = {"llama_context_params": {k: newest.DEFAULTS["llama_context_params"][k] for k in RELIED_ON}}
+    return Binding(f"llama.cpp (llama-cpp-python {metadata.version('llama-cpp-python')})", module, decls, defaults)
+
+
+def installed() -> list[str]:
+    """The llama.cpp runtimes installed here, preferred first."""
+    modules = {"llama-cpp-python": "llama_cpp", "xllamacpp": "xllamacpp"}
+    out = []
+    for name in RUNTIMES:
+        try:
+            if util.find_spec(modules[name]) is not None:
+                out.append(name)
+        except (ImportError, ValueError):
+            pass
+    return out
+
+
+def _plain(value: object) -> object:
+    """A field's value as the defaults are written: a pointer or callback as None when null."""
+    if isinstance(value, (ctypes._Pointer, ctypes._CFuncPtr)):  # type: ignore[attr-defined]
+        return None if not value else "set"
+    return value
+
+
+def _sret_extent(function: Any, size: int) -> int:
     """How many bytes a struct-returning function writes: on x86-64 (System V and Windows) a struct larger than
     16 bytes is returned through a hidden pointer in the first argument register, so the function is called with
-    a guard-filled buffer there and the last byte it changed is found."""
+    a guard-filled buffer there and the last byte it changed is found. Only called once the release is known."""
     guard = (ctypes.c_ubyte * (size + 64))(*([0xA5] * (size + 64)))
-    probe = ctypes.CFUNCTYPE(None, c_void_p)(ctypes.cast(function, c_void_p).value)
-    probe(ctypes.addressof(guard))
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ctypes.cast(function, ctypes.c_void_p).value)(ctypes.addressof(guard))
     written = [i for i, byte in enumerate(bytes(guard)) if byte != 0xA5]
     return (max(written) + 1) if written else 0
 
 
-def layout_problems(lib: ctypes.CDLL, context: type = ContextParams, model: type = ModelParams) -> list[str]:
-    """What does not match between the structs declared (``context``, ``model``: this module's by default) and the
-    loaded build; empty when they match."""
-    problems = []
-    address = ctypes.cast(lib.llama_context_default_params, c_void_p).value
-    defaults = ctypes.CFUNCTYPE(context)(address)()
-    for name, want in CONTEXT_DEFAULTS.items():
-        got = getattr(defaults, name, "missing")
-        if got != want:
-            problems.append(f"llama_context_params.{name} reads {got!r} at offset "
-                            f"{getattr(context, name).offset}, llama.cpp's default is {want!r}")
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        for function, struct in (("llama_context_default_params", context), ("llama_model_default_params", model)):
-            extent = _sret_extent(getattr(lib, function), ctypes.sizeof(struct))
-            if not ctypes.sizeof(struct) - 8 < extent <= ctypes.sizeof(struct):
-                problems.append(f"{function} writes {extent} bytes; {struct.__name__} declares "
-                                f"{ctypes.sizeof(struct)}")
+def problems(binding: Binding) -> list[str]:
+    """What does not match between the declarations and the loaded build; empty when they match."""
+    found = []
+    for struct, want in binding.defaults.items():
+        got = getattr(binding.lib, struct.replace("_params", "_default_params"))()
+        for name, value in want.items():
+            read = _plain(getattr(got, name, "missing"))
+            if read != value:
+                found.append(f"{struct}.{name} reads {read!r}, llama.cpp's default is {value!r}")
+    if binding.cdll is not None and platform.machine().lower() in ("x86_64", "amd64"):
+        for struct in ("llama_context_params", "llama_model_params"):
+            size = ctypes.sizeof(getattr(binding.decls, struct))
+            extent = _sret_extent(getattr(binding.cdll, struct.replace("_params", "_default_params")), size)
+            if not size - 8 < extent <= size:
+                found.append(f"{struct.replace('_params', '_default_params')} writes {extent} bytes; {struct} "
+                             f"declares {size}")
     for embd, present in ((0, "token"), (8, "embd")):
-        batch = lib.llama_batch_init(4, embd, 1)
+        batch = binding.lib.llama_batch_init(4, embd, 1)
         try:
             pointers = {name: bool(getattr(batch, name)) for name in ("token", "embd", "pos", "n_seq_id", "seq_id",
                                                                       "logits")}
             want = {name: name != ("embd" if present == "token" else "token") for name in pointers}
             if pointers != want or batch.n_tokens != 0:
-                problems.append(f"llama_batch_init(4, {embd}, 1) gives n_tokens {batch.n_tokens} and non-null "
-                                f"{pointers}, expected {want}")
+                found.append(f"llama_batch_init(4, {embd}, 1) gives n_tokens {batch.n_tokens} and non-null "
+                             f"{pointers}, expected {want}")
         finally:
-            lib.llama_batch_free(batch)
-    return problems
+            binding.lib.llama_batch_free(batch)
+    return found
 
 
-def library() -> ctypes.CDLL:
-    """llama.cpp from the pinned xllamacpp wheel, its functions declared and its struct layouts checked.
+_LOADED: dict[str, Binding] = {}
+
+
+def library(runtime: str | None = None) -> Binding:
+    """The first installed llama.cpp runtime (or ``runtime``), loaded and checked, once per process.
 
     Raises:
-        ImportError: xllamacpp missing, another version, a missing function, or a layout mismatch (the reason
-            says which; nothing is called with a struct that does not match).
+        MissingExtraError: none installed, or one headprune has no declarations for (exit 2, naming the supported).
+        InternalCheckError: the declarations do not match the loaded build (nothing was called with them).
     """
-    if "lib" in _LOADED:
-        return _LOADED["lib"]
-    version = metadata.version("xllamacpp") if util.find_spec("xllamacpp") else None
-    if version != PINNED:
-        raise ImportError(f"xllamacpp {version or 'is not installed'}{' is installed' if version else ''}: "
-                          f"headprune's llama.cpp binding is checked against xllamacpp=={PINNED} "
-                          f"(llama.cpp {BUILD}); pip install 'headprune[gguf]'")
-    lib = ctypes.CDLL(str(_library_path()))
-    for name, (result, arguments) in SIGNATURES.items():
-        try:
-            function = getattr(lib, name)
-        except AttributeError as error:
-            raise ImportError(f"llama.cpp in xllamacpp {version} has no {name}") from error
-        function.restype, function.argtypes = result, arguments
-    problems = layout_problems(lib)
-    if problems:
-        raise ImportError("headprune's llama.cpp binding does not match this build: " + "; ".join(problems))
-    log: list[str] = []
-    callback = LOG_CALLBACK(lambda level, text, _: log.append(text.decode("utf-8", "replace")) if level >= 4
-                            else None)  # GGML_LOG_LEVEL_ERROR = 4: kept to explain a failed load; the rest dropped
-    lib.llama_log_set(callback, None)
-    lib.llama_backend_init()
-    _LOADED.update(lib=lib, callback=callback, log=log)
-    return lib
+    names = [runtime] if runtime else installed()
+    if not names:
+        raise MissingExtraError("running GGUF files needs llama.cpp (xllamacpp), not installed: "
+                                "pip install 'headprune[gguf]'")
+    if names[0] not in _LOADED:
+        _LOADED[names[0]] = checked(_llama_cpp_python() if names[0] == "llama-cpp-python" else _xllamacpp())
+    return _LOADED[names[0]]
+
+
+def checked(binding: Binding) -> Binding:
+    """``binding`` once :func:`problems` finds nothing, its log kept and its backend started.
+
+    Raises:
+        InternalCheckError: the declarations do not match the loaded build.
+    """
+    found = problems(binding)
+    if found:
+        raise InternalCheckError(f"headprune's llama.cpp declarations do not match {binding.runtime}: "
+                                 + "; ".join(found))
+
+    def keep(level: int, text: bytes, _: object) -> None:
+        text = text.decode("utf-8", "replace")
+        if level == binding.decls.CONSTANTS["GGML_LOG_LEVEL_CONT"] and binding.log:
+            binding.log[-1][1] += text
+        else:
+            binding.log.append([level, text])
+
+    binding.keep = [binding.decls.log_callback(keep)]
+    binding.lib.llama_backend_init()
+    return binding
 
 
 def runtime_version() -> tuple[str | None, str]:
-    """``(a description of the runtime, "")`` when llama.cpp can be used, else ``(None, why not)``."""
-    try:
-        library()
-    except Exception as error:  # noqa: BLE001 - ImportError, or an OSError from a library that does not load
-        return None, f"llama.cpp is not usable ({type(error).__name__}: {error})"
-    return f"llama.cpp {BUILD} (xllamacpp {PINNED})", ""
+    """``(the runtime, "")`` when llama.cpp can be used, ``(None, why)`` when none is installed.
+
+    Raises:
+        MissingExtraError: an installed runtime headprune cannot use (an unsupported xllamacpp release).
+        InternalCheckError: the declarations do not match the build.
+    """
+    if not installed():
+        return None, "llama.cpp is not installed (pip install 'headprune[gguf]' brings xllamacpp)"
+    return library().runtime, ""
+
+
+def read_back(binding: Binding, ctx: int, params: Any) -> list[str]:
+    """The fields set in ``params`` that did not reach llama.cpp's context ``ctx``: its getters and the log of
+    the context it made (flash attention, key and value cache types)."""
+    lib, constants, found = binding.lib, binding.decls.CONSTANTS, []
+    got = {"n_ctx": lib.llama_n_ctx(ctx), "n_batch": lib.llama_n_batch(ctx), "n_ubatch": lib.llama_n_ubatch(ctx),
+           "n_threads": lib.llama_n_threads(ctx), "n_threads_batch": lib.llama_n_threads_batch(ctx)}
+    for name, value in got.items():
+        want = params.n_ctx if name == "n_ctx" else getattr(params, name)
+        if not (want <= value < want + 256 if name == "n_ctx" else value == want):  # n_ctx: padded to 256
+            found.append(f"{name} {want} was set, llama.cpp uses {value}")
+    log = "".join(text for _, text in binding.log)
+    said = {"flash_attn_type": ("LLAMA_FLASH_ATTN_TYPE_", re.findall(r"flash_attn\s*=\s*(\w+)", log)),
+            "type_k": ("GGML_TYPE_", re.findall(r"\bK \((\w+)\)", log)),
+            "type_v": ("GGML_TYPE_", re.findall(r"\bV \((\w+)\)", log))}
+    for name, (prefix, words) in said.items():
+        value = getattr(params, name)
+        want = next(k[len(prefix):].lower() for k, v in constants.items() if k.startswith(prefix) and v == value)
+        if words[-1:] != [want]:
+            found.append(f"{name} {want} was set, llama.cpp's log says {words[-1] if words else 'nothing'}")
+    return found
 
 
 class LlamaCpp:
@@ -205,32 +254,41 @@ class LlamaCpp:
         kv_f32: a float32 key/value cache (the gate's choice: llama.cpp's default f16 cache would round keys and
             values); False keeps llama.cpp's default (the benchmark's choice).
         flash_attn: llama.cpp's flash attention (off for the gate: per-layer head counts pad it differently).
-        threads: CPU threads (default: half the CPUs, as llama-cpp-python chose; more spin against each other on
-            a busy machine).
+        threads: CPU threads (default: half the CPUs; more spin against each other on a busy machine).
+        binding: the runtime (default: :func:`library`'s).
 
     Raises:
         ValueError: llama.cpp refused the file or the context (its own error text is in the message).
+        InternalCheckError: a field set did not reach llama.cpp (:func:`read_back`).
     """
 
     def __init__(self, path: Path, *, n_ctx: int, kv_f32: bool = True, flash_attn: bool = False,
-                 threads: int | None = None) -> None:
-        self.lib = lib = library()
-        log = _LOADED["log"]
-        del log[:]
+                 threads: int | None = None, binding: Binding | None = None) -> None:
+        self.binding = binding = binding or library()
+        self.lib = lib = binding.lib
+        constants = binding.decls.CONSTANTS
+        lib.llama_log_set(binding.keep[0], None)  # this binding's log (another may have set its own)
+        del binding.log[:]
+        self.ctx = self.batch = None
         self.model = lib.llama_model_load_from_file(str(path).encode(), lib.llama_model_default_params())
         if not self.model:
-            raise ValueError(f"llama.cpp could not load {Path(path).name}: {''.join(log).strip() or 'no reason'}")
+            raise ValueError(f"llama.cpp could not load {Path(path).name}: {self._errors() or 'no reason'}")
         params = lib.llama_context_default_params()
         threads = threads or max(1, (os.cpu_count() or 2) // 2)
         params.n_ctx, params.n_batch = n_ctx, min(n_ctx, 512)
         params.n_ubatch, params.n_threads, params.n_threads_batch = params.n_batch, threads, threads
-        params.flash_attn_type = 1 if flash_attn else 0
+        params.flash_attn_type = constants[f"LLAMA_FLASH_ATTN_TYPE_{'ENABLED' if flash_attn else 'DISABLED'}"]
         if kv_f32:
-            params.type_k = params.type_v = 0  # GGML_TYPE_F32
+            params.type_k = params.type_v = constants["GGML_TYPE_F32"]
+        del binding.log[:]
         self.ctx = lib.llama_init_from_model(self.model, params)
         if not self.ctx:
             lib.llama_model_free(self.model)
-            raise ValueError(f"llama.cpp could not make a context for {Path(path).name}: {''.join(log).strip()}")
+            raise ValueError(f"llama.cpp could not make a context for {Path(path).name}: {self._errors()}")
+        wrong = read_back(binding, self.ctx, params)
+        if wrong:
+            self.close()
+            raise InternalCheckError(f"{binding.runtime} did not get what headprune set: " + "; ".join(wrong))
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
         self.n_ctx, self.n_batch = int(lib.llama_n_ctx(self.ctx)), int(lib.llama_n_batch(self.ctx))
@@ -239,9 +297,14 @@ class LlamaCpp:
             self.batch.seq_id[i][0] = 0
         self.n_past = 0
 
+    def _errors(self) -> str:
+        level = self.binding.decls.CONSTANTS["GGML_LOG_LEVEL_ERROR"]
+        return "".join(text for kind, text in self.binding.log if kind >= level).strip()
+
     def close(self) -> None:
         if self.ctx:
-            self.lib.llama_batch_free(self.batch)
+            if self.batch is not None:
+                self.lib.llama_batch_free(self.batch)
             self.lib.llama_free(self.ctx)
             self.lib.llama_model_free(self.model)
             self.ctx = self.model = None
@@ -277,8 +340,9 @@ class LlamaCpp:
         data = text.encode("utf-8")
         size = len(data) + 8
         while True:
-            out = (c_int32 * size)()
+            out = (ctypes.c_int32 * size)()
             n = self.lib.llama_tokenize(self.vocab, data, len(data), out, size, add_special, parse_special)
             if n >= 0:
                 return list(out[:n])
             size = -n
+

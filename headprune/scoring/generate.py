@@ -38,7 +38,8 @@ class GenerateScorer(Scorer):
         return torch.stack([(picked - rivals).min(), picked.sum()])  # (margin, target log-prob)
 
     def judge(self, example: Example, values: list[torch.Tensor], generated: str | None) -> tuple[bool, float]:
-        correct = self.task.answer.correct(generated or "", example.target, trim=self.task.strip_answers)
+        correct = self.task.answer.correct(generated or "", example.target, trim=self.task.strip_answers,
+                                           key=example.id)
         return correct, float(values[0][0])
 
     def surrogate(self, item: Item, value: torch.Tensor, example: Example) -> torch.Tensor:

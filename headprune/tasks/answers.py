@@ -12,34 +12,39 @@ compares it with the target:
     ``regex:PATTERN``   the first match of PATTERN (its first non-empty group when it has groups), trimmed; none:
                         ``[invalid]``. These are lm-evaluation-harness's ``regex`` filter semantics.
 
-``lm-eval:`` tasks carry their own ``filter_list`` pipeline and ``exact_match`` options (``regexes_to_ignore``,
-``ignore_case``, ``ignore_punctuation``, ``ignore_numbers``); :class:`AnswerRule` holds them and reproduces
-lm-evaluation-harness's filter classes and ``exact_match`` step by step on one response (the parity is tested
-against lm_eval's own classes). Filters that need the source document or several responses are refused.
+``lm-eval:`` tasks carry their own ``filter_list`` pipeline and ``exact_match`` options; their rule holds them as
+data (for the task's hash and reports) and a *judge* from ``headprune.tasks.harness`` that scores through lm-eval
+itself at run time: the task's filter ensemble reads the answer and ``Task.process_results`` scores it.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from headprune.errors import TaskError
 
 FALLBACK = "[invalid]"  # lm-evaluation-harness's RegexFilter default
 FIRST_NUMBER = r"-?[0-9]+(?:\.[0-9]+)?"
 RULES = ("line", "first-number", "regex:PATTERN")
-# lm-eval filter functions that act on each response alone; the selections are the identity on one response.
-_PER_RESPONSE = ("regex", "remove_whitespace", "lowercase", "uppercase", "map")
-_SELECTIONS = ("take_first", "majority_vote")
-MATCH_OPTIONS = ("regexes_to_ignore", "ignore_case", "ignore_punctuation", "ignore_numbers")
+
+
+class Judge(Protocol):
+    """Another library's scoring of a response (an lm-eval task's: ``headprune.tasks.harness``); ``key`` is the
+    example's id, so that it can score against the example's own source document."""
+
+    def extract(self, response: str, key: str | None) -> object: ...
+
+    def correct(self, response: str, target: str, key: str | None) -> bool: ...
 
 
 @dataclass(frozen=True)
 class AnswerRule:
-    """An answer rule: ``steps`` is lm-eval's filter pipeline as ``(function, kwargs as JSON)`` pairs (the named
-    rules are one regex step, or none for ``line``); ``match`` the exact-match options as ``(name, JSON)``.
+    """An answer rule: ``steps`` the filter pipeline as ``(function, kwargs as JSON)`` pairs (the named rules are
+    one regex step, or none for ``line``); ``match`` the exact-match options as ``(name, JSON)``; ``judge``, for
+    lm-eval tasks, lm-eval's own scoring (not part of the rule's identity: the data above is).
 
     ``name`` is how the rule is written (``line``, ``first-number``, ``regex:...``, or ``lm-eval:FILTER``).
     """
@@ -47,23 +52,27 @@ class AnswerRule:
     name: str
     steps: tuple[tuple[str, str], ...] = ()
     match: tuple[tuple[str, str], ...] = ()
+    judge: Any = field(default=None, compare=False, repr=False)
 
-    def extract(self, response: str) -> str:
-        """The answer in ``response``, as the filter pipeline leaves it."""
+    def extract(self, response: str, key: str | None = None) -> str:
+        """The answer in ``response``, as the filter pipeline leaves it (``key``: the example, for a judge)."""
+        if self.judge is not None:
+            answer = self.judge.extract(response, key)
+            return answer if isinstance(answer, str) else str(answer)
         answer: object = response
         for function, raw in self.steps:
             answer = _apply(function, json.loads(raw), answer)
         return answer if isinstance(answer, str) else str(answer)
 
-    def correct(self, response: str, target: str, *, trim: bool = True) -> bool:
-        """Exact match of the extracted answer against ``target`` (lm-eval's ``exact_match`` with the rule's
-        options), with surrounding whitespace trimmed when ``trim`` (headprune's own tasks; lm-eval's
-        ``exact_match`` compares them as they are)."""
+    def correct(self, response: str, target: str, *, trim: bool = True, key: str | None = None) -> bool:
+        """Whether the answer in ``response`` is ``target``: the judge's verdict, else exact match, with
+        surrounding whitespace trimmed when ``trim`` (headprune's own tasks)."""
+        if self.judge is not None:
+            return bool(self.judge.correct(response, target, key))
         answer = self.extract(response)
         if trim:
             answer, target = answer.strip(), target.strip()
-        options = {name: json.loads(raw) for name, raw in self.match}
-        return _normalise(answer, options) == _normalise(target, options)
+        return answer == target
 
     def words(self) -> str:
         """One line for reports: what is compared with the target."""
@@ -95,31 +104,6 @@ def named_rule(spec: str) -> AnswerRule:
     raise TaskError(f"answer must be one of {', '.join(RULES)}, not {spec!r}")
 
 
-def harness_rule(name: str, components: list, metric_kwargs: dict) -> AnswerRule:
-    """An lm-eval filter pipeline (``[{"function": ..., **kwargs}, ...]``) and exact_match options as a rule.
-
-    Raises:
-        TaskError: a filter function or exact_match option this module does not reproduce (naming it).
-    """
-    steps = []
-    for component in components:
-        function = component.get("function") if isinstance(component, dict) else None
-        kwargs = {k: v for k, v in component.items() if k != "function"} if isinstance(component, dict) else {}
-        if function not in _PER_RESPONSE + _SELECTIONS:
-            raise TaskError(f"filter {name!r} uses {function!r}; headprune reproduces lm-eval's "
-                            f"{', '.join(_PER_RESPONSE + _SELECTIONS)} filters")
-        if function == "regex":
-            _regex_settings(kwargs)  # checked now, not at the first response
-        if function in _PER_RESPONSE:
-            steps.append((function, json.dumps(kwargs, sort_keys=True)))
-    extra = sorted(set(metric_kwargs) - set(MATCH_OPTIONS))
-    if extra:
-        raise TaskError(f"exact_match option {extra[0]!r} is not reproduced; headprune reads "
-                        f"{', '.join(MATCH_OPTIONS)}")
-    match = tuple((key, json.dumps(metric_kwargs[key])) for key in MATCH_OPTIONS if key in metric_kwargs)
-    return AnswerRule(f"lm-eval:{name}", tuple(steps), match)
-
-
 def _regex_settings(kwargs: dict) -> tuple[re.Pattern, int, str]:
     unknown = set(kwargs) - {"regex_pattern", "group_select", "fallback"}
     if unknown:
@@ -132,39 +116,15 @@ def _regex_settings(kwargs: dict) -> tuple[re.Pattern, int, str]:
 
 
 def _apply(function: str, kwargs: dict, answer: object) -> object:
-    """One lm-eval filter step on one response (``lm_eval.filters``: extraction, transformation)."""
-    if function == "regex":
-        pattern, group, fallback = _regex_settings(kwargs)
-        found = pattern.findall(answer if isinstance(answer, str) else "")
-        if not found:
-            return fallback
-        match = found[group]
-        if isinstance(match, tuple):
-            match = next((m for m in match if m), fallback)
-        return match.strip()
-    if function == "remove_whitespace":
-        return answer.strip()  # type: ignore[union-attr]
-    if function == "lowercase":
-        return answer.lower()  # type: ignore[union-attr]
-    if function == "uppercase":
-        return answer.upper()  # type: ignore[union-attr]
-    mapping = kwargs.get("mapping_dict") or {}  # map
-    return mapping.get(answer, kwargs.get("default_value"))
-
-
-def _normalise(text: str, options: dict) -> str:
-    """lm-eval's ``exact_match`` preprocessing (``exact_match_hf_evaluate``), in its order. It turns the texts into
-    numpy strings first, which drop trailing NULs, and again after each step."""
-    text = text.rstrip("\x00")
-    for pattern in options.get("regexes_to_ignore") or ():
-        text = re.sub(pattern, "", text)
-    if options.get("ignore_case"):
-        text = text.lower()
-    if options.get("ignore_punctuation"):
-        text = text.translate(str.maketrans("", "", string.punctuation))
-    if options.get("ignore_numbers"):
-        text = text.translate(str.maketrans("", "", string.digits))
-    return text.rstrip("\x00")  # lm-eval compares numpy strings, which drop trailing NULs
+    """The named rules' one step: a regex read as lm-evaluation-harness's ``regex`` filter reads it."""
+    pattern, group, fallback = _regex_settings(kwargs)
+    found = pattern.findall(answer if isinstance(answer, str) else "")
+    if not found:
+        return fallback
+    match = found[group]
+    if isinstance(match, tuple):
+        match = next((m for m in match if m), fallback)
+    return match.strip()
 
 
 LINE = AnswerRule("line")

@@ -10,11 +10,12 @@ documents:
                         log-likelihood, ``acc_norm`` divides it by the choice's length in characters and
                         ``acc_bytes`` in UTF-8 bytes, as lm-eval does.
     generate_until   -> ``generate``: greedy decoding up to the first ``until`` string (``max_gen_toks``
-                        tokens at most), the answer read out by the task's ``filter_list`` (regex, take_first,
-                        remove_whitespace, lowercase, uppercase, map) and compared with the target by
-                        ``exact_match`` with its options (regexes_to_ignore, ignore_case, ignore_punctuation,
-                        ignore_numbers): gsm8k-style tasks score as lm-eval scores them
-                        (``headprune.tasks.answers``).
+                        tokens at most), scored by lm-eval itself at run time: the task's ``filter_list``
+                        entry built by lm-eval's filter registry (``build_filter_ensemble``, as its ``Task``
+                        builds it) reads the answer, and the task's ``process_results`` on the document
+                        scores it (``exact_match`` with the task's options): :class:`LmEvalJudge`.
+
+Only lm-eval's public API is used (``TaskManager``, the ``Task`` methods, ``lm_eval.filters``, ``Instance``).
 
 Options after a second colon: ``metric=acc|acc_norm|acc_bytes`` (default: ``acc_norm`` when the task lists
 it, else ``acc``), ``num_fewshot=N``, ``split=NAME`` (default: the task's test split, else validation),
@@ -27,11 +28,12 @@ with ``trust_remote_code``, and templates of tasks not trusted render in Jinja's
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 from headprune.errors import MissingExtraError, TaskError
-from headprune.tasks.answers import AnswerRule, harness_rule
+from headprune.tasks.answers import AnswerRule
 from headprune.tasks.base import Example, Task, parse_options
 from headprune.tasks.harness_python import require_trust, sandboxed_templates, task_python
 
@@ -103,8 +105,10 @@ def _harness_tasks(names: list[str], *, trust_remote_code: bool) -> list[tuple[s
     """``(name, lm-eval task object)`` per name; YAML paths are read from their own folder. Without
     ``trust_remote_code``, what they would load is checked first (lm-eval's index reads files without running
     them; loading a task imports its Python)."""
-    from lm_eval.tasks import TaskManager
-
+    try:
+        from lm_eval.tasks import TaskManager, get_task_dict
+    except ImportError:
+        raise MissingExtraError("lm-eval tasks need lm_eval, not installed: pip install 'headprune[lm-eval]'") from None
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notices are not headprune's output
     paths = [Path(n).expanduser() for n in names if n.endswith((".yaml", ".yml"))]
     for path in paths:
@@ -120,7 +124,9 @@ def _harness_tasks(names: list[str], *, trust_remote_code: bool) -> list[tuple[s
     result = []
     for key in keys:
         try:
-            loaded = manager.load([key])["tasks"]
+            # TaskManager.load (0.4.12 on; get_task_dict is deprecated there), get_task_dict before it.
+            loaded = (manager.load([key])["tasks"] if hasattr(manager, "load")
+                      else dict(_leaves(get_task_dict([key], manager))))
         except TaskError:
             raise
         except Exception as error:  # noqa: BLE001 -- lm-eval and datasets raise many kinds; name the cause
@@ -131,12 +137,27 @@ def _harness_tasks(names: list[str], *, trust_remote_code: bool) -> list[tuple[s
     return result
 
 
-def _yaml_task_name(path: Path) -> str:
-    """The ``task:`` name in a YAML task file (lm-eval's own loader, so ``!function`` tags are fine)."""
-    from lm_eval.tasks._yaml_loader import load_yaml
+def _leaves(tree: dict) -> list[tuple[str, object]]:
+    """The tasks of ``get_task_dict``'s answer, groups opened (a group maps to a dict of its tasks)."""
+    out: list[tuple[str, object]] = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out += _leaves(value)
+        elif value is not None:
+            out.append((str(key), value))
+    return out
 
+
+def _yaml_task_name(path: Path) -> str:
+    """The ``task:`` name in a YAML task file (read with every ``!tag``, such as ``!function``, left unresolved)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, tag, node: None)
     try:
-        config = load_yaml(path, resolve_func=False)
+        config = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506 - a SafeLoader
     except Exception as error:  # noqa: BLE001
         raise TaskError(f"cannot read lm-eval task file ({error})", path=str(path)) from error
     name = config.get("task") if isinstance(config, dict) else None
@@ -176,7 +197,7 @@ def _convert(name: str, task: object, *, metric: str | None, split: str | None, 
         by_doc.setdefault(instance.doc_id, []).append(instance)
     settings = {"output_type": output_type, "num_fewshot": config.num_fewshot, "documents": len(by_doc)}
     if output_type == "multiple_choice":
-        listed = list(task._metric_fn_list)  # type: ignore[attr-defined]
+        listed = list(task.aggregation())  # type: ignore[attr-defined]  # the metrics the task reports
         chosen = metric or ("acc_norm" if "acc_norm" in listed else "acc")
         delimiter = config.target_delimiter
         if delimiter.strip():
@@ -191,7 +212,8 @@ def _convert(name: str, task: object, *, metric: str | None, split: str | None, 
     if output_type == "generate_until":
         if metric is not None:
             raise TaskError(f"lm-eval task {name!r} is generate_until: its metric is exact_match, not {metric}")
-        rule = _answer_rule(name, task, answer_filter)
+        rule = _answer_rule(name, task, answer_filter, {f"{name}/{doc_id}": instances[0].doc
+                                                        for doc_id, instances in by_doc.items()})
         kwargs = dict(by_doc[min(by_doc)][0].arguments[1])
         until = kwargs.get("until") or []
         until = (until,) if isinstance(until, str) else tuple(until)
@@ -240,19 +262,18 @@ def _generate_example(name: str, task: object, doc_id: int, instances: list) -> 
     return Example(f"{name}/{doc_id}", prompt=instances[0].arguments[0], target=str(target))
 
 
-def _answer_rule(name: str, task: object, chosen: str | None) -> AnswerRule:
+def _answer_rule(name: str, task: object, chosen: str | None, docs: dict[str, dict]) -> AnswerRule:
     """The task's answer filter (``filter_list``; ``chosen`` names one, default the first listed, none: lm-eval's
-    plain ``take_first``) and its exact_match options, as an answer rule (``headprune.tasks.answers``).
+    plain ``take_first``), scored by lm-eval on each example's document (``docs``, by example id).
 
     Raises:
-        TaskError: a metric other than exact_match, an unknown filter name, or a filter or option headprune
-            does not reproduce.
+        TaskError: a metric other than exact_match, an unknown filter name, or a filter lm-eval cannot build.
     """
     config = task.config  # type: ignore[attr-defined]
     kwargs: dict = {}
     for entry in config.metric_list or []:
         if entry.get("metric") != "exact_match":
-            raise TaskError(f"lm-eval task {name!r} scores with {entry.get('metric')}; headprune reproduces "
+            raise TaskError(f"lm-eval task {name!r} scores with {entry.get('metric')}; headprune reads "
                             "exact_match only")
         kwargs.update({k: v for k, v in entry.items() if k not in ("metric", "aggregation", "higher_is_better")})
     filters = [entry for entry in config.filter_list or [] if isinstance(entry, dict)]
@@ -263,6 +284,66 @@ def _answer_rule(name: str, task: object, chosen: str | None) -> AnswerRule:
     entry = next((e for e in filters if chosen is None or str(e.get("name")) == chosen),
                  {"name": "none", "filter": [{"function": "take_first"}]})
     try:
-        return harness_rule(str(entry.get("name")), list(entry.get("filter") or []), kwargs)
+        return harness_rule(str(entry.get("name")), list(entry.get("filter") or []), kwargs, task=task, docs=docs)
     except TaskError as error:
         raise TaskError(f"lm-eval task {name!r}: {error}") from None
+
+
+class LmEvalJudge:
+    """lm-eval's own scoring of a generate_until response: the filter pipeline built by its registry
+    (``lm_eval.filters.build_filter_ensemble``, as ``Task`` builds ``filter_list``) and applied to an ``Instance``
+    as lm-eval applies it, then ``task.process_results(doc, [answer])``; without a task (a pipeline on its own),
+    the registry's ``exact_match`` with the options."""
+
+    def __init__(self, name: str, components: list, options: dict, task: object = None,
+                 docs: dict[str, dict] | None = None) -> None:
+        from lm_eval.filters import build_filter_ensemble
+
+        self.ensemble = build_filter_ensemble(name, components)
+        self.options, self.task, self.docs = options, task, docs or {}
+
+    def extract(self, response: str, key: str | None = None) -> object:
+        from lm_eval.api.instance import Instance
+
+        instance = Instance(request_type="generate_until", doc=self.docs.get(key or "", {}), arguments=("", {}),
+                            idx=0)
+        instance.resps = [response]
+        self.ensemble.apply([instance])
+        return instance.filtered_resps[self.ensemble.name]
+
+    def correct(self, response: str, target: str, key: str | None = None) -> bool:
+        answer = self.extract(response, key)
+        if self.task is not None and key in self.docs:
+            return bool(self.task.process_results(self.docs[key], [answer])["exact_match"])  # type: ignore
+        from lm_eval.api.registry import get_metric
+
+        return bool(get_metric("exact_match")(references=[target], predictions=[answer], **self.options)
+                    ["exact_match"])
+
+
+def harness_rule(name: str, components: list, metric_kwargs: dict, *, task: object = None,
+                 docs: dict[str, dict] | None = None) -> AnswerRule:
+    """An lm-eval filter pipeline (``[{"function": ..., **kwargs}, ...]``) and exact_match options as a rule that
+    lm-eval scores (:class:`LmEvalJudge`); tried on an empty response now, so that a filter or option lm-eval
+    does not know fails at load, not at the first response.
+
+    Raises:
+        TaskError: a filter or option lm-eval cannot use (its reason).
+    """
+    pairs = []
+    for component in components:
+        if not isinstance(component, dict) or "function" not in component:
+            raise TaskError(f"filter {name!r}: each step needs a 'function', not {component!r}")
+        pairs.append([component["function"], {k: v for k, v in component.items() if k != "function"}])
+    try:
+        judge = LmEvalJudge(name, pairs, metric_kwargs, task, docs)
+        key = next(iter(judge.docs), None)
+        judge.correct("", "", key)
+    except Exception as error:  # noqa: BLE001 - lm-eval raises what its registry and filters raise
+        raise TaskError(f"filter {name!r} with exact_match options {sorted(metric_kwargs)}: lm-eval cannot use it "
+                        f"({type(error).__name__}: {error})") from None
+    steps = tuple((function, json.dumps(kwargs, sort_keys=True)) for function, kwargs in pairs
+                  if function not in ("take_first", "majority_vote"))  # as data: the task's hash and reports
+    known = [k for k in ("regexes_to_ignore", "ignore_case", "ignore_punctuation", "ignore_numbers") if k in metric_kwargs]
+    match = tuple((key, json.dumps(metric_kwargs[key])) for key in known + sorted(set(metric_kwargs) - set(known)))
+    return AnswerRule(f"lm-eval:{name}", steps, match, judge)

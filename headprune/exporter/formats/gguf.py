@@ -3,7 +3,8 @@ as ``deci``), run in llama.cpp itself before it is written.
 
 The file is written and read back by :mod:`headprune.exporter.gguf_export`. The verification runs a float32
 file (the written one, or a float32 copy when the written type is lossy) in llama.cpp; without llama.cpp it
-runs the torch model the file was written from and the record says the file was not run.
+runs the torch model the file was written from and the record says the file was not run. An installed llama.cpp
+that headprune cannot run (an xllamacpp release it has no declarations for) is refused before anything is done.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ class Gguf(ExportFormat):
     kv_map = False  # llama.cpp repeats key/value heads evenly: no query-to-key/value map
 
     def check_options(self) -> None:
-        from headprune.exporter.gguf_export import check_type
+        from headprune.exporter.gguf_export import check_type, llama_cpp_version
 
         super().check_options()
         check_type(self.options.gguf_type)
         refuse_unless_float32(self.options.dtype, FLOAT32_ONLY)
+        llama_cpp_version()  # an installed llama.cpp headprune cannot run (another xllamacpp release): exit 2 now
 
     def check_model(self, lm: LoadedModel) -> None:
         from headprune.exporter.gguf_export import check_supported
