@@ -174,6 +174,20 @@ class ExportRecord:
         atomic_write_json(Path(folder) / RECORD_NAME, to_json(self))
 
 
+def public_name(spec: str) -> str:
+    """A model or task as cards and records name it: a Hub id, built-in name or task spec as given; a local file or
+    folder by its own name, never by its path (which says where it lives, on whose machine)."""
+    prefix = "lm-eval:" if spec.startswith("lm-eval:") else ""
+    body = spec[len(prefix):]
+    try:
+        path = Path(body).expanduser()
+        if path.is_absolute() or body.startswith((".", "~")) or path.exists():
+            return prefix + (path.resolve().name or body)
+    except (OSError, ValueError):
+        pass
+    return spec
+
+
 def file_hashes(folder: Path) -> dict[str, str]:
     """sha256 of every file in an export folder except the verification record itself."""
     return {str(path.relative_to(folder)): sha256_file(path)

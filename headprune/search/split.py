@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from headprune.errors import SearchSettingsError, TaskError
-from headprune.tasks import Task, load_task
+from headprune.tasks import Task, load_task, portable_spec
 
 if TYPE_CHECKING:
     from headprune.search.result import FindSettings
@@ -109,8 +109,9 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
     Raises:
         TaskError: the task has no accuracy; and the loading and splitting errors.
     """
-    specs = {"task": None if isinstance(task, Task) else str(task),
-             "heldout": None if heldout_task is None or isinstance(heldout_task, Task) else str(heldout_task)}
+    held_spec = None if heldout_task is None or isinstance(heldout_task, Task) else portable_spec(heldout_task)
+    specs = {"task": None if isinstance(task, Task) else portable_spec(task),  # loads from any working folder
+             "heldout": held_spec}
     task = task if isinstance(task, Task) else load_task(task)
     if not task.has_accuracy:
         raise TaskError(f"find needs a task with an accuracy; {task.name} is a {task.kind} task "
