@@ -64,6 +64,7 @@ def assert_refused(result, fragment: str) -> None:  # noqa: ANN001
     (".", "holds the source model"),
     ("model/inside", "lies inside the source model"),
     ("notes", "exists and is not a headprune export (no headprune_export.json)"),
+    ("link", "is a symbolic link"),
     ("/", "is a filesystem root"),
     ("HOME", "is the home folder"),
     ("HOME/..", "holds the home folder"),
@@ -77,6 +78,8 @@ def test_export_refuses_a_folder_that_is_not_its_own_and_touches_nothing(inputs,
     monkeypatch.setenv("HOME", str(home))
     (inputs / "notes").mkdir(exist_ok=True)
     (inputs / "notes" / "ideas.txt").write_text("mine")
+    if not (inputs / "link").is_symlink():
+        (inputs / "link").symlink_to(inputs / "notes")
     out = {"/": Path("/"), "HOME": home, "HOME/..": home.parent}.get(where, inputs / where)
     before, home_before = snapshot(inputs), snapshot(tmp_path)
     result = export(inputs, out, *(["--overwrite"] if overwrite else []))

@@ -6,7 +6,7 @@ value can be lost from: one that does not exist yet, an empty one (used as it is
 the folder itself, perhaps a mount point or one with its own permissions, stays), or a previous headprune export
 (recognised by its record, holding nothing the record does not list) with ``overwrite``. Refused: the source
 model's folder and any folder inside it or holding it, a folder holding a find run, a filesystem root or the home
-folder, and a folder of other files.
+folder, a symbolic link, and a folder of other files.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ def check_destination(out: Path, *, sources: Iterable[Path] = (), overwrite: boo
     """
     out = Path(out)
     refuse_unsafe_output(out)
+    if out.is_symlink():  # replacing it would replace the link, and leave what it points to
+        raise ResultFileError(f"{out} is a symbolic link; give the folder it points to", settings=("out",))
     target = out.expanduser().resolve()
     for source in sources:
         source = Path(source).resolve()

@@ -105,18 +105,7 @@ def find(
         resume, overwrite = True, False
     check_settings(settings, resume=resume, out=out)
     check_placement(device_map, team.parallel)
-    lock = FolderLock(out, what="find") if out is not None else None
-
-    def claim() -> None:  # rank 0 holds the folder for the run; its refusal reaches every process
-        if lock is not None:
-            lock.acquire()
-            try:
-                check_run_folder(Path(out), resume=resume, overwrite=overwrite)
-            except BaseException:
-                lock.release()
-                raise
-
-    team.from_main(claim)
+    lock = _claim(out, team, resume=resume, overwrite=overwrite)
     try:
         return _run(model, task, heldout_task, control, settings, discovery, heldout, out=out, resume=resume,
                     progress=progress, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
@@ -124,6 +113,24 @@ def find(
     finally:
         if lock is not None:
             lock.release()
+
+
+def _claim(out: Path | None, team: Team, *, resume: bool, overwrite: bool) -> FolderLock | None:
+    """Rank 0 takes ``out`` for the run (its refusal reaches every process); the lock, to be released."""
+    if out is None:
+        return None
+    lock = FolderLock(out, what="find")
+
+    def claim() -> None:
+        lock.acquire()
+        try:
+            check_run_folder(Path(out), resume=resume, overwrite=overwrite)
+        except BaseException:
+            lock.release()
+            raise
+
+    team.from_main(claim)
+    return lock
 
 
 def check_run_folder(out: Path, *, resume: bool, overwrite: bool) -> None:
