@@ -209,10 +209,12 @@ def test_a_killed_exports_temporary_folders_go_at_the_next_run_and_nothing_else(
     me, host = os.getpid(), socket.gethostname()
     _owner(tmp_path / ".pruned.tmp-alive", pid=me, host=host, started=process_started(me))  # a live owner
     _owner(tmp_path / ".pruned.tmp-elsewhere", pid=2**22 + 7, host="another-host", started=None)  # cannot be checked
+    _owner(tmp_path / ".pruned.tmp-reused", pid=me, host=host, started="1")  # its pid now names another process
     (tmp_path / ".pruned.tmp-nobody").mkdir()  # no owner file: not provably headprune's
     assert export(inputs, out).exit_code == 0
     left = {p.name for p in tmp_path.iterdir()}
     assert not killed & left, left  # the killed run's folder and owner file: gone
+    assert not {".pruned.tmp-reused", ".pruned.tmp-reused.owner"} & left  # and the one whose owner's pid was reused
     assert {".pruned.tmp-alive", ".pruned.tmp-elsewhere", ".pruned.tmp-nobody"} <= left  # the rest: kept
     assert (tmp_path / ".pruned.tmp-alive" / "weights.bin").is_file()
 
