@@ -23,25 +23,30 @@ FIND = ["--discovery", "24", "--heldout", "16", "--nominees", "2", "--max-heads"
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
-    """A model folder and task file under a private-looking path, and a find run made with both given by absolute
-    paths."""
+    """A model folder and task file under a private-looking path; a find run and an export of its set made with
+    both given by absolute paths, under umask 027 (not the usual 022, so that neither a hand-written 0644 nor
+    tempfile's 0600/0700 would pass)."""
     folder = tmp_path_factory.mktemp("home") / "alice" / "secret-project"
     save_folder(build_tiny("llama", tokenizer, seed=4).model, tokenizer, folder / "model")
     write_jsonl_task(random_choice_task(40, seed=3), folder / "t.jsonl")
-    done = invoke("find", str(folder / "model"), "--task", str(folder / "t.jsonl"), *FIND, "--out", str(folder / "run"))
-    assert done.exit_code in (0, 1), done.output
+    previous = os.umask(0o027)
+    try:
+        found = invoke("find", str(folder / "model"), "--task", str(folder / "t.jsonl"), *FIND, "--out",
+                       str(folder / "run"))
+        exported = invoke("export", str(folder / "model"), "--heads", str(folder / "run"), "--allow-unconfirmed",
+                          "--out", str(folder / "pruned"))
+    finally:
+        os.umask(previous)
+    assert found.exit_code in (0, 1) and exported.exit_code == 0, found.output + exported.output
     return folder
 
 
 def test_an_export_and_its_upload_name_the_model_and_task_without_a_local_path(inputs, tmp_path, monkeypatch) -> None:
-    out = tmp_path / "pruned"
-    done = invoke("export", str(inputs / "model"), "--heads", str(inputs / "run"), "--allow-unconfirmed",
-                  "--out", str(out))
-    assert done.exit_code == 0, done.output
+    out = inputs / "pruned"
     record = read_record(out)
     assert record.source.name == "model" and record.origin.task == "t.jsonl"
     assert record.verification.task.task.startswith("t.jsonl")
-    private = [str(inputs), "secret-project", str(tmp_path)]
+    private = [str(inputs), "secret-project"]
     for path in out.rglob("*"):
         text = path.read_bytes().decode("utf-8", "replace")
         assert not [p for p in private if p in text], f"{path.name} names a local path"
@@ -56,37 +61,25 @@ def test_an_export_and_its_upload_name_the_model_and_task_without_a_local_path(i
 
 
 def test_no_message_shows_the_credentials_of_a_url(inputs, tmp_path, monkeypatch) -> None:
-    out = tmp_path / "pruned"
-    assert invoke("export", str(inputs / "model"), "--heads", "L0.H1", "--out", str(out)).exit_code == 0
     with HubServer() as hub:
         hub.state.drop.add("/api/repos/create")  # the connection is cut: "cannot reach the Hub at ..."
         host = hub.url.split("://", 1)[1]
         monkeypatch.setenv("HF_ENDPOINT", f"http://alice:s3cret-pass@{host}")
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        result = invoke("push", str(out), "--repo-id", "alice/m", "--token", VALID_TOKEN)
+        result = invoke("push", str(inputs / "pruned"), "--repo-id", "alice/m", "--token", VALID_TOKEN)
     assert result.exit_code == 2 and "cannot reach the Hub at http://***@" in result.output, result.output
     assert "s3cret" not in result.output and "alice:" not in result.output
 
 
-def test_outputs_get_the_permissions_the_umask_gives(inputs, tmp_path) -> None:
-    """Under umask 027 (not the usual 022, so that neither 0644 written by hand nor 0600/0700 pass): folders 0750,
-    files 0640, the record and the weights included."""
-    umask = 0o027
-    previous = os.umask(umask)
-    try:
-        exported = invoke("export", str(inputs / "model"), "--heads", "L0.H1", "--out", str(tmp_path / "pruned"))
-        found = invoke("find", str(inputs / "model"), "--task", str(inputs / "t.jsonl"), *FIND, "--out",
-                       str(tmp_path / "run"))
-    finally:
-        os.umask(previous)
-    assert exported.exit_code == 0 and found.exit_code in (0, 1), exported.output + found.output
-    for folder in (tmp_path / "pruned", tmp_path / "run"):
+def test_outputs_get_the_permissions_the_umask_gives(inputs) -> None:
+    """Made under umask 027: folders 0750, files 0640, the record, the journal and the weights included."""
+    for folder in (inputs / "pruned", inputs / "run"):
         assert folder.stat().st_mode & 0o777 == 0o750, folder
         for path in folder.rglob("*"):
             expected = 0o750 if path.is_dir() else 0o640
             assert path.stat().st_mode & 0o777 == expected, f"{path.name}: {oct(path.stat().st_mode & 0o777)}"
-    assert {"model.safetensors", "headprune_export.json"} <= {p.name for p in (tmp_path / "pruned").iterdir()}
-    assert {"result.json", "journal.jsonl"} <= {p.name for p in (tmp_path / "run").iterdir()}
+    assert {"model.safetensors", "headprune_export.json"} <= {p.name for p in (inputs / "pruned").iterdir()}
+    assert {"result.json", "journal.jsonl"} <= {p.name for p in (inputs / "run").iterdir()}
 
 
 def test_any_valid_jsonl_is_read(tmp_path) -> None:
