@@ -60,6 +60,17 @@ def test_an_export_and_its_upload_name_the_model_and_task_without_a_local_path(i
     assert "README.md" in commit["files"] and not [p for p in private if p in sent]
 
 
+@pytest.mark.parametrize(("spec", "shown"), [
+    ("/home/alice/models/llama-3", "llama-3"), ("./model", "model"), ("~/data/t.jsonl", "t.jsonl"),
+    ("HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M"), ("arithmetic:digits=3", "arithmetic:digits=3"),
+    ("lm-eval:/home/alice/tasks/a.yaml,hellaswag:num_fewshot=2", "lm-eval:a.yaml,hellaswag:num_fewshot=2"),
+])
+def test_cards_name_models_and_tasks_by_hub_id_or_file_name(spec, shown) -> None:
+    from headprune.exporter.record import public_name
+
+    assert public_name(spec) == shown
+
+
 def test_no_message_shows_the_credentials_of_a_url(inputs, tmp_path, monkeypatch) -> None:
     with HubServer() as hub:
         hub.state.drop.add("/api/repos/create")  # the connection is cut: "cannot reach the Hub at ..."

@@ -177,12 +177,13 @@ class ExportRecord:
 def public_name(spec: str) -> str:
     """A model or task as cards and records name it: a Hub id, built-in name or task spec as given; a local file or
     folder by its own name, never by its path (which says where it lives, on whose machine)."""
-    prefix = "lm-eval:" if spec.startswith("lm-eval:") else ""
-    body = spec[len(prefix):]
+    if spec.startswith("lm-eval:"):  # lm-eval:NAME[,NAME...][:options], a NAME may be a YAML file's path
+        names, sep, options = spec[len("lm-eval:"):].partition(":")
+        return "lm-eval:" + ",".join(public_name(name) for name in names.split(",")) + sep + options
     try:
-        path = Path(body).expanduser()
-        if path.is_absolute() or body.startswith((".", "~")) or path.exists():
-            return prefix + (path.resolve().name or body)
+        path = Path(spec).expanduser()
+        if path.is_absolute() or spec.startswith((".", "~")) or path.exists():
+            return path.resolve().name or spec
     except (OSError, ValueError):
         pass
     return spec
