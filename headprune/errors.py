@@ -8,6 +8,16 @@ one-line messages in its own words, and into exit codes, in one place (``headpru
 
 from __future__ import annotations
 
+import re
+
+# The user-information part of a URL (``https://USER:TOKEN@host``): credentials, never shown.
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with the credentials of any URL in it (``https://user:token@host``) replaced by ``***``."""
+    return _URL_CREDENTIALS.sub(r"\1***@", text)
+
 
 class HeadpruneError(Exception):
     """Root of every error headprune raises on purpose.

@@ -1,106 +1,187 @@
-"""One run per output folder: a lock file naming the process that holds the folder."""
+"""One run per output folder: an operating-system file lock beside the folder, and a record naming its holder.
+
+The lock is ``filelock.FileLock`` on ``.NAME.headprune.lock`` next to the folder ``NAME`` (beside it, not in it: an
+export replaces its folder as a whole, and the lock must outlive the swap). On Unix that is ``flock``: the kernel
+releases it when the holding process ends however it ends, so a killed run leaves no stale lock to take over, and
+two processes arriving together cannot both win (on a filesystem without ``flock`` filelock falls back to its own
+marker, which checks the holder's pid and start time and takes a dead holder's marker over in one atomic step).
+The lock file stays in place after release, as filelock intends (waiters must share one inode); it is empty.
+
+Who holds the lock is recorded apart, in ``.NAME.headprune.holder`` (pid, host, command, since when), written once
+the lock is held and removed on release, so that a refusal can name the holder. Whoever takes the lock also removes
+the temporary folders a killed run left beside the folder (:func:`headprune.io.clean_leftovers`).
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from headprune.errors import ResultFileError
+from headprune.io import atomic_write_text, clean_leftovers, process_alive
 
-LOCK_NAME = ".headprune.lock"
+LOCK_SUFFIX = ".headprune.lock"
+HOLDER_SUFFIX = ".headprune.holder"
+LEGACY_LOCK_NAME = ".headprune.lock"  # inside the folder: headprune before the lock moved beside it
+
+log = logging.getLogger("headprune")
 
 
-def _alive(pid: int) -> bool:
-    """Whether a process with this id runs on this machine (a process of another user counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def lock_path(folder: Path) -> Path:
+    """The lock file of ``folder`` (``.NAME.headprune.lock`` beside it; the same for every spelling of the path)."""
+    resolved = Path(folder).expanduser().resolve()
+    if not resolved.name:
+        raise ResultFileError(f"{folder} is a filesystem root; headprune writes its outputs into a folder of their own")
+    return resolved.with_name(f".{resolved.name}{LOCK_SUFFIX}")
+
+
+def _holder_path(lock: Path) -> Path:
+    return lock.with_name(lock.name[:-len(LOCK_SUFFIX)] + HOLDER_SUFFIX)
+
+
+@dataclass
+class _Hold:
+    """This process's hold of one folder's lock (the lock is taken once per process; nested holds count)."""
+
+    lock: object  # filelock.FileLock
+    thread: int
+    what: str
+    record: str
+    depth: int = 1
+
+
+_HOLDS: dict[Path, _Hold] = {}
+_HOLDS_GUARD = threading.Lock()
 
 
 class FolderLock:
-    """One run per output folder: ``DIR/.headprune.lock`` names the process (pid, host) that holds it.
+    """One run per output folder; a context manager (or :meth:`acquire` / :meth:`release`).
 
-    Created with ``O_EXCL``, so two processes cannot both take a free lock. A lock left by a dead process on
-    this host is taken over with a warning; a live one (or one held on another host, whose process cannot be
-    checked from here) is refused with a message naming it. A lock of this very process (an earlier run in it
-    that was interrupted) is taken over: runs in one process follow each other. Released by :meth:`release`,
-    when the lock object is garbage-collected, or at interpreter exit; a release never removes another
-    holder's lock (each lock carries a random token).
+    A second process that wants a held folder is refused at once with a message naming the holder (pid, host,
+    command, since when). Within one process, the thread that holds a folder may take it again (find's library
+    call inside the command that also writes its outputs); another thread is refused.
     """
 
     def __init__(self, folder: Path, *, what: str = "find") -> None:
-        self.path = Path(folder) / LOCK_NAME
+        self.folder = Path(folder)
         self.what = what
+        self.path = lock_path(self.folder)
         self.held = False
-        self._record = ""
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
     def acquire(self) -> FolderLock:
-        """Raises: ResultFileError (exit 2) when another live process holds the folder."""
-        import atexit
-        import logging
-        import socket
-        import time
-        import weakref
-
-        host, me = socket.gethostname(), os.getpid()
-        record = json.dumps({"pid": me, "host": host, "command": self.what, "token": os.urandom(8).hex(),
-                             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-        for _ in range(3):
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                handle = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = self._holder()
-                if holder is None:  # being written right now, or unreadable: look again
-                    time.sleep(0.1)
-                    continue
-                pid, other = holder.get("pid"), holder.get("host")
-                if other == host and pid == me:  # an earlier run of this process that was not released
-                    self.path.unlink(missing_ok=True)  # (interrupted, its journal still referenced): runs in one
-                    continue  # process follow each other
-                if other == host and isinstance(pid, int) and not _alive(pid):
-                    logging.getLogger("headprune").warning(
-                        "%s: taking over the lock of %s (pid %s on %s), which is no longer running",
-                        self.path.parent, holder.get("command", "a run"), pid, other)
-                    self.path.unlink(missing_ok=True)
-                    continue
-                raise ResultFileError(
-                    f"{self.path.parent} is in use by another {holder.get('command', 'run')} (pid {pid} on host "
-                    f"{other}, since {holder.get('started', '?')}); wait for it, or use another output folder"
-                    + ("" if other == host else f" (if that process is gone, delete {self.path})"))
-            except OSError as error:
-                raise ResultFileError(f"cannot lock {self.path.parent}: {error.strerror or error}") from error
-            with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                stream.write(record)
-            self.held, self._record = True, record
-            weakref.finalize(self, FolderLock._remove, self.path, record)
-            atexit.register(FolderLock._remove, self.path, record)
+        """Raises: ResultFileError (exit 2) when another run holds the folder, or it cannot be locked."""
+        if self.held:
             return self
-        raise ResultFileError(f"cannot lock {self.path.parent}: {self.path} is unreadable; delete it if no run "
-                              "is using the folder")
+        with _HOLDS_GUARD:
+            hold = _HOLDS.get(self.path)
+            if hold is not None:
+                if hold.thread != threading.get_ident():
+                    raise ResultFileError(f"{self.folder} is in use by another {hold.what} in this process; wait for "
+                                          "it, or use another output folder")
+                hold.depth += 1
+                self.held = True
+                return self
+            self._take()
+            self.held = True
+        self._legacy_lock()
+        removed = clean_leftovers(self.folder)
+        if removed:
+            log.info("%s: removed %d temporary folder(s) a killed run left: %s", self.folder, len(removed),
+                     ", ".join(removed))
+        return self
 
-    def _holder(self) -> dict | None:
-        try:
-            holder = json.loads(self.path.read_text(encoding="utf-8"))
-            return holder if isinstance(holder, dict) else None
-        except (OSError, ValueError):
-            return None
+    def _take(self) -> None:
+        from filelock import FileLock, Timeout
 
-    @staticmethod
-    def _remove(path: Path, record: str) -> None:
-        """Delete the lock file if it is still ours (never another process's)."""
         try:
-            if path.read_text(encoding="utf-8") == record:
-                path.unlink()
-        except OSError:
-            pass
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(self.path), timeout=0)
+            lock.acquire()
+        except Timeout:
+            raise ResultFileError(self._busy()) from None
+        except OSError as error:
+            raise ResultFileError(f"cannot lock {self.folder}: {error.strerror or error}") from error
+        holder = _holder_path(self.path)
+        earlier = _read(holder)
+        if earlier and earlier.get("pid") != os.getpid() and not process_alive(earlier.get("pid")):
+            log.warning("%s: taking over the lock of %s (pid %s on %s), which is no longer running", self.folder,
+                        earlier.get("command", "a run"), earlier.get("pid"), earlier.get("host"))
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": self.what,
+                             "token": os.urandom(8).hex(),
+                             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        try:
+            atomic_write_text(holder, record)
+        except BaseException:
+            lock.release()
+            raise
+        _HOLDS[self.path] = _Hold(lock, threading.get_ident(), self.what, record)
+
+    def _busy(self) -> str:
+        """The refusal: who holds the folder. A holder that has just taken the lock may not have written its record
+        yet (the record then still names the run before it): look again for a moment."""
+        holder = None
+        for _ in range(25):
+            holder = _read(_holder_path(self.path))
+            if holder and (holder.get("host") != socket.gethostname() or process_alive(holder.get("pid"))):
+                break
+            time.sleep(0.02)
+        if not holder:
+            return f"{self.folder} is in use by another headprune run; wait for it, or use another output folder"
+        return (f"{self.folder} is in use by another {holder.get('command', 'run')} (pid {holder.get('pid')} on host "
+                f"{holder.get('host')}, since {holder.get('started', '?')}); wait for it, or use another output folder")
+
+    def _legacy_lock(self) -> None:
+        """A lock file an older headprune left inside the folder: refused while its process runs, else removed."""
+        legacy = self.folder / LEGACY_LOCK_NAME
+        old = _read(legacy)
+        if old is None:
+            return
+        if old.get("host") == socket.gethostname() and (old.get("pid") == os.getpid()
+                                                        or not process_alive(old.get("pid"))):
+            legacy.unlink(missing_ok=True)
+            return
+        self.release()
+        raise ResultFileError(f"{self.folder} is in use by an older headprune {old.get('command', 'run')} (pid "
+                              f"{old.get('pid')} on host {old.get('host')}); wait for it (if that process is gone, "
+                              f"delete {legacy})")
 
     def release(self) -> None:
-        if self.held:
-            self.held = False
-            FolderLock._remove(self.path, self._record)
+        """Let the folder go (the outermost release of this process's hold unlocks it)."""
+        if not self.held:
+            return
+        self.held = False
+        with _HOLDS_GUARD:
+            hold = _HOLDS.get(self.path)
+            if hold is None:
+                return
+            hold.depth -= 1
+            if hold.depth > 0:
+                return
+            del _HOLDS[self.path]
+            holder = _holder_path(self.path)
+            try:
+                if holder.read_text(encoding="utf-8") == hold.record:
+                    holder.unlink()
+            except OSError:
+                pass
+            hold.lock.release()  # type: ignore[attr-defined]
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return record if isinstance(record, dict) else None
+    except (OSError, ValueError):
+        return None

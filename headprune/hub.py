@@ -10,9 +10,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from headprune.errors import HubError
+from headprune.errors import HubError, redact_credentials
 from headprune.exporter.card import card_metadata
 from headprune.exporter.record import verify_record
+from headprune.folder_lock import FolderLock
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,18 @@ def push(folder: Path, repo_id: str, *, private: bool = False, revision: str | N
         HubError: no token, malformed repo id, network unreachable, authentication refused, no write access.
         ResultFileError: the folder is not an unedited headprune export.
     """
+    plan_push(folder, repo_id)  # a folder that is no export is refused before anything is locked
+    with FolderLock(folder, what="push"):  # no export replaces the folder while it goes up
+        return _upload(plan_push(folder, repo_id), private=private, revision=revision,
+                       commit_message=commit_message, token=token)
+
+
+def _upload(plan: PushPlan, *, private: bool, revision: str | None, commit_message: str | None,
+            token: str | None) -> str:
     from huggingface_hub import CommitOperationAdd, HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
-    plan = plan_push(folder, repo_id)
+    repo_id = plan.repo_id
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=_token(token))
     message = commit_message or f"Upload headprune export ({len(plan.files)} files)"
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(plan.folder / name))
@@ -88,8 +97,8 @@ def push(folder: Path, repo_id: str, *, private: bool = False, revision: str | N
         raise HubError(_http_message(error, repo_id)) from None
     except Exception as error:  # transport failures: OSError, or httpx's own errors (not OSError subclasses)
         if isinstance(error, OSError) or type(error).__module__.startswith(("httpx", "httpcore", "urllib3")):
-            raise HubError(f"cannot reach the Hub at {api.endpoint} ({type(error).__name__}); nothing was uploaded"
-                           ) from None
+            raise HubError(f"cannot reach the Hub at {redact_credentials(str(api.endpoint))} "
+                           f"({type(error).__name__}); nothing was uploaded") from None
         raise
     return str(info.commit_url)
 

@@ -1,24 +1,39 @@
-"""Atomic outputs: write into a temporary sibling, then rename, so a reader never sees half a file."""
+"""Atomic outputs: write into a temporary sibling, then rename, so a reader never sees half a file or folder.
+
+Temporary folders are named ``.NAME.tmp-PID-RANDOM`` beside their target, and announced by an owner file
+``.NAME.tmp-PID-RANDOM.owner`` (the process's id, host and start time) written before the folder is made and removed
+after it is gone. A run killed in between leaves both; the next run on the target (:func:`clean_leftovers`) removes
+exactly those whose owner is provably gone, and nothing else. Everything is created with the user's normal
+permissions (the umask decides, as for any file the user makes), never the private 0700/0600 of ``tempfile``.
+"""
 
 from __future__ import annotations
 
+import errno
+import glob
 import json
 import os
+import secrets
 import shutil
+import socket
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from headprune.errors import ResultFileError
 
+OWNER_SUFFIX = ".owner"
+
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (same-folder temporary file, then ``os.replace``)."""
+    """Write ``text`` to ``path`` atomically (a same-folder temporary file, then ``os.replace``)."""
     path = Path(path)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
     except OSError as error:
         raise ResultFileError(f"cannot write {path}: {error.strerror or error}") from error
     try:
@@ -26,7 +41,7 @@ def atomic_write_text(path: Path, text: str) -> None:
             stream.write(text)
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 
@@ -34,37 +49,198 @@ def atomic_write_json(path: Path, data: object) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
-@contextmanager
-def atomic_folder(target: Path, *, replace: bool = False) -> Iterator[Path]:
-    """Yield a temporary folder beside ``target``; on success it becomes ``target``, on failure it goes.
+def umask() -> int:
+    """The process's umask, read without changing it (Linux); else set and restored at once."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
-    Args:
-        target: the folder to create.
-        replace: an existing ``target`` is replaced (after the new one is complete); otherwise files of the
-            new folder are moved into the existing one, each by rename.
+
+def give_normal_permissions(folder: Path) -> None:
+    """Give everything in ``folder`` (and itself) the permissions the user's umask gives a new file or folder:
+    libraries that write through ``tempfile`` leave 0600 files (transformers' ``model.safetensors``)."""
+    mask = umask()
+    for path in [Path(folder), *Path(folder).rglob("*")]:
+        if path.is_symlink():
+            continue
+        executable = path.is_dir() or path.stat().st_mode & 0o111
+        os.chmod(path, (0o777 if executable else 0o666) & ~mask)
+
+
+def process_started(pid: int) -> str | None:
+    """The start time of process ``pid`` (Linux: clock ticks since boot), which tells a reused pid from the process
+    that had it; None where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def process_alive(pid: object, started: object = None) -> bool:
+    """Whether process ``pid`` of this host still runs (and is the one that started at ``started``, when given)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        pass
+    except OverflowError:
+        return False
+    now = process_started(pid)
+    return started is None or now is None or now == started
+
+
+def _owner_record() -> str:
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": process_started(os.getpid())})
+
+
+@contextmanager
+def temporary_folder(target: Path) -> Iterator[Path]:
+    """An empty folder beside ``target`` (same filesystem, so it can be renamed into place), removed on the way out
+    whatever happened; announced by an owner file so that a killed run's folder can be recognised and removed later.
     """
     target = Path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        while True:
+            folder = target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+            owner = folder.with_name(folder.name + OWNER_SUFFIX)
+            try:
+                handle = os.open(owner, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                break
+            except FileExistsError:
+                continue
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(_owner_record())
+        os.mkdir(folder, 0o777)  # the umask applies (tempfile.mkdtemp would make it 0700)
     except OSError as error:
         raise ResultFileError(f"cannot write to {target}: {error.strerror or error}") from error
     try:
-        yield staging
-        if target.exists() and replace:
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            target.rename(old)
-            staging.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        elif target.exists():
-            for item in staging.iterdir():
-                os.replace(item, target / item.name)
-            staging.rmdir()
-        else:
-            staging.rename(target)
+        yield folder
     finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        _remove_owned(owner)
+
+
+def _remove_owned(owner: Path) -> bool:
+    """Remove the temporary folders an owner file announces (the folder, and the old target it may hold after a
+    swap), then the owner file once they are gone."""
+    folder = owner.with_name(owner.name[:-len(OWNER_SUFFIX)])
+    leftovers = (folder, folder.with_name(folder.name + ".old"))
+    for leftover in leftovers:
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+    if any(leftover.exists() for leftover in leftovers):
+        return False  # kept: the owner file still says whose they are
+    owner.unlink(missing_ok=True)
+    return True
+
+
+@contextmanager
+def atomic_folder(target: Path, *, replace: bool = False, last: Sequence[str] = ()) -> Iterator[Path]:
+    """Yield a temporary folder beside ``target``; on success its files become ``target``, on failure it goes.
+
+    Args:
+        target: the folder to write.
+        replace: a non-empty ``target`` is replaced as a whole, and only once the new folder is complete (swapped
+            in one step where the system can, then the old one removed); otherwise, and into an empty ``target``,
+            the new files are moved into the existing folder, each by rename.
+        last: names moved last into an existing folder (a record that says the rest is complete).
+    """
+    target = Path(target)
+    with temporary_folder(target) as staging:
+        yield staging
+        try:
+            give_normal_permissions(staging)
+            if not target.exists():
+                staging.rename(target)
+            elif replace and any(target.iterdir()):
+                if not _exchange(staging, target):  # the old folder is now where staging was, and goes with it
+                    old = staging.with_name(staging.name + ".old")
+                    target.rename(old)
+                    try:
+                        staging.rename(target)
+                    except OSError:
+                        old.rename(target)  # the previous folder back in place
+                        raise
+            else:
+                for item in sorted(staging.iterdir(), key=lambda p: p.name in last):
+                    os.replace(item, target / item.name)
+        except OSError as error:
+            raise ResultFileError(f"cannot move the new files into {target}: {error.strerror or error}") from error
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # a C library without renameat2 (glibc before 2.28, musl before 1.2.5)
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_cwd, exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE
+    if renameat2(at_cwd, os.fsencode(first), at_cwd, os.fsencode(second), exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):  # a filesystem or kernel without exchange
+        return False
+    raise OSError(code, os.strerror(code), str(second))
+
+
+def clean_leftovers(target: Path) -> list[str]:
+    """Remove the temporary folders that runs on ``target`` left when they were killed: only those whose owner file
+    names a process of this host that is gone. Returns their names.
+
+    Call it while holding the target's folder lock (no live run on the target can then be writing one).
+    """
+    target = Path(target)
+    host, removed = socket.gethostname(), []
+    try:
+        owners = sorted(target.parent.glob(glob.escape(f".{target.name}.tmp-") + "*" + OWNER_SUFFIX))
+    except OSError:
+        return removed
+    for owner in owners:
+        try:
+            record = json.loads(owner.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # unreadable: not provably ours
+        if not isinstance(record, dict) or record.get("host") != host or process_alive(record.get("pid"),
+                                                                                      record.get("started")):
+            continue
+        if _remove_owned(owner):
+            removed.append(owner.name[:-len(OWNER_SUFFIX)])
+    return removed
+
+
+def refuse_unsafe_output(folder: Path) -> None:
+    """Refuse a filesystem root, the home folder or a folder that holds it as an output folder.
+
+    Raises:
+        ResultFileError
+    """
+    resolved = Path(folder).expanduser().resolve()
+    try:
+        home = Path.home().resolve()
+    except (RuntimeError, KeyError):  # no home folder known
+        home = None
+    if resolved.parent == resolved:
+        what = "a filesystem root"
+    elif home is not None and home.is_relative_to(resolved):
+        what = "the home folder" if home == resolved else f"a folder that holds the home folder ({home})"
+    else:
+        return
+    raise ResultFileError(f"{folder} is {what}; headprune writes its outputs into a folder of their own")
 
 
 def check_writable_folder(folder: Path) -> None:

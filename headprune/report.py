@@ -120,12 +120,12 @@ def contributions_table(result: FindResult) -> list[str]:
 
 def write_outputs(result: FindResult, folder: Path) -> None:
     """result.json, report.md, screen.png (controls.png with controls; tradeoff.png for compress), written to
-    a staging folder and moved into ``folder``."""
+    a staging folder and moved into ``folder`` (result.json last)."""
     from headprune.io import atomic_folder
     from headprune.plots import save_control_tradeoff, save_heatmap, save_tradeoff
     from headprune.search.result import RESULT_NAME
 
-    with atomic_folder(folder) as staging:
+    with atomic_folder(folder, last=(RESULT_NAME,)) as staging:
         result.save(staging / RESULT_NAME)
         (staging / "report.md").write_text(render_markdown(result), encoding="utf-8")
         save_heatmap(result, staging / "screen.png")

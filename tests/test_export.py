@@ -18,6 +18,7 @@ from headprune.ablation import ablated
 from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, VerificationError
 from headprune.exporter import export, verify_record
 from headprune.exporter.loading import load
+from headprune.folder_lock import lock_path
 from headprune.surgery.plan import plan_layers
 from headprune.surgery.slicing import densify, slice_model
 from headprune.heads import Head, parse_heads
@@ -224,7 +225,7 @@ def test_failed_verification_writes_nothing(models, tmp_path, monkeypatch, scale
     break_slicing(monkeypatch, scale)
     with pytest.raises(VerificationError, match="nothing was written"):
         export(models["gpt2"], "L0.H1", verify_task=choice_task(), out=tmp_path / "never")
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [lock_path(tmp_path / "never").name]  # the lock's empty file
 
 
 @pytest.mark.parametrize("tolerance", [-1.0, 0.5, float("nan")])

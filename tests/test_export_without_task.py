@@ -12,6 +12,7 @@ from helpers.cli import invoke
 from headprune.errors import ExportSettingsError, HeadSpecError, VerificationError
 from headprune.exporter import RECORD_NAME, export
 from headprune.exporter.sample import SAMPLE_TEXTS
+from headprune.folder_lock import lock_path
 from headprune.models import wrap_model
 from helpers import ALL_FAMILIES, build_tiny, save_folder, tiny_config
 
@@ -51,7 +52,7 @@ def test_the_sample_still_gates_a_wrong_export(tokenizer, tmp_path, monkeypatch)
     monkeypatch.setattr(slicing, "slice_model", broken)
     with pytest.raises(VerificationError, match="nothing was written"):
         export(build_tiny("llama", tokenizer, seed=8), "L0.H1", out=tmp_path / "never")
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [lock_path(tmp_path / "never").name]  # the lock's empty file
 
 
 def test_mean_ablation_by_hand_needs_a_task(tokenizer, tmp_path) -> None:

@@ -186,7 +186,7 @@ def test_plain_llama_architecture_cannot_take_per_layer_head_counts(models, tmp_
     removed = parse_heads("L1.H0,L1.H1")
     plans = plan_layers(lm.grid, removed)
     artifact = slice_model(lm, plans, removed)
-    write, _, _ = gguf_export.tokenizer_writer(lm, lm.model.config.vocab_size)
+    write, _, _ = gguf_export.tokenizer_writer(lm, lm.model.config.vocab_size, tmp_path)
     for arch in ("llama", "deci"):
         plan = gguf_export.GgufPlan(arch, (4, 2), (2, 1), lm.grid.head_dim, True)
         tensors = gguf_export.gguf_tensors(artifact, plan)

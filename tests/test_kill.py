@@ -112,7 +112,7 @@ def test_export_killed_mid_run_leaves_no_partial_folder(inputs) -> None:  # noqa
     target = inputs / "exported"
     plain = ["export", str(inputs / "model"), "--heads", "L0.H1,L1.H2", "--verify-task", str(inputs / "task.jsonl"),
              "--verify-limit", "40"]
-    args = [*plain, "--out", str(target)]
+    args = [*plain, "--out", str(target), "--overwrite"]  # a kill after the swap leaves a whole export to replace
     # How long an uninterrupted export keeps its staging folder (written elsewhere: the target stays absent).
     window = staged_for(new_staging(inputs / "timed"), *plain, "--out", str(inputs / "timed"))
     assert window > 0 and not target.exists()

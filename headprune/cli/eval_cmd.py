@@ -34,10 +34,27 @@ def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit:
     """
     from headprune.scoring.execution import permit_code_execution
 
+    if out is not None:
+        _check_out(out, task_spec, model)  # before the evaluation, not after it
     placement = {"device": device, "device_map": device_map, "max_memory": max_memory, "dtype": dtype,
                  "trust_remote_code": trust_remote_code}
     with permit_code_execution(allow_code_execution):
         _eval(model, task_spec, heads, ablation, limit, batch_size, out, placement, as_json)
+
+
+def _check_out(out: Path, task_spec: str, model: str) -> None:
+    """Refuse an --out that cannot be written, or that is one of the inputs (the task file, the model)."""
+    from headprune.errors import ResultFileError
+    from headprune.io import check_writable_folder
+
+    check_writable_folder(out.parent)
+    for given in (task_spec.split(":", 1)[0] if not Path(task_spec).exists() else task_spec, model):
+        try:
+            same = out.exists() and Path(given).exists() and out.samefile(given)
+        except OSError:
+            same = False
+        if same:
+            raise ResultFileError(f"--out {out} is an input of this evaluation ({given}); write the results elsewhere")
 
 
 def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int | str,

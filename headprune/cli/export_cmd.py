@@ -35,7 +35,10 @@ from headprune.cli.options import (ablation_option, batch_option, device_option,
                    "[default: 1e-5 in float32, 5e-3 in float16, 2e-2 in bfloat16; 5e-5 for ONNX, 2e-5 for GGUF].")
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Output folder [default: exports/MODEL-pruned].")
+              help="Output folder [default: exports/MODEL-pruned]: a new or empty folder, or a previous export with "
+                   "--overwrite; never the model's folder, a find run's, or a folder of other files.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace a previous headprune export in --out (only once the new one is verified).")
 @device_option
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
               help="The export's precision [default: the checkpoint's own]; the verification tolerance follows it.")
@@ -49,19 +52,21 @@ from headprune.cli.options import (ablation_option, batch_option, device_option,
 def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed: bool, fmt: str, layout: str,
                    ablation: str, verify_task: str | None, verify_limit: int, tolerance: float | None,
                    batch_size: int | str, out: Path | None, device: str, dtype: str | None, gguf_type: str,
-                   max_shard_size: str | None, trust_remote_code: bool, as_json: bool) -> None:
+                   max_shard_size: str | None, overwrite: bool, trust_remote_code: bool, as_json: bool) -> None:
     """Remove heads from MODEL and write a verified checkpoint (safetensors, ONNX or GGUF)."""
+    from headprune.exporter.destination import check_destination, local_sources
     from headprune.exporter.pipeline import export
     from headprune.io import check_writable_folder
     from headprune.record_json import to_json
 
     out = out or Path("exports") / f"{slug(model)}-pruned{'' if fmt == 'safetensors' else '-' + fmt}"
+    check_destination(out, sources=local_sources(model), overwrite=overwrite)  # before even a write probe
     check_writable_folder(out.parent)
     record = export(model, heads_spec, set_rank=set_rank, format=fmt, layout=layout, ablation=ablation,
                     verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,
                     batch_size=batch_size, device=device, dtype=dtype,
                     trust_remote_code=trust_remote_code, allow_unconfirmed=allow_unconfirmed, gguf_type=gguf_type,
-                    max_shard_size=max_shard_size)
+                    max_shard_size=max_shard_size, overwrite=overwrite)
     if as_json:
         click.echo(json.dumps({"out": str(out), **{k: to_json(getattr(record, k)) for k in (
             "removed_heads", "layout", "format", "parameters", "bytes", "verification", "gguf")}}))

@@ -70,6 +70,8 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: runs/MODEL-TASK].")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out.")
+@click.option("--overwrite", is_flag=True, help="Start afresh in an --out that holds an earlier run (replaces its "
+              "journal and results); without it, or --resume, such a folder is refused.")
 @run_options
 @click.pass_context
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
@@ -77,7 +79,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                  control: tuple[str, ...], control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
                  objective: str, max_drop: float | None, prefer: str | None, patience: int | None,
                  compress_search: str | None, beam_width: int | None, batch_size: int | str, out: Path | None,
-                 resume: bool, device: str, device_map: str | None, max_memory: str | None, dtype: str,
+                 resume: bool, overwrite: bool, device: str, device_map: str | None, max_memory: str | None, dtype: str,
                  trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:
     """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, a large
     one whose removal TASK does not notice), and test it on held-out data.
@@ -87,37 +89,43 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     """
     from headprune import distributed
     from headprune.cli import exits
+    from headprune.folder_lock import FolderLock
     from headprune.io import check_writable_folder
     from headprune.record_json import to_json
     from headprune.report import verdict_line, write_outputs
     from headprune.report_text import stage_times_line
     from headprune.scoring.execution import permit_code_execution
-    from headprune.search.find import find
+    from headprune.search.find import check_run_folder, find
 
     out = out or Path("runs") / f"{slug(model)}-{slug(task_spec)}"
     with permit_code_execution(allow_code_execution):
         _refuse_code_tasks(task_spec, heldout_task, *control)  # before any output or model exists
+    check_run_folder(out, resume=resume, overwrite=overwrite)  # before even a write probe (again once locked)
     check_writable_folder(out)
     team = distributed.join(device)  # one process unless torchrun / accelerate launch started several
+    lock = FolderLock(out, what="find")  # held by rank 0 until the outputs are written
     try:
+        team.from_main(lambda: lock.acquire() and None)
         with permit_code_execution(allow_code_execution):
             result = find(model, task_spec, heldout_task=heldout_task, discovery=discovery, heldout=heldout,
                           seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
                           finalists=finalists, control=control or None, control_limit=control_limit, alpha=alpha,
                           rank_by=rank_by, screen=screen, candidates=candidates, objective=objective,
                           max_drop=max_drop, prefer=prefer, patience=patience, compress_search=compress_search,
-                          beam_width=beam_width, batch_size=batch_size, out=out,
-                          resume=resume, device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
+                          beam_width=beam_width, batch_size=batch_size, out=out, resume=resume,
+                          overwrite=overwrite, device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
                           trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team)
+        if team.is_main:
+            write_outputs(result, out)
     except KeyboardInterrupt:
         if team.is_main:
             click.echo(f"headprune: progress is saved in {out}/journal.jsonl; add --resume to continue", err=True)
         raise
     finally:
+        lock.release()
         distributed.leave()
     if not team.is_main:
         ctx.exit(exits.OK)  # rank 0 reports; a launcher reads any other code as a crashed worker
-    write_outputs(result, out)
     click.echo(stage_times_line(result), err=True)
     if as_json:
         summary = {"confirmed": result.confirmed, "primary": list(result.finalists[0].heads),

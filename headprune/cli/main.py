@@ -9,7 +9,7 @@ import os
 import click
 
 from headprune.cli import exits
-from headprune.errors import HeadpruneError
+from headprune.errors import HeadpruneError, redact_credentials
 
 
 def _debug() -> bool:
@@ -28,7 +28,7 @@ class HeadpruneGroup(click.Group):
             if _debug():
                 raise
             kind = "internal error" if exits.for_error(error) == exits.INTERNAL else "error"
-            click.echo(f"headprune: {kind}: {exits.message(error, _innermost(ctx))}", err=True)
+            click.echo(redact_credentials(f"headprune: {kind}: {exits.message(error, _innermost(ctx))}"), err=True)
             ctx.exit(exits.for_error(error))
         except KeyboardInterrupt:
             click.echo("headprune: interrupted", err=True)
@@ -36,8 +36,8 @@ class HeadpruneGroup(click.Group):
         except Exception as error:  # noqa: BLE001 - the one place that turns bugs into a message
             if _debug():
                 raise
-            click.echo(f"headprune: internal error: {type(error).__name__}: {error} "
-                       "(set HEADPRUNE_DEBUG=1 for the traceback)", err=True)
+            click.echo(redact_credentials(f"headprune: internal error: {type(error).__name__}: {error} "
+                                          "(set HEADPRUNE_DEBUG=1 for the traceback)"), err=True)
             ctx.exit(exits.INTERNAL)
         return None
 
@@ -54,7 +54,7 @@ class _StderrHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
-        click.echo(f"headprune: {level}{record.getMessage()}", err=True)
+        click.echo(redact_credentials(f"headprune: {level}{record.getMessage()}"), err=True)
 
 
 def _log_to_stderr() -> None:

@@ -286,7 +286,7 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
 
     plan = gguf_plan(lm, arch, plans)
     tensors = gguf_tensors(artifact, plan)
-    write_tokenizer, description, chat = tokenizer_writer(lm, int(artifact.config.vocab_size))
+    write_tokenizer, description, chat = tokenizer_writer(lm, int(artifact.config.vocab_size), scratch)
     name = f"{Path(str(lm.name)).name} (headprune)"
     path = folder / GGUF_NAME
     write_gguf(path, artifact, plan, tensors, write_tokenizer, name=name, gguf_type=gguf_type)

@@ -10,7 +10,6 @@ SentencePiece-style BPE with byte fallback as ``llama``; special token ids and t
 from __future__ import annotations
 
 import json
-import tempfile
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,9 @@ from headprune.gguf_source import source_gguf
 _PRETOKENIZERS = Path(__file__).with_name("gguf_pretokenizers.json")
 
 
-def tokenizer_writer(lm: Any, vocab_size: int) -> tuple[Any, str, bool]:
+def tokenizer_writer(lm: Any, vocab_size: int, scratch: Path) -> tuple[Any, str, bool]:
     """A function that adds the tokenizer to a ``GGUFWriter``, a description, and whether a chat template
-    goes with it.
+    goes with it (``scratch``: the export's temporary folder, where the tokenizer is saved to be read back).
 
     Raises:
         UnsupportedModelError: a tokenizer llama.cpp's vocabularies cannot represent exactly.
@@ -40,13 +39,13 @@ def tokenizer_writer(lm: Any, vocab_size: int) -> tuple[Any, str, bool]:
                     writer.add_key_value(key, value, kind, sub_type=sub)
             model = fields["tokenizer.ggml.model"][1]
             return copy, f"{model}, copied from {source.name}", "tokenizer.chat_template" in fields
-    return _hf_tokenizer_writer(lm.tokenizer, vocab_size)
+    return _hf_tokenizer_writer(lm.tokenizer, vocab_size, scratch)
 
 
-def _hf_tokenizer_writer(tokenizer: Any, vocab_size: int) -> tuple[Any, str, bool]:
+def _hf_tokenizer_writer(tokenizer: Any, vocab_size: int, scratch: Path) -> tuple[Any, str, bool]:
     import gguf
 
-    folder = Path(tempfile.mkdtemp(prefix="headprune-tok-"))
+    folder = Path(scratch) / "tokenizer"  # removed with the export's scratch folder
     tokenizer.save_pretrained(folder)
     spec_path = folder / "tokenizer.json"
     if not spec_path.is_file():

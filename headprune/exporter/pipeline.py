@@ -10,22 +10,24 @@ place with its model card.
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from headprune.errors import ExportSettingsError, VerificationError
+from headprune.exporter.destination import check_destination, local_sources
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE
 from headprune.exporter.formats.onnx import ONNX_TOLERANCE
-from headprune.exporter.record import (Counts, ExportRecord, FindOrigin, SourceInfo, Verification, file_hashes,
-                                       weight_bytes)
+from headprune.exporter.record import (RECORD_NAME, Counts, ExportRecord, FindOrigin, SourceInfo, Verification,
+                                       file_hashes, public_name, weight_bytes)
 from headprune.exporter.resolve import (HeadsLike, check_ablation, read_result, refuse_unconfirmed, resolve_heads,
                                         verification_inputs)
+from headprune.folder_lock import FolderLock
 from headprune.heads import Head
-from headprune.io import atomic_folder
+from headprune.io import atomic_folder, temporary_folder
 from headprune.models import LoadedModel, load_model, quiet_transformers
+from headprune.search.result import FindResult
 from headprune.surgery.plan import plan_layers
 from headprune.surgery.slicing import count_parameters
 from headprune.tasks import Task
@@ -69,6 +71,7 @@ def export(
     allow_unconfirmed: bool = False,
     gguf_type: str = "f32",
     max_shard_size: int | str | None = None,
+    overwrite: bool = False,
 ) -> ExportRecord:
     """Remove ``heads`` from ``model`` and write a verified checkpoint to ``out``.
 
@@ -88,7 +91,9 @@ def export(
             follows the dtype verified in (1e-5 for float32, 5e-3 for float16, 2e-2 for bfloat16).
         device: where the model runs (``auto``: the GPU when there is one).
         dtype: the export's dtype (``None``: the checkpoint's own; a loaded model keeps its dtype).
-        out: the folder to write (replaced atomically).
+        out: the folder to write: a new or empty folder, or (with ``overwrite``) a previous export, replaced only
+            once the new one is verified; never the source model's folder, a find run's, a root or home folder, or
+            a folder of other files (``headprune.exporter.destination``). Locked for the export (one run per folder).
         trust_remote_code: allow a checkpoint whose class only its own code defines, and lm-eval task files that
             run Python.
         allow_unconfirmed: export a finalist whose held-out gain is not confirmed (an exploratory finalist, or
@@ -97,6 +102,7 @@ def export(
         gguf_type: the GGUF file's tensor type (f32, f16, bf16, q8_0); the runtime check runs a float32 copy.
         max_shard_size: safetensors exports larger than this (bytes, or ``"5GB"``, ``"500MB"``) are written in
             shards with a ``model.safetensors.index.json``, as ``save_pretrained`` does (``None``: its default).
+        overwrite: replace a previous headprune export in ``out``.
 
     Returns:
         The record written as ``headprune_export.json``.
@@ -111,10 +117,26 @@ def export(
     _check_options(fmt, ablation, tolerance)
     result = read_result(heads)
     check_ablation(result, ablation, verify_task)  # every option is checked before the model is touched
+    out = Path(out)
+    check_destination(out, sources=local_sources(model), overwrite=overwrite)  # and the folder, before it is locked
+    with FolderLock(out, what="export"):
+        check_destination(out, sources=local_sources(model), overwrite=overwrite)  # held now: look again
+        return _export(fmt, model, heads, result, set_rank=set_rank, ablation=ablation, verify_task=verify_task,
+                       verify_limit=verify_limit, tolerance=tolerance, out=out, batch_size=batch_size,
+                       device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                       allow_unconfirmed=allow_unconfirmed, overwrite=overwrite)
+
+
+def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, result: FindResult | None, *,
+            set_rank: int, ablation: str, verify_task: str | Task | None, verify_limit: int, tolerance: float | None,
+            out: Path, batch_size: int | str, device: str, dtype: str | None, trust_remote_code: bool,
+            allow_unconfirmed: bool, overwrite: bool) -> ExportRecord:
+    """The export once its options are checked and its folder is held: load, plan, build, write, verify."""
     started = time.perf_counter()
     quiet_transformers()
     lm = load_model(model, dtype=dtype or "checkpoint", device=device,
                     trust_remote_code=trust_remote_code) if isinstance(model, str) else model
+    check_destination(out, sources=local_sources(model) + local_sources(lm), overwrite=overwrite)  # the files read
     fmt.check_model(lm)
     removed, result = resolve_heads(result or heads, lm, set_rank)
     if result is not None and not allow_unconfirmed:
@@ -126,10 +148,10 @@ def export(
     job = _build(fmt, lm, removed, plans, task=task, ablation=ablation, means=means, batch_size=batch_size,
                  tolerance=tolerance if tolerance is not None else fmt.tolerance)
     origin = None if result is None else FindOrigin(
-        result.task.name, set_rank, result.finalists[set_rank - 1].heldout,
+        public_name(result.task.name), set_rank, result.finalists[set_rank - 1].heldout,
         result.compression.verdict if result.compression is not None and set_rank == 1 else None)
     log.info("export: removing %d heads (%s, %s); writing %s", len(removed), job.layout, fmt.name, out)
-    return _write_verified(fmt, job, Path(out), origin=origin, remeasured=remeasured, started=started)
+    return _write_verified(fmt, job, out, origin=origin, remeasured=remeasured, started=started)
 
 
 def _check_options(fmt: ExportFormat, ablation: str, tolerance: float | None) -> None:
@@ -172,8 +194,10 @@ def _write_verified(fmt: ExportFormat, job: Job, out: Path, *, origin: FindOrigi
     """Write into a staging folder, verify, record; the folder replaces ``out`` only when everything passed."""
     from headprune.exporter.card import render_card
 
-    with atomic_folder(out, replace=True) as staging, tempfile.TemporaryDirectory() as scratch:
-        written = fmt.write(job, staging, Path(scratch))
+    # Staging and scratch sit beside out (a killed export's are removed by the next run on out); the new folder
+    # replaces out only once verified, its record moved last where files go into an existing empty folder.
+    with atomic_folder(out, replace=True, last=(RECORD_NAME,)) as staging, temporary_folder(out) as scratch:
+        written = fmt.write(job, staging, scratch)
         try:
             verification = _verify(fmt, job, written, staging, remeasured)
             runtime, gguf = fmt.runtime_check(job, written)
@@ -220,7 +244,7 @@ def _verify(fmt: ExportFormat, job: Job, written: Written, staging: Path, remeas
     if check is not None and check.disagreements:
         raise VerificationError(f"the exported model answers {check.disagreements} of {check.n} {task.name} "
                                 "examples differently from the masked original; nothing was written")
-    return Verification(logits, check, tensors)
+    return Verification(logits, check and replace(check, task=public_name(check.task)), tensors)
 
 
 def _record(fmt: ExportFormat, job: Job, staging: Path, verification: Verification, *, gguf: object,
@@ -250,7 +274,7 @@ def _source_info(lm: LoadedModel) -> SourceInfo:
                 license_ = line.split(":", 1)[1].strip().strip("\"'")
             if line.startswith("base_model:") and not hub_id:
                 hub_id = line.split(":", 1)[1].strip().strip("\"'") or None
-    return SourceInfo(lm.name, lm.weight_hash, lm.adapter.family, hub_id, license_)
+    return SourceInfo(public_name(str(lm.name)), lm.weight_hash, lm.adapter.family, hub_id, license_)
 
 
 def changed_prefixes(lm: LoadedModel, layers: Sequence[int]) -> list[str]:

@@ -174,6 +174,21 @@ class ExportRecord:
         atomic_write_json(Path(folder) / RECORD_NAME, to_json(self))
 
 
+def public_name(spec: str) -> str:
+    """A model or task as cards and records name it: a Hub id, built-in name or task spec as given; a local file or
+    folder by its own name, never by its path (which says where it lives, on whose machine)."""
+    if spec.startswith("lm-eval:"):  # lm-eval:NAME[,NAME...][:options], a NAME may be a YAML file's path
+        names, sep, options = spec[len("lm-eval:"):].partition(":")
+        return "lm-eval:" + ",".join(public_name(name) for name in names.split(",")) + sep + options
+    try:
+        path = Path(spec).expanduser()
+        if path.is_absolute() or spec.startswith((".", "~")) or path.exists():
+            return path.resolve().name or spec
+    except (OSError, ValueError):
+        pass
+    return spec
+
+
 def file_hashes(folder: Path) -> dict[str, str]:
     """sha256 of every file in an export folder except the verification record itself."""
     return {str(path.relative_to(folder)): sha256_file(path)

@@ -37,10 +37,12 @@ def read_result(heads: HeadsLike) -> FindResult | None:
     """The find result ``heads`` names (an object, ``result.json`` or its folder), or None for a head list.
 
     Raises:
-        ResultFileError: an unreadable result.
+        ResultFileError: an unreadable result. HeadSpecError: an empty spec.
     """
     if isinstance(heads, FindResult):
         return heads
+    if isinstance(heads, str) and not heads.strip():  # Path("") is ".": the current folder's result.json
+        raise HeadSpecError("no heads given: name a find result (result.json or its folder) or heads like L0.H1")
     if isinstance(heads, (str, Path)) and (str(heads).endswith(".json") or _is_folder(heads)):
         return FindResult.load(Path(heads))
     return None

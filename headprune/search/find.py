@@ -21,13 +21,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from headprune.distributed import Team
+from headprune.errors import ResultFileError, SearchSettingsError
+from headprune.folder_lock import FolderLock
+from headprune.io import refuse_unsafe_output
 from headprune.models import LoadedModel, load_model
 from headprune.search.compress import compress
 from headprune.search.conditions import Conditions
 from headprune.search.determinism import one_kernel
 from headprune.search.improve import expected_joint_evaluations, improve
 from headprune.search.journal import JOURNAL_NAME
-from headprune.search.result import FindResult
+from headprune.search.result import RESULT_NAME, FindResult
 from headprune.search.settings import (RANK_KEYS, SCREENS, check_layout, check_placement, check_settings,
                                        fit_to_grid, settings_for)
 from headprune.search.split import Inputs, TaskLike, load_inputs
@@ -45,7 +48,8 @@ def find(
     control_limit: int = 500, alpha: float = 0.05, rank_by: str = "gain", screen: str = "exact",
     candidates: int = 30, objective: str = "improve", max_drop: float | None = None, prefer: str | None = None,
     patience: int | None = None, compress_search: str | None = None, beam_width: int | None = None,
-    batch_size: int | str = "auto", out: Path | None = None, resume: bool = False, progress: bool = False,
+    batch_size: int | str = "auto", out: Path | None = None, resume: bool = False, overwrite: bool = False,
+    progress: bool = False,
     device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False, device_map: str | None = None,
     max_memory: str | dict | None = None, team: Team | None = None,
 ) -> FindResult:
@@ -74,8 +78,11 @@ def find(
             non-inferiority test (``headprune.search.compress``).
         compress_search: ``greedy`` (default: galloping, with backtracking) or ``beam`` (keeps the ``beam_width``
             best sets, default 4, and tries each with the next unit every round).
-        out: folder for journal.jsonl (resume); ``None`` keeps everything in memory.
+        out: folder for journal.jsonl (resume); ``None`` keeps everything in memory. Locked for the run (one run
+            per folder).
         resume: continue the journal in ``out``.
+        overwrite: start afresh in an ``out`` that holds an earlier run (its journal is replaced); without it, or
+            ``resume``, such a folder is refused.
         device, dtype: where and in which precision the model runs (``auto``: a GPU in bfloat16 when there is
             one, else the CPU in float32); margins and statistics are float32 either way.
         trust_remote_code: allow a checkpoint whose class only its own code defines, and lm-eval task files that
@@ -96,10 +103,62 @@ def find(
     team = team or Team()
     if team.restarted and out is not None and (Path(out) / JOURNAL_NAME).is_file() and not resume:
         log.info("restarted by the launcher: resuming from %s", Path(out) / JOURNAL_NAME)
-        resume = True
+        resume, overwrite = True, False
     check_settings(settings, resume=resume, out=out)
     check_placement(device_map, team.parallel)
-    inputs = load_inputs(task, heldout_task, control, settings, discovery, heldout, trust_remote_code=trust_remote_code)
+    lock = _claim(out, team, resume=resume, overwrite=overwrite)
+    try:
+        return _run(model, task, heldout_task, control, settings, discovery, heldout, out=out, resume=resume,
+                    progress=progress, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                    device_map=device_map, max_memory=max_memory, team=team, started=started)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _claim(out: Path | None, team: Team, *, resume: bool, overwrite: bool) -> FolderLock | None:
+    """Rank 0 takes ``out`` for the run (its refusal reaches every process); the lock, to be released."""
+    if out is None:
+        return None
+    lock = FolderLock(out, what="find")
+
+    def claim() -> None:
+        lock.acquire()
+        try:
+            check_run_folder(Path(out), resume=resume, overwrite=overwrite)
+        except BaseException:
+            lock.release()
+            raise
+
+    team.from_main(claim)
+    return lock
+
+
+def check_run_folder(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """A find run's folder: never a root or home folder; one that holds an earlier run only with ``resume`` (to
+    continue it) or ``overwrite`` (to start afresh), never both.
+
+    Raises:
+        ResultFileError, SearchSettingsError
+    """
+    refuse_unsafe_output(out)
+    if resume and overwrite:
+        raise SearchSettingsError("resume continues the run in out, overwrite starts afresh: give one",
+                                  settings=("resume", "overwrite"))
+    earlier = [name for name in (JOURNAL_NAME, RESULT_NAME) if (out / name).exists()]
+    if earlier and not resume and not overwrite:
+        raise ResultFileError(f"{out} holds an earlier find run ({', '.join(earlier)}); give resume to continue it, "
+                              "overwrite to start afresh, or another out folder",
+                              settings=("resume", "overwrite", "out"))
+
+
+def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None,
+         control: TaskLike | Sequence[TaskLike] | None, settings, discovery: int, heldout: int, *,  # noqa: ANN001
+         out: Path | None, resume: bool, progress: bool, device: str, dtype: str, trust_remote_code: bool,
+         device_map: str | None, max_memory: str | dict | None, team: Team, started: float) -> FindResult:
+    """The run itself, once the settings are checked and the folder is held."""
+    inputs = load_inputs(task, heldout_task, control, settings, discovery, heldout,
+                         trust_remote_code=trust_remote_code)
     lm = load_model(model, dtype=dtype, device=team.device(device), trust_remote_code=trust_remote_code,
                     device_map=device_map, max_memory=max_memory) if isinstance(model, str) else model
     if team.parallel:

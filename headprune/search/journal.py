@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headprune.errors import ResultFileError
-from headprune.folder_lock import FolderLock
 from headprune.io import atomic_write_text
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.tasks import Task
@@ -30,12 +29,12 @@ class Journal:
     def __init__(self, folder: Path | None, settings: dict, *, resume: bool = False,
                  entries: dict[str, dict] | None = None) -> None:
         """Start (or, with ``resume``, reopen) the journal in ``folder``; ``None`` keeps it in memory (starting
-        from ``entries``: another process's copy in a data-parallel run)."""
+        from ``entries``: another process's copy in a data-parallel run). The caller holds the folder's lock
+        (:class:`headprune.folder_lock.FolderLock`, taken by ``find``)."""
         self.path = Path(folder) / JOURNAL_NAME if folder is not None else None
         self._entries: dict[str, dict] = dict(entries or {})
         if self.path is None:
             return
-        self.lock = FolderLock(Path(folder)).acquire()  # one run per folder, before anything is read or written
         if resume:
             self._load(settings)
         else:
@@ -48,7 +47,7 @@ class Journal:
         if not self.path.is_file():
             raise ResultFileError(f"cannot resume: {self.path} does not exist (nothing to resume)",
                                   settings=("resume",))
-        lines = self.path.read_text(encoding="utf-8").splitlines()
+        lines = self.path.read_text(encoding="utf-8").split("\n")  # JSON lines end at "\n" only (no splitlines)
         try:
             recorded = json.loads(lines[0])["settings"]
         except (IndexError, KeyError, json.JSONDecodeError) as error:

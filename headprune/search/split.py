@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from headprune.errors import SearchSettingsError, TaskError
-from headprune.tasks import Task, load_task
+from headprune.tasks import Task, load_task, portable_spec
 
 if TYPE_CHECKING:
     from headprune.search.result import FindSettings
@@ -110,8 +110,9 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
     Raises:
         TaskError: the task has no accuracy; and the loading and splitting errors.
     """
-    specs = {"task": None if isinstance(task, Task) else str(task),
-             "heldout": None if heldout_task is None or isinstance(heldout_task, Task) else str(heldout_task)}
+    held_spec = None if heldout_task is None or isinstance(heldout_task, Task) else portable_spec(heldout_task)
+    specs = {"task": None if isinstance(task, Task) else portable_spec(task),  # loads from any working folder
+             "heldout": held_spec}
     load = functools.partial(load_task, trust_remote_code=trust_remote_code)
     task = task if isinstance(task, Task) else load(task)
     if not task.has_accuracy:

@@ -81,9 +81,9 @@ def run_seed(settings: Settings, folder: Path, protocol: Protocol = Protocol(), 
     result = find(model, str(folder / "task_b.jsonl"), control=str(folder / "task_a.jsonl"),
                   control_limit=protocol.heldout, discovery=protocol.discovery, heldout=protocol.heldout,
                   nominees=protocol.nominees, max_heads=protocol.max_heads, finalists=protocol.finalists,
-                  seed=settings.seed, out=folder / "find", progress=progress)
+                  seed=settings.seed, out=folder / "find", progress=progress, overwrite=True)  # the seed's own
     write_outputs(result, folder / "find")
-    exported = export(model, result, out=folder / "pruned") if result.confirmed else None
+    exported = export(model, result, out=folder / "pruned", overwrite=True) if result.confirmed else None
 
     found = [head.head for head in result.primary]
     optimum = joint_optimum(settings.distractor_rate)

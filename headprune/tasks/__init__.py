@@ -9,6 +9,7 @@ A spec is ``NAME[:key=value,...]``, ``PATH.jsonl[:key=value,...]`` or ``lm-eval:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from headprune.errors import TaskError
@@ -55,10 +56,29 @@ def load_task(spec: str | Path, *, trust_remote_code: bool = False) -> Task:
     return load_jsonl_task(path, length_normalize=length_normalize, max_new_tokens=max_new_tokens, answer=answer)
 
 
+def portable_spec(spec: str | Path) -> str:
+    """``spec`` with the task files it names given by absolute paths, so that a record of it (result.json) loads
+    the same task from any working folder. Built-in names, Hub names and options are kept as they are."""
+    text = str(spec)
+    prefix = PREFIX if text.startswith(PREFIX) else ""
+    body = text[len(prefix):]
+
+    def absolute(name: str) -> str:
+        path = Path(name.strip()).expanduser()
+        if not name.strip() or name.strip() in BUILTIN_TASKS or not path.exists():
+            return name
+        return os.path.abspath(path)
+
+    if Path(body).expanduser().exists():  # the whole spec is one path (it may contain ':')
+        return prefix + absolute(body)
+    names, sep, options = body.partition(":")
+    return prefix + ",".join(absolute(name) for name in names.split(",")) + sep + options
+
+
 def describe_builtin_tasks() -> list[tuple[str, str, str]]:
     """``(name, kind, summary)`` of each built-in task."""
     return [(name, kind, summary) for name, (kind, summary) in BUILTIN_SUMMARIES.items()]
 
 
 __all__ = ["PREFIX", "TASK_KINDS", "Example", "Task", "TaskKind", "describe_builtin_tasks", "has_accuracy", "load_task",
-           "load_jsonl_task", "write_jsonl_task", "BUILTIN_TASKS"]
+           "load_jsonl_task", "portable_spec", "write_jsonl_task", "BUILTIN_TASKS"]

@@ -99,7 +99,7 @@ def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_token
     """
     name = str(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028, U+0085 may be in a string
     except (OSError, UnicodeDecodeError) as error:
         raise TaskError(f"cannot read task file ({error})", path=name) from error
     kind: str | None = None
