@@ -7,8 +7,9 @@ Two tables, each comparing find's rule with the rule before 0.2 through the same
   the share of real heads kept in the primary set, and the share of runs confirmed on held-out with only real
   heads; for null heads flipping 0.1%-5% of answers, 0, 1 and 2 real heads of +0.6 points (0.8% rescued, 0.2%
   damaged), find's defaults and ``--extend 2``; 18 heads (2 layers of 9), discovery 2,000, held-out 1,000.
-  ``halves``: find's rule (propose on one half of discovery, admit on the other); ``same``: propose and admit
-  on all of discovery.
+  ``halves``: find's rule (propose on one half of discovery, admit on the other, single heads by the lower end
+  of their gain's 70% score interval); ``same``: propose and admit on all of discovery, single heads by the
+  raw gain (the rule before 0.2, as headprune 0.1.0 ran it up to the walk's order of elimination).
 - **compress**: the share of runs accepted on held-out and the share of accepted sets whose true drop exceeds
   the budget, at budgets 0.5, 1 and 2 points (36 heads, 40% harmless); ``held-out``: find's budget (discovery
   judged as the held-out test will judge it), ``estimate``: the discovery estimate alone.

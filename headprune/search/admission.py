@@ -171,7 +171,8 @@ def single_order(screened: Sequence[tuple[Head, Paired, object]], rank: Callable
     (scripts/passengers.py, one real head of +0.6 points among 17 null heads): the real head is taken about as
     often as by the raw gain where null heads flip 0.1-1% of answers, and 0.69 against 0.48 of the time where
     they flip 3%; the 95% bound takes it still more often there but less where null heads flip few answers.
-    Under ``rank_by=margin`` (the user's chosen measure), find's ranking key alone."""
+    Under ``rank_by=margin`` (the user's chosen measure), find's ranking key alone (``"key"``: the same for
+    gain, the rule before 0.2, which the simulation compares against)."""
     rows = list(screened)
     keys = [rank(paired, (head,)) for head, paired, _ in rows]
     if rank_by == "gain" and rows:

@@ -54,10 +54,12 @@ def improve(stages: Stages, inputs: Inputs) -> FindResult:
                                  records), parsimony=admission.record(len(frozen[0])))
 
 
-def choose(stages: Stages) -> Choice:
+def choose(stages: Stages, *, singles: str | None = None) -> Choice:
     """Everything the search decides on discovery, once the baseline is in ``stages``: the halves, the screen,
     the joint search on the search half, the admission on the check half, the finalists. The counts-only
-    simulation (``headprune.search.simulation``) runs exactly this."""
+    simulation (``headprune.search.simulation``) runs exactly this. ``singles``: how single heads are ranked
+    (:func:`headprune.search.admission.single_order`; default: by ``rank_by``; ``"key"``: find's ranking key
+    alone, as before 0.2, for the simulation's comparison)."""
     settings = stages.settings
     stages.split_discovery()
     screened, prescreen = stages.screen()
@@ -67,7 +69,7 @@ def choose(stages: Stages) -> Choice:
         nominees = joint(stages, screened, admission)
     with stages.timed("parsimony"):  # every head of a set earns its place on the check half
         ranked = sorted(admission.evaluated, key=stages.search_rank)
-        frozen, found = admission.finalists(ranked, single_order(screened, stages.rank, settings.rank_by),
+        frozen, found = admission.finalists(ranked, single_order(screened, stages.rank, singles or settings.rank_by),
                                             settings.finalists)
     return Choice(screened, prescreen, nominees, admission, frozen, found)
 

@@ -147,7 +147,8 @@ def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), layers: i
     """One find run (improve, exact screen) on a fresh counts-only model: ``real`` heads at random places, every
     other head a null head flipping ``flip`` of the answers. ``settings``: find's (default: its defaults, seeded
     by ``seed``). ``rule``: ``halves`` (find's: propose on one half of discovery, admit on the other) or
-    ``same`` (propose and admit on all of discovery: the rule before 0.2, for comparison)."""
+    ``same`` (propose and admit on all of discovery, single heads by find's ranking key: the rule before 0.2,
+    for comparison)."""
     rng = np.random.default_rng(seed)
     grid = HeadGrid(layers, heads, heads, 4)
     rates: list[Rates] = [(flip / 2, flip / 2)] * grid.total
@@ -163,7 +164,8 @@ def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), layers: i
         stages.folds = Folds.same(discovery)
     elif rule != "halves":
         raise ValueError(f"rule must be halves or same, not {rule!r}")
-    choice = choose(stages)  # it logs a line or two: callers running thousands quieten the "headprune" logger
+    # It logs a line or two: callers running thousands quieten the "headprune" logger.
+    choice = choose(stages, singles="key" if rule == "same" else None)
     primary = choice.frozen[0]
     (finalist,) = stages.finalists([primary], choice.admission.evaluated)
     return Outcome(tuple(conditions.index(primary)), places, finalist.heldout.confirmed)
