@@ -9,6 +9,7 @@ and each stage's wall time is kept under its name in ``timings`` (stages do not 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -96,6 +97,7 @@ class Stages:
         screened = [(h, singles[(h,)], estimates[h] if estimates else None) for h in to_screen]
         if estimates is not None:
             rho = spearman(np.array([e for _, _, e in screened]), np.array([p.margin_change for _, p, _ in screened]))
+            rho = rho if math.isfinite(rho) else None  # undefined when either side is constant: JSON has no NaN
             prescreen = Prescreen("attribution", len(screened), estimates={str(h): v for h, v in estimates.items()},
                                   spearman_on_candidates=rho)
         return screened, prescreen
