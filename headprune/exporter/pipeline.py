@@ -109,6 +109,12 @@ def export(
                                            max_shard_size))
     _check_options(fmt, ablation, tolerance)
     result = read_result(heads)
+    if result is None:  # heads given as a list: one set, which claims nothing
+        for name, given in (("set_rank", set_rank != 1), ("allow_unconfirmed", allow_unconfirmed)):
+            if given:
+                raise ExportSettingsError(f"{name} applies only to heads from a find result (its finalists and their "
+                                          "verdicts); heads given as a list are one set that claims no gain",
+                                          settings=(name,))
     check_ablation(result, ablation, verify_task)  # every option is checked before the model is touched
     started = time.perf_counter()
     quiet_transformers()
