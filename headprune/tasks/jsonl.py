@@ -133,6 +133,11 @@ def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_token
     ids = [e.id for e in examples]
     if len(set(ids)) != len(ids):
         raise TaskError("example ids are not unique", path=name)
+    if max_new_tokens is not None and kind not in ("generate", "code"):
+        raise TaskError(f"option max_new_tokens applies to generate and code tasks; this file holds {kind} rows",
+                        path=name)
+    if length_normalize and kind != "choice":
+        raise TaskError(f"option length_normalize applies to choice tasks; this file holds {kind} rows", path=name)
     if max_new_tokens is None:
         max_new_tokens = CODE_MAX_NEW_TOKENS if kind == "code" else 16
     if answer != LINE and kind != "generate":
@@ -158,7 +163,7 @@ def read_lines(path: Path) -> list[str]:
     except UnicodeDecodeError as error:
         raise TaskError(f"not UTF-8 text (byte {error.start:,}: {error.reason})", path=name) from error
     except ValueError as error:
-        more = " (raise it with HEADPRUNE_MAX_TASK_MB=N)" if "limit" in str(error) else " cannot be a task file"
+        more = " (raise it with HEADPRUNE_MAX_TASK_MB=N)" if "limit" in str(error) else ": cannot be a task file"
         raise TaskError(f"{error}{more}", path=name) from None
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     longest = limit("HEADPRUNE_MAX_LINE_CHARS")
