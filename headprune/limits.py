@@ -23,10 +23,10 @@ LIMITS: dict[str, tuple[int, str]] = {
 }
 
 
-# Other numbers read from the environment: name -> (default, minimum, whole number).
-NUMBERS: dict[str, tuple[float, float, bool]] = {
-    "HEADPRUNE_LAYER_CACHE_MB": (2048, 0, True),
-    "HEADPRUNE_DIST_TIMEOUT_MIN": (120, 0.01, False),
+# Other numbers read from the environment: name -> (default, minimum, maximum, whole number).
+NUMBERS: dict[str, tuple[float, float, float, bool]] = {
+    "HEADPRUNE_LAYER_CACHE_MB": (2048, 0, 2**40, True),
+    "HEADPRUNE_DIST_TIMEOUT_MIN": (120, 0.01, 10**7, False),  # ten million minutes: 19 years
 }
 
 
@@ -49,15 +49,16 @@ def number(name: str) -> float:
     Raises:
         SettingsError: the variable is not a number of the right kind, or is below its minimum.
     """
-    default, minimum, integer = NUMBERS[name]
-    return env_number(name, default, minimum=minimum, integer=integer)
+    default, minimum, maximum, integer = NUMBERS[name]
+    return env_number(name, default, minimum=minimum, maximum=maximum, integer=integer)
 
 
-def env_number(name: str, default: float, *, minimum: float = 0, integer: bool = True) -> float:
+def env_number(name: str, default: float, *, minimum: float = 0, maximum: float = float("inf"),
+               integer: bool = True) -> float:
     """The number in environment variable ``name`` (``default`` when unset or empty).
 
     Raises:
-        SettingsError: the value is not a finite number of the right kind, or is below ``minimum``.
+        SettingsError: the value is not a finite number of the right kind, or is outside ``minimum..maximum``.
     """
     raw = os.environ.get(name, "").strip()
     if not raw:
@@ -68,8 +69,14 @@ def env_number(name: str, default: float, *, minimum: float = 0, integer: bool =
         raise SettingsError(f"environment variable {name}={raw[:40]!r} is not {'an integer' if integer else 'a number'}"
                             ) from None
     if not minimum <= value < float("inf"):
-        raise SettingsError(f"environment variable {name}={raw[:40]!r} must be at least {minimum:g}")
+        raise SettingsError(f"environment variable {name}={raw[:40]!r} must be at least {_shown(minimum)}")
+    if value > maximum:
+        raise SettingsError(f"environment variable {name}={raw[:40]!r} must be at most {_shown(maximum)}")
     return value
+
+
+def _shown(number: float) -> str:
+    return f"{int(number):,}" if float(number).is_integer() else f"{number:g}"
 
 
 def limit(name: str) -> int:
