@@ -41,7 +41,8 @@ def _row(**fields: object) -> str:
     return json.dumps(fields) + "\n"
 
 
-def _variant(root: Path, name: str, tokenizer, config: dict | None = None, weights=None, layers: int = 2):  # noqa: ANN001
+def _variant(root: Path, name: str, tokenizer, config: dict | None = None, weights=None,  # noqa: ANN001
+             layers: int = 2) -> None:
     lm = build_tiny("llama", tokenizer, seed=1, layers=layers)
     if weights is not None:
         with torch.no_grad():
@@ -60,7 +61,8 @@ def p(tmp_path_factory, tokenizer) -> Inputs:  # noqa: ANN001
     _variant(root, "nan", tokenizer, weights=lambda m: [w.fill_(float("nan")) for w in m.parameters()])
     for name, config in (("more_layers", {"num_hidden_layers": 3}), ("fewer_layers", {"num_hidden_layers": 1}),
                          ("zero_heads", {"num_attention_heads": 0}), ("zero_layers", {"num_hidden_layers": 0}),
-                         ("negative_hidden", {"hidden_size": -32}), ("wrong_shapes", {"hidden_size": 64, "head_dim": 16}),
+                         ("negative_hidden", {"hidden_size": -32}),
+                         ("wrong_shapes", {"hidden_size": 64, "head_dim": 16}),
                          ("kv_heads", {"num_key_value_heads": 3})):
         _variant(root, name, tokenizer, config)
     shutil.copytree(root / "good", root / "list_config")

@@ -280,7 +280,8 @@ def _special(kind: str, folder: Path) -> str:
 @given(kind=st.sampled_from(["fifo", "socket", "folder", "/dev/zero", "/dev/urandom", "/dev/null"]),
        where=st.sampled_from(["eval --task", "find --task", "find --heldout-task", "find --control",
                               "export --verify-task", "export --heads"]))
-def test_fifos_and_devices_are_refused_without_blocking(tmp_path_factory, tiny_dir, kind, where) -> None:  # noqa: ANN001
+def test_fifos_and_devices_are_refused_without_blocking(tmp_path_factory, tiny_dir, kind,  # noqa: ANN001
+                                                        where) -> None:
     folder = tmp_path_factory.mktemp("s")
     path = _special(kind, folder)
     if where == "export --heads" and kind not in ("folder",):  # a result path: named *.json or a folder

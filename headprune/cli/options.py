@@ -109,4 +109,3 @@ def refuse_inapplicable(ctx: click.Context, *rules: tuple[str, bool, str]) -> No
         if not applies and ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
                                                                ParameterSource.ENVIRONMENT):
             raise SettingsError(f"{name} applies only {when}; it would be ignored here", settings=(name,))
-
