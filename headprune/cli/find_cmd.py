@@ -78,9 +78,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                  control: tuple[str, ...], control_limit: int, alpha: float, rank_by: str, screen: str,
                  candidates: int | None, objective: str, max_drop: float | None, prefer: str | None,
                  patience: int | None, compress_search: str | None, beam_width: int | None, batch_size: int | str,
-                 out: Path | None,
-                 resume: bool, device: str, device_map: str | None, max_memory: str | None, dtype: str,
-                 trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:
+                 out: Path | None, resume: bool, device: str, device_map: str | None, max_memory: str | None,
+                 dtype: str, trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:
     """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, a large
     one whose removal TASK does not notice), and test it on held-out data.
 
