@@ -30,6 +30,12 @@ NUMBERS: dict[str, tuple[float, float, float, bool]] = {
 }
 
 
+# Words read from the environment: name -> the values it takes (the first is the default).
+WORDS: dict[str, tuple[str, ...]] = {
+    "HEADPRUNE_CPU_LINEAR": ("auto", "onednn", "torch"),
+}
+
+
 def check_environment() -> None:
     """Read every number headprune takes from the environment once, so that a bad one is refused before any work,
     not when the module that needs it first runs.
@@ -41,6 +47,21 @@ def check_environment() -> None:
         limit(name)
     for name in NUMBERS:
         number(name)
+    for name in WORDS:
+        word(name)
+
+
+def word(name: str) -> str:
+    """The value of one of :data:`WORDS` (its environment variable, lower case, or its default).
+
+    Raises:
+        SettingsError: a value it does not take.
+    """
+    choices = WORDS[name]
+    wanted = os.environ.get(name, "").strip().lower() or choices[0]
+    if wanted not in choices:
+        raise SettingsError(f"{name}={os.environ[name][:40]!r}: use one of {', '.join(choices)}")
+    return wanted
 
 
 def number(name: str) -> float:
@@ -104,4 +125,5 @@ def check_limit(what: str, estimate: int, name: str, *, error: type[HeadpruneErr
                 settings=settings)
 
 
-__all__ = ["LIMITS", "NUMBERS", "check_environment", "check_limit", "env_number", "limit", "number"]
+__all__ = ["LIMITS", "NUMBERS", "WORDS", "check_environment", "check_limit", "env_number", "limit", "number",
+           "word"]

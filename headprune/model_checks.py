@@ -29,7 +29,8 @@ POSITIVE_FIELDS = ("hidden_size", "n_embd", "d_model", "num_attention_heads", "n
 
 
 def check_config_file(folder: Path) -> None:
-    """Refuse a config.json that is not a JSON object, or gives a size or count below 1.
+    """Refuse a config.json that is not a JSON object, names its class or type with something else than names, or
+    gives a size or count below 1.
 
     Raises:
         UnsupportedModelError: naming the field.
@@ -40,6 +41,13 @@ def check_config_file(folder: Path) -> None:
         raise UnsupportedModelError(f"{folder}: config.json is not readable JSON ({str(error)[:200]})") from None
     if not isinstance(raw, dict):
         raise UnsupportedModelError(f"{folder}: config.json must hold a JSON object")
+    architectures = raw.get("architectures")
+    if architectures is not None and (not isinstance(architectures, list) or not all(
+            isinstance(name, str) and name for name in architectures)):
+        raise UnsupportedModelError(f"{folder}: config.json: architectures must be a list of class names, not "
+                                    f"{architectures!r:.60}")
+    if not isinstance(raw.get("model_type", ""), str):
+        raise UnsupportedModelError(f"{folder}: config.json: model_type must be a name, not {raw['model_type']!r:.60}")
     for name in POSITIVE_FIELDS:
         value = raw.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import StrictDataclassError  # transformers' configs check their fields' types
 from safetensors import SafetensorError
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -135,11 +136,10 @@ def load_config(folder: Path) -> PretrainedConfig:
     check_config_file(folder)
     try:
         return AutoConfig.from_pretrained(folder)
-    except (ValueError, KeyError, OSError, TypeError, AttributeError, ArithmeticError) as error:
-        raise UnsupportedModelError(
-            f"{folder}: config.json does not describe a supported transformer ({str(error).splitlines()[0][:200]}); "
-            f"supported model types: {', '.join(supported_model_types())}"
-        ) from error
+    except (ValueError, KeyError, OSError, TypeError, AttributeError, ArithmeticError, StrictDataclassError) as error:
+        why = " ".join(line.strip() for line in str(error).splitlines())[:200]  # a field's error spans lines
+        raise UnsupportedModelError(f"{folder}: config.json does not describe a supported transformer ({why}); "
+                                    f"supported model types: {', '.join(supported_model_types())}") from error
 
 
 def quiet_transformers() -> None:

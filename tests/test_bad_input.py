@@ -62,7 +62,7 @@ def p(tmp_path_factory, tokenizer) -> Inputs:  # noqa: ANN001
     for name, config in (("more_layers", {"num_hidden_layers": 3}), ("fewer_layers", {"num_hidden_layers": 1}),
                          ("zero_heads", {"num_attention_heads": 0}), ("zero_layers", {"num_hidden_layers": 0}),
                          ("negative_hidden", {"hidden_size": -32}),
-                         ("wrong_shapes", {"hidden_size": 64, "head_dim": 16}),
+                         ("wrong_shapes", {"hidden_size": 64, "head_dim": 16}), ("null_hidden", {"hidden_size": None}),
                          ("kv_heads", {"num_key_value_heads": 3})):
         _variant(root, name, tokenizer, config)
     shutil.copytree(root / "good", root / "list_config")
@@ -193,6 +193,8 @@ CASES = [
      "shapes disagree with config.json (lm_head.weight: checkpoint (320, 32) vs config (320, 64)"),
     ("3 key/value heads for 4", lambda p: ["eval", p.kv_heads, "--task", p.ok_jsonl], {}, "must divide"),
     ("config.json a list", lambda p: ["eval", p.list_config, "--task", p.ok_jsonl], {}, "JSON object"),
+    ("hidden size null", lambda p: ["eval", p.null_hidden, "--task", p.ok_jsonl], {},
+     "Field 'hidden_size' expected int"),
     # corrupt journals, resumed
     ("journal: lines cut", lambda p: _journal(p, lambda lines: lines[:1] + [x[: len(x) // 2] for x in lines[1:]]),
      {}, "corrupt at line 2"),
@@ -213,6 +215,7 @@ CASES = [
     ("HEADPRUNE_DIST_TIMEOUT_MIN=x", lambda p: ["tasks"], {"HEADPRUNE_DIST_TIMEOUT_MIN": "x"}, "not a number"),
     ("HEADPRUNE_MAX_SETS=0", lambda p: ["tasks"], {"HEADPRUNE_MAX_SETS": "0"}, "at least 1"),
     ("HEADPRUNE_MAX_LINE_CHARS=1e6", lambda p: ["tasks"], {"HEADPRUNE_MAX_LINE_CHARS": "1e6"}, "not an integer"),
+    ("HEADPRUNE_CPU_LINEAR=mkl", lambda p: ["tasks"], {"HEADPRUNE_CPU_LINEAR": "mkl"}, "use one of auto, onednn"),
     ("WORLD_SIZE=abc", lambda p: ["find", p.good, "--task", p.ok_jsonl, *SMALL_FIND], {"WORLD_SIZE": "abc"},
      "WORLD_SIZE='abc' is not an integer"),
     # options that cannot work, or do not apply
