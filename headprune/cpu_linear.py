@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,10 +30,11 @@ import torch
 from torch import nn
 
 from headprune.errors import SettingsError
+from headprune.limits import WORDS, word
 
 log = logging.getLogger("headprune")
 ENV = "HEADPRUNE_CPU_LINEAR"
-CHOICES = ("auto", "onednn", "torch")
+CHOICES = WORDS[ENV]
 # Below this many multiply-adds a product stays torch's: oneDNN's call costs about 10 us more (measured here: even
 # at 64 x 64 x 256, faster from 4 x 576 x 576).
 SMALL = 1 << 20
@@ -87,10 +87,7 @@ def setting() -> str:
     Raises:
         SettingsError: another value.
     """
-    wanted = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if wanted not in CHOICES:
-        raise SettingsError(f"{ENV}={os.environ[ENV]!r}: use one of {', '.join(CHOICES)}")
-    return wanted
+    return word(ENV)
 
 
 def kernel() -> str:

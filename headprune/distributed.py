@@ -25,13 +25,20 @@ from typing import Any, TypeVar
 
 import torch
 
-from headprune.errors import HeadpruneError, WorkerLostError
+from headprune.errors import HeadpruneError, SettingsError, WorkerLostError
+from headprune.limits import env_number, number
 
 log = logging.getLogger("headprune")
 T = TypeVar("T")
 
 #: How long a process waits for the others at a collective call (a slow stage on one process, e.g. loading).
-TIMEOUT = timedelta(minutes=float(os.environ.get("HEADPRUNE_DIST_TIMEOUT_MIN", "120")))
+def timeout() -> timedelta:
+    """How long a process waits for the others (``HEADPRUNE_DIST_TIMEOUT_MIN``, default 120 minutes).
+
+    Raises:
+        SettingsError: the variable is not a positive number.
+    """
+    return timedelta(minutes=number("HEADPRUNE_DIST_TIMEOUT_MIN"))
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,7 @@ _lost = False  # this process has already said so
 
 def launched() -> bool:
     """Whether a launcher started this process as one of several."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return int(env_number("WORLD_SIZE", 1, minimum=1)) > 1
 
 
 def join(device: str = "auto") -> Team:
@@ -119,8 +126,14 @@ def join(device: str = "auto") -> Team:
     """
     if not launched():
         return Team()
-    team = Team(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", "0")),
-                 int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0)
+    world = int(env_number("WORLD_SIZE", 1, minimum=1))
+    if "RANK" not in os.environ:
+        raise SettingsError(f"environment variable WORLD_SIZE={world} without RANK: start several processes with "
+                            "torchrun or accelerate launch, which set both")
+    team = Team(int(env_number("RANK", 0)), world, int(env_number("LOCAL_RANK", 0)),
+                int(env_number("TORCHELASTIC_RESTART_COUNT", 0)) > 0)
+    if team.rank >= world:
+        raise SettingsError(f"environment variable RANK={team.rank} must be below WORLD_SIZE={world}")
     if not torch.distributed.is_initialized():
         gpu = team.device(device).startswith("cuda") and torch.cuda.is_available()
         if gpu:
@@ -128,13 +141,13 @@ def join(device: str = "auto") -> Team:
         try:
             from torch.distributed.rendezvous import rendezvous
 
-            store, _, _ = next(rendezvous("env://", timeout=TIMEOUT))
+            store, _, _ = next(rendezvous("env://", timeout=timeout()))
             # A key space per launch attempt: workers restarted by torchrun must not read the addresses their
             # predecessors left in the launcher's store.
             restarts = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
             attempt = torch.distributed.PrefixStore(f"headprune/attempt_{restarts}", store)
             torch.distributed.init_process_group("nccl" if gpu else "gloo", store=attempt, rank=team.rank,
-                                                 world_size=team.world, timeout=TIMEOUT)
+                                                 world_size=team.world, timeout=timeout())
         except (RuntimeError, ValueError, torch.distributed.DistError) as error:
             raise WorkerLostError(f"cannot join the other processes of this run: {error}") from error
     if not team.is_main:

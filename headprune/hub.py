@@ -61,6 +61,10 @@ def _token(token: str | None) -> str:
     found = token or os.environ.get("HF_TOKEN") or get_token()
     if not found:
         raise HubError("no Hugging Face token: pass --token, set HF_TOKEN, or log in with `hf auth login`")
+    if not (found.isascii() and found.isprintable()) or any(c.isspace() for c in found):
+        # An HTTP header carries ASCII only; the token itself is never echoed.
+        raise HubError("the Hugging Face token holds a character an HTTP header cannot carry (non-ASCII, a space "
+                       "or a control character): check --token or HF_TOKEN")
     return found
 
 

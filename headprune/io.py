@@ -16,13 +16,14 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from headprune.errors import ResultFileError
+from headprune.errors import InternalCheckError, ResultFileError
 
 OWNER_SUFFIX = ".owner"
 
@@ -46,7 +47,17 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_json(path: Path, data: object) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    """Write ``data`` as strict JSON (no NaN or Infinity, which JSON does not have and other readers refuse).
+
+    Raises:
+        InternalCheckError: a value is not finite (a broken model is refused before anything is scored, so a NaN
+            here is a bug); nothing is written.
+    """
+    try:
+        text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False)
+    except ValueError as error:
+        raise InternalCheckError(f"not writing {path}: a value is NaN or infinite ({error})") from None
+    atomic_write_text(path, text + "\n")
 
 
 def umask() -> int:
@@ -260,3 +271,31 @@ def check_writable_folder(folder: Path) -> None:
         os.unlink(probe)
     except OSError as error:
         raise ResultFileError(f"cannot write to {folder}: {error.strerror or error}") from error
+
+
+def read_regular_file(path: Path, max_bytes: int) -> bytes:
+    """The bytes of ``path``, read only when it is a regular file of at most ``max_bytes``: a FIFO or a device
+    would block or never end, so its type is checked before it is opened, and it is opened without blocking in
+    case it became one since.
+
+    Raises:
+        OSError: it cannot be read (FileNotFoundError when it does not exist).
+        ValueError: not a regular file, or larger than ``max_bytes`` (the message says which).
+    """
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError("not a regular file (a FIFO, device or folder)")
+    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file (a FIFO, device or folder)")
+        if info.st_size > max_bytes:
+            raise ValueError(f"{info.st_size:,} bytes, more than the limit of {max_bytes:,}")
+        with os.fdopen(os.dup(handle), "rb") as stream:
+            data = stream.read(max_bytes + 1)
+    finally:
+        os.close(handle)
+    if len(data) > max_bytes:  # it grew while being read
+        raise ValueError(f"more than the limit of {max_bytes:,} bytes")
+    return data
+

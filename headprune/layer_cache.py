@@ -11,7 +11,6 @@ pass, so results are identical. Checkpoints are spaced to fit a memory budget.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -19,9 +18,16 @@ import torch
 from torch import nn
 
 from headprune.errors import InternalCheckError
+from headprune.limits import number
 from headprune.models import LoadedModel
 
-DEFAULT_BUDGET_MB = int(os.environ.get("HEADPRUNE_LAYER_CACHE_MB", "2048"))
+def default_budget_mb() -> int:
+    """The cache's memory budget: ``HEADPRUNE_LAYER_CACHE_MB`` (0 turns it off), default 2048 MB.
+
+    Raises:
+        SettingsError: the variable is not a whole number of MB.
+    """
+    return int(number("HEADPRUNE_LAYER_CACHE_MB"))
 
 
 class _PassThrough(nn.Module):
@@ -50,8 +56,10 @@ class LayerInputCache:
         self._store: dict[int, dict[int, torch.Tensor]] = {}
 
     @classmethod
-    def for_budget(cls, lm: LoadedModel, token_count: int, *, budget_mb: int = DEFAULT_BUDGET_MB) -> LayerInputCache:
-        """Checkpoints spaced evenly so that ``token_count`` padded tokens per layer fit ``budget_mb``."""
+    def for_budget(cls, lm: LoadedModel, token_count: int, *, budget_mb: int | None = None) -> LayerInputCache:
+        """Checkpoints spaced evenly so that ``token_count`` padded tokens per layer fit ``budget_mb`` (default:
+        :func:`default_budget_mb`)."""
+        budget_mb = default_budget_mb() if budget_mb is None else budget_mb
         hidden = int(lm.model.config.hidden_size)
         per_layer = token_count * hidden * 4  # fp32 bytes
         layers = lm.grid.num_layers

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import StrictDataclassError  # transformers' configs check their fields' types
 from safetensors import SafetensorError
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -27,7 +28,8 @@ from headprune.extras import require
 from headprune.gguf_source import BUILTIN_MODELS, builtin_gguf, write_marker
 from headprune.heads import HeadGrid
 from headprune.hashing import hash_weights, sha256_file
-from headprune.model_class import ModelClass, checkpoint_tensor_names, task_head_of, model_class
+from headprune.model_checks import check_config_file, check_loaded, shape_mismatches
+from headprune.model_class import ModelClass, checkpoint_tensor_names, model_class, task_head_of
 
 log = logging.getLogger("headprune")
 
@@ -127,16 +129,17 @@ def resolve_model(spec: str, *, trust_remote_code: bool = False) -> Path:
 
 
 def load_config(folder: Path) -> PretrainedConfig:
-    """Read config.json, with a clear error when it is not a transformer config."""
+    """Read config.json, with a clear error when it is not a transformer config or gives a size no model can
+    have (``headprune.model_checks``: transformers would divide by a head count of 0 before saying anything)."""
     from transformers import AutoConfig
 
+    check_config_file(folder)
     try:
         return AutoConfig.from_pretrained(folder)
-    except (ValueError, KeyError, OSError, json.JSONDecodeError) as error:
-        raise UnsupportedModelError(
-            f"{folder}: config.json does not describe a supported transformer ({error}); "
-            f"supported model types: {', '.join(supported_model_types())}"
-        ) from error
+    except (ValueError, KeyError, OSError, TypeError, AttributeError, ArithmeticError, StrictDataclassError) as error:
+        why = " ".join(line.strip() for line in str(error).splitlines())[:200]  # a field's error spans lines
+        raise UnsupportedModelError(f"{folder}: config.json does not describe a supported transformer ({why}); "
+                                    f"supported model types: {', '.join(supported_model_types())}") from error
 
 
 def quiet_transformers() -> None:
@@ -184,6 +187,7 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     config = load_config(folder)
     dtype = checkpoint_dtype(config) if dtype == "checkpoint" else resolve_dtype(dtype, target)
     adapter = adapter_for(config)
+    adapter.check_config(config, f"{folder}: config.json")
     sliced = getattr(config, "headprune", None)
     if sliced is not None:
         from headprune.surgery.remote_modeling import headpruned_class
@@ -205,13 +209,22 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
         raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
     except (SafetensorError, ValueError) as error:  # a corrupt or truncated weight file, shapes that disagree
         raise UnsupportedModelError(f"{spec}: cannot load the weights ({str(error).splitlines()[0][:200]})") from error
+    except RuntimeError as error:  # transformers' size-mismatch error points at a report it does not show here
+        if "mismatch" not in str(error):
+            raise
+        raise UnsupportedModelError(f"{spec}: the weights' shapes disagree with config.json "
+                                    f"({shape_mismatches(folder, chosen.name, config) or 'size mismatch'})") from None
+    except (TypeError, AttributeError, KeyError, IndexError, ArithmeticError) as error:  # a config value of a wrong
+        raise UnsupportedModelError(f"{spec}: cannot build the model config.json describes ({type(error).__name__}: "
+                                    f"{str(error).splitlines()[0][:200] if str(error) else ''})") from None  # kind
     if device_map is None:
         model.to(target)
     else:
         log.info("%s: layers placed by device_map=%s: %s", spec, device_map, _placement(model))
     model.eval()
     unused = tuple(sorted(info.get("unexpected_keys", ())))
-    _report_loading(spec, chosen, unused, tuple(sorted(info.get("missing_keys", ()))))
+    check_loaded(spec, chosen, unused, tuple(sorted(info.get("missing_keys", ()))), adapter=adapter,
+                 sliced=sliced is not None)
     return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config), chosen, unused)
 
 
@@ -239,25 +252,6 @@ def checkpoint_dtype(config: PretrainedConfig) -> torch.dtype:
     if isinstance(declared, str):
         declared = getattr(torch, declared.removeprefix("torch."), None)
     return declared if isinstance(declared, torch.dtype) else torch.float32
-
-
-def _report_loading(spec: str, chosen: ModelClass, unused: tuple[str, ...], missing: tuple[str, ...]) -> None:
-    """Say which class was used when the checkpoint did not name it, and what it left out or made up."""
-    def few(names: tuple[str, ...]) -> str:
-        return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-
-    if chosen.stands_in_for:
-        log.warning("%s: config.json names %s, which transformers lacks and the checkpoint ships no code for; "
-                    "loaded as %s (%s), the class of its family whose tensors match best", spec,
-                    chosen.stands_in_for, chosen.name, chosen.task_head)
-    elif not chosen.declared:
-        log.warning("%s: config.json names no architecture; loaded as %s (%s)", spec, chosen.name, chosen.task_head)
-    if unused:
-        log.warning("%s: %d checkpoint tensors are not used by %s and are left out: %s", spec, len(unused),
-                    chosen.name, few(unused))
-    if missing:
-        log.warning("%s: %d weights of %s are not in the checkpoint and were initialised at random: %s", spec,
-                    len(missing), chosen.name, few(missing))
 
 
 def wrap_model(

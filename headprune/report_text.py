@@ -49,8 +49,9 @@ def prescreen_note(result: FindResult) -> str:
     if pre is None:
         return ""
     if pre.method == "attribution":
+        rho = pre.spearman_on_candidates
         return (f" (the best by a one-pass attribution estimate of all {total} heads; Spearman of estimate vs "
-                f"exact margin change on them: {pre.spearman_on_candidates:.2f})")
+                f"exact margin change on them: {'undefined' if rho is None else f'{rho:.2f}'})")
     return f" (the survivors of successive halving over all {total} heads on growing shares of discovery)"
 
 

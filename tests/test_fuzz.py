@@ -1,13 +1,22 @@
 """Fuzzed input, no traceback: generated task files, head specifications, model paths and result files are
 either accepted or refused with one line on stderr and exit code 2, and nothing is written.
 
+Classes of hostile input each have a property: JSON nested beyond the parser's depth, numbers too large to
+convert, lone surrogates, FIFOs and devices where a file is expected, config.json fields of any value, journals
+corrupted in any way before ``--resume``, and any value of the numbers headprune reads from the environment.
 Each property runs a fixed number of generated inputs (``max_examples``); exit code 3 (an internal error)
-or any other exception fails the test with the input that caused it.
+or any other exception fails the test with the input that caused it. ``tests/test_bad_input.py`` lists named
+cases of each class.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import socket
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -48,12 +57,13 @@ def _write(path: Path, content: str | bytes) -> Path:
 
 
 def _refused_cleanly(done, out: Path | None = None) -> None:  # noqa: ANN001
-    """Accepted (0/1) or refused with exit 2 and one headprune line; never an internal error or traceback."""
+    """Accepted (0/1) or refused with exit 2 and one line on stderr, the error; never an internal error or
+    traceback."""
     assert done.exit_code in (0, 1, 2), (done.exit_code, done.output[-2000:])
     assert "Traceback" not in done.output
     if done.exit_code == 2:
-        ours = [line for line in done.output.splitlines() if line.startswith(("headprune: error", "Error:"))]
-        assert len(ours) == 1, done.output
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("headprune: error: "), done.stderr[-2000:]
         if out is not None:
             assert not out.exists(), "a refused command wrote nothing"
 
@@ -172,3 +182,222 @@ def test_export_from_a_fuzzed_result_file_is_exit_2_and_writes_nothing(tmp_path_
     done = invoke("export", str(tiny_dir), "--heads", str(path), "--out", str(out), catch_exceptions=True)
     assert done.exit_code == 2, done.output[-2000:]
     _refused_cleanly(done, out)
+
+
+# ------------------------------------------------------------------ hostile classes
+
+
+@contextmanager
+def _deadline(seconds: int = 120):  # noqa: ANN202
+    """Fail, instead of hanging, when a command blocks (a FIFO read, unbounded work)."""
+    def stuck(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _one_line(done, out: Path | None = None, *, warnings: bool = False) -> None:  # noqa: ANN001
+    """Exit 2 with exactly one line on stderr, the error, and nothing written (``warnings``: after any number of
+    warnings about something else, such as the class headprune chose for a config that names none)."""
+    assert done.exit_code == 2, (done.exit_code, done.output[-2000:])
+    lines = [line for line in done.stderr.splitlines() if not (warnings and line.startswith("headprune: warning: "))]
+    assert len(lines) == 1 and lines[0].startswith("headprune: error: "), done.stderr[-2000:]
+    if out is not None:
+        assert not out.exists()
+
+
+nested_line = st.tuples(st.integers(1, 60_000), st.sampled_from(["[", '{"a": ', '{"prompt": ['])).map(
+    lambda spec: spec[1] * spec[0] + ("]" if spec[1] == "[" else "}" if spec[1] == '{"a": ' else "]}") * spec[0])
+huge_number = st.one_of(st.integers(4_301, 20_000).map(lambda n: "9" * n),
+                        st.integers(4_301, 20_000).map(lambda n: "-" + "1" * n + ".5"),
+                        st.sampled_from(["1e999", "-1e999", "1e-999", "123456789" * 500]))
+number_field = st.sampled_from(["answer", "label", "prompt", "target"])  # an id may be any number
+surrogate = st.integers(0xD800, 0xDFFF).map(lambda c: f"\\u{c:04x}")
+surrogate_field = st.sampled_from(["prompt", "choice", "target", "key"])
+
+
+def _with_number(field: str, number: str) -> str:
+    row = {"prompt": '"a"', "choices": '[" x", " y"]', "answer": "0"}
+    if field in ("label", "target"):
+        row = {"text": '"a"', "label": "0"} if field == "label" else {"prompt": '"a"', "target": '"1"'}
+    row[field] = number
+    return "{" + ", ".join(f'"{key}": {value}' for key, value in row.items()) + "}"
+
+
+def _with_surrogate(field: str, escape: str) -> str:
+    prompt, choice, target, key = (f'"a{escape}b"' if field == name else default for name, default in (
+        ("prompt", '"a"'), ("choice", '" x"'), ("target", '"1"'), ("key", '"id"')))
+    if field == "target":
+        return f'{{"prompt": {prompt}, "target": {target}}}'
+    return f'{{"prompt": {prompt}, "choices": [{choice}, " y"], "answer": 0, {key}: "z"}}'
+
+
+hostile_line = st.one_of(nested_line, st.tuples(number_field, huge_number).map(lambda t: _with_number(*t)),
+                         st.tuples(surrogate_field, surrogate).map(lambda t: _with_surrogate(*t)))
+
+
+@FUZZ
+@given(line=hostile_line, good_rows=st.integers(0, 3))
+def test_hostile_task_lines_raise_a_task_error(tmp_path_factory, line, good_rows) -> None:  # noqa: ANN001
+    """Nested JSON, huge numbers and lone surrogates are refused by line, before any model sees them."""
+    from headprune.errors import TaskError
+
+    good = '{"prompt": "a", "choices": [" x", " y"], "answer": 0}\n' * good_rows
+    path = _write(tmp_path_factory.mktemp("h") / "task.jsonl", good + line + "\n")
+    with pytest.raises(TaskError, match=f"task.jsonl:{good_rows + 1}: "):
+        load_task(str(path))
+
+
+@pytest.mark.slow  # each generated input runs the command line
+@FEW
+@given(line=hostile_line)
+def test_hostile_task_lines_are_one_line_and_exit_2(tmp_path_factory, tiny_dir, line) -> None:  # noqa: ANN001
+    path = _write(tmp_path_factory.mktemp("h") / "task.jsonl", line + "\n")
+    _one_line(invoke("eval", str(tiny_dir), "--task", str(path), catch_exceptions=True))
+
+
+def _special(kind: str, folder: Path) -> str:
+    """A path where a file is expected that is no regular file."""
+    if kind == "fifo":
+        os.mkfifo(folder / "special.jsonl")
+    elif kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(folder / "special.jsonl"))
+        server.close()
+    elif kind == "folder":
+        (folder / "special.jsonl").mkdir()
+    else:
+        return kind
+    return str(folder / "special.jsonl")
+
+
+@FEW
+@given(kind=st.sampled_from(["fifo", "socket", "folder", "/dev/zero", "/dev/urandom", "/dev/null"]),
+       where=st.sampled_from(["eval --task", "find --task", "find --heldout-task", "find --control",
+                              "export --verify-task", "export --heads"]))
+def test_fifos_and_devices_are_refused_without_blocking(tmp_path_factory, tiny_dir, kind,  # noqa: ANN001
+                                                        where) -> None:
+    folder = tmp_path_factory.mktemp("s")
+    path = _special(kind, folder)
+    if where == "export --heads" and kind not in ("folder",):  # a result path: named *.json or a folder
+        os.symlink(path, folder / "result.json")
+        path = str(folder / "result.json")
+    command, option = where.split()
+    args = {"eval": ["--task", "sentiment"] if option != "--task" else [],
+            "find": ["--task", str(folder / "ok.jsonl")] if option != "--task" else [],
+            "export": ["--heads", "L0.H0"] if option != "--heads" else []}[command]
+    (folder / "ok.jsonl").write_text("".join(json.dumps({"prompt": f"p {i}", "choices": [" a", " b"], "answer": 0})
+                                             + "\n" for i in range(40)))
+    out = folder / "out"
+    extra = ["--out", str(out)] if command != "eval" else []
+    with _deadline():
+        done = invoke(command, str(tiny_dir), *args, option, path, *extra, catch_exceptions=True)
+    _one_line(done, out)
+    assert "not a regular file" in done.stderr or (kind == "folder" and where == "export --heads")
+
+
+config_value = st.one_of(st.integers(-3, 600), st.none(), st.booleans(), st.floats(allow_nan=True),
+                         st.text(max_size=5), st.lists(st.integers(0, 4), max_size=3))
+config_field = st.sampled_from(["hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
+                                "intermediate_size", "head_dim", "vocab_size", "max_position_embeddings",
+                                "model_type", "architectures", "rope_theta", "rms_norm_eps"])
+
+
+@pytest.mark.slow  # each generated input loads a model through the command line
+@FEW
+@given(edits=st.dictionaries(config_field, config_value, min_size=1, max_size=3))
+def test_fuzzed_configs_load_or_are_one_line_and_exit_2(tmp_path_factory, tiny_dir, edits) -> None:  # noqa: ANN001
+    folder = tmp_path_factory.mktemp("c") / "model"
+    shutil.copytree(tiny_dir, folder, copy_function=os.link)
+    config = json.loads((tiny_dir / "config.json").read_text())
+    (folder / "config.json").unlink()
+    (folder / "config.json").write_text(json.dumps({**config, **edits}))
+    task = folder.parent / "task.jsonl"
+    task.write_text("".join(json.dumps({"prompt": f"the film is {i}", "choices": [" a", " b"], "answer": i % 2})
+                            + "\n" for i in range(4)))
+    with _deadline():
+        done = invoke("eval", str(folder), "--task", str(task), catch_exceptions=True)
+    if done.exit_code != 0:
+        _one_line(done, warnings=True)
+
+
+@pytest.fixture(scope="module")
+def journal_run(tmp_path_factory, tiny_dir):  # noqa: ANN001, ANN201
+    """A finished find run on the tiny model (its journal is what the corruptions start from)."""
+    folder = tmp_path_factory.mktemp("journal")
+    rows = "".join(json.dumps({"prompt": f"the film is {i}", "choices": [" a", " b"], "answer": i % 2}) + "\n"
+                   for i in range(40))
+    (folder / "task.jsonl").write_text(rows)
+    done = invoke("find", str(tiny_dir), "--task", str(folder / "task.jsonl"), *JOURNAL_FIND, "--out",
+                  str(folder / "run"))
+    assert done.exit_code in (0, 1), done.output
+    return folder
+
+
+JOURNAL_FIND = ["--discovery", "20", "--heldout", "20", "--nominees", "2", "--max-heads", "2", "--finalists", "1"]
+corruption = st.one_of(
+    st.tuples(st.just("truncate"), st.floats(0, 1)),
+    st.tuples(st.just("flip"), st.floats(0, 1), st.integers(1, 255)),
+    st.tuples(st.just("drop line"), st.integers(0, 50)),
+    st.tuples(st.just("replace line"), st.integers(0, 50), json_value.map(json.dumps)),
+    st.tuples(st.just("insert line"), st.integers(0, 50), st.sampled_from(["[" * 50_000, "{}", '{"key": 1}', "\x00"])),
+)
+
+
+def _corrupt(data: bytes, how: tuple) -> bytes:
+    lines = data.split(b"\n")
+    if how[0] == "truncate":
+        return data[: int(how[1] * len(data))]
+    if how[0] == "flip":
+        at = min(int(how[1] * len(data)), len(data) - 1)
+        return data[:at] + bytes([data[at] ^ how[2]]) + data[at + 1:]
+    at = how[1] % len(lines)
+    if how[0] == "drop line":
+        return b"\n".join(lines[:at] + lines[at + 1:])
+    new = how[2].encode("utf-8", "surrogatepass")
+    return b"\n".join(lines[:at] + [new] + lines[at + (how[0] == "replace line"):])
+
+
+@pytest.mark.slow  # each generated input resumes a find run through the command line
+@FEW
+@given(how=corruption)
+def test_corrupt_journals_resume_or_are_one_line_and_exit_2(tmp_path_factory, tiny_dir, journal_run,  # noqa: ANN001
+                                                            how) -> None:
+    folder = tmp_path_factory.mktemp("r") / "run"
+    shutil.copytree(journal_run / "run", folder, ignore=shutil.ignore_patterns(".headprune.lock", "result.json"))
+    journal = folder / "journal.jsonl"
+    journal.write_bytes(_corrupt(journal.read_bytes(), how))
+    with _deadline(300):
+        done = invoke("find", str(tiny_dir), "--task", str(journal_run / "task.jsonl"), *JOURNAL_FIND, "--out",
+                      str(folder), "--resume", catch_exceptions=True)
+    if done.exit_code not in (0, 1):
+        _one_line(done, folder / "result.json")
+        assert "determinism" not in done.stderr, "a corrupt journal is not a determinism failure"
+
+
+env_value = st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                              max_size=12),
+                      st.integers(-10**30, 10**30).map(str), st.floats().map(str),
+                      st.sampled_from(["", " ", "0", "1", "-1", "1e3", "0x10", "inf", "nan", "2048"]))
+env_name = st.sampled_from(["HEADPRUNE_LAYER_CACHE_MB", "HEADPRUNE_DIST_TIMEOUT_MIN", "HEADPRUNE_MAX_TASK_MB",
+                            "HEADPRUNE_MAX_LINE_CHARS", "HEADPRUNE_MAX_EXAMPLES", "HEADPRUNE_MAX_NEW_TOKENS",
+                            "HEADPRUNE_MAX_SETS", "HEADPRUNE_CPU_LINEAR"])
+
+
+@FUZZ
+@given(name=env_name, value=env_value)
+def test_numbers_in_the_environment_are_read_or_one_line_and_exit_2(monkeypatch, name, value) -> None:  # noqa: ANN001
+    """Every number (and word) headprune reads from the environment is checked when a command starts."""
+    with monkeypatch.context() as env:
+        env.setenv(name, value)
+        done = invoke("tasks", catch_exceptions=True)
+    if done.exit_code != 0:
+        _one_line(done)
+        assert name in done.stderr
+

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
+from headprune.errors import UnsupportedModelError
 from headprune.heads import HeadGrid
 
 
@@ -55,6 +56,30 @@ class Adapter:
         """The paths export records in config.json, so a pruned checkpoint can be rebuilt without headprune."""
         return {"layers": self.layers_path, "attention": self.attention_path, "output": self.output_projection_path,
                 "qkv": list(self.qkv_paths), "qkv_layout": self.qkv_layout, "count_attrs": list(self.count_attrs)}
+
+    def check_config(self, config: PretrainedConfig, where: str = "config.json") -> None:
+        """Refuse a config no model can be built from, before any weight is allocated: sizes and counts that are
+        not positive whole numbers, key/value heads that do not divide the query heads, no head at all.
+
+        Raises:
+            UnsupportedModelError: naming the field (``where``: the file, as the message shows it).
+        """
+        fields = (self.hidden_attr, self.heads_attr, "num_hidden_layers", "vocab_size", "intermediate_size",
+                  "head_dim", "max_position_embeddings", *((self.kv_heads_attr,) if self.kv_heads_attr else ()))
+        for name in fields:
+            value = getattr(config, name, None)
+            if value is None and name not in (self.hidden_attr, self.heads_attr, "num_hidden_layers"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UnsupportedModelError(f"{where}: {name} must be a whole number of at least 1, not {value!r}")
+        heads = int(getattr(config, self.heads_attr))
+        kv_heads = getattr(config, self.kv_heads_attr, None) if self.kv_heads_attr else None
+        if kv_heads and heads % kv_heads:
+            raise UnsupportedModelError(f"{where}: {self.kv_heads_attr} ({kv_heads}) must divide "
+                                        f"{self.heads_attr} ({heads})")
+        if getattr(config, "head_dim", None) is None and int(getattr(config, self.hidden_attr)) % heads:
+            raise UnsupportedModelError(f"{where}: {self.hidden_attr} ({getattr(config, self.hidden_attr)}) is not "
+                                        f"a multiple of {self.heads_attr} ({heads}) and no head_dim is given")
 
     def grid(self, config: PretrainedConfig) -> HeadGrid:
         """Layers, query heads, KV heads and head size from a config."""

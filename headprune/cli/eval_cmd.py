@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import HEAD_LIST, ablation_option, batch_option, model_argument, run_options, task_option
+from headprune.cli.options import (HEAD_LIST, ablation_option, batch_option, model_argument, refuse_inapplicable,
+                                   run_options, task_option)
 from headprune.heads import format_heads
 
 
@@ -24,9 +25,10 @@ from headprune.heads import format_heads
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write per-example results (id, correct, margin; text for generate tasks) as JSONL.")
 @run_options
-def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int | str,
-                 out: Path | None, device: str, device_map: str | None, max_memory: str | None, dtype: str,
-                 trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:
+@click.pass_context
+def eval_command(ctx: click.Context, model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None,
+                 batch_size: int | str, out: Path | None, device: str, device_map: str | None, max_memory: str | None,
+                 dtype: str, trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:
     """Score TASK on MODEL, example by example, with HEADS ablated.
 
     Code tasks run the model's generated code only with --allow-code-execution (untrusted code: use a
@@ -34,6 +36,8 @@ def eval_command(model: str, task_spec: str, heads: tuple, ablation: str, limit:
     """
     from headprune.scoring.execution import permit_code_execution
 
+    refuse_inapplicable(ctx, ("ablation", bool(heads), "with --heads (the heads whose outputs it replaces)"),
+                        ("device", device_map is None, "without --device-map (which places the layers itself)"))
     if out is not None:
         _check_out(out, task_spec, model)  # before the evaluation, not after it
     placement = {"device": device, "device_map": device_map, "max_memory": max_memory, "dtype": dtype,
@@ -72,6 +76,7 @@ def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | 
     lm = load_model(model, **placement)
     lm.grid.check(heads)
     evaluator = Evaluator(lm, task, batch_size=batch_size)
+    evaluator.check_finite()  # a broken model is refused, not scored
     means = evaluator.head_means() if ablation == "mean" and heads else None
     started = time.perf_counter()
     if not sys.stderr.isatty():  # no bar in a log file: say what is running

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import (ablation_option, batch_option, device_option, json_option, model_argument, slug,
-                                 trust_remote_code_option)
+from headprune.cli.options import (ablation_option, batch_option, device_option, json_option, model_argument,
+                                   refuse_inapplicable, slug, trust_remote_code_option)
 
 
 @click.command("export")
@@ -59,6 +59,7 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
     from headprune.io import check_writable_folder
     from headprune.record_json import to_json
 
+    refuse_inapplicable(click.get_current_context(), ("gguf_type", fmt == "gguf", "with --format gguf"))
     out = out or Path("exports") / f"{slug(model)}-pruned{'' if fmt == 'safetensors' else '-' + fmt}"
     check_destination(out, sources=local_sources(model), overwrite=overwrite)  # before even a write probe
     check_writable_folder(out.parent)

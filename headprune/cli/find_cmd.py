@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import ablation_option, batch_option, model_argument, run_options, slug, task_option
+from headprune.cli.options import (ablation_option, batch_option, model_argument, refuse_inapplicable, run_options,
+                                   slug, task_option)
 
 
 def _refuse_code_tasks(*specs: str | None) -> None:
@@ -48,8 +49,8 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.option("--screen", type=click.Choice(["exact", "attribution", "halving"]), default="exact",
               show_default=True, help="Stage 1: every head exactly; or a one-pass gradient estimate, or successive "
               "halving on growing shares of discovery, then the best --candidates exactly.")
-@click.option("--candidates", type=click.IntRange(min=1), default=30, show_default=True,
-              help="With --screen attribution|halving: heads scored exactly on all of discovery.")
+@click.option("--candidates", type=click.IntRange(min=1), default=None,
+              help="With --screen attribution|halving: heads scored exactly on all of discovery [default: 30].")
 @click.option("--objective", type=click.Choice(["improve", "compress"]), default="improve", show_default=True,
               help="improve: a few heads whose removal helps; compress: a large head set (greedy or beam search) whose removal keeps "
                    "discovery accuracy within --max-drop, tested for non-inferiority on held-out data.")
@@ -76,11 +77,12 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.pass_context
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
                  heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
-                 control: tuple[str, ...], control_limit: int, alpha: float, rank_by: str, screen: str, candidates: int,
-                 objective: str, max_drop: float | None, prefer: str | None, patience: int | None,
-                 compress_search: str | None, beam_width: int | None, batch_size: int | str, out: Path | None,
-                 resume: bool, overwrite: bool, device: str, device_map: str | None, max_memory: str | None, dtype: str,
-                 trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:
+                 control: tuple[str, ...], control_limit: int, alpha: float, rank_by: str, screen: str,
+                 candidates: int | None, objective: str, max_drop: float | None, prefer: str | None,
+                 patience: int | None, compress_search: str | None, beam_width: int | None, batch_size: int | str,
+                 out: Path | None, resume: bool, overwrite: bool, device: str, device_map: str | None,
+                 max_memory: str | None, dtype: str, trust_remote_code: bool, allow_code_execution: bool,
+                 as_json: bool) -> None:
     """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, a large
     one whose removal TASK does not notice), and test it on held-out data.
 
@@ -97,6 +99,12 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.scoring.execution import permit_code_execution
     from headprune.search.find import check_run_folder, find
 
+    improve_only = "with --objective improve (compress grows its own set from the screen)"
+    refuse_inapplicable(ctx, ("candidates", screen != "exact", "with --screen attribution or halving"),
+                        ("control_limit", bool(control), "with --control"),
+                        *((name, objective == "improve", improve_only)
+                          for name in ("nominees", "max_heads", "extend", "finalists")),
+                        ("device", device_map is None, "without --device-map (which places the layers itself)"))
     out = out or Path("runs") / f"{slug(model)}-{slug(task_spec)}"
     with permit_code_execution(allow_code_execution):
         _refuse_code_tasks(task_spec, heldout_task, *control)  # before any output or model exists

@@ -16,14 +16,47 @@ def _debug() -> bool:
     return os.environ.get("HEADPRUNE_DEBUG", "") not in ("", "0")
 
 
+class OneLineUsageError(click.ClickException):
+    """A click error (an unknown option, a value of the wrong type, a missing argument) shown the way headprune
+    shows every bad input: one line on stderr, with the exit code click gives it (2 for usage errors)."""
+
+    def __init__(self, error: click.ClickException) -> None:
+        context = getattr(error, "ctx", None)
+        hint = f" (see '{context.command_path} --help')" if context is not None else ""
+        super().__init__(error.format_message() + hint)
+        self.exit_code = error.exit_code
+
+    def show(self, file: object = None) -> None:  # noqa: ARG002 - click's signature
+        click.echo(f"headprune: error: {self.format_message()}", err=True)
+
+
+def _one_line(error: click.ClickException) -> click.ClickException:
+    """``error`` as one line, except the help click prints for a bare ``headprune``."""
+    if isinstance(error, (OneLineUsageError, click.exceptions.NoArgsIsHelpError)):
+        return error
+    return OneLineUsageError(error)
+
+
 class HeadpruneGroup(click.Group):
-    """Turns headprune's errors into one line on stderr and an exit code; tracebacks only when debugging."""
+    """Turns headprune's errors, and click's own, into one line on stderr and an exit code; tracebacks only when
+    debugging."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: object) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.ClickException as error:  # the group's own options
+            raise _one_line(error) from None
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except click.exceptions.ClickException as error:  # parsing a command's options and arguments
+            raise _one_line(error) from None
+        except BrokenPipeError:
+            raise  # the reader of stdout went away (| head): click exits quietly
         except HeadpruneError as error:
             if _debug():
                 raise
@@ -68,7 +101,10 @@ def _log_to_stderr() -> None:
 @click.version_option(package_name="headprune")
 def cli() -> None:
     """Find attention heads whose removal improves a task, and ship the pruned model."""
+    from headprune.limits import check_environment
+
     _log_to_stderr()
+    check_environment()  # a bad number in the environment is refused before any work
 
 
 def _register() -> None:

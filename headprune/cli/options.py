@@ -6,8 +6,9 @@ import re
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
-from headprune.errors import HeadSpecError
+from headprune.errors import HeadSpecError, SettingsError
 from headprune.heads import Head, parse_heads
 
 
@@ -96,3 +97,17 @@ def run_options(command):  # noqa: ANN001, ANN201
                             trust_remote_code_option, allow_code_execution_option, json_option)):
         command = option(command)
     return command
+
+
+def refuse_inapplicable(ctx: click.Context, *rules: tuple[str, bool, str]) -> None:
+    """Refuse an option the user gave that the chosen mode would silently ignore: each rule ``(name, applies,
+    when)`` says that option ``name`` applies only ``when`` (e.g. ``"with --screen attribution or halving"``).
+    Options left at their defaults are never refused.
+
+    Raises:
+        SettingsError: naming the option and when it applies.
+    """
+    for name, applies, when in rules:
+        if not applies and ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
+                                                               ParameterSource.ENVIRONMENT):
+            raise SettingsError(f"{name} applies only {when}; it would be ignored here", settings=(name,))

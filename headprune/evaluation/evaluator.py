@@ -27,6 +27,7 @@ from headprune.cpu_linear import fast_linears
 from headprune.errors import TaskError
 from headprune.evaluation.batching import plan_batches
 from headprune.evaluation.generation import Generation
+from headprune.evaluation.guards import check_finite, check_lengths
 from headprune.evaluation.layer_reuse import LayerReuse
 from headprune.evaluation.output_head import OutputHead, Waiting
 from headprune.evaluation.prefix import SharedPrefix
@@ -79,6 +80,7 @@ class Evaluator:
         for i, item in enumerate(self._items):
             self._by_example[item.example].append(i)
         self._first_items = {indices[0] for indices in self._by_example}  # to count progress in examples
+        check_lengths(lm.model, task, self._items, generates=self.scorer.generates)  # before any work
         self._batches = self.plan.batches([len(item.tokens) for item in self._items])
         self.prefix = SharedPrefix.of(self._items, self.scorer.readout) if share_prefix else SharedPrefix()
         self.layers = LayerReuse(lm, reuse_layers)
@@ -282,6 +284,14 @@ class Evaluator:
             results.append(ExampleResult(example.id, correct, margin) if decoded is None else
                            ExampleResult(example.id, correct, margin, text=decoded.text, decision=decoded.gap))
         return EvalResult(self.task.name, self.task.kind, tuple(results))
+
+    @torch.inference_mode()
+    def check_finite(self) -> None:
+        """Refuse a model whose intact outputs on the first batch hold NaN or infinity (``evaluation.guards``):
+        one batch, run before anything is scored or written."""
+        with fast_linears(self.lm.model):
+            outputs = self._forward(self._batches[0], self._prefix_cache(), consume=True)
+        check_finite(self.lm.name, self.task, outputs)
 
     def surrogate_margins(self) -> Iterator[torch.Tensor]:
         """Per batch, a differentiable sum of the scorer's margin-like scores (first-order attribution).

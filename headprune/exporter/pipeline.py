@@ -117,6 +117,7 @@ def export(
                                            max_shard_size))
     _check_options(fmt, ablation, tolerance)
     result = read_result(heads)
+    _check_result_options(result, set_rank, allow_unconfirmed)
     check_ablation(result, ablation, verify_task)  # every option is checked before the model is touched
     out = Path(out)
     check_destination(out, sources=local_sources(model), overwrite=overwrite)  # and the folder, before it is locked
@@ -153,6 +154,22 @@ def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, resul
         result.compression.verdict if result.compression is not None and set_rank == 1 else None)
     log.info("export: removing %d heads (%s, %s); writing %s", len(removed), job.layout, fmt.name, out)
     return _write_verified(fmt, job, out, origin=origin, remeasured=remeasured, started=started)
+
+
+def _check_result_options(result: object, set_rank: int, allow_unconfirmed: bool) -> None:
+    """Refuse the options about a find result's finalists when the heads were given as a list (one set, which
+    claims nothing): they would be ignored.
+
+    Raises:
+        ExportSettingsError
+    """
+    if result is not None:
+        return
+    for name, given in (("set_rank", set_rank != 1), ("allow_unconfirmed", allow_unconfirmed)):
+        if given:
+            raise ExportSettingsError(f"{name} applies only to heads from a find result (its finalists and their "
+                                      "verdicts); heads given as a list are one set that claims no gain",
+                                      settings=(name,))
 
 
 def _check_options(fmt: ExportFormat, ablation: str, tolerance: float | None) -> None:

@@ -172,7 +172,7 @@ def verification_inputs(lm: LoadedModel, result: FindResult | None, verify_task:
     a result (:func:`find_means`), the verification task's for heads given by hand.
 
     Raises:
-        ExportSettingsError, ResultFileError, TaskError.
+        ExportSettingsError, ResultFileError, TaskError, UnsupportedModelError (the model's outputs are not finite).
     """
     from headprune.evaluation import Evaluator
 
@@ -187,11 +187,13 @@ def verification_inputs(lm: LoadedModel, result: FindResult | None, verify_task:
         from headprune.exporter.sample import sample_task
 
         task = sample_task(lm)
+    task = task.first(limit)
+    evaluator = Evaluator(lm, task, batch_size=batch_size)
+    evaluator.check_finite()  # a broken model is refused, not exported
+    if not remeasured:
         log.info("export: no task given: outputs are verified on a built-in text sample (%d texts); no task is "
                  "re-measured", len(task))
-    task = task.first(limit)
     means = None
     if ablation == "mean":  # a find result: exactly the means find used; heads given by hand: the verify task's
-        means = find_means(lm, result, splits) if result is not None else Evaluator(
-            lm, task, batch_size=batch_size).head_means()
+        means = find_means(lm, result, splits) if result is not None else evaluator.head_means()
     return task, means, remeasured

@@ -62,6 +62,14 @@ class Conditions:
         identity = {"model": lm.name, "model_hash": lm.weight_hash, "task": split.discovery.content_hash(),
                     "heldout": split.heldout.content_hash(), "controls": [c.content_hash() for c in controls],
                     "dtype": dtype_name(lm.dtype), **to_json(settings), "environment": run_environment(lm)}
+        batch = settings.batch_size
+        # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs. Every input is
+        # checked against the model (lengths, then finite outputs) before a journal is written.
+        evaluators = {"discovery": Evaluator(lm, split.discovery, batch_size=batch, reuse_layers=True),
+                      "heldout": Evaluator(lm, split.heldout, batch_size=batch)}
+        for index, control in enumerate(controls):
+            evaluators[f"control:{index}"] = Evaluator(lm, control, batch_size=batch)
+        evaluators["discovery"].check_finite()
         opened: list[Journal] = []  # rank 0's, with the file and its lock; the others get its entries
 
         def open_journal() -> dict[str, dict]:
@@ -70,12 +78,6 @@ class Conditions:
 
         entries = team.from_main(open_journal)
         journal = opened[0] if team.is_main else Journal(None, identity, entries=entries)
-        batch = settings.batch_size
-        # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs.
-        evaluators = {"discovery": Evaluator(lm, split.discovery, batch_size=batch, reuse_layers=True),
-                      "heldout": Evaluator(lm, split.heldout, batch_size=batch)}
-        for index, control in enumerate(controls):
-            evaluators[f"control:{index}"] = Evaluator(lm, control, batch_size=batch)
         means = evaluators["discovery"].head_means() if settings.ablation == "mean" else None
         means = team.broadcast(means)  # one set of means for all processes, whatever their devices
         return cls(evaluators, journal, settings.ablation, means, progress and team.is_main, team=team)

@@ -31,8 +31,8 @@ from headprune.search.determinism import one_kernel
 from headprune.search.improve import expected_joint_evaluations, improve
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.result import RESULT_NAME, FindResult
-from headprune.search.settings import (RANK_KEYS, SCREENS, check_layout, check_placement, check_settings,
-                                       fit_to_grid, settings_for)
+from headprune.search.settings import (RANK_KEYS, SCREENS, check_layout, check_placement, check_plan_size,
+                                       check_settings, fit_to_grid, settings_for)
 from headprune.search.split import Inputs, TaskLike, load_inputs
 from headprune.search.stages import Stages, rank_key
 
@@ -46,7 +46,7 @@ def find(
     heldout: int = 1000, seed: int = 0, ablation: str = "zero", nominees: int = 10, max_heads: int = 3,
     extend: int = 0, finalists: int = 10, control: TaskLike | Sequence[TaskLike] | None = None,
     control_limit: int = 500, alpha: float = 0.05, rank_by: str = "gain", screen: str = "exact",
-    candidates: int = 30, objective: str = "improve", max_drop: float | None = None, prefer: str | None = None,
+    candidates: int | None = None, objective: str = "improve", max_drop: float | None = None, prefer: str | None = None,
     patience: int | None = None, compress_search: str | None = None, beam_width: int | None = None,
     batch_size: int | str = "auto", out: Path | None = None, resume: bool = False, overwrite: bool = False,
     progress: bool = False,
@@ -69,8 +69,8 @@ def find(
         alpha: significance level of the verdict.
         rank_by: ``gain`` (counts) or ``margin`` (mean margin change) as the first ranking key.
         screen: ``exact`` (every head ablated alone), ``attribution`` (a one-pass first-order estimate for
-            every head, then the best ``candidates`` heads scored exactly) or ``halving`` (successive halving
-            on growing shares of discovery, then the ``candidates`` survivors scored exactly).
+            every head, then the best ``candidates`` heads scored exactly, default 30) or ``halving`` (successive
+            halving on growing shares of discovery, then the ``candidates`` survivors scored exactly).
         objective: ``improve`` (the protocol above) or ``compress``: the largest head set whose removal keeps
             discovery accuracy within ``max_drop`` points of the intact model (default 0.5), grown from the
             screen's least harmful ``prefer`` units (``heads``, the default, or whole key/value ``groups``)
@@ -165,6 +165,7 @@ def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None
         log.info("data-parallel: %d processes share every stage's conditions", team.world)
     check_layout(lm.grid, settings.prefer)
     settings = fit_to_grid(settings, lm.grid)
+    check_plan_size(settings)  # the joint search's size, before anything is computed
     with one_kernel(team):
         conditions = Conditions.start(lm, inputs.split, inputs.controls, settings, out=out, resume=resume,
                                       progress=progress, team=team)

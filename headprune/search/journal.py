@@ -9,6 +9,7 @@ of an uninterrupted one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -47,11 +48,20 @@ class Journal:
         if not self.path.is_file():
             raise ResultFileError(f"cannot resume: {self.path} does not exist (nothing to resume)",
                                   settings=("resume",))
-        lines = self.path.read_text(encoding="utf-8").split("\n")  # JSON lines end at "\n" only (no splitlines)
+        try:
+            lines = self.path.read_text(encoding="utf-8").split("\n")  # JSON lines end at "\n" only (no splitlines)
+        except (OSError, UnicodeDecodeError) as error:
+            raise ResultFileError(f"cannot resume: {self.path} is not readable text ({error})",
+                                  settings=("resume",)) from None
+        while lines and not lines[-1]:
+            lines.pop()
         try:
             recorded = json.loads(lines[0])["settings"]
-        except (IndexError, KeyError, json.JSONDecodeError) as error:
-            raise ResultFileError(f"cannot resume: {self.path} is not a headprune journal") from error
+            if not isinstance(recorded, dict):
+                raise TypeError("settings")
+        except (IndexError, KeyError, TypeError, ValueError, RecursionError):
+            raise ResultFileError(f"cannot resume: {self.path} is not a headprune journal", settings=("resume",)
+                                  ) from None
         if recorded.get("model_hash") != settings.get("model_hash"):
             raise ResultFileError(f"cannot resume: {self.path.parent} was made for a different model "
                                   f"({recorded.get('model')}, {str(recorded.get('model_hash'))[:19]}...)")
@@ -65,12 +75,15 @@ class Journal:
         if changed:
             details = ", ".join(f"{k}: {recorded.get(k)!r} then, {settings.get(k)!r} now" for k in changed[:3])
             raise ResultFileError(f"cannot resume: settings differ from the interrupted run ({details})")
-        for line in lines[1:]:
-            try:
-                entry = json.loads(line)
-                self._entries[entry["key"]] = entry
-            except (json.JSONDecodeError, KeyError):
+        for number, line in enumerate(lines[1:], start=2):
+            entry = _entry(line)
+            if entry is None and number == len(lines):
                 continue  # the last line of a killed run may be cut short
+            if entry is None:
+                raise ResultFileError(f"cannot resume: {self.path} is corrupt at line {number} (not a condition this "
+                                      "headprune wrote, or edited since); start the run again without --resume",
+                                      settings=("resume",))
+            self._entries[entry["key"]] = entry
         # Rewrite without any broken tail so later appends start on a fresh line (atomically: a kill during the
         # rewrite leaves the old journal).
         body = [json.dumps({"settings": recorded})] + [json.dumps(e) for e in self._entries.values()]
@@ -120,6 +133,7 @@ class Journal:
         self._append(entry)
 
     def _append(self, entry: dict) -> None:
+        entry = {**entry, "check": _checksum(entry)}
         self._entries[entry["key"]] = entry
         if self.path is None:
             return
@@ -127,3 +141,42 @@ class Journal:
             handle.write(json.dumps(entry) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def _checksum(entry: dict) -> str:
+    """A short digest of an entry's content (everything but the digest itself): an edited line shows."""
+    content = json.loads(json.dumps({k: v for k, v in entry.items() if k != "check"}))  # as it is read back
+    body = json.dumps(content, sort_keys=True)
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _entry(line: str) -> dict | None:
+    """A journal line as an entry, or ``None`` when it is not one this journal wrote: not JSON, a field of the
+    wrong type, lengths that disagree, or content that does not match its checksum (journals written before the
+    checksum have none and are read on their shape alone)."""
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
+        return None
+    if "check" in entry and entry["check"] != _checksum(entry):
+        return None
+    if "data" in entry:
+        return entry
+    correct, margins = entry.get("correct"), entry.get("margins")
+    if not isinstance(correct, str) or set(correct) - {"0", "1"} or not isinstance(margins, list) or (
+            len(margins) != len(correct) or not all(_is_number(m) for m in margins)):
+        return None
+    texts, decisions = entry.get("texts"), entry.get("decisions")
+    if texts is not None and (not isinstance(texts, list) or len(texts) != len(correct) or
+                              not all(t is None or isinstance(t, str) for t in texts)):
+        return None
+    if decisions is not None and (not isinstance(decisions, list) or len(decisions) != len(correct) or
+                                  not all(d is None or _is_number(d) for d in decisions)):
+        return None
+    return entry

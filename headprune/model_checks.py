@@ -1,0 +1,124 @@
+"""Checks that a checkpoint is what its config.json says, before and after its weights are loaded.
+
+Before: every size and count in config.json is a whole number of at least 1 (checked on the file, since
+transformers divides by the head count before it says anything). After: no weight the class needs was missing
+from the checkpoint (it would be initialised at random), no tensor of the checkpoint went unused by the class
+config.json names, and where shapes disagree the tensors are named (transformers' own error points at a report
+headprune keeps quiet). A checkpoint that fails any of these is refused with one line: scoring or exporting it
+would measure a model nobody trained.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from transformers import PretrainedConfig
+
+from headprune.adapters import Adapter
+from headprune.errors import UnsupportedModelError
+from headprune.model_class import ModelClass
+
+log = logging.getLogger("headprune")
+
+# Sizes and counts that must be whole numbers of at least 1 wherever a config.json gives them (any family's name).
+POSITIVE_FIELDS = ("hidden_size", "n_embd", "d_model", "num_attention_heads", "n_head", "num_key_value_heads",
+                   "num_hidden_layers", "n_layer", "intermediate_size", "n_inner", "head_dim", "vocab_size",
+                   "max_position_embeddings", "n_positions")
+
+
+def check_config_file(folder: Path) -> None:
+    """Refuse a config.json that is not a JSON object, names its class or type with something else than names, or
+    gives a size or count below 1.
+
+    Raises:
+        UnsupportedModelError: naming the field.
+    """
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise UnsupportedModelError(f"{folder}: config.json is not readable JSON ({str(error)[:200]})") from None
+    if not isinstance(raw, dict):
+        raise UnsupportedModelError(f"{folder}: config.json must hold a JSON object")
+    architectures = raw.get("architectures")
+    if architectures is not None and (not isinstance(architectures, list) or not all(
+            isinstance(name, str) and name for name in architectures)):
+        raise UnsupportedModelError(f"{folder}: config.json: architectures must be a list of class names, not "
+                                    f"{architectures!r:.60}")
+    if not isinstance(raw.get("model_type", ""), str):
+        raise UnsupportedModelError(f"{folder}: config.json: model_type must be a name, not {raw['model_type']!r:.60}")
+    for name in POSITIVE_FIELDS:
+        value = raw.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UnsupportedModelError(f"{folder}: config.json: {name} must be a whole number of at least 1, not "
+                                        f"{value!r:.60}")
+
+
+def shape_mismatches(folder: Path, class_name: str, config: PretrainedConfig) -> str:
+    """``name: checkpoint (a, b) vs config (c, d)`` for the first tensors whose shapes disagree (read from the
+    safetensors headers and the class built on the meta device: nothing is loaded), or ``""`` when they cannot be
+    compared (another weight format, a class transformers lacks)."""
+    import torch
+    import transformers
+    from safetensors import SafetensorError, safe_open
+
+    if not hasattr(transformers, class_name):
+        return ""
+    try:
+        with torch.device("meta"):
+            built = getattr(transformers, class_name)(config)
+        expected = {name: tuple(t.shape) for name, t in built.state_dict().items()}
+        found = []
+        for path in sorted(folder.glob("*.safetensors")):
+            with safe_open(path, framework="pt") as handle:
+                for name in handle.keys():
+                    shape = tuple(handle.get_slice(name).get_shape())
+                    if name in expected and expected[name] != shape:
+                        found.append(f"{name}: checkpoint {shape} vs config {expected[name]}")
+    except (OSError, RuntimeError, ValueError, TypeError, KeyError, SafetensorError):
+        return ""  # only a better message is at stake: the caller has one without it
+    return "; ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+
+
+def _few(names: tuple[str, ...]) -> str:
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def check_loaded(spec: str, chosen: ModelClass, unused: tuple[str, ...], missing: tuple[str, ...], *,
+                 adapter: Adapter, sliced: bool = False) -> None:
+    """Refuse a checkpoint whose config.json and weights disagree; otherwise say which class was used when the
+    checkpoint did not name it, and what it left out or made up.
+
+    A weight the checkpoint lacks would be initialised at random: refused, except the pooler of an encoder loaded
+    as its bare model (headprune never reads it). A checkpoint tensor the class that config.json names does not
+    use means the config describes another model (fewer layers, another head): refused; where headprune chose
+    the class itself, the tensors it leaves out are reported (and an export writes them through or refuses).
+
+    Raises:
+        UnsupportedModelError
+    """
+    unread = [name for name in missing if not (adapter.is_encoder and not chosen.declared and
+                                                name.startswith("pooler."))]
+    if unread:
+        raise UnsupportedModelError(f"{spec}: config.json and the weights disagree: {len(unread)} weights of "
+                                    f"{chosen.name} are not in the checkpoint and would be initialised at random "
+                                    f"({_few(tuple(unread))})")
+    if unused and chosen.declared and not sliced:
+        raise UnsupportedModelError(f"{spec}: config.json and the weights disagree: {len(unused)} checkpoint tensors "
+                                    f"are not used by {chosen.name}, the class config.json names ({_few(unused)})")
+    if chosen.stands_in_for:
+        log.warning("%s: config.json names %s, which transformers lacks and the checkpoint ships no code for; "
+                    "loaded as %s (%s), the class of its family whose tensors match best", spec,
+                    chosen.stands_in_for, chosen.name, chosen.task_head)
+    elif not chosen.declared:
+        log.warning("%s: config.json names no architecture; loaded as %s (%s)", spec, chosen.name, chosen.task_head)
+    if unused:
+        log.warning("%s: %d checkpoint tensors are not used by %s and are left out: %s", spec, len(unused),
+                    chosen.name, _few(unused))
+    if missing:
+        log.warning("%s: %d weights of %s are not in the checkpoint and were initialised at random: %s", spec,
+                    len(missing), chosen.name, _few(missing))
+
+
+__all__ = ["POSITIVE_FIELDS", "check_config_file", "check_loaded", "shape_mismatches"]
