@@ -38,7 +38,6 @@ discovery falls with its size, so this is if anything the harder case), held-out
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import random

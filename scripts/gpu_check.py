@@ -35,7 +35,7 @@ import torch
 
 from headprune.devices import resolve_device
 from headprune.evaluation import Evaluator
-from headprune.evaluation.contract import disagreement, tolerance
+from headprune.evaluation.contract import disagreement
 from headprune.heads import Head
 from headprune.models import LoadedModel, wrap_model
 from headprune.tasks import Example, Task, load_task

@@ -69,7 +69,8 @@ def test_find_with_successive_halving_keeps_the_harmful_head() -> None:
     result = find(lm, cue_task(), discovery=300, heldout=300, screen="halving", candidates=2, nominees=2,
                   max_heads=2, batch_size=64)
     rounds = result.prescreen.rounds
-    assert rounds["L0.H0"].round == 2 and rounds["L0.H0"].paired.n == 150
-    assert sorted(r.paired.n for r in rounds.values()) == [75, 75, 150, 150]  # half the heads stopped after round 1
+    # the prescreen sees the search half of discovery only (150 of 300): a quarter of it, then half
+    assert rounds["L0.H0"].round == 2 and rounds["L0.H0"].paired.n == 75
+    assert sorted(r.paired.n for r in rounds.values()) == [37, 37, 75, 75]  # half the heads stopped after round 1
     assert [row.head for row in result.screen][0] == "L0.H0" and len(result.screen) == 2
     assert result.confirmed and [str(h) for h in result.primary] == ["L0.H0"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import build_tiny, save_folder
+from helpers import build_tiny
 
 from helpers.cli import invoke
 from headprune.cli import exits

@@ -1,8 +1,8 @@
 """Successive halving: screen every head on a small share of discovery, keep the promising ones, continue.
 
-Round 1 scores every head on the first quarter of the discovery examples and keeps the best third (at
-least ``keep``); round 2 scores those on the first half and keeps the best ``keep``; find then scores the
-survivors exactly on all of discovery. Ranking in each round uses find's own key (gain or margin).
+Round 1 scores every head on the first quarter of the examples it is given (find gives it the search half of
+discovery only) and keeps the best third (at least ``keep``); round 2 scores those on the first half and keeps the
+best ``keep``; find then scores the survivors exactly on all of discovery. Ranking in each round uses find's own key (gain or margin).
 """
 
 from __future__ import annotations

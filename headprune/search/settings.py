@@ -8,6 +8,7 @@ and never check them again.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
