@@ -8,6 +8,8 @@ statistics are computed in float32 whatever the model's dtype (the evaluator cas
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -74,6 +76,36 @@ def resolve_dtype(spec: str | torch.dtype | None, device: torch.device) -> torch
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+@contextmanager
+def widened(model: torch.nn.Module) -> Iterator[bool]:
+    """The model's bfloat16 and float16 parameters and buffers in float32 while entered, then the very tensors
+    they were again. Every half-precision value is exactly a float32 value, so the model computes with the same
+    weights, in float32. Yields whether it did; it changes nothing (yields False) where weights are offloaded by a
+    device map (they live outside the model, on the meta device) or the float32 copy does not fit in memory."""
+    halves = list({id(t): t for m in model.modules() for store in (m._parameters, m._buffers)  # noqa: SLF001
+                   for t in store.values() if t is not None and t.dtype in (torch.bfloat16, torch.float16)}.values())
+    saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def restore() -> None:
+        for tensor, data in saved:
+            tensor.data = data
+        saved.clear()
+
+    done = False
+    try:
+        if not any(t.is_meta for t in halves):
+            try:
+                for tensor in halves:
+                    saved.append((tensor, tensor.data))
+                    tensor.data = tensor.data.float()
+                done = True
+            except torch.OutOfMemoryError:
+                restore()
+        yield done
+    finally:
+        restore()
 
 
 def check_device_map(spec: str | None) -> str | None:

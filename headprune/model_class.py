@@ -9,7 +9,6 @@ transformers' own auto-class mappings (model type -> class name).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,24 +121,20 @@ def model_class(config: PretrainedConfig, *, encoder: bool, trust_remote_code: b
 
 
 def checkpoint_tensor_names(folder: Path) -> frozenset[str]:
-    """The tensor names of a safetensors checkpoint (its index, or the files' headers: nothing is loaded).
+    """The tensor names of a checkpoint: safetensors (index or headers: nothing is loaded) or a PyTorch pickle
+    (index, or ``pytorch_model.bin`` loaded safely, see :mod:`headprune.checkpoint_files`).
 
     Raises:
-        UnsupportedModelError: no safetensors weights to read names from.
+        UnsupportedModelError: no weights to read names from, or a pickle that cannot be loaded safely.
     """
-    from safetensors import safe_open
+    from headprune.checkpoint_files import weight_map
 
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        return frozenset(json.loads(index.read_text(encoding="utf-8"))["weight_map"])
-    names: set[str] = set()
-    for path in sorted(folder.glob("*.safetensors")):
-        with safe_open(path, framework="pt") as handle:
-            names.update(handle.keys())
+    names = frozenset(weight_map(folder))
     if not names:
-        raise UnsupportedModelError(f"{folder}: the checkpoint's class is not part of transformers and its weights "
-                                    "are not safetensors, whose names headprune could match to a class")
-    return frozenset(names)
+        raise UnsupportedModelError(f"{folder}: the checkpoint's class is not part of transformers and it has no "
+                                    "safetensors or pytorch_model.bin weights whose names headprune could match to a "
+                                    "class")
+    return names
 
 
 def class_tensor_names(class_name: str, config: PretrainedConfig) -> frozenset[str]:

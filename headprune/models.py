@@ -10,6 +10,7 @@ import atexit
 import hashlib
 import logging
 import os
+import pickle
 import shutil
 import struct
 import tempfile
@@ -22,6 +23,7 @@ from safetensors import SafetensorError
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from headprune.adapters import Adapter, adapter_for, supported_model_types
+from headprune.checkpoint_files import refused
 from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
 from headprune.extras import require
 from headprune.gguf_source import BUILTIN_MODELS, builtin_gguf, write_marker
@@ -206,6 +208,8 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except OSError as error:
         raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
+    except pickle.UnpicklingError as error:  # a pytorch_model.bin that transformers' weights-only loading refuses
+        raise refused(folder, error) from error
     except (SafetensorError, ValueError) as error:  # a corrupt or truncated weight file, shapes that disagree
         raise UnsupportedModelError(f"{spec}: cannot load the weights ({str(error).splitlines()[0][:200]})") from error
     except RuntimeError as error:  # transformers' size-mismatch error points at a report it does not show here

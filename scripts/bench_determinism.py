@@ -1,9 +1,12 @@
-"""Measure the determinism check's spread in a half precision: the intact model against itself in another batch
-order, and the same with a real batch-mixing bug (each row sees the batch mean of the embeddings, the test hook
-of tests/test_trust.py), on the discovery split of each task. Writes one JSON per task to stdout / --out.
+"""Measure the determinism check in a half precision: the intact model against itself in another batch order, the
+spread its own rounding allows on this machine's kernels (``headprune.search.determinism``), the float32 check, and
+the same with a real batch-mixing bug (each row sees the batch mean of the embeddings, the test hook of
+tests/test_trust.py), on the discovery split of each task; what each pass cost. One JSON line per task and mix on
+stdout, all of them in --out. Run it again under ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` for an AVX2
+CPU's kernels on any x86.
 
     flock /tmp/headprune-heavy.lock python scripts/bench_determinism.py --dtype bfloat16 \
-        --task sentiment:2000 --task arithmetic:2000 --mix 0.5 --mix 0.01 --out runs/determinism-bf16.json
+        --task sentiment:2000 --task arithmetic:700 --mix 0.5 --out runs/determinism-bf16.json
 """
 
 from __future__ import annotations
@@ -13,50 +16,66 @@ import json
 import time
 
 import numpy as np
+import torch
 
-from headprune.devices import dtype_name
+from headprune.devices import widened
+from headprune.errors import InternalCheckError
 from headprune.evaluation import Evaluator
-from headprune.evaluation.contract import disagreement
+from headprune.evaluation.contract import rounding_spread, spread
 from headprune.models import load_model
-from headprune.search.determinism import reordered_pass
+from headprune.search.determinism import CALIBRATION_EXAMPLES, KEY, calibration_keys, check, reordered_pass
+from headprune.search.journal import Journal
 from headprune.search.split import split_task
 from headprune.tasks import load_task
 
 
-def spread(first, second) -> dict:  # noqa: ANN001 - EvalResults
-    """Relative margin differences, decision gaps and flipped answers of two passes."""
+def moves(first, second) -> dict:  # noqa: ANN001 - EvalResults
+    """The spread of two passes' margins, their largest move and the answers that flipped."""
     a, b = first.margins, second.margins
-    relative = np.abs(a - b) / np.maximum(1.0, np.abs(a))
-    flips = first.correct != second.correct
-    decides = first.decisions
-    return {"n": int(a.size), "relative": {"median": float(np.median(relative)), "rms": float(np.sqrt((relative ** 2).mean())),
-                                           "p99": float(np.quantile(relative, 0.99)), "max": float(relative.max())},
-            "flipped": int(flips.sum()), "flipped_decisions": [float(d) for d in decides[flips]],
-            "smallest_decisions": sorted(float(abs(d)) for d in decides)[:5]}
+    return {"spread": round(spread(first, second), 4), "largest": round(float(np.abs(a - b).max()), 4),
+            "flipped": int((first.correct != second.correct).sum())}
 
 
-def measure(lm, spec: str, n: int, mixes: list[float]) -> dict:  # noqa: ANN001
+def measure(lm, spec: str, n: int, mix: float) -> dict:  # noqa: ANN001
+    """Every pass of the check, timed, then the check's own verdict on them (from a journal: nothing twice)."""
     task = load_task(spec)
     discovery = split_task(task, discovery=n, heldout=min(50, len(task) - n), seed=0).discovery
-    evaluator = Evaluator(lm, discovery, batch_size="auto", reuse_layers=True)
-    out: dict = {"task": spec, "n": n, "batch": evaluator.batch_size}
-    for mix in mixes:
-        handle = None
-        if mix:
-            handle = lm.model.get_input_embeddings().register_forward_hook(
-                lambda module, args, output, mix=mix: output + mix * output.mean(dim=0, keepdim=True))
+    handle = None if not mix else lm.model.get_input_embeddings().register_forward_hook(
+        lambda module, args, output: output + mix * output.mean(dim=0, keepdim=True))
+    journal, seconds = Journal(None, {}), {}
+
+    def timed(name: str, compute):  # noqa: ANN001, ANN202
         started = time.perf_counter()
+        result = compute()
+        seconds[name] = round(time.perf_counter() - started, 1)
+        return result
+
+    try:
+        evaluator = Evaluator(lm, discovery, batch_size="auto", reuse_layers=True)
+        baseline = timed("baseline", evaluator.run)
+        journal.put(KEY, again := timed("other batch order", lambda: reordered_pass(evaluator)))
+        subset = discovery.first(CALIBRATION_EXAMPLES)
+        where, *keys = calibration_keys(len(subset))
+        narrow = baseline if subset is discovery else timed(
+            "calibration in the dtype", lambda: Evaluator(lm, subset, batch_size=evaluator.plan).run())
+        journal.put(where, narrow)
+        with widened(lm.model):
+            widest = Evaluator(lm, subset, batch_size=evaluator.plan)
+            wide = [timed("calibration in float32", widest.run),
+                    timed("calibration in float32, other order", lambda: reordered_pass(widest))]
+        for key, result in zip(keys, wide):
+            journal.put(key, result)
         try:
-            checker = Evaluator(lm, discovery, batch_size="auto", reuse_layers=False) if mix else evaluator
-            first, second = checker.run(), reordered_pass(checker)
-        finally:
-            if handle is not None:
-                handle.remove()
-        problem, ties = disagreement(first, second, dtype_name(lm.dtype))
-        out[f"mix={mix}"] = {**spread(first, second), "check": problem or "agrees", "ties": ties,
-                             "seconds": round(time.perf_counter() - started, 1)}
-        print(json.dumps({spec: out[f"mix={mix}"]}), flush=True)
-    return out
+            verdict = "agrees: " + check(evaluator, baseline, journal)
+        except InternalCheckError as error:
+            verdict = str(error)
+    finally:
+        if handle is not None:
+            handle.remove()
+    return {"task": spec, "n": n, "mix": mix, "batch": evaluator.batch_size,
+            "kernels": torch.backends.cpu.get_cpu_capability(), "other batch order": moves(baseline, again), "rounding": round(spread(wide[0], narrow), 4),
+            "allowed": round(rounding_spread(wide[0], narrow), 4), "calibration examples": len(subset),
+            "float32": moves(wide[0], wide[1]), "verdict": verdict, "seconds": seconds}
 
 
 def main() -> None:
@@ -71,11 +90,12 @@ def main() -> None:
     lm = load_model(args.model, dtype=args.dtype, device="cpu")
     results = []
     # Every task intact first, then with each bug: what is measured by a deadline is the most useful part.
-    for mixes in ([0.0], args.mix):
-        for entry in args.task if mixes else ():
+    for mix in [0.0, *args.mix]:
+        for entry in args.task:
             spec, _, n = entry.rpartition(":")
-            size = int(n) if not mixes[0] else min(int(n), args.bug_n)  # a bug shows at any size: keep it short
-            results.append(measure(lm, spec, size, mixes))
+            size = int(n) if not mix else min(int(n), args.bug_n)  # a bug shows at any size: keep it short
+            results.append(measure(lm, spec, size, mix))
+            print(json.dumps(results[-1]), flush=True)
             if args.out:
                 with open(args.out, "w") as handle:
                     json.dump(results, handle, indent=1)

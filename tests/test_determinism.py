@@ -3,15 +3,20 @@ batch-dependent one stops the run, and "agrees" means the stated tolerance of ea
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
 
 import pytest
+import torch
 
+from headprune.devices import widened
 from headprune.errors import InternalCheckError
+from headprune.evaluation import Evaluator
 from headprune.evaluation.contract import MARGIN_TOLERANCE
-from headprune.search.determinism import KEY, compare_passes, reordered_pass
+from headprune.search.determinism import CALIBRATION_EXAMPLES, KEY, check, compare_passes, reordered_pass
 from headprune.search.find import find
-from headprune.search.journal import JOURNAL_NAME
+from headprune.search.journal import JOURNAL_NAME, Journal
 from helpers import SMALL, build_tiny, random_choice_task
 
 
@@ -57,3 +62,67 @@ def test_compare_passes_contract(tokenizer) -> None:
     with pytest.raises(InternalCheckError, match="margins differ"):
         compare_passes(first, replace(second, results=tuple(nudged)), "float32")
     compare_passes(first, replace(second, results=tuple(nudged)), "bfloat16")  # within bfloat16's tolerance
+
+
+def test_a_float32_run_is_not_calibrated(tmp_path, tokenizer) -> None:
+    lm = build_tiny("llama", tokenizer, seed=3)
+    find(lm, random_choice_task(40, seed=1), out=tmp_path, **SMALL)
+    keys = [json.loads(line).get("key") for line in (tmp_path / JOURNAL_NAME).read_text().splitlines()[1:]]
+    assert not any(k.startswith("determinism|first") for k in keys)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_run_is_calibrated_in_float32_and_journalled(tmp_path, tokenizer, dtype, caplog) -> None:
+    lm = build_tiny("llama", tokenizer, seed=3)
+    lm.model.to(dtype)
+    with caplog.at_level(logging.INFO, logger="headprune"):
+        find(lm, random_choice_task(100, seed=1), out=tmp_path, **{**SMALL, "discovery": 80})
+    lines = [json.loads(line) for line in (tmp_path / JOURNAL_NAME).read_text().splitlines()[1:]]
+    keys = [line.get("key") for line in lines]
+    first = f"determinism|first {CALIBRATION_EXAMPLES}"
+    assert keys[2:6] == [f"{first},float32", f"{first},float32,reversed,half-batch", first, KEY]
+    assert all(p.dtype == dtype for p in lm.model.parameters())  # narrowed again after the float32 passes
+    wide, narrow = lines[2], lines[4]
+    assert wide["margins"] != narrow["margins"]  # the float32 passes did compute in float32
+    assert "allowed: twice" in caplog.text and "in float32 those examples spread by" in caplog.text
+
+
+def test_a_batch_dependent_half_precision_model_is_stopped_by_the_float32_check(tmp_path, tokenizer) -> None:
+    lm = build_tiny("llama", tokenizer, seed=3)
+    lm.model.to(torch.bfloat16)
+    handle = lm.model.get_input_embeddings().register_forward_hook(
+        lambda module, args, output: output + 0.5 * output.mean(dim=0, keepdim=True))
+    try:
+        with pytest.raises(InternalCheckError, match="widened to float32 .* another batch order"):
+            find(lm, random_choice_task(40, seed=1), out=tmp_path, **SMALL)
+    finally:
+        handle.remove()
+    keys = [json.loads(line).get("key") for line in (tmp_path / JOURNAL_NAME).read_text().splitlines()[1:]]
+    assert KEY not in keys  # stopped before the full pass in the other batch order
+
+
+def test_widened_computes_in_float32_and_gives_back_the_very_tensors(tokenizer) -> None:
+    lm = build_tiny("llama", tokenizer, seed=5)
+    lm.model.to(torch.bfloat16)
+    lm.model.model.rotary_emb.inv_freq = lm.model.model.rotary_emb.inv_freq.float()  # a float32 buffer stays one
+    reference = copy.deepcopy(lm.model).float()  # a float32 copy of the same (rounded) weights
+    before = {name: (t, t.data_ptr(), t.dtype) for name, t in [*lm.model.named_parameters(), *lm.model.named_buffers()]}
+    ids = torch.tensor([[5, 9, 13, 2]])
+    with widened(lm.model) as done, torch.no_grad():
+        assert done and all(p.dtype == torch.float32 for p in lm.model.parameters())
+        assert torch.equal(lm.model(ids).logits, reference(ids).logits)
+    after = dict([*lm.model.named_parameters(), *lm.model.named_buffers()])
+    for name, (tensor, pointer, dtype) in before.items():
+        assert after[name] is tensor and tensor.data_ptr() == pointer and tensor.dtype == dtype, name
+    assert lm.model.model.rotary_emb.inv_freq.dtype == torch.float32 and lm.model.lm_head.weight.dtype == torch.bfloat16
+
+
+def test_a_model_that_cannot_be_widened_is_checked_per_example_and_says_so(tokenizer, caplog) -> None:
+    lm = build_tiny("llama", tokenizer, seed=3)
+    lm.model.to(torch.bfloat16)
+    meta = torch.nn.Parameter(torch.empty(2, dtype=torch.bfloat16, device="meta"))  # offloaded by a device map
+    lm.model.model.register_parameter("offloaded", meta)
+    evaluator = Evaluator(lm, random_choice_task(24, seed=1), batch_size=8)
+    with caplog.at_level(logging.WARNING, logger="headprune"):
+        found = check(evaluator, evaluator.run(()), Journal(None, {}))
+    assert "cannot be widened" in caplog.text and "allowed" not in found and "agrees" in found

@@ -1,5 +1,7 @@
 """A checkpoint whose class transformers lacks (no auto_map): the best-matching class stands in, and an export
-keeps every checkpoint tensor (the ones that class does not use are written through, bit for bit)."""
+keeps every checkpoint tensor (the ones that class does not use are written through, bit for bit), whether the
+checkpoint is safetensors or an older ``pytorch_model.bin`` (one file, or shards with an index), which is read
+with ``torch.load(weights_only=True)`` and never run."""
 
 from __future__ import annotations
 
@@ -22,16 +24,36 @@ EXTRA_HEADS = ("topic", "toxicity", "language")  # three classifier heads beside
 
 
 def _tensors(folder) -> dict[str, torch.Tensor]:  # noqa: ANN001
+    """Every tensor of a checkpoint folder's safetensors files, else of its ``pytorch_model*.bin`` files."""
     out = {}
     for path in folder.glob("*.safetensors"):
         with safe_open(path, framework="pt") as handle:
             out.update({name: handle.get_tensor(name) for name in handle.keys()})
+    for path in [] if out else folder.glob("pytorch_model*.bin"):
+        out.update(torch.load(path, weights_only=True))
     return out
 
 
-@pytest.fixture
-def multi_head_bert(tmp_path, tokenizer):  # noqa: ANN001, ANN201
-    """A BERT masked-LM saved with three extra classifier heads, under a class name transformers lacks."""
+def _save_weights(state: dict[str, torch.Tensor], folder, storage: str) -> None:  # noqa: ANN001
+    """``state`` as ``model.safetensors``, one ``pytorch_model.bin``, or two ``.bin`` shards and their index."""
+    if storage == "safetensors":
+        save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    elif storage == "bin":
+        torch.save(state, folder / "pytorch_model.bin")
+    else:  # the extra heads in the second shard, as a fine-tune adds them
+        names = sorted(state)
+        shards = {"pytorch_model-00001-of-00002.bin": [n for n in names if "_classifier." not in n],
+                  "pytorch_model-00002-of-00002.bin": [n for n in names if "_classifier." in n]}
+        for file, members in shards.items():
+            torch.save({name: state[name] for name in members}, folder / file)
+        index = {"metadata": {}, "weight_map": {name: file for file, members in shards.items() for name in members}}
+        (folder / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+
+
+@pytest.fixture(params=["safetensors", "bin", "bin-shards"])
+def multi_head_bert(request, tmp_path, tokenizer):  # noqa: ANN001, ANN201
+    """A BERT masked-LM saved with three extra classifier heads, under a class name transformers lacks, its weights
+    as safetensors or as PyTorch pickles."""
     torch.manual_seed(11)
     model = transformers.BertForMaskedLM(tiny_config("bert", len(tokenizer)))
     folder = tmp_path / "multi-head-bert"
@@ -41,7 +63,7 @@ def multi_head_bert(tmp_path, tokenizer):  # noqa: ANN001, ANN201
         state[f"{name}_classifier.weight"] = torch.randn(2 + i, 32)
         state[f"{name}_classifier.bias"] = torch.randn(2 + i)
     (folder / "model.safetensors").unlink()
-    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    _save_weights(state, folder, request.param)
     config = json.loads((folder / "config.json").read_text())
     config["architectures"] = ["BertForMaskedLMWithClassifiers"]
     (folder / "config.json").write_text(json.dumps(config))
@@ -65,6 +87,7 @@ def test_export_keeps_every_checkpoint_tensor(multi_head_bert, tmp_path, layout)
                     out=out)
     written = _tensors(out)
     assert written.keys() == original.keys()  # nothing lost, nothing made up
+    assert not list(out.glob("*.bin"))  # the export is safetensors, whatever the checkpoint was
     attention = [n for n in original if ".attention.self." in n or ".attention.output.dense." in n]
     for name, tensor in original.items():
         if name not in attention:
@@ -90,3 +113,34 @@ def test_cli_export_of_the_unknown_class(multi_head_bert, tmp_path) -> None:
                     str(tmp_path / "pruned"))
     assert result.exit_code == 0, result.output
     assert "trust-remote-code" not in result.output
+
+
+def _unsafe_bin(folder, architecture: str) -> None:  # noqa: ANN001
+    """Give ``folder`` a ``pytorch_model.bin`` whose unpickling would call a function (here a harmless one that
+    leaves a mark): what ``torch.load(weights_only=True)`` refuses."""
+    import builtins  # noqa: F401 - what the pickle names
+
+    class Marks:
+        def __reduce__(self):  # noqa: ANN204
+            return (exec, (f"open({str(folder / 'ran')!r}, 'w').close()",))
+
+    state = _tensors(folder)
+    for path in [*folder.glob("*.safetensors"), *folder.glob("pytorch_model*")]:
+        path.unlink()
+    torch.save({**state, "marks": Marks()}, folder / "pytorch_model.bin")
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = [architecture]
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("multi_head_bert", ["bin"], indirect=True)
+@pytest.mark.parametrize("architecture", ["BertForMaskedLMWithClassifiers", "BertForMaskedLM"])
+def test_a_bin_that_needs_code_to_load_is_refused_and_never_run(multi_head_bert, tmp_path, architecture) -> None:
+    """Whoever reads the pickle (headprune matching an unknown class, or transformers loading a known one), the
+    refusal is one line and exit 2, nothing is written, and the pickle's code has not run."""
+    _unsafe_bin(multi_head_bert, architecture)
+    result = invoke("export", str(multi_head_bert), "--heads", "L1.H0", "--out", str(tmp_path / "never"))
+    assert result.exit_code == 2, result.output
+    assert "weights_only=True) refuses it (Unsupported global" in result.output
+    assert "never runs code from a weights file" in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "never").exists() and not (multi_head_bert / "ran").exists()

@@ -80,12 +80,15 @@ class BatchPlan:
         return f"{self.sequences} sequences" + (f" / {self.tokens} tokens" if self.tokens is not None else "")
 
 
-def plan_batches(lm: LoadedModel, batch_size: int | str) -> BatchPlan:
-    """The plan for ``--batch-size`` (a number, or ``auto``: see the module docstring).
+def plan_batches(lm: LoadedModel, batch_size: int | str | BatchPlan) -> BatchPlan:
+    """The plan for ``--batch-size`` (a number, or ``auto``: see the module docstring), or a plan already made
+    (another evaluator's, so that a second pass over the same examples batches them the same way).
 
     Raises:
         TaskError: a batch size that is neither ``auto`` nor a positive number.
     """
+    if isinstance(batch_size, BatchPlan):
+        return batch_size
     if batch_size != "auto":
         try:
             sequences = int(batch_size)

@@ -25,7 +25,7 @@ from headprune.ablation import AblationMode, ablated, collect_head_means
 from headprune.compat import logits_at, passing_cache
 from headprune.cpu_linear import fast_linears
 from headprune.errors import TaskError
-from headprune.evaluation.batching import plan_batches
+from headprune.evaluation.batching import BatchPlan, plan_batches
 from headprune.evaluation.generation import Generation
 from headprune.evaluation.guards import check_finite, check_lengths
 from headprune.evaluation.layer_reuse import LayerReuse
@@ -56,7 +56,8 @@ class Evaluator:
         lm: the model.
         task: the task.
         batch_size: sequences per forward pass, or ``auto`` (sized to the device's free memory, with a token
-            budget; see ``headprune.evaluation.batching``). An out-of-memory error halves it and retries.
+            budget; see ``headprune.evaluation.batching``), or another evaluator's ``plan``. An out-of-memory
+            error halves it and retries.
         reuse_layers: keep the intact model's layer inputs from the first intact run and start later
             ablated runs at the lowest ablated layer (same results, less work; see ``layer_cache``).
         share_prefix: causal LMs: compute the keys/values of a prompt prefix shared by every sequence (a
@@ -66,7 +67,7 @@ class Evaluator:
         TaskError: a bad batch size, or a task kind the model cannot be scored on.
     """
 
-    def __init__(self, lm: LoadedModel, task: Task, *, batch_size: int | str = DEFAULT_BATCH_SIZE,
+    def __init__(self, lm: LoadedModel, task: Task, *, batch_size: int | str | BatchPlan = DEFAULT_BATCH_SIZE,
                  reuse_layers: bool = False, share_prefix: bool = True) -> None:
         self.lm = lm
         self.task = task

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from headprune.checkpoint_files import has_weights
 from headprune.errors import ExportSettingsError, UnsupportedModelError
 from headprune.extras import require
 from headprune.heads import Head
@@ -153,7 +154,7 @@ def passthrough_tensors(lm: LoadedModel, format_name: str, writes_through: bool)
     shown = ", ".join(lm.unused_tensors[:4]) + (" ..." if len(lm.unused_tensors) > 4 else "")
     lost = f"{lm.name}: {len(lm.unused_tensors)} checkpoint tensors are not used by {chosen} ({shown})"
     if lm.model_class is not None and lm.model_class.stands_in_for:
-        if writes_through and any(lm.folder.glob("*.safetensors")):
+        if writes_through and has_weights(lm.folder):
             return lm.unused_tensors
         raise UnsupportedModelError(f"{lost}; a safetensors export writes them through, a {format_name} file cannot "
                                     "hold them", settings=("format",))
