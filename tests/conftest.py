@@ -92,12 +92,12 @@ def pytest_runtest_makereport(item, call):  # noqa: ANN001, ANN201
         report.outcome, report.longrepr = "failed", f"{REQUIRED}: {reason}"
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector):  # noqa: ANN001, ANN201
+def pytest_collectreport(report) -> None:  # noqa: ANN001
     """A module skipped for a missing package (importorskip) fails the session, without stopping the other
-    modules (a failed collection would interrupt the whole run)."""
-    report = (yield).get_result()
-    reason = _missing_package(report)
+    modules (a failed collection would interrupt the whole run). Under pytest-xdist the controller sees it: each
+    worker forwards the collection reports that did not pass, and the controller calls this hook with them once
+    (a worker's own session status is not the run's, so workers leave it alone)."""
+    reason = None if os.environ.get("PYTEST_XDIST_WORKER") else _missing_package(report)
     if reason:
         _skipped_modules.append(f"{report.nodeid}: {reason}")
 

@@ -109,17 +109,19 @@ def test_skipped_for_another_reason() -> None:
 '''
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 @pytest.mark.parametrize("required", [False, True])
-def test_a_skip_for_a_missing_package_fails_when_every_extra_is_required(tmp_path, required) -> None:  # noqa: ANN001
-    """tests/conftest.py's hook, as CI runs it (HEADPRUNE_REQUIRE_EXTRAS=1, set by scripts/test.sh): a module
-    skipped by importorskip and a test skipped by ``needs`` fail; any other skip stays a skip."""
+def test_a_skip_for_a_missing_package_fails_when_every_extra_is_required(tmp_path, required, workers) -> None:  # noqa: ANN001
+    """tests/conftest.py's hook, as CI runs it (HEADPRUNE_REQUIRE_EXTRAS=1, set by scripts/test.sh, with
+    pytest-xdist workers): a module skipped by importorskip and a test skipped by ``needs`` fail; any other skip
+    stays a skip."""
     (tmp_path / "test_missing.py").write_text(MISSING)
     (tmp_path / "test_needs.py").write_text(NEEDS)
     tests = Path(__file__).resolve().parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent)]),
            "HEADPRUNE_REQUIRE_EXTRAS": "1" if required else "0"}
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "-rA",
-                           str(tmp_path)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+                           *workers, str(tmp_path)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     summary = done.stdout.strip().splitlines()[-1]
     if required:
         assert done.returncode == 1 and "1 failed" in summary and "error" not in summary, done.stdout
