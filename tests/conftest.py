@@ -73,6 +73,12 @@ def handmade_files(tmp_path_factory):  # noqa: ANN001, ANN201
 MISSING_PACKAGE = re.compile(r"could not import|no module named|not installed|missing package", re.IGNORECASE)
 REQUIRED = "skipped for a missing package while HEADPRUNE_REQUIRE_EXTRAS=1 (CI installs every extra)"
 _skipped_modules: list[str] = []
+_in_worker = False  # a pytest-xdist worker (its config has workerinput), not the process that reports
+
+
+def pytest_configure(config) -> None:  # noqa: ANN001
+    global _in_worker
+    _in_worker = hasattr(config, "workerinput")
 
 
 def _missing_package(report) -> str | None:  # noqa: ANN001
@@ -97,7 +103,7 @@ def pytest_collectreport(report) -> None:  # noqa: ANN001
     modules (a failed collection would interrupt the whole run). Under pytest-xdist the controller sees it: each
     worker forwards the collection reports that did not pass, and the controller calls this hook with them once
     (a worker's own session status is not the run's, so workers leave it alone)."""
-    reason = None if os.environ.get("PYTEST_XDIST_WORKER") else _missing_package(report)
+    reason = None if _in_worker else _missing_package(report)
     if reason:
         _skipped_modules.append(f"{report.nodeid}: {reason}")
 

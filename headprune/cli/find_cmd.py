@@ -97,7 +97,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.report import verdict_line, write_outputs
     from headprune.report_text import stage_times_line
     from headprune.scoring.execution import permit_code_execution
-    from headprune.search.find import check_run_folder, find
+    from headprune.search.find import check_run_folder, find, resume_after_restart
 
     improve_only = "with --objective improve (compress grows its own set from the screen)"
     refuse_inapplicable(ctx, ("candidates", screen != "exact", "with --screen attribution or halving"),
@@ -108,6 +108,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     out = out or Path("runs") / f"{slug(model)}-{slug(task_spec)}"
     with permit_code_execution(allow_code_execution):
         _refuse_code_tasks(task_spec, heldout_task, *control)  # before any output or model exists
+    resume, overwrite = resume_after_restart(out, distributed.restarted(), resume=resume, overwrite=overwrite)
     check_run_folder(out, resume=resume, overwrite=overwrite)  # before even a write probe (again once locked)
     check_writable_folder(out)
     team = distributed.join(device)  # one process unless torchrun / accelerate launch started several

@@ -101,9 +101,7 @@ def find(
                             max_drop=max_drop, prefer=prefer, patience=patience, compress_search=compress_search,
                             beam_width=beam_width)
     team = team or Team()
-    if team.restarted and out is not None and (Path(out) / JOURNAL_NAME).is_file() and not resume:
-        log.info("restarted by the launcher: resuming from %s", Path(out) / JOURNAL_NAME)
-        resume, overwrite = True, False
+    resume, overwrite = resume_after_restart(out, team.restarted, resume=resume, overwrite=overwrite)
     check_settings(settings, resume=resume, out=out)
     check_placement(device_map, team.parallel)
     lock = _claim(out, team, resume=resume, overwrite=overwrite)
@@ -114,6 +112,15 @@ def find(
     finally:
         if lock is not None:
             lock.release()
+
+
+def resume_after_restart(out: Path | None, restarted: bool, *, resume: bool, overwrite: bool) -> tuple[bool, bool]:
+    """``(resume, overwrite)`` for a run: a process the launcher restarted after a failure (torchrun
+    ``--max-restarts``) continues the journal its first attempt left in ``out``, whatever it was told."""
+    if restarted and out is not None and (Path(out) / JOURNAL_NAME).is_file() and not resume:
+        log.info("restarted by the launcher: resuming from %s", Path(out) / JOURNAL_NAME)
+        return True, False
+    return resume, overwrite
 
 
 def _claim(out: Path | None, team: Team, *, resume: bool, overwrite: bool) -> FolderLock | None:
