@@ -12,14 +12,14 @@ OUT=exports/smollm2-135m-arithmetic-pruned
 status=0
 .venv/bin/headprune find smollm2-135m --task arithmetic --discovery 150 --heldout 300 \
     --control sentiment:n=200 --control-limit 200 \
-    --screen attribution --candidates 8 --nominees 3 --max-heads 2 --finalists 2 --out "$RUN" || status=$?
+    --screen attribution --candidates 8 --nominees 3 --max-heads 2 --finalists 2 --out "$RUN" --overwrite || status=$?
 if [ "$status" -gt 1 ]; then exit "$status"; fi  # 0 confirmed, 1 not confirmed: both are results
 if [ "$status" -eq 1 ]; then
     # An unconfirmed set is not shipped as if it were better: export refuses it without --allow-unconfirmed.
     echo "find did not confirm a gain on held-out data (see $RUN/report.md); nothing exported"
     exit 1
 fi
-.venv/bin/headprune export smollm2-135m --heads "$RUN/result.json" --out "$OUT"
+.venv/bin/headprune export smollm2-135m --heads "$RUN/result.json" --out "$OUT" --overwrite
 echo
 echo "find report:  $RUN/report.md (heatmap $RUN/screen.png)"
 echo "pruned model: $OUT (model card $OUT/README.md)"

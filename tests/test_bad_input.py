@@ -295,7 +295,7 @@ def test_a_bad_input_is_one_line_and_exit_2(p, tmp_path, monkeypatch, case, args
 
 
 def test_every_listed_case_is_distinct() -> None:
-    """The count README gives is of distinct inputs."""
+    """The count docs/commands.md gives is of distinct inputs."""
     assert len({case[0] for case in CASES}) == len(CASES) >= 80
 
 

@@ -18,7 +18,7 @@ from headprune.heads import parse_heads
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 export_memory = importlib.import_module("export_memory")
 
-# The bound README states: the original and the export loaded back for verification (2x the weights), plus the
+# The bound docs/export.md states: the original and the export loaded back for verification (2x the weights), plus the
 # fixed overhead of Python, torch and transformers (measured in its own process) and 1 GiB of working memory
 # (activations, the written file's pages while it is written; measured: 2.17x + 0.39 GB on this model).
 BOUND_X_WEIGHTS, ROOM = 2.0, 2**30

@@ -1,4 +1,4 @@
-"""The package's layering, read from README's "Code layout" and checked against the source with ``ast``.
+"""The package's layering, read from docs/architecture.md's "Code layout" and checked against the source with ``ast``.
 
 Two rules, over every module of ``headprune/``: no module imports one of a higher layer, and no import loop joins
 modules (``a`` imports ``b``, which imports ... ``a``). An import inside a function, or under ``TYPE_CHECKING``,
@@ -7,7 +7,7 @@ implicit import of a parent package when a submodule loads does not count (every
 ``headprune/__init__``); names looked up by string (``import_module`` in the packages' lazy ``__getattr__``) cannot be
 seen and are not checked.
 
-The layers are written once, in README (a numbered list, highest layer first, each entry a module or a package of
+The layers are written once, in docs/architecture.md (a numbered list, highest layer first, each entry a module or a package of
 ``headprune/`` in backticks; the most specific entry decides a module's layer). A module no entry covers, or an
 entry that names no module, fails here too, so every new module is given its room deliberately.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "headprune"
-README = ROOT / "README.md"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 # Imports that may break a rule, each with the reason it may: an allowed import may point to a higher layer, and
 # loops are looked for without it. One that no longer breaks a rule fails too: remove it.
@@ -66,12 +66,12 @@ def import_graph() -> dict[str, set[str]]:
     return {name: imports_of(name, path, modules) for name, path in modules.items()}
 
 
-def readme_layers(text: str | None = None) -> list[list[str]]:
-    """The layers written in README's Code layout, highest first: each a list of dotted module names (a name
+def documented_layers(text: str | None = None) -> list[list[str]]:
+    """The layers written in docs/architecture.md's Code layout, highest first: each a list of dotted module names (a name
     ending in ``.`` is a package: it covers the package and everything in it; ``__init__`` is the root)."""
-    text = README.read_text(encoding="utf-8") if text is None else text
-    section = re.search(r"^## Code layout\n(.*?)(?=^## )", text, flags=re.DOTALL | re.MULTILINE)
-    assert section, "README.md has a '## Code layout' section"
+    text = ARCHITECTURE.read_text(encoding="utf-8") if text is None else text
+    section = re.search(r"^## Code layout\n(.*?)(?=^## |\Z)", text, flags=re.DOTALL | re.MULTILINE)
+    assert section, "docs/architecture.md has a '## Code layout' section"
     layers = []
     # An item is a line "N. ..." and the indented lines that continue it.
     for line in re.findall(r"^\d+\. (.*(?:\n[ \t]+.*)*)", section.group(1), flags=re.MULTILINE):
@@ -81,7 +81,7 @@ def readme_layers(text: str | None = None) -> list[list[str]]:
             dotted = "headprune" if entry == "__init__" else "headprune." + entry.strip("/").replace("/", ".")
             entries.append(dotted + "." if entry.endswith("/") else dotted)
         layers.append(entries)
-    assert layers, "README's Code layout lists the layers (a numbered list, highest first)"
+    assert layers, "docs/architecture.md's Code layout lists the layers (a numbered list, highest first)"
     return layers
 
 
@@ -166,10 +166,10 @@ def problems(graph: dict[str, set[str]], layers: list[list[str]], *,
     found = []
     for entry in (e for entries in layers for e in entries):
         if not any(m == entry or (m + ".").startswith(entry) for m in graph):
-            found.append(f"README's layers name {entry.rstrip('.')!r}, which is no module: remove or rename it")
+            found.append(f"docs/architecture.md's layers name {entry.rstrip('.')!r}, which is no module: remove or rename it")
     for module in sorted(graph):
         if layer_of(module, layers) is None:
-            found.append(f"{module} has no layer: add it to README's Code layout list")
+            found.append(f"{module} has no layer: add it to docs/architecture.md's Code layout list")
     upward = set()
     for module, imported in sorted(graph.items()):
         found += [f"{module} imports {target}, which is no module" for target in sorted(imported - graph.keys())]
@@ -203,7 +203,7 @@ def reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
 
 
 def test_the_package_keeps_its_layers_and_has_no_import_loops() -> None:
-    found = problems(import_graph(), readme_layers())
+    found = problems(import_graph(), documented_layers())
     assert not found, "\n".join(found)
 
 
@@ -234,12 +234,12 @@ def test_an_upward_import_a_loop_and_an_unplaced_module_are_each_reported(tmp_pa
         "low.py": "def f():\n    from headprune.high import g\n",  # upward, and a loop with high
         "stray.py": "from headprune.gone import x\n",
     })
-    readme = "## Code layout\n1. `__init__`, `high`\n2. `low`,\n   `gone/`\n## Next\n"
-    found = problems(graph, readme_layers(readme), allowed={})
+    layout = "## Code layout\n1. `__init__`, `high`\n2. `low`,\n   `gone/`\n## Next\n"
+    found = problems(graph, documented_layers(layout), allowed={})
     assert "headprune.low (layer 2) imports headprune.high, a higher layer (1)" in found
     assert "import loop: headprune.high -> headprune.low -> headprune.high" in found
-    assert "headprune.stray has no layer: add it to README's Code layout list" in found
-    assert "README's layers name 'headprune.gone', which is no module: remove or rename it" in found
+    assert "headprune.stray has no layer: add it to docs/architecture.md's Code layout list" in found
+    assert "docs/architecture.md's layers name 'headprune.gone', which is no module: remove or rename it" in found
     assert "headprune.stray imports headprune.gone, which is no module" in found
     assert len(found) == 5
 
@@ -247,10 +247,10 @@ def test_an_upward_import_a_loop_and_an_unplaced_module_are_each_reported(tmp_pa
 def test_an_allowed_import_is_excused_and_fails_once_it_breaks_no_rule(tmp_path: Path) -> None:
     graph = _write(tmp_path, {"__init__.py": "", "high.py": "import headprune.low\n",
                               "low.py": "import headprune.high\n"})
-    layers = readme_layers("## Code layout\n1. `__init__`, `high`\n2. `low`\n## Next\n")
+    layers = documented_layers("## Code layout\n1. `__init__`, `high`\n2. `low`\n## Next\n")
     allowed = {("headprune.low", "headprune.high"): "a reason"}  # upward, and the loop's only way back
     assert problems(graph, layers, allowed=allowed) == []
-    same_layer = readme_layers("## Code layout\n1. `__init__`, `high`, `low`\n## Next\n")
+    same_layer = documented_layers("## Code layout\n1. `__init__`, `high`, `low`\n## Next\n")
     assert problems(graph, same_layer, allowed=allowed) == []  # still the loop's way back
     graph["headprune.high"].clear()  # high no longer imports low: no loop, but still upward
     assert problems(graph, layers, allowed=allowed) == []

@@ -6,7 +6,7 @@ real (+0.6 points: 0.8% of answers rescued, 0.2% damaged) or null (flipping a sh
 A *passenger* is a null head in a primary set of several heads. The grid: null heads flipping 0.1%-5% of the
 answers; 0, 1 and 2 real heads; find's defaults and ``--extend 2``; discovery 2,000 and held-out 1,000 (find's
 defaults), 18 heads (2 layers of 9). scripts/passengers.py runs the same grid with more runs per cell and
-writes the README's table.
+writes the table in docs/find.md.
 """
 
 from __future__ import annotations
