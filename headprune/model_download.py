@@ -20,7 +20,8 @@ import fnmatch
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from headprune.errors import ModelNotFoundError
@@ -58,6 +59,19 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
             continue
         errors.append(getattr(module, "TransportError", None) or getattr(module, "ConnectionError"))
     return tuple(errors)
+
+
+@contextmanager
+def _quiet_retries() -> Iterator[None]:
+    """huggingface_hub's retries of a request that failed, without their two warnings each (eleven lines before
+    an unreachable Hub is reported): the one line headprune prints at the end says what happened."""
+    hub = logging.getLogger("huggingface_hub")
+    level = hub.level
+    hub.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub.setLevel(level)
 
 
 def small_files(listing: Iterable[str], *, trust_remote_code: bool) -> list[str]:
@@ -144,7 +158,8 @@ def from_hub(repo_id: str, *, trust_remote_code: bool = False) -> Path:
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     try:
-        listing = HfApi(endpoint=_endpoint()).list_repo_files(repo_id)
+        with _quiet_retries():
+            listing = HfApi(endpoint=_endpoint()).list_repo_files(repo_id)
         wanted = small_files(listing, trust_remote_code=trust_remote_code)
         log.info("%s: downloading %d of the repository's %d files (what a load reads)", repo_id, len(wanted),
                  len(listing))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -68,7 +69,22 @@ def test_hub_id_not_cached(choice_file, tmp_path, monkeypatch) -> None:
     _assert_bad_input(invoke("eval", "someone/some-model", "--task", str(choice_file)), "not in the local Hugging Face")
 
 
+class _NoWait:
+    """The ``time`` module without ``sleep``: huggingface_hub retries a refused connection five times, waiting
+    1 + 2 + 4 + 8 + 8 s in between, which a test need not sit through."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        pass
+
+
 def test_hub_unreachable(choice_file, tmp_path, monkeypatch) -> None:
+    import huggingface_hub.utils._http as hub_http
+
+    monkeypatch.setattr(hub_http, "time", _NoWait(), raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
