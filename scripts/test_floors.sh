@@ -55,6 +55,7 @@ STAMP="$( (cat "$REQUIREMENTS" scripts/data_packages.txt scripts/cuda_stubs.py; 
 # it, and a change to the floors, the data packages or the stubs builds a new one (older ones are removed).
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/headprune"
 VENV="${HEADPRUNE_FLOORS_VENV:-$CACHE/venv-floors-$STAMP}"
+mkdir -p "$VENV" && VENV="$(cd "$VENV" && pwd)"  # absolute: the stubs' library path is taken from it
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 WHEELS="$("$VENV/bin/python" -m pip cache dir)/headprune-floors"
@@ -82,7 +83,7 @@ if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$STAMP" ]; then
         [ "$old" = "$VENV" ] || [ ! -f "$old/.installed" ] || rm -rf "$old"
     done
 fi
-[ -d "$VENV/cuda-stubs" ] && export LD_LIBRARY_PATH="$PWD/$VENV/cuda-stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+[ -d "$VENV/cuda-stubs" ] && export LD_LIBRARY_PATH="$VENV/cuda-stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "$VENV/bin/python" -c "import torch, transformers, accelerate, safetensors, huggingface_hub as hub
 print('floors: torch', torch.__version__, '(CUDA build on stubs)' if torch.version.cuda else '(CPU build)',
       '| transformers', transformers.__version__, '| accelerate', accelerate.__version__, '| safetensors',
