@@ -81,11 +81,16 @@ def test_classes_includes_groups_and_shadowed_names_are_followed(tmp_path) -> No
     given = _task(shadowed, "hp_same")  # no Python here, but lm-eval loads the other file for this name
     _task(shadowed, "hp_same", "process_docs: !function utils.process_docs\n", file="A/same.yaml")
     _utils(shadowed / "A", marker)
-    for path, named in ((cases_task, "class"), (including, "process_docs"), (group, "process_docs"),
-                        (given, "process_docs")):
+    for path, named in ((cases_task, "class"), (including, "process_docs"), (group, "process_docs")):
         with pytest.raises(TaskError, match="trust_remote_code") as caught:
             load_task(f"lm-eval:{path}")
         assert named in str(caught.value), str(caught.value)
+    # The shadowed name: lm-eval 0.4.13 loads the other file (its Python must be refused), 0.4.10 the one given
+    # (nothing to refuse). Either way no Python runs without consent: the marker tells.
+    try:
+        load_task(f"lm-eval:{given}")
+    except TaskError as error:
+        assert "trust_remote_code" in str(error) and "process_docs" in str(error), str(error)
     assert not marker.exists()
 
 

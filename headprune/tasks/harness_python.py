@@ -110,6 +110,19 @@ def file_python(path: Path, seen: set[Path]) -> tuple[dict, list[str]]:
     return config, found
 
 
+def _entry(entry: object) -> tuple[list[str], str | None, dict]:
+    """A ``TaskManager.task_index`` entry as (the tasks a tag names, the task file, the inline config): an object
+    from lm-eval 0.4.12 on (``kind``, ``tags``, ``yaml_path``, ``cfg``), a dict before (``type``, ``task``,
+    ``yaml_path``, which is -1 where there is no file)."""
+    if isinstance(entry, dict):
+        members = entry.get("task") if entry.get("type") == "tag" else None
+        path = entry.get("yaml_path")
+        return (sorted(m for m in members if isinstance(m, str)) if isinstance(members, list) else [],
+                path if isinstance(path, str) else None, {})
+    tagged = sorted(entry.tags) if getattr(entry.kind, "name", "") == "TAG" else []
+    return tagged, entry.yaml_path, entry.cfg or {}
+
+
 def task_python(index: dict, names: list[str]) -> list[str]:
     """What Python loading ``names`` from lm-eval's task ``index`` (name -> entry, as ``TaskManager.task_index``
     holds it) would run: the entries' files, their includes, and the members of groups and tags, followed by name
@@ -122,14 +135,13 @@ def task_python(index: dict, names: list[str]) -> list[str]:
         if name in seen_names or name not in index:
             return
         seen_names.add(name)
-        entry = index[name]
-        if getattr(entry.kind, "name", "") == "TAG":  # a tag names its tasks
-            for member in sorted(entry.tags):
-                visit(member)
-        if entry.yaml_path is not None:
-            config, lines = file_python(Path(entry.yaml_path), seen_files)
+        tagged, yaml_path, inline = _entry(index[name])
+        for member in tagged:  # a tag names its tasks
+            visit(member)
+        if yaml_path is not None:
+            config, lines = file_python(Path(yaml_path), seen_files)
         else:
-            config, lines = entry.cfg or {}, python_in(entry.cfg or {}, Path.cwd(), name)
+            config, lines = inline, python_in(inline, Path.cwd(), name)
         found.extend(lines)
         members = config.get("task") if isinstance(config, dict) and "group" in config else None
         for member in members if isinstance(members, list) else []:
