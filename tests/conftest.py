@@ -11,6 +11,7 @@ failure instead: nothing is skipped unseen for a missing package.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -20,6 +21,16 @@ import pytest
 os.environ.setdefault("HEADPRUNE_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "headprune"))
 
 from helpers import ALL_FAMILIES, CAUSAL_FAMILIES, build_tiny, build_tokenizer, save_folder  # noqa: E402
+
+
+@pytest.fixture
+def quiet_headprune():  # noqa: ANN201
+    """headprune's log at WARNING for the test (simulations run find's stages thousands of times)."""
+    logger = logging.getLogger("headprune")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    yield
+    logger.setLevel(level)
 
 
 @pytest.fixture(scope="session")

@@ -11,23 +11,14 @@ same with more runs.
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 
 from headprune.search.simulation import run_compress
 
+pytestmark = pytest.mark.usefixtures("quiet_headprune")  # find's stages, thousands of times
+
 RUNS = 500
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> None:
-    logger = logging.getLogger("headprune")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    yield
-    logger.setLevel(level)
 
 
 @pytest.mark.parametrize("max_drop", [0.5, 2.0])

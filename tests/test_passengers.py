@@ -11,26 +11,17 @@ writes the table in docs/find.md.
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 
 from headprune.search.result import FindSettings
 from headprune.search.simulation import run_improve
 
+pytestmark = pytest.mark.usefixtures("quiet_headprune")  # find's stages, thousands of times
+
 FLIPS = (0.001, 0.003, 0.01, 0.03, 0.05)
 REAL = (0.008, 0.002)  # +0.6 points
 RUNS = 60
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> None:
-    logger = logging.getLogger("headprune")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    yield
-    logger.setLevel(level)
 
 
 def _cell(flip: float, reals: int, extend: int, rule: str = "halves", runs: int = RUNS) -> list:
