@@ -223,15 +223,30 @@ def clean_leftovers(target: Path) -> list[str]:
         return removed
     for owner in owners:
         try:
-            record = json.loads(owner.read_text(encoding="utf-8"))
+            text = owner.read_text(encoding="utf-8")
+            record = json.loads(text)
         except (OSError, ValueError):
-            continue  # unreadable: not provably ours
+            if _cut_before_written(owner):
+                owner.unlink(missing_ok=True)
+                removed.append(owner.name)
+            continue  # otherwise unreadable: not provably ours
         if not isinstance(record, dict) or record.get("host") != host or process_alive(record.get("pid"),
                                                                                       record.get("started")):
             continue
         if _remove_owned(owner):
             removed.append(owner.name[:-len(OWNER_SUFFIX)])
     return removed
+
+
+def _cut_before_written(owner: Path) -> bool:
+    """An owner file a run was killed between creating and writing: empty, and nothing it would announce exists.
+    It holds nothing, and under the target's lock no live run can be writing it."""
+    folder = owner.with_name(owner.name[:-len(OWNER_SUFFIX)])
+    try:
+        empty = owner.stat().st_size == 0
+    except OSError:
+        return False
+    return empty and not any(p.exists() or p.is_symlink() for p in (folder, folder.with_name(folder.name + ".old")))
 
 
 def refuse_unsafe_output(folder: Path) -> None:

@@ -211,11 +211,16 @@ def test_a_killed_exports_temporary_folders_go_at_the_next_run_and_nothing_else(
     _owner(tmp_path / ".pruned.tmp-elsewhere", pid=2**22 + 7, host="another-host", started=None)  # cannot be checked
     _owner(tmp_path / ".pruned.tmp-reused", pid=me, host=host, started="1")  # its pid now names another process
     (tmp_path / ".pruned.tmp-nobody").mkdir()  # no owner file: not provably headprune's
+    (tmp_path / ".pruned.tmp-cut.owner").touch()  # killed between creating its owner file and writing it
+    (tmp_path / ".pruned.tmp-held").mkdir()
+    (tmp_path / ".pruned.tmp-held.owner").touch()  # empty, but announces a folder: not provably headprune's
     assert export(inputs, out).exit_code == 0
     left = {p.name for p in tmp_path.iterdir()}
     assert not killed & left, left  # the killed run's folder and owner file: gone
     assert not {".pruned.tmp-reused", ".pruned.tmp-reused.owner"} & left  # and the one whose owner's pid was reused
-    assert {".pruned.tmp-alive", ".pruned.tmp-elsewhere", ".pruned.tmp-nobody"} <= left  # the rest: kept
+    assert ".pruned.tmp-cut.owner" not in left
+    assert {".pruned.tmp-alive", ".pruned.tmp-elsewhere", ".pruned.tmp-nobody", ".pruned.tmp-held",
+            ".pruned.tmp-held.owner"} <= left  # the rest: kept
     assert (tmp_path / ".pruned.tmp-alive" / "weights.bin").is_file()
 
 
