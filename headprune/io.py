@@ -223,8 +223,7 @@ def clean_leftovers(target: Path) -> list[str]:
         return removed
     for owner in owners:
         try:
-            text = owner.read_text(encoding="utf-8")
-            record = json.loads(text)
+            record = json.loads(owner.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             if _cut_before_written(owner):
                 owner.unlink(missing_ok=True)
