@@ -15,11 +15,11 @@ _LAZY = {
     "Head": "headprune.heads",
     "parse_heads": "headprune.heads",
     "format_heads": "headprune.heads",
-    "load_model": "headprune.models",
-    "LoadedModel": "headprune.models",
-    "wrap_model": "headprune.models",
-    "ablated": "headprune.ablation",
-    "collect_head_means": "headprune.ablation",
+    "load_model": "headprune.loading.models",
+    "LoadedModel": "headprune.loading.models",
+    "wrap_model": "headprune.loading.models",
+    "ablated": "headprune.surgery.ablation",
+    "collect_head_means": "headprune.surgery.ablation",
     "Task": "headprune.tasks",
     "load_task": "headprune.tasks",
     "Evaluator": "headprune.evaluation",
@@ -36,16 +36,16 @@ _LAZY = {
 __all__ = sorted(_LAZY) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from headprune.ablation import ablated, collect_head_means
     from headprune.errors import HeadpruneError
     from headprune.evaluation import EvalResult, Evaluator, evaluate
+    from headprune.exporter.loading import load
     from headprune.exporter.pipeline import export
     from headprune.exporter.record import ExportRecord
-    from headprune.exporter.loading import load
+    from headprune.heads import Head, format_heads, parse_heads
+    from headprune.loading.models import LoadedModel, load_model, wrap_model
     from headprune.search.find import find
     from headprune.search.result import FindResult
-    from headprune.heads import Head, format_heads, parse_heads
-    from headprune.models import LoadedModel, load_model, wrap_model
+    from headprune.surgery.ablation import ablated, collect_head_means
     from headprune.tasks import Task, load_task
 
 

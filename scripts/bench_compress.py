@@ -29,8 +29,8 @@ from pathlib import Path
 
 from headprune.heads import Head
 from headprune.search.compress import head_queue, units_of
-from headprune.search.growth import Budget, Unit, beam, grow
 from headprune.search.conditions import Conditions
+from headprune.search.growth import Budget, Unit, beam, grow
 from headprune.search.settings import settings_for
 from headprune.search.split import load_inputs
 from headprune.search.stages import Stages
@@ -102,7 +102,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from headprune.models import load_model
+    from headprune.loading.models import load_model
 
     batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     # The journal's settings are fixed (max_drop and patience go to the rules directly), so every run of this

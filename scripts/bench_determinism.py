@@ -18,11 +18,11 @@ import time
 import numpy as np
 import torch
 
-from headprune.devices import widened
+from headprune.core.devices import widened
 from headprune.errors import InternalCheckError
 from headprune.evaluation import Evaluator
 from headprune.evaluation.contract import rounding_spread, spread
-from headprune.models import load_model
+from headprune.loading.models import load_model
 from headprune.search.determinism import CALIBRATION_EXAMPLES, KEY, calibration_keys, check, reordered_pass
 from headprune.search.journal import Journal
 from headprune.search.split import split_task

@@ -35,12 +35,12 @@ from typing import Any
 import torch
 
 from headprune.exporter import export, resolve_heads
-from headprune.surgery.slicing import count_parameters
 from headprune.exporter.record import weight_bytes
-from headprune.exporter.runtimes import GenaiRunner, LlamaCppModel, TorchRunner
 from headprune.exporter.runtime_check import eos_ids, task_texts
+from headprune.exporter.runtimes import GenaiRunner, LlamaCppModel, TorchRunner
 from headprune.heads import Head, HeadGrid, parse_heads
-from headprune.models import LoadedModel, load_model
+from headprune.loading.models import LoadedModel, load_model
+from headprune.surgery.slicing import count_parameters
 from headprune.tasks import load_task
 
 RUNTIMES = ("torch", "onnx-genai", "llama.cpp")

@@ -16,7 +16,7 @@ load hits both alike. The naive loops are the simplest strong ones:
   runs them; the time it takes is printed, the same work on both sides). The problems come from templates
   (``code_task``: a function's signature and docstring after two solved ones, with a reference solution).
 
-The head is zeroed in both by the same o_proj pre-hook (``headprune.ablation.ablated``). headprune runs
+The head is zeroed in both by the same o_proj pre-hook (``headprune.surgery.ablation.ablated``). headprune runs
 ``Evaluator(..., reuse_layers=True)`` (find's exact screen) with find's default batches (``--batch-size auto``:
 on a CPU at most 64 sequences and 4,096 padded tokens; ``--batch`` sets another). Answers are compared example by example (the
 generated text for ``generate``; whether the answer is right otherwise): any difference outside the contract's
@@ -30,7 +30,7 @@ for ``choice``; the texts for ``classify``; an attention pair is a query and a k
 divided by the float32 matmul rate of this machine (1024 x
 1024, the threads torch uses): the higher of torch's own product (MKL's sgemm) and oneDNN's, measured at the start
 and after each kind; the highest (the strictest limit) is used. headprune computes its linear layers with the
-faster of the two (``headprune.cpu_linear``, printed at the start); the naive loops are plain transformers (torch's
+faster of the two (``headprune.core.cpu_linear``, printed at the start); the naive loops are plain transformers (torch's
 product), as a practitioner runs them: on a CPU where oneDNN is the faster, part of the ratio is that choice, and
 ``HEADPRUNE_CPU_LINEAR=torch`` shows headprune without it.
 
@@ -61,16 +61,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from headprune import cpu_linear
-from headprune.ablation import ablated
-from headprune.devices import dtype_name
+from headprune.core import cpu_linear
+from headprune.core.devices import dtype_name
 from headprune.evaluation import Evaluator
 from headprune.evaluation.contract import allowance
 from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
-from headprune.models import LoadedModel, load_model
+from headprune.loading.models import LoadedModel, load_model
 from headprune.scoring.code import FUNCTION_STOPS, completion, program
 from headprune.scoring.execution import permit_code_execution, run_program
+from headprune.surgery.ablation import ablated
 from headprune.tasks import Example, Task, load_task
 from headprune.tasks.jsonl import CODE_MAX_NEW_TOKENS
 
@@ -80,7 +80,7 @@ GENERATING = ("generate", "code")
 
 def matmul_rates() -> dict[str, float]:
     """This machine's float32 rate (GFLOP/s) of a 1024 x 1024 x 1024 product, best of three runs of ten: torch's
-    own product (MKL's sgemm) and oneDNN's (what ``headprune.cpu_linear`` routes linear layers to)."""
+    own product (MKL's sgemm) and oneDNN's (what ``headprune.core.cpu_linear`` routes linear layers to)."""
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
     products = {"torch": lambda: a @ b,
                 "onednn": lambda: cpu_linear.onednn_linear(a, b, None)}

@@ -23,14 +23,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from headprune.ablation import ablated
-from headprune.devices import dtype_name
+from headprune.core.devices import dtype_name
 from headprune.evaluation import Evaluator
 from headprune.evaluation.contract import tolerance
 from headprune.heads import Head
-from headprune.models import load_model
+from headprune.loading.models import load_model
 from headprune.search.paired import compare
 from headprune.search.stats import spearman
+from headprune.surgery.ablation import ablated
 from headprune.tasks import load_task
 
 

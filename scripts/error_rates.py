@@ -66,7 +66,7 @@ def build_model(seed: int, *, heads: int = 8, harm: float = 0.2, tokens: int = 1
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from headprune.models import wrap_model
+    from headprune.loading.models import wrap_model
 
     vocab = _vocab(tokens)
     core = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(vocab)}, unk_token="<pad>"))
@@ -284,7 +284,7 @@ def _measure(args: argparse.Namespace) -> dict:
     if args.json:
         from pathlib import Path
 
-        from headprune.io import atomic_write_json
+        from headprune.core.io import atomic_write_json
 
         atomic_write_json(Path(args.json), figures)
     return figures

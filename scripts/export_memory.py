@@ -80,8 +80,8 @@ def child(report: Path, args: list[str]) -> None:
         import torch  # noqa: F401 - the fixed overhead: what every export imports
         import transformers  # noqa: F401
 
-        import headprune.exporter.pipeline  # noqa: F401
         from headprune.cli.main import cli
+        import headprune.exporter.pipeline  # noqa: F401
 
         if args:
             cli.main(args, prog_name="headprune")
@@ -144,7 +144,7 @@ def main() -> None:
                        args.layers)
         model, weights = str(folder), weight_bytes(folder)
     else:
-        from headprune.models import resolve_model
+        from headprune.loading.models import resolve_model
 
         model, weights = args.model, weight_bytes(resolve_model(args.model))
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:

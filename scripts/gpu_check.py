@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from headprune.devices import resolve_device
+from headprune.core.devices import resolve_device
 from headprune.evaluation import Evaluator
 from headprune.evaluation.contract import disagreement, rounding_spread
 from headprune.heads import Head
-from headprune.models import LoadedModel, wrap_model
+from headprune.loading.models import LoadedModel, wrap_model
 from headprune.tasks import Example, Task, load_task
 
 CONFIGS = {  # Llama-style shapes of real checkpoints, all layers; --layers cuts them

@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.json:
         from pathlib import Path
 
-        from headprune.io import atomic_write_json
+        from headprune.core.io import atomic_write_json
 
         atomic_write_json(Path(args.json), figures)
     return figures

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from headprune.io import atomic_write_json, atomic_write_text
+from headprune.core.io import atomic_write_json, atomic_write_text
 from headprune.synthetic.experiment import run_seed
 from headprune.synthetic.report import plot_training, render_report
 from headprune.synthetic.train import Settings

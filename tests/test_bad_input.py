@@ -311,8 +311,8 @@ def test_a_journal_cut_short_by_a_kill_still_resumes(p) -> None:  # noqa: ANN001
 
 
 def test_nan_never_reaches_a_json_output(tmp_path) -> None:
+    from headprune.core.io import atomic_write_json
     from headprune.errors import InternalCheckError
-    from headprune.io import atomic_write_json
 
     atomic_write_json(tmp_path / "ok.json", {"x": 1.5})
     for value in (float("nan"), float("inf")):

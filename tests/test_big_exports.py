@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from headprune.ablation import ablated
 from headprune.exporter import export, verify_record
 from headprune.exporter.loading import load
 from headprune.heads import parse_heads
+from headprune.surgery.ablation import ablated
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 export_memory = importlib.import_module("export_memory")

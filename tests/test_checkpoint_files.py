@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from headprune.checkpoint_files import has_weights, read_tensors, weight_map
+from headprune.core.checkpoint_files import has_weights, read_tensors, weight_map
 from headprune.errors import UnsupportedModelError
 
 

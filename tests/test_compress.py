@@ -14,10 +14,10 @@ from helpers.handmade import HARM, build_model, cue_task, reversed_task
 from helpers.cli import invoke
 from headprune.errors import SearchSettingsError
 from headprune.heads import Head
-from headprune.models import wrap_model
-from headprune.search.growth import Budget, beam, grow
+from headprune.loading.models import wrap_model
 from headprune.search.conditions import Conditions, condition_key
 from headprune.search.find import find
+from headprune.search.growth import Budget, beam, grow
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.paired import compare
 from headprune.search.stats import non_inferiority, score_interval

@@ -6,9 +6,9 @@ from __future__ import annotations
 from helpers.handmade import build_model, reversed_task
 
 from headprune.heads import Head, HeadGrid
-from headprune.report import render_markdown
-from headprune.search.growth import SETS_PER_UNIT, Budget, grow
+from headprune.report.markdown import render_markdown
 from headprune.search.find import find
+from headprune.search.growth import SETS_PER_UNIT, Budget, grow
 from headprune.search.paired import Paired
 from headprune.search.result import FindResult
 

@@ -1,4 +1,4 @@
-"""CPU float32 linear layers through oneDNN (``headprune.cpu_linear``): the same numbers as torch's own product up
+"""CPU float32 linear layers through oneDNN (``headprune.core.cpu_linear``): the same numbers as torch's own product up
 to float rounding, on real (tiny) models of every family, with the ablation's hooks still applied; restored on
 exit; a bad setting is a clear error with exit 2."""
 
@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from headprune import cpu_linear
-from headprune.ablation import ablated
+from headprune.core import cpu_linear
 from headprune.errors import SettingsError
 from headprune.evaluation import Evaluator
 from headprune.heads import Head
+from headprune.surgery.ablation import ablated
 from helpers import (ALL_FAMILIES, assert_same_results, build_tiny, choice_task, generate_task, prefixed,
                      random_choice_task)
 from helpers.cli import invoke

@@ -10,7 +10,7 @@ import logging
 import pytest
 import torch
 
-from headprune.devices import widened
+from headprune.core.devices import widened
 from headprune.errors import InternalCheckError
 from headprune.evaluation import Evaluator
 from headprune.evaluation.contract import MARGIN_TOLERANCE

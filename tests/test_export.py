@@ -14,14 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import ALL_FAMILIES, break_slicing, build_tiny
-from headprune.ablation import ablated
+from headprune.core.folder_lock import lock_path
 from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, VerificationError
 from headprune.exporter import export, verify_record
 from headprune.exporter.loading import load
-from headprune.folder_lock import lock_path
+from headprune.heads import Head, parse_heads
+from headprune.surgery.ablation import ablated
 from headprune.surgery.plan import plan_layers
 from headprune.surgery.slicing import densify, slice_model
-from headprune.heads import Head, parse_heads
 from helpers import choice_task
 from helpers.extras import needs
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers import build_tiny, choice_task, generate_task, save_folder
 
-from headprune.ablation import ablated
+from headprune.surgery.ablation import ablated
 from helpers.cli import invoke
 from headprune.errors import VerificationError
 from headprune.exporter import export, gguf_export, gguf_read, onnx_export

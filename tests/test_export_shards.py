@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers
 
-from headprune.ablation import ablated
+from headprune.surgery.ablation import ablated
 from helpers.cli import invoke
 from headprune.errors import ExportSettingsError, ResultFileError
 from headprune.exporter import export, verify_record

@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 from helpers.cli import invoke
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, verify_record
-from headprune.models import load_model
+from headprune.loading.models import load_model
 from helpers import choice_task, save_folder, tiny_config
 
 EXTRA_HEADS = ("topic", "toxicity", "language")  # three classifier heads beside the masked-LM head

@@ -9,11 +9,11 @@ import torch
 import transformers
 
 from helpers.cli import invoke
+from headprune.core.folder_lock import lock_path
 from headprune.errors import ExportSettingsError, HeadSpecError, VerificationError
 from headprune.exporter import RECORD_NAME, export
 from headprune.exporter.sample import SAMPLE_TEXTS
-from headprune.folder_lock import lock_path
-from headprune.models import wrap_model
+from headprune.loading.models import wrap_model
 from helpers import ALL_FAMILIES, build_tiny, save_folder, tiny_config
 
 

@@ -243,7 +243,7 @@ def test_only_the_primary_set_can_be_confirmed(tmp_path) -> None:
         assert v.family == len(raw) and (v.interval[0] > 0 or v.interval[1] < 0) == (v.adjusted_p < 0.05)
         assert not v.confirmed  # even where its own p-value is tiny (these sets contain a harmful head)
     assert any(f.heldout.p_value < 0.05 and f.heldout.difference > 0 for f in others)
-    from headprune.report import render_markdown
+    from headprune.report.markdown import render_markdown
 
     report = render_markdown(result)
     assert "| 2 | exploratory |" in report and "Bonferroni-adjusted" in report
@@ -280,7 +280,7 @@ def passengers():  # noqa: ANN201
 
 
 def test_passenger_heads_do_not_ride_along_with_the_harmful_head(passengers) -> None:
-    from headprune.report import render_markdown
+    from headprune.report.markdown import render_markdown
 
     result = find(passengers, cue_task(), discovery=300, heldout=300, finalists=4, batch_size=64)
     sets = {s.heads: s.paired for s in result.sets}

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from headprune.ablation import ablated
 from headprune.evaluation import Evaluator
 from headprune.evaluation.contract import allowance, disagreement
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.heads import Head
+from headprune.surgery.ablation import ablated
 from headprune.tasks import Example, Task
 from helpers import PROMPTS, SHOTS
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from headprune.evaluation import EvalResult, ExampleResult, evaluate
 from headprune.heads import parse_heads
-from headprune.report import render_markdown
+from headprune.report.markdown import render_markdown
 from headprune.search.find import find
 from headprune.search.generations import generated_set
 from headprune.search.journal import JOURNAL_NAME

@@ -16,9 +16,9 @@ from helpers import build_tiny, choice_task, generate_task, save_folder, text_ta
 from helpers.cli import invoke
 from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record, runtimes, verify_record
 from headprune.exporter.pipeline import GGUF_TOLERANCE
-from headprune.surgery.slicing import densify
 from headprune.heads import parse_heads
-from headprune.models import wrap_model
+from headprune.loading.models import wrap_model
+from headprune.surgery.slicing import densify
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -104,7 +104,7 @@ def test_gguf_choice_and_text_tasks_are_remeasured_in_llama_cpp(models, tmp_path
 def _file_against_masked(lm, heads, path, task) -> tuple[float, float]:  # noqa: ANN001
     """Largest |llama.cpp logits of the file - masked original's| over every position of every task prompt, and the
     largest |masked logit|: computed here, not read from the export's record."""
-    from headprune.ablation import ablated
+    from headprune.surgery.ablation import ablated
 
     diff = scale = 0.0
     runner = runtimes.LlamaCppModel(path, n_ctx=128, eos=())

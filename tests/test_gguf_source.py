@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headprune.gguf_source import MARKER_NAME, source_gguf, write_marker
+from headprune.loading.gguf_source import MARKER_NAME, source_gguf, write_marker
 
 
 def test_the_marker_leads_back_to_the_gguf_file_while_it_exists(tmp_path) -> None:

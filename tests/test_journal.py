@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from headprune import cpu_linear
+from headprune.core import cpu_linear
 from headprune.errors import ResultFileError
 from headprune.search.find import find
 from headprune.search.journal import JOURNAL_NAME
@@ -46,9 +46,9 @@ def test_resume_refuses_another_environment(tmp_path, tokenizer, monkeypatch) ->
 
 @pytest.mark.slow  # four small find runs
 def test_prescreens_are_journalled_and_never_recomputed_on_resume(tmp_path, tokenizer, monkeypatch) -> None:
+    from headprune.evaluation import Evaluator
     import headprune.search.attribution as attribution
     import headprune.search.halving as halving
-    from headprune.evaluation import Evaluator
 
     lm = build_tiny("gpt2", tokenizer, seed=2)
     task = random_choice_task(40, seed=3)
@@ -70,7 +70,7 @@ def test_prescreens_are_journalled_and_never_recomputed_on_resume(tmp_path, toke
 
 
 def test_the_journal_rewrite_on_resume_is_atomic(tmp_path, monkeypatch) -> None:
-    import headprune.io
+    import headprune.core.io
     from headprune.evaluation.results import EvalResult, ExampleResult
     from headprune.search.journal import Journal
 
@@ -86,7 +86,7 @@ def test_the_journal_rewrite_on_resume_is_atomic(tmp_path, monkeypatch) -> None:
     def killed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the process dies before the rename
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(headprune.io.os, "replace", killed)
+    monkeypatch.setattr(headprune.core.io.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         Journal(tmp_path, settings, resume=True)
     assert path.read_bytes() == before

@@ -7,8 +7,8 @@ import pytest
 
 from headprune.errors import InternalCheckError
 from headprune.evaluation import Evaluator
+from headprune.evaluation.layer_cache import LayerInputCache
 from headprune.heads import parse_heads
-from headprune.layer_cache import LayerInputCache
 from helpers import choice_task, generate_task, prefixed, text_task
 from helpers import build_tiny, random_choice_task
 
@@ -98,7 +98,7 @@ def test_budget_spaces_checkpoints(tokenizer) -> None:
 
 def _cached_evaluator(lm):  # noqa: ANN001, ANN202
     from headprune.evaluation import Evaluator
-    from headprune.layer_cache import LayerInputCache
+    from headprune.evaluation.layer_cache import LayerInputCache
 
     evaluator = Evaluator(lm, random_choice_task(12, seed=6), batch_size=4, reuse_layers=True)
     evaluator._layer_cache = LayerInputCache(lm, [1, 2])  # checkpoints at layers 1 and 2 of 4
@@ -107,8 +107,8 @@ def _cached_evaluator(lm):  # noqa: ANN001, ANN202
 
 
 def test_a_replay_that_starts_above_the_ablated_layer_is_an_internal_error(tokenizer, monkeypatch) -> None:
+    from headprune.evaluation.layer_cache import LayerInputCache
     from headprune.heads import Head
-    from headprune.layer_cache import LayerInputCache
 
     lm = build_tiny("llama", tokenizer, seed=7, layers=4)
     evaluator = _cached_evaluator(lm)

@@ -15,7 +15,7 @@ import pytest
 
 from headprune.errors import TaskError
 from headprune.evaluation import evaluate
-from headprune.models import load_model
+from headprune.loading.models import load_model
 from headprune.tasks import load_task
 
 

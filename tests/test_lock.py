@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from headprune.core.folder_lock import FolderLock, lock_path
 from headprune.errors import ResultFileError
-from headprune.folder_lock import FolderLock, lock_path
 from headprune.search.journal import JOURNAL_NAME
 from helpers import build_tiny, random_choice_task, save_folder
 
@@ -23,8 +23,8 @@ from helpers import build_tiny, random_choice_task, save_folder
 # says "won" or "lost <message>", and keeps what it won until it is killed: the racers of the stale-lock test.
 RACER = """
 import sys, time
+from headprune.core.folder_lock import FolderLock
 from headprune.errors import ResultFileError
-from headprune.folder_lock import FolderLock
 held = []
 print("ready", flush=True)
 for line in sys.stdin:
@@ -81,7 +81,7 @@ def test_a_killed_holders_lock_is_free_even_when_its_pid_runs_again(tmp_path) ->
     system's, not the record, so it is free; the record only names holders in messages."""
     import json
 
-    from headprune.folder_lock import HOLDER_SUFFIX
+    from headprune.core.folder_lock import HOLDER_SUFFIX
 
     out = tmp_path / "run"
     (holder,) = _racers(out, 1)
@@ -106,8 +106,8 @@ def test_a_second_find_on_the_same_folder_is_refused_and_a_killed_holders_lock_i
     save_folder(lm.model, tokenizer, tmp_path / "model")
     write_jsonl_task(random_choice_task(40), tmp_path / "t.jsonl")
     out = tmp_path / "run"
-    script = (f"import time\nfrom headprune.folder_lock import FolderLock\nlock = FolderLock({str(out)!r}).acquire()\n"
-              "print('locked', flush=True)\ntime.sleep(120)")
+    script = ("import time\nfrom headprune.core.folder_lock import FolderLock\n"
+              f"lock = FolderLock({str(out)!r}).acquire()\nprint('locked', flush=True)\ntime.sleep(120)")
     holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -147,7 +147,7 @@ def test_a_process_may_take_its_own_folder_again_another_thread_may_not(tmp_path
         thread.start()
         thread.join()
         assert errors and "in use by another export in this process" in errors[0]
-        probe = subprocess.run([sys.executable, "-c", "import sys\nfrom headprune.folder_lock import FolderLock\n"
+        probe = subprocess.run([sys.executable, "-c", "import sys\nfrom headprune.core.folder_lock import FolderLock\n"
                                 f"FolderLock({str(out)!r}).acquire()"], capture_output=True, text=True)
         assert probe.returncode != 0 and "in use by another export" in probe.stderr  # the inner release kept it
     with FolderLock(out):  # the outer one let it go

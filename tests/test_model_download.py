@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from headprune.errors import ModelNotFoundError
-from headprune.model_download import small_files
-from headprune.models import load_model
+from headprune.loading.model_download import small_files
+from headprune.loading.models import load_model
 from helpers import build_tiny, save_folder
 from helpers.hub_server import HubServer
 
@@ -106,7 +106,7 @@ def test_offline_and_not_cached_says_so(monkeypatch, tmp_path) -> None:
 
 @pytest.mark.parametrize("name", ["0/:", "alice/-x", "a/b/c", "x" * 97])
 def test_a_malformed_hub_id_is_one_clear_error_before_any_request(hub, name) -> None:
-    from headprune.model_download import from_hub
+    from headprune.loading.model_download import from_hub
 
     with pytest.raises(ModelNotFoundError, match="not a Hub repository id"):
         from_hub(name)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from headprune.core.folder_lock import HOLDER_SUFFIX, lock_path
+from headprune.core.io import process_started
 from headprune.exporter import RECORD_NAME, read_record, verify_record
-from headprune.folder_lock import HOLDER_SUFFIX, lock_path
-from headprune.io import process_started
 from headprune.tasks import write_jsonl_task
 from helpers import break_slicing, build_tiny, random_choice_task, save_folder
 from helpers.cli import invoke
@@ -168,7 +168,7 @@ def test_find_refuses_a_folder_with_a_run_unless_told_to_resume_or_overwrite(inp
 
 def test_find_holds_its_lock_until_its_outputs_are_written(inputs, tmp_path, monkeypatch) -> None:
     """While the last output (result.json, moved into place last) lands, another process cannot take the folder."""
-    import headprune.io
+    import headprune.core.io
 
     out = tmp_path / "run"
     probes: list[subprocess.CompletedProcess] = []
@@ -177,11 +177,11 @@ def test_find_holds_its_lock_until_its_outputs_are_written(inputs, tmp_path, mon
     def replace_and_probe(source, target) -> None:  # noqa: ANN001
         replace(source, target)
         if Path(target) == out / "result.json":
-            probes.append(subprocess.run([sys.executable, "-c", "from headprune.folder_lock import FolderLock\n"
+            probes.append(subprocess.run([sys.executable, "-c", "from headprune.core.folder_lock import FolderLock\n"
                                           f"FolderLock({str(out)!r}, what='export').acquire()"],
                                          capture_output=True, text=True))
 
-    monkeypatch.setattr(headprune.io.os, "replace", replace_and_probe)
+    monkeypatch.setattr(headprune.core.io.os, "replace", replace_and_probe)
     done = invoke("find", str(inputs / "model"), "--task", str(inputs / "t.jsonl"), *FIND, "--out", str(out))
     assert done.exit_code in (0, 1), done.output
     (probe,) = probes

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from headprune.ablation import ablated
 from headprune.evaluation import Evaluator
 from headprune.heads import Head
+from headprune.surgery.ablation import ablated
 from headprune.tasks import Example, Task
 from helpers import PROMPTS
 

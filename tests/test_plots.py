@@ -9,7 +9,7 @@ from helpers.handmade import build_model, cue_task, reversed_task
 from matplotlib.container import ErrorbarContainer
 
 from headprune.heads import Head
-from headprune.plots import control_series, control_tradeoff_figure, save_heatmap, screen_figure, screen_grids
+from headprune.report.plots import control_series, control_tradeoff_figure, save_heatmap, screen_figure, screen_grids
 from headprune.search.find import find
 
 

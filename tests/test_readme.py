@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import headprune.models
+import headprune.loading.models
 from helpers import build_tiny, save_folder
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -24,8 +24,8 @@ def test_readme_python_blocks_run(tmp_path, tokenizer, monkeypatch) -> None:
     lm.model.config.max_position_embeddings = 2048  # as SmolLM2's (rotary: nothing else depends on it); the
     # tiny tokenizer spells reviews in more tokens than the real one, past the helper's 256
     save_folder(lm.model, tokenizer, tiny)
-    real_resolve = headprune.models.resolve_model
-    monkeypatch.setattr(headprune.models, "resolve_model",
+    real_resolve = headprune.loading.models.resolve_model
+    monkeypatch.setattr(headprune.loading.models, "resolve_model",
                         lambda spec, **kw: tiny if spec == "smollm2-135m" else real_resolve(spec, **kw))
     monkeypatch.chdir(tmp_path)
     blocks = python_blocks()

@@ -10,7 +10,7 @@ import pytest
 
 from headprune.evaluation import evaluate
 from headprune.heads import parse_heads
-from headprune.models import load_model, resolve_model
+from headprune.loading.models import load_model, resolve_model
 from headprune.tasks import load_task
 from helpers import save_folder
 
@@ -131,7 +131,7 @@ def test_finetuned_minilm_classifier_find_export_verify(minilm_classifier, tmp_p
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from headprune.ablation import ablated
+    from headprune.surgery.ablation import ablated
     from helpers.cli import invoke
     from headprune.search.result import FindResult
 

@@ -12,10 +12,10 @@ import json
 import shutil
 from pathlib import Path
 
+from headprune.core.record_json import from_json, to_json
 from headprune.exporter.card import card_metadata, render_card
 from headprune.exporter.record import RECORD_NAME, ExportRecord, read_record
-from headprune.record_json import from_json, to_json
-from headprune.report import render_markdown, verdict_line
+from headprune.report.markdown import render_markdown, verdict_line
 from headprune.search.result import FindResult
 
 V1 = Path(__file__).resolve().parent / "data" / "v1"

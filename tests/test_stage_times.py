@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from helpers.handmade import build_model, cue_task
 
 from headprune.cli.main import cli
-from headprune.report import render_markdown
-from headprune.report_text import stage_times, stage_times_line
+from headprune.report.markdown import render_markdown
+from headprune.report.text import stage_times, stage_times_line
 from headprune.search.result import FindResult
 from headprune.tasks import write_jsonl_task
 

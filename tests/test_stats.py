@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from headprune.record_json import from_json, to_json
+from headprune.core.record_json import from_json, to_json
 from headprune.search.binomial import mcnemar_exact, upper_tail
 from headprune.search.score import non_inferior, score_interval, tango_statistic
 from headprune.search.stats import NonInferiority, non_inferiority, verdict
@@ -61,7 +61,7 @@ def test_a_verdict_with_more_than_1024_discordant_pairs_is_reported() -> None:
     v = verdict(before, after, alpha=0.05)
     assert v.rescued + v.damaged > 1_024
     assert v.p_value == pytest.approx(_mcnemar_log_gamma(v.rescued, v.damaged), rel=1e-8)
-    from headprune.report_text import verdict_sentence
+    from headprune.report.text import verdict_sentence
 
     assert f"n={v.n}" in verdict_sentence(v)
 

@@ -15,8 +15,8 @@ import yaml
 
 from headprune.exporter.card import card_metadata, render_card
 from headprune.exporter.record import ExportRecord, read_record
-from headprune.report import render_markdown
-from headprune.report_compress import non_inferiority_sentence
+from headprune.report.compress import non_inferiority_sentence
+from headprune.report.markdown import render_markdown
 from headprune.search.result import FindResult
 from headprune.search.stats import NonInferiority, non_inferiority
 

@@ -48,8 +48,8 @@ def eval_command(ctx: click.Context, model: str, task_spec: str, heads: tuple, a
 
 def _check_out(out: Path, task_spec: str, model: str) -> None:
     """Refuse an --out that cannot be written, or that is one of the inputs (the task file, the model)."""
+    from headprune.core.io import check_writable_folder
     from headprune.errors import ResultFileError
-    from headprune.io import check_writable_folder
 
     check_writable_folder(out.parent)
     for given in (task_spec.split(":", 1)[0] if not Path(task_spec).exists() else task_spec, model):
@@ -63,10 +63,10 @@ def _check_out(out: Path, task_spec: str, model: str) -> None:
 
 def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int | str,
           out: Path | None, placement: dict, as_json: bool) -> None:
+    from headprune.core.io import atomic_write_text
+    from headprune.core.record_json import to_json
     from headprune.evaluation import Evaluator
-    from headprune.io import atomic_write_text
-    from headprune.record_json import to_json
-    from headprune.models import load_model
+    from headprune.loading.models import load_model
     from headprune.scoring.execution import require_code_execution
     from headprune.tasks import load_task
 

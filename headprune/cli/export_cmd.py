@@ -54,10 +54,10 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
                    batch_size: int | str, out: Path | None, device: str, dtype: str | None, gguf_type: str,
                    max_shard_size: str | None, overwrite: bool, trust_remote_code: bool, as_json: bool) -> None:
     """Remove heads from MODEL and write a verified checkpoint (safetensors, ONNX or GGUF)."""
+    from headprune.core.io import check_writable_folder
+    from headprune.core.record_json import to_json
     from headprune.exporter.destination import check_destination, local_sources
     from headprune.exporter.pipeline import export
-    from headprune.io import check_writable_folder
-    from headprune.record_json import to_json
 
     refuse_inapplicable(click.get_current_context(), ("gguf_type", fmt == "gguf", "with --format gguf"))
     out = out or Path("exports") / f"{slug(model)}-pruned{'' if fmt == 'safetensors' else '-' + fmt}"

@@ -89,13 +89,13 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     Code tasks run the model's generated code only with --allow-code-execution (untrusted code: use a
     container or VM).
     """
-    from headprune import distributed
     from headprune.cli import exits
-    from headprune.folder_lock import FolderLock
-    from headprune.io import check_writable_folder
-    from headprune.record_json import to_json
-    from headprune.report import verdict_line, write_outputs
-    from headprune.report_text import stage_times_line
+    from headprune.core import distributed
+    from headprune.core.folder_lock import FolderLock
+    from headprune.core.io import check_writable_folder
+    from headprune.core.record_json import to_json
+    from headprune.report.markdown import verdict_line, write_outputs
+    from headprune.report.text import stage_times_line
     from headprune.scoring.execution import permit_code_execution
     from headprune.search.find import check_run_folder, find, resume_after_restart
 

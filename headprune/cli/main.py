@@ -101,7 +101,7 @@ def _log_to_stderr() -> None:
 @click.version_option(package_name="headprune")
 def cli() -> None:
     """Find attention heads whose removal improves a task, and ship the pruned model."""
-    from headprune.limits import check_environment
+    from headprune.core.limits import check_environment
 
     _log_to_stderr()
     check_environment()  # a bad number in the environment is refused before any work

@@ -22,7 +22,7 @@ from headprune.cli.options import json_option
 def push_command(folder: Path, repo_id: str, private: bool, revision: str | None, commit_message: str | None,
                  token: str | None, dry_run: bool, as_json: bool) -> None:
     """Upload the headprune export in DIR to the Hugging Face Hub, in one commit."""
-    from headprune.hub import plan_push, push
+    from headprune.exporter.hub import plan_push, push
 
     plan = plan_push(folder, repo_id)
     if dry_run:

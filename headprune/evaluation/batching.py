@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from headprune.errors import TaskError
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
 
 CPU_SEQUENCES = 64
 CPU_TOKENS = 4096

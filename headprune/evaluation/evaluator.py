@@ -21,21 +21,21 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from headprune.ablation import AblationMode, ablated, collect_head_means
-from headprune.compat import logits_at, passing_cache
-from headprune.cpu_linear import fast_linears
+from headprune.core.compat import logits_at, passing_cache
+from headprune.core.cpu_linear import fast_linears
 from headprune.errors import TaskError
 from headprune.evaluation.batching import BatchPlan, plan_batches
 from headprune.evaluation.generation import Generation
 from headprune.evaluation.guards import check_finite, check_lengths
+from headprune.evaluation.layer_cache import LayerInputCache
 from headprune.evaluation.layer_reuse import LayerReuse
 from headprune.evaluation.output_head import OutputHead, Waiting
 from headprune.evaluation.prefix import SharedPrefix
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.heads import Head
-from headprune.layer_cache import LayerInputCache
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
 from headprune.scoring import Item, scorer_for
+from headprune.surgery.ablation import AblationMode, ablated, collect_head_means
 from headprune.tasks import Task
 
 log = logging.getLogger("headprune")

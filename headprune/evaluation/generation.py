@@ -27,10 +27,10 @@ from collections.abc import Sequence
 import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from headprune.compat import cache_of, passing_cache, stacked
+from headprune.core.compat import cache_of, passing_cache, stacked
 from headprune.evaluation.decoding import Generated, StepGaps, decided_steps, decision_gap, eos_ids
 from headprune.evaluation.prefix import SharedPrefix
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
 from headprune.scoring import Item, Scorer
 from headprune.tasks import Example
 

@@ -1,4 +1,4 @@
-"""When an evaluator captures and replays the intact model's layer inputs (``headprune.layer_cache``).
+"""When an evaluator captures and replays the intact model's layer inputs (``headprune.evaluation.layer_cache``).
 
 The first intact run captures the checkpoint layers' inputs batch by batch; once every batch is captured, an
 ablated run starts each batch at the checkpoint below its lowest ablated layer. Halving the batches after an
@@ -20,11 +20,11 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-from headprune.compat import appended_below, full_length, positions_after, with_layers_below
+from headprune.core.compat import appended_below, full_length, positions_after, with_layers_below
+from headprune.evaluation.layer_cache import LayerInputCache
 from headprune.evaluation.prefix import SharedPrefix
 from headprune.heads import Head
-from headprune.layer_cache import LayerInputCache
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
 
 PREFIX = -1  # the layer cache's batch index for the shared prefix's pass
 KEYS_VALUES_BUDGET_MB = 1024  # the intact teacher-forced keys and values kept for generating tasks

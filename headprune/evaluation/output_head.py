@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from headprune.compat import cache_of
+from headprune.core.compat import cache_of
 
 MAX_WAITING_BYTES = 256 * 2**20  # the float32 logits of the waiting rows; a flush when more would wait
 

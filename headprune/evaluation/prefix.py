@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from headprune.compat import cache_of
+from headprune.core.compat import cache_of
 from headprune.scoring import Item
 
 MIN_SHARED_PREFIX = 16  # tokens; shorter shared prefixes are not worth a separate pass

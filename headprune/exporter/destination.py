@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from headprune.core.io import refuse_unsafe_output
 from headprune.errors import ExportSettingsError, ResultFileError
 from headprune.exporter.record import RECORD_NAME, read_record
-from headprune.io import refuse_unsafe_output
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.result import RESULT_NAME
 

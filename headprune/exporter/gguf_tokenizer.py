@@ -1,7 +1,7 @@
 """The tokenizer of a GGUF export, as llama.cpp reads it.
 
 Copied from the source GGUF file when the model came from one (the default model does: the file is found
-through :mod:`headprune.gguf_source`), else built from the Hugging Face tokenizer the way llama.cpp's converter
+through :mod:`headprune.loading.gguf_source`), else built from the Hugging Face tokenizer the way llama.cpp's converter
 builds it: byte-level BPE as ``gpt2`` with the pre-tokenizer identified by hashing a test string's tokens;
 SentencePiece-style BPE with byte fallback as ``llama``; special token ids and the chat template through
 ``gguf.SpecialVocab``. A tokenizer llama.cpp cannot represent exactly is refused.
@@ -16,7 +16,7 @@ from typing import Any
 
 from headprune.errors import UnsupportedModelError
 from headprune.exporter.gguf_read import read_gguf
-from headprune.gguf_source import source_gguf
+from headprune.loading.gguf_source import source_gguf
 
 _PRETOKENIZERS = Path(__file__).with_name("gguf_pretokenizers.json")
 

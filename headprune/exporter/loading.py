@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from headprune.models import LoadedModel, load_model
+from headprune.loading.models import LoadedModel, load_model
 
 
 def load(folder: str | Path, *, dtype: str | torch.dtype = "checkpoint", device: str | torch.device = "auto"

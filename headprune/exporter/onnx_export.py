@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from headprune.compat import cache_of, passing_cache
+from headprune.core.compat import cache_of, passing_cache
 from headprune.errors import UnsupportedModelError
 
 ONNX_NAME = "model.onnx"

@@ -1,10 +1,10 @@
 """Checkpoint tensors the loading class does not use, written through a safetensors export unchanged.
 
 A checkpoint whose class transformers lacks, and which ships no code for it (no ``auto_map``), is loaded with
-the family's class whose tensors match best (:func:`headprune.model_class.best_match`): a BERT masked-LM
+the family's class whose tensors match best (:func:`headprune.loading.model_class.best_match`): a BERT masked-LM
 published with extra classifier heads loads as ``BertForMaskedLM``, which leaves those heads out. An export
 must not lose them: they are copied from the checkpoint's files (safetensors, or a ``pytorch_model.bin`` read
-without running code: :mod:`headprune.checkpoint_files`), tensor by tensor and bit for bit, into
+without running code: :mod:`headprune.core.checkpoint_files`), tensor by tensor and bit for bit, into
 ``model-passthrough.safetensors``, which the weight index lists beside the pruned model's own files (a
 single ``model.safetensors`` becomes the index's first file, since transformers reads an index only where no
 ``model.safetensors`` exists). ``config.json`` names the checkpoint's own class again, so the code that
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from headprune.checkpoint_files import read_tensors, weight_map
+from headprune.core.checkpoint_files import read_tensors, weight_map
 
 INDEX_NAME = "model.safetensors.index.json"
 PASSTHROUGH_NAME = "model-passthrough.safetensors"

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from headprune.core.folder_lock import FolderLock
+from headprune.core.io import atomic_folder, temporary_folder
 from headprune.errors import ExportSettingsError, VerificationError
 from headprune.exporter.destination import check_destination, local_sources
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
@@ -24,10 +26,8 @@ from headprune.exporter.record import (RECORD_NAME, Counts, ExportRecord, FindOr
                                        file_hashes, public_name, weight_bytes)
 from headprune.exporter.resolve import (HeadsLike, check_ablation, read_result, refuse_unconfirmed, resolve_heads,
                                         verification_inputs)
-from headprune.folder_lock import FolderLock
 from headprune.heads import Head
-from headprune.io import atomic_folder, temporary_folder
-from headprune.models import LoadedModel, load_model, quiet_transformers
+from headprune.loading.models import LoadedModel, load_model, quiet_transformers
 from headprune.search.result import FindResult
 from headprune.surgery.plan import plan_layers
 from headprune.surgery.slicing import count_parameters
@@ -193,8 +193,8 @@ def _check_options(fmt: ExportFormat, ablation: str, tolerance: float | None) ->
 def _build(fmt: ExportFormat, lm: LoadedModel, removed: tuple[Head, ...], plans: list, *, task: Task, ablation: str,
            means: object, batch_size: int | str, tolerance: float | None) -> Job:
     """The artifact in memory, in the layout the format takes, with what its verification needs."""
-    from headprune.surgery import slicing
     from headprune.exporter.verify import default_tolerance
+    from headprune.surgery import slicing
 
     layout = fmt.layout_for(lm, plans)
     if layout == "sliced":
@@ -282,7 +282,7 @@ def _record(fmt: ExportFormat, job: Job, staging: Path, verification: Verificati
 
 
 def _source_info(lm: LoadedModel) -> SourceInfo:
-    from headprune.models import builtin_hub_id
+    from headprune.loading.models import builtin_hub_id
 
     hub_id, license_ = builtin_hub_id(lm.name), None
     card = lm.folder / "README.md"

@@ -10,11 +10,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headprune.core.hashing import sha256_file
+from headprune.core.record_json import from_json, to_json
 from headprune.errors import ResultFileError
-from headprune.surgery.plan import LayerPlan
-from headprune.hashing import sha256_file
-from headprune.record_json import from_json, to_json
 from headprune.search.stats import NonInferiority, Verdict
+from headprune.surgery.plan import LayerPlan
 
 RECORD_NAME = "headprune_export.json"
 SCHEMA_VERSION = 3  # 3: RuntimeCheck.gguf_type became file_type (it holds ONNX's file type too)
@@ -169,7 +169,7 @@ class ExportRecord:
     schema_version: int = SCHEMA_VERSION
 
     def save(self, folder: Path) -> None:
-        from headprune.io import atomic_write_json
+        from headprune.core.io import atomic_write_json
 
         atomic_write_json(Path(folder) / RECORD_NAME, to_json(self))
 

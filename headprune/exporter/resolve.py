@@ -16,7 +16,7 @@ import torch
 
 from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, UnconfirmedSetError
 from headprune.heads import Head, parse_heads
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
 from headprune.search.result import FindResult
 from headprune.tasks import Task, load_task
 
@@ -124,8 +124,8 @@ def find_means(lm: LoadedModel, result: FindResult, splits: tuple[Task, Task] | 
     Raises:
         ResultFileError
     """
-    from headprune.ablation import means_digest
     from headprune.evaluation import Evaluator
+    from headprune.surgery.ablation import means_digest
 
     def refuse(why: str) -> None:
         raise ResultFileError(f"mean ablation: {why}; the export would not be the model find measured")

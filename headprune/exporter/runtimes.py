@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from headprune.compat import cache_of, passing_cache
+from headprune.core.compat import cache_of, passing_cache
 
 
 class TorchRunner:

@@ -15,7 +15,7 @@ from headprune.scoring import model_kind
 from headprune.tasks import Example, Task
 
 if TYPE_CHECKING:  # pragma: no cover
-    from headprune.models import LoadedModel
+    from headprune.loading.models import LoadedModel
 
 SAMPLE_NAME = "text-sample"
 SAMPLE_TEXTS = (

@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from headprune.ablation import ablated
+from headprune.core.devices import dtype_name
 from headprune.evaluation import EvalResult, Evaluator
-from headprune.devices import dtype_name
 from headprune.exporter.record import LogitCheck, TaskCheck, TensorCheck
 from headprune.heads import Head
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
+from headprune.surgery.ablation import ablated
 from headprune.tasks import Task
 
 # Largest allowed |difference| to the masked original, times max(1, largest |value|), by the dtype verified in:

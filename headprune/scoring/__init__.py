@@ -18,7 +18,7 @@ from headprune.scoring.text import TextScorer
 from headprune.tasks import Task
 
 if TYPE_CHECKING:  # pragma: no cover
-    from headprune.models import LoadedModel
+    from headprune.loading.models import LoadedModel
 
 _SCORERS: tuple[type[Scorer], ...] = (ChoiceScorer, GenerateScorer, TextScorer, EncoderChoiceScorer, ClassifyScorer,
                                       CodeScorer)

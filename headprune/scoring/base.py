@@ -32,7 +32,7 @@ from headprune.errors import TaskError
 from headprune.tasks import Example, Task
 
 if TYPE_CHECKING:  # pragma: no cover
-    from headprune.models import LoadedModel
+    from headprune.loading.models import LoadedModel
 
 Readout = Literal["logprobs", "pooled", "logits"]
 

@@ -26,7 +26,7 @@ from headprune.scoring.execution import require_code_execution, run_program
 from headprune.tasks import Example, Task
 
 if TYPE_CHECKING:  # pragma: no cover
-    from headprune.models import LoadedModel
+    from headprune.loading.models import LoadedModel
 
 # Where a completion ends: HumanEval's stop strings (a function's body) and MBPP's (a whole program).
 FUNCTION_STOPS = ("\nclass ", "\ndef ", "\n#", "\nif __name__", "\nprint(", "\nassert ")

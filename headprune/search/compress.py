@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from headprune.heads import Head, HeadGrid
-from headprune.models import LoadedModel
-from headprune.search.paired import Paired
+from headprune.loading.models import LoadedModel
 from headprune.search.growth import Budget, GrowResult, Unit, beam, grow
+from headprune.search.paired import Paired
 from headprune.search.result import Compression, FindResult, Prescreen, Savings
 from headprune.search.split import Inputs
 from headprune.search.stages import Evaluated, Screened, Stages
@@ -59,9 +59,9 @@ def units_of(queue: Sequence[Head], grid: HeadGrid, prefer: str) -> list[Unit]:
 
 def savings(lm: LoadedModel, heads: Sequence[Head]) -> Savings:
     """Parameters and weight bytes of the sliced export of ``heads``, counted on the sliced model itself."""
-    from headprune.devices import dtype_name
-    from headprune.surgery.slicing import count_parameters
+    from headprune.core.devices import dtype_name
     from headprune.surgery.plan import plan_layers
+    from headprune.surgery.slicing import count_parameters
     from headprune.surgery.slicing import slice_model
 
     grid, itemsize = lm.grid, lm.model.dtype.itemsize

@@ -4,7 +4,7 @@ Every stage of find asks for lists of conditions on a named set (``discovery``, 
 ...); a condition already in the journal is read back, the others are evaluated and appended. The intact
 model's run on each set is the baseline every condition is paired against.
 
-In a data-parallel run (``headprune.distributed``) each call's missing conditions are dealt out to the
+In a data-parallel run (``headprune.core.distributed``) each call's missing conditions are dealt out to the
 processes one per process per round; the results are gathered to every process and journalled by rank 0, so
 every process holds the same journal and returns the same results as a run on its own.
 """
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import torch
 
-from headprune.devices import dtype_name
-from headprune.distributed import Team, deal
+from headprune.core.devices import dtype_name
+from headprune.core.distributed import Team, deal
+from headprune.core.progress import Progress
+from headprune.core.record_json import to_json
 from headprune.evaluation import EvalResult, Evaluator
 from headprune.heads import Head
-from headprune.models import LoadedModel
-from headprune.progress import Progress
-from headprune.record_json import to_json
+from headprune.loading.models import LoadedModel
 from headprune.search.determinism import run_environment
 from headprune.search.journal import Journal
 from headprune.search.result import FindSettings

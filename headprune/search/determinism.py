@@ -37,13 +37,13 @@ from dataclasses import dataclass
 
 import torch
 
-from headprune import cpu_linear
-from headprune.devices import dtype_name, widened
-from headprune.distributed import Team
+from headprune.core import cpu_linear
+from headprune.core.devices import dtype_name, widened
+from headprune.core.distributed import Team
 from headprune.errors import InternalCheckError
 from headprune.evaluation import EvalResult, Evaluator
 from headprune.evaluation.contract import ABSOLUTE_TOLERANCE, disagreement, rounding_spread, spread, tolerance
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
 from headprune.search.journal import Journal
 
 log = logging.getLogger("headprune")

@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from headprune.distributed import Team
+from headprune.core.distributed import Team
+from headprune.core.folder_lock import FolderLock
+from headprune.core.io import refuse_unsafe_output
 from headprune.errors import ResultFileError, SearchSettingsError
-from headprune.folder_lock import FolderLock
-from headprune.io import refuse_unsafe_output
-from headprune.models import LoadedModel, load_model
+from headprune.loading.models import LoadedModel, load_model
 from headprune.search.compress import compress
 from headprune.search.conditions import Conditions
 from headprune.search.determinism import one_kernel
@@ -88,7 +88,7 @@ def find(
         trust_remote_code: allow a checkpoint whose class only its own code defines, and lm-eval task files that
             run Python (``!function``, ``class:``).
         device_map, max_memory: spread a model too large for one GPU over several (see ``load_model``).
-        team: the processes of a data-parallel run (``headprune.distributed.join()``); each evaluates a share
+        team: the processes of a data-parallel run (``headprune.core.distributed.join()``); each evaluates a share
             of every stage's conditions, rank 0 alone writes the journal. Default: this process alone.
 
     Raises:

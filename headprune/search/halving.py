@@ -11,10 +11,10 @@ import math
 
 import torch
 
+from headprune.core.progress import Progress
 from headprune.evaluation import EvalResult, Evaluator
 from headprune.heads import Head
-from headprune.models import LoadedModel
-from headprune.progress import Progress
+from headprune.loading.models import LoadedModel
 from headprune.search.journal import Journal
 from headprune.search.paired import compare
 from headprune.search.result import HalvingRound

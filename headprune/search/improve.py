@@ -15,10 +15,10 @@ import logging
 import math
 from dataclasses import dataclass, replace
 
-from headprune.devices import dtype_name
+from headprune.core.devices import dtype_name
+from headprune.core.progress import duration
 from headprune.evaluation.contract import tolerance
 from headprune.heads import Head
-from headprune.progress import duration
 from headprune.search.admission import Admission, single_order
 from headprune.search.parsimony import HeadContribution, HeadSet
 from headprune.search.result import FindResult, Prescreen

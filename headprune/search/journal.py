@@ -16,8 +16,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from headprune.core.io import atomic_write_text
 from headprune.errors import ResultFileError
-from headprune.io import atomic_write_text
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.tasks import Task
 
@@ -31,7 +31,7 @@ class Journal:
                  entries: dict[str, dict] | None = None) -> None:
         """Start (or, with ``resume``, reopen) the journal in ``folder``; ``None`` keeps it in memory (starting
         from ``entries``: another process's copy in a data-parallel run). The caller holds the folder's lock
-        (:class:`headprune.folder_lock.FolderLock`, taken by ``find``)."""
+        (:class:`headprune.core.folder_lock.FolderLock`, taken by ``find``)."""
         self.path = Path(folder) / JOURNAL_NAME if folder is not None else None
         self._entries: dict[str, dict] = dict(entries or {})
         if self.path is None:

@@ -1,7 +1,7 @@
 """``FindResult``: everything find measured, as nested frozen records, serialised to a versioned JSON.
 
 Values are stored apart from how they are shown: the terminal line, ``report.md``, model cards and the
-Hub ``model-index`` are all rendered from these fields (``headprune.report``, ``headprune.exporter.card``).
+Hub ``model-index`` are all rendered from these fields (``headprune.report.markdown``, ``headprune.exporter.card``).
 Version 1 files (headprune before typed records) are still read.
 """
 
@@ -11,13 +11,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headprune.core.io import read_regular_file
+from headprune.core.record_json import from_json, to_json
 from headprune.errors import ResultFileError
 from headprune.evaluation.results import Summary
 from headprune.heads import Head, parse_heads
-from headprune.io import read_regular_file
-from headprune.record_json import from_json, to_json
-from headprune.search.generations import Generations
 from headprune.search.effects import ControlEffect
+from headprune.search.generations import Generations
 from headprune.search.paired import Paired
 from headprune.search.parsimony import HeadContribution, Parsimony
 from headprune.search.stats import NonInferiority, Verdict
@@ -249,7 +249,7 @@ class FindResult:
         return to_json(self)
 
     def save(self, path: Path) -> None:
-        from headprune.io import atomic_write_json
+        from headprune.core.io import atomic_write_json
 
         atomic_write_json(path, self.to_dict())
 

@@ -12,9 +12,9 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from headprune.core.limits import check_limit
 from headprune.errors import SearchSettingsError
 from headprune.heads import HeadGrid
-from headprune.limits import check_limit
 from headprune.search.result import FindSettings
 
 RANK_KEYS = ("gain", "margin")

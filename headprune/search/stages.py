@@ -16,10 +16,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from headprune.ablation import means_digest
 from headprune.evaluation import Evaluator
 from headprune.heads import Head
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
 from headprune.search.conditions import Conditions
 from headprune.search.determinism import check_determinism
 from headprune.search.effects import ControlEffect
@@ -40,6 +39,7 @@ from headprune.search.result import (
 )
 from headprune.search.split import Inputs
 from headprune.search.stats import exploratory, spearman, verdict
+from headprune.surgery.ablation import means_digest
 from headprune.tasks import Task
 
 Screened = list[tuple[Head, Paired, float | None]]  # each screened head, its discovery result, its estimate

@@ -14,13 +14,13 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
-from headprune.adapters.base import get_path
+from headprune.core.record_json import to_json
 from headprune.errors import HeadSpecError
+from headprune.heads import Head
+from headprune.loading.adapters.base import get_path
+from headprune.loading.models import LoadedModel
 from headprune.surgery.plan import LayerPlan
 from headprune.surgery.remote_modeling import shrink
-from headprune.heads import Head
-from headprune.models import LoadedModel
-from headprune.record_json import to_json
 
 
 def _rows(weight: torch.Tensor, blocks: Sequence[int], size: int, dim: int) -> torch.Tensor:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headprune.io import atomic_write_text
+from headprune.core.io import atomic_write_text
 
 SYMBOLS = ("a", "b")
 FILLERS = tuple("cdefghij")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from headprune.core.io import atomic_folder, atomic_write_json
+from headprune.core.record_json import to_json
 from headprune.exporter.pipeline import export
-from headprune.io import atomic_folder, atomic_write_json
-from headprune.record_json import to_json
-from headprune.report import write_outputs
+from headprune.report.markdown import write_outputs
 from headprune.search.find import find
 from headprune.synthetic.analysis import HeadScores
 from headprune.synthetic.data import fillers, joint_optimum, sample, write_task

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from headprune.core.limits import limit
 from headprune.errors import TaskError
-from headprune.limits import limit
 from headprune.tasks.answers import LINE, AnswerRule, rule_to_json
 
 TaskKind = Literal["choice", "generate", "text", "classify", "code"]

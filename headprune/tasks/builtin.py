@@ -19,8 +19,8 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+from headprune.core.limits import limit
 from headprune.errors import TaskError
-from headprune.limits import limit
 from headprune.tasks.answers import named_rule
 from headprune.tasks.base import Example, Task
 

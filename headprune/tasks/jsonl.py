@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from headprune.core.io import read_regular_file
+from headprune.core.limits import limit
 from headprune.errors import TaskError
-from headprune.io import read_regular_file
-from headprune.limits import limit
 from headprune.tasks.answers import LINE, AnswerRule
 from headprune.tasks.base import Example, Task
 
@@ -148,7 +148,7 @@ def load_jsonl_task(path: Path, *, length_normalize: bool = False, max_new_token
 
 def read_lines(path: Path) -> list[str]:
     """The lines of a task file, read only when it is a regular file within the size and line-length limits
-    (``headprune.limits``): a FIFO or a device is refused before it can block or stream forever, and it is opened
+    (``headprune.core.limits``): a FIFO or a device is refused before it can block or stream forever, and it is opened
     without blocking in case it became one after the check. Lines end at ``\\n`` (JSON Lines), so characters JSON
     allows inside a string (U+2028, U+0085, a form feed) stay in their line.
 

@@ -69,7 +69,7 @@ def build_tiny(family: str, tokenizer, seed: int = 0, layers: int = 2):  # noqa:
     """A tiny random-init model of ``family`` wrapped as a LoadedModel."""
     from transformers import AutoModel, AutoModelForCausalLM
 
-    from headprune.models import wrap_model
+    from headprune.loading.models import wrap_model
 
     torch.manual_seed(seed)
     config = tiny_config(family, len(tokenizer), layers)

@@ -16,7 +16,7 @@ import torch
 
 from headprune.errors import InternalCheckError
 from headprune.evaluation import Evaluator
-from headprune.models import load_model
+from headprune.loading.models import load_model
 from headprune.search.determinism import check
 from headprune.search.journal import Journal
 from headprune.tasks import load_task

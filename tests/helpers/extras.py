@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from headprune.extras import missing
+from headprune.core.extras import missing
 
 
 def needs(*modules: str, extra: str) -> None:

@@ -21,7 +21,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from headprune.models import wrap_model
+from headprune.loading.models import wrap_model
 from headprune.tasks import Example, Task
 
 TOKENS_PER_CUE = 500

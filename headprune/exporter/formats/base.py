@@ -19,11 +19,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from headprune.checkpoint_files import has_weights
+from headprune.core.checkpoint_files import has_weights
+from headprune.core.extras import require
 from headprune.errors import ExportSettingsError, UnsupportedModelError
-from headprune.extras import require
 from headprune.heads import Head
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
 from headprune.tasks import Task
 
 

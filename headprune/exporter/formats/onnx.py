@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from headprune.exporter.formats.base import ExportFormat, Job, Written, refuse_unless_float32, register
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
 
 log = logging.getLogger("headprune")
 

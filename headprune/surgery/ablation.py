@@ -17,7 +17,7 @@ from torch import nn
 
 from headprune.errors import HeadSpecError, InternalCheckError
 from headprune.heads import Head
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
 
 AblationMode = Literal["zero", "mean"]
 ABLATION_MODES: tuple[str, ...] = ("zero", "mean")

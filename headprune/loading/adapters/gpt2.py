@@ -1,6 +1,6 @@
 """GPT-2: ``transformer.h[i].attn`` with a fused ``c_attn`` and a ``Conv1D`` output projection ``c_proj``."""
 
-from headprune.adapters.base import Adapter
+from headprune.loading.adapters.base import Adapter
 
 GPT2 = Adapter(
     family="gpt2",

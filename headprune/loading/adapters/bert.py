@@ -2,7 +2,7 @@
 the output projection ``attention.output.dense``. Encoders have no LM head; tasks score them by
 embedding similarity."""
 
-from headprune.adapters.base import Adapter
+from headprune.loading.adapters.base import Adapter
 
 BERT = Adapter(
     family="bert",

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from headprune.adapters.base import Adapter
-from headprune.adapters.bert import BERT
-from headprune.adapters.gpt2 import GPT2
-from headprune.adapters.llama import LLAMA
-from headprune.adapters.neox import NEOX
 from headprune.errors import UnsupportedModelError
+from headprune.loading.adapters.base import Adapter
+from headprune.loading.adapters.bert import BERT
+from headprune.loading.adapters.gpt2 import GPT2
+from headprune.loading.adapters.llama import LLAMA
+from headprune.loading.adapters.neox import NEOX
 
 _ADAPTERS: tuple[Adapter, ...] = (LLAMA, GPT2, NEOX, BERT)
 _BY_MODEL_TYPE: dict[str, Adapter] = {t: a for a in _ADAPTERS for t in a.model_types}

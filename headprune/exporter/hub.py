@@ -10,10 +10,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from headprune.core.folder_lock import FolderLock
 from headprune.errors import HubError, redact_credentials
 from headprune.exporter.card import card_metadata
 from headprune.exporter.record import verify_record
-from headprune.folder_lock import FolderLock
 
 
 @dataclass(frozen=True)

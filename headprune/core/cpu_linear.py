@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from headprune.core.limits import WORDS, word
 from headprune.errors import SettingsError
-from headprune.limits import WORDS, word
 
 log = logging.getLogger("headprune")
 ENV = "HEADPRUNE_CPU_LINEAR"

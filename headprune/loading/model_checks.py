@@ -16,9 +16,9 @@ from pathlib import Path
 
 from transformers import PretrainedConfig
 
-from headprune.adapters import Adapter
 from headprune.errors import UnsupportedModelError
-from headprune.model_class import ModelClass
+from headprune.loading.adapters import Adapter
+from headprune.loading.model_class import ModelClass
 
 log = logging.getLogger("headprune")
 

@@ -17,9 +17,9 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from headprune.core.limits import number
 from headprune.errors import InternalCheckError
-from headprune.limits import number
-from headprune.models import LoadedModel
+from headprune.loading.models import LoadedModel
 
 def default_budget_mb() -> int:
     """The cache's memory budget: ``HEADPRUNE_LAYER_CACHE_MB`` (0 turns it off), default 2048 MB.

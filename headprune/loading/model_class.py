@@ -122,12 +122,12 @@ def model_class(config: PretrainedConfig, *, encoder: bool, trust_remote_code: b
 
 def checkpoint_tensor_names(folder: Path) -> frozenset[str]:
     """The tensor names of a checkpoint: safetensors (index or headers: nothing is loaded) or a PyTorch pickle
-    (index, or ``pytorch_model.bin`` loaded safely, see :mod:`headprune.checkpoint_files`).
+    (index, or ``pytorch_model.bin`` loaded safely, see :mod:`headprune.core.checkpoint_files`).
 
     Raises:
         UnsupportedModelError: no weights to read names from, or a pickle that cannot be loaded safely.
     """
-    from headprune.checkpoint_files import weight_map
+    from headprune.core.checkpoint_files import weight_map
 
     names = frozenset(weight_map(folder))
     if not names:

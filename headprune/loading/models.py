@@ -22,15 +22,15 @@ from huggingface_hub.errors import StrictDataclassError  # transformers' configs
 from safetensors import SafetensorError
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from headprune.adapters import Adapter, adapter_for, supported_model_types
-from headprune.checkpoint_files import refused
+from headprune.core.checkpoint_files import refused
+from headprune.core.extras import require
+from headprune.core.hashing import hash_weights, sha256_file
 from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
-from headprune.extras import require
-from headprune.gguf_source import BUILTIN_MODELS, builtin_gguf, write_marker
 from headprune.heads import HeadGrid
-from headprune.hashing import hash_weights, sha256_file
-from headprune.model_checks import check_config_file, check_loaded, shape_mismatches
-from headprune.model_class import ModelClass, checkpoint_tensor_names, model_class, task_head_of
+from headprune.loading.adapters import Adapter, adapter_for, supported_model_types
+from headprune.loading.gguf_source import BUILTIN_MODELS, builtin_gguf, write_marker
+from headprune.loading.model_checks import check_config_file, check_loaded, shape_mismatches
+from headprune.loading.model_class import ModelClass, checkpoint_tensor_names, model_class, task_head_of
 
 log = logging.getLogger("headprune")
 
@@ -103,7 +103,7 @@ class LoadedModel:
 
 def resolve_model(spec: str, *, trust_remote_code: bool = False) -> Path:
     """Turn a model specification into a local Hugging Face folder (converting GGUF on first use; a Hub id
-    not in the cache downloads only the files a load reads, see :mod:`headprune.model_download`).
+    not in the cache downloads only the files a load reads, see :mod:`headprune.loading.model_download`).
 
     Raises:
         ModelNotFoundError: nothing loadable is there (with what was tried).
@@ -120,7 +120,7 @@ def resolve_model(spec: str, *, trust_remote_code: bool = False) -> Path:
     if path.exists():
         raise ModelNotFoundError(f"{spec}: not a model (expected a Hugging Face folder or a .gguf file)")
     if _looks_like_hub_id(spec):
-        from headprune.model_download import from_hub
+        from headprune.loading.model_download import from_hub
 
         return from_hub(spec, trust_remote_code=trust_remote_code)
     raise ModelNotFoundError(
@@ -131,7 +131,7 @@ def resolve_model(spec: str, *, trust_remote_code: bool = False) -> Path:
 
 def load_config(folder: Path) -> PretrainedConfig:
     """Read config.json, with a clear error when it is not a transformer config or gives a size no model can
-    have (``headprune.model_checks``: transformers would divide by a head count of 0 before saying anything)."""
+    have (``headprune.loading.model_checks``: transformers would divide by a head count of 0 before saying anything)."""
     from transformers import AutoConfig
 
     check_config_file(folder)
@@ -156,7 +156,7 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
                max_memory: str | dict | None = None) -> LoadedModel:
     """Load a model with its own task head, and its tokenizer, for evaluation (eval mode).
 
-    The class is the one the checkpoint's ``architectures`` names (see :mod:`headprune.model_class`), so no
+    The class is the one the checkpoint's ``architectures`` names (see :mod:`headprune.loading.model_class`), so no
     weight is dropped; a sliced headprune export is rebuilt with its recorded shapes. Where the checkpoint does
     not name a class, or the class leaves checkpoint tensors out, a warning on the ``headprune`` logger says
     which class was used and what was left out, before anything runs.
@@ -177,7 +177,7 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     """
     from transformers import AutoTokenizer
 
-    from headprune.devices import check_device_map, parse_max_memory, resolve_device, resolve_dtype
+    from headprune.core.devices import check_device_map, parse_max_memory, resolve_device, resolve_dtype
 
     device_map, max_memory = check_device_map(device_map), parse_max_memory(max_memory)
     if max_memory is not None and device_map is None:

@@ -4,7 +4,7 @@
 ``head_dim`` may be set explicitly (Gemma, Qwen3) rather than ``hidden_size // num_attention_heads``.
 """
 
-from headprune.adapters.base import Adapter
+from headprune.loading.adapters.base import Adapter
 
 LLAMA = Adapter(
     family="llama",

@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from headprune.core.limits import env_number, number
 from headprune.errors import HeadpruneError, SettingsError, WorkerLostError
-from headprune.limits import env_number, number
 
 log = logging.getLogger("headprune")
 T = TypeVar("T")

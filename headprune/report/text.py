@@ -1,5 +1,5 @@
 """The words and numbers every report shares: levels and intervals, a verdict in one sentence, controls, the
-pre-screen's note, stage times. ``headprune.report`` (improve) and ``headprune.report_compress`` build on them."""
+pre-screen's note, stage times. ``markdown`` (improve) and ``compress`` build on them."""
 
 from __future__ import annotations
 

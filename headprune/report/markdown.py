@@ -1,12 +1,13 @@
-"""Rendering a FindResult for people: the one-line verdict and ``report.md`` (the figures: ``headprune.plots``)."""
+"""Rendering a FindResult for people: the one-line verdict, ``report.md`` (improve; ``compress`` renders the
+compress objective's) and the run's output folder (the figures: ``plots``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from headprune.report_compress import compression_line, render_compression
-from headprune.report_examples import examples_section
-from headprune.report_text import (control_level, control_text, interval_text, level_text, pct, prescreen_note,
+from headprune.report.compress import compression_line, render_compression
+from headprune.report.examples import examples_section
+from headprune.report.text import (control_level, control_text, interval_text, level_text, pct, prescreen_note,
                                    stage_times_table, verdict_sentence)
 from headprune.search.result import FindResult
 
@@ -121,8 +122,8 @@ def contributions_table(result: FindResult) -> list[str]:
 def write_outputs(result: FindResult, folder: Path) -> None:
     """result.json, report.md, screen.png (controls.png with controls; tradeoff.png for compress), written to
     a staging folder and moved into ``folder`` (result.json last)."""
-    from headprune.io import atomic_folder
-    from headprune.plots import save_control_tradeoff, save_heatmap, save_tradeoff
+    from headprune.core.io import atomic_folder
+    from headprune.report.plots import save_control_tradeoff, save_heatmap, save_tradeoff
     from headprune.search.result import RESULT_NAME
 
     with atomic_folder(folder, last=(RESULT_NAME,)) as staging:

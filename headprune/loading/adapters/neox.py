@@ -1,7 +1,7 @@
 """GPT-NeoX / Pythia: ``gpt_neox.layers[i].attention`` with a per-head interleaved ``query_key_value``
 (rows laid out as ``[head][q|k|v][head_dim]``) and the output projection ``dense``."""
 
-from headprune.adapters.base import Adapter
+from headprune.loading.adapters.base import Adapter
 
 NEOX = Adapter(
     family="gpt_neox",

@@ -9,7 +9,7 @@ The lock file stays in place after release, as filelock intends (waiters must sh
 
 Who holds the lock is recorded apart, in ``.NAME.headprune.holder`` (pid, host, command, since when), written once
 the lock is held and removed on release, so that a refusal can name the holder. Whoever takes the lock also removes
-the temporary folders a killed run left beside the folder (:func:`headprune.io.clean_leftovers`).
+the temporary folders a killed run left beside the folder (:func:`headprune.core.io.clean_leftovers`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from headprune.core.io import atomic_write_text, clean_leftovers, process_alive
 from headprune.errors import ResultFileError
-from headprune.io import atomic_write_text, clean_leftovers, process_alive
 
 LOCK_SUFFIX = ".headprune.lock"
 HOLDER_SUFFIX = ".headprune.holder"
