@@ -15,6 +15,7 @@ _LAZY = {
     "Head": "headprune.heads",
     "parse_heads": "headprune.heads",
     "format_heads": "headprune.heads",
+    "load": "headprune.loading.models",
     "load_model": "headprune.loading.models",
     "LoadedModel": "headprune.loading.models",
     "wrap_model": "headprune.loading.models",
@@ -27,10 +28,9 @@ _LAZY = {
     "evaluate": "headprune.evaluation",
     "HeadpruneError": "headprune.errors",
     "find": "headprune.search.find",
-    "FindResult": "headprune.search.result",
+    "FindResult": "headprune.search.find_result",
     "export": "headprune.exporter.pipeline",
-    "ExportRecord": "headprune.exporter.record",
-    "load": "headprune.exporter.loading",
+    "ExportRecord": "headprune.exporter.export_record",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
@@ -38,13 +38,12 @@ __all__ = sorted(_LAZY) + ["__version__"]
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.errors import HeadpruneError
     from headprune.evaluation import EvalResult, Evaluator, evaluate
-    from headprune.exporter.loading import load
+    from headprune.exporter.export_record import ExportRecord
     from headprune.exporter.pipeline import export
-    from headprune.exporter.record import ExportRecord
     from headprune.heads import Head, format_heads, parse_heads
-    from headprune.loading.models import LoadedModel, load_model, wrap_model
+    from headprune.loading.models import LoadedModel, load, load_model, wrap_model
     from headprune.search.find import find
-    from headprune.search.result import FindResult
+    from headprune.search.find_result import FindResult
     from headprune.surgery.ablation import ablated, collect_head_means
     from headprune.tasks import Task, load_task
 

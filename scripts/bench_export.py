@@ -35,11 +35,11 @@ from typing import Any
 import torch
 
 from headprune.exporter import export, resolve_heads
-from headprune.exporter.record import weight_bytes
+from headprune.exporter.export_record import weight_bytes
 from headprune.exporter.runtime_check import eos_ids, task_texts
 from headprune.exporter.runtimes import GenaiRunner, LlamaCppModel, TorchRunner
 from headprune.heads import Head, HeadGrid, parse_heads
-from headprune.loading.models import LoadedModel, load_model
+from headprune.loading.models import LoadedModel, load, load_model
 from headprune.surgery.slicing import count_parameters
 from headprune.tasks import load_task
 
@@ -119,8 +119,6 @@ def _failed(name: str, error: Exception) -> Entry:
 
 
 def build_torch(lm: LoadedModel, prunes: dict, folder: Path, options: dict) -> list[Entry]:
-    from headprune.exporter.loading import load
-
     entries = [Entry("original", "-", count_parameters(lm.model), weight_bytes(lm.folder) if lm.folder.is_dir() else 0,
                      _kv_bytes(lm.grid, None, 4), _memory_bytes(lm.model), TorchRunner(lm.model))]
     for name, heads in prunes.items():

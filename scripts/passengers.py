@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from headprune.search.result import FindSettings
+from headprune.search.find_result import FindSettings
 from headprune.search.simulation import run_compress, run_improve
 
 FLIPS = (0.001, 0.003, 0.01, 0.03, 0.05)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from headprune.exporter import export, verify_record
-from headprune.exporter.loading import load
 from headprune.heads import parse_heads
+from headprune.loading.models import load
 from headprune.surgery.ablation import ablated
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))

@@ -8,9 +8,9 @@ from helpers.handmade import build_model, reversed_task
 from headprune.heads import Head, HeadGrid
 from headprune.report.markdown import render_markdown
 from headprune.search.find import find
+from headprune.search.find_result import FindResult
 from headprune.search.growth import SETS_PER_UNIT, Budget, grow
 from headprune.search.paired import Paired
-from headprune.search.result import FindResult
 
 N = 100  # examples; a budget of 1 point is 1 example
 

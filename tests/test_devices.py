@@ -14,9 +14,8 @@ from headprune.core.devices import resolve_device, resolve_dtype
 from headprune.errors import SearchSettingsError
 from headprune.evaluation import evaluate
 from headprune.exporter import export, read_record
-from headprune.exporter.loading import load
 from headprune.heads import parse_heads
-from headprune.loading.models import load_model
+from headprune.loading.models import load, load_model
 from headprune.search.find import find
 from helpers import build_tiny, choice_task, random_choice_task, save_folder
 

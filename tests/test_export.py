@@ -17,8 +17,8 @@ from helpers import ALL_FAMILIES, break_slicing, build_tiny
 from headprune.core.folder_lock import lock_path
 from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, VerificationError
 from headprune.exporter import export, verify_record
-from headprune.exporter.loading import load
 from headprune.heads import Head, parse_heads
+from headprune.loading.models import load
 from headprune.surgery.ablation import ablated
 from headprune.surgery.plan import plan_layers
 from headprune.surgery.slicing import densify, slice_model

@@ -80,7 +80,7 @@ def _card_claim(folder) -> str:  # noqa: ANN001
 def test_cli_export_of_an_unconfirmed_set_needs_allow_unconfirmed(handmade_run, tmp_path) -> None:
     from dataclasses import replace
 
-    from headprune.search.result import FindResult
+    from headprune.search.find_result import FindResult
 
     model, run = str(handmade_run / "model"), handmade_run / "run"
     confirmed = FindResult.load(run / "result.json")

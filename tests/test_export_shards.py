@@ -12,8 +12,8 @@ from headprune.surgery.ablation import ablated
 from helpers.cli import invoke
 from headprune.errors import ExportSettingsError, ResultFileError
 from headprune.exporter import export, verify_record
-from headprune.exporter.loading import load
 from headprune.heads import parse_heads
+from headprune.loading.models import load
 from helpers import build_tiny, choice_task, save_folder
 
 IDS = torch.tensor([[5, 9, 14, 3, 27, 8, 11]])

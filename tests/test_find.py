@@ -300,7 +300,7 @@ def test_passenger_heads_do_not_ride_along_with_the_harmful_head(passengers) -> 
     report = render_markdown(result)
     assert "## Each head of the primary set" in report and f"| `L0.H0` | {alone.rescued} | 0 |" in report
     # A result.json written before parsimony (no contributions, no parsimony record) still loads and renders.
-    from headprune.search.result import FindResult
+    from headprune.search.find_result import FindResult
 
     old = result.to_dict()
     del old["parsimony"]

@@ -12,9 +12,9 @@ from headprune.evaluation import EvalResult, ExampleResult, evaluate
 from headprune.heads import parse_heads
 from headprune.report.markdown import render_markdown
 from headprune.search.find import find
+from headprune.search.find_result import FindResult
 from headprune.search.generations import generated_set
 from headprune.search.journal import JOURNAL_NAME
-from headprune.search.result import FindResult
 from headprune.tasks import Example, Task
 from helpers import build_tiny
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headprune.search.result import FindSettings
+from headprune.search.find_result import FindSettings
 from headprune.search.simulation import run_improve
 
 pytestmark = pytest.mark.usefixtures("quiet_headprune")  # find's stages, thousands of times

@@ -65,7 +65,7 @@ def test_an_export_and_its_upload_name_the_model_and_task_without_a_local_path(i
     ("lm-eval:/home/alice/tasks/a.yaml,hellaswag:num_fewshot=2", "lm-eval:a.yaml,hellaswag:num_fewshot=2"),
 ])
 def test_cards_name_models_and_tasks_by_hub_id_or_file_name(spec, shown) -> None:
-    from headprune.exporter.record import public_name
+    from headprune.exporter.export_record import public_name
 
     assert public_name(spec) == shown
 

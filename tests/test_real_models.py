@@ -133,7 +133,7 @@ def test_finetuned_minilm_classifier_find_export_verify(minilm_classifier, tmp_p
 
     from headprune.surgery.ablation import ablated
     from helpers.cli import invoke
-    from headprune.search.result import FindResult
+    from headprune.search.find_result import FindResult
 
     model, task = minilm_classifier / "model", minilm_classifier / "reviews.jsonl"
     lm = load_model(str(model))

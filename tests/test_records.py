@@ -14,9 +14,9 @@ from pathlib import Path
 
 from headprune.core.record_json import from_json, to_json
 from headprune.exporter.card import card_metadata, render_card
-from headprune.exporter.record import RECORD_NAME, ExportRecord, read_record
+from headprune.exporter.export_record import RECORD_NAME, ExportRecord, read_record
 from headprune.report.markdown import render_markdown, verdict_line
-from headprune.search.result import FindResult
+from headprune.search.find_result import FindResult
 
 V1 = Path(__file__).resolve().parent / "data" / "v1"
 V2 = V1.parent / "v2"

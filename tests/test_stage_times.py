@@ -12,7 +12,7 @@ from helpers.handmade import build_model, cue_task
 from headprune.cli.main import cli
 from headprune.report.markdown import render_markdown
 from headprune.report.text import stage_times, stage_times_line
-from headprune.search.result import FindResult
+from headprune.search.find_result import FindResult
 from headprune.tasks import write_jsonl_task
 
 V1 = Path(__file__).parent / "data" / "v1" / "result.json"

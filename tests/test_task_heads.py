@@ -15,9 +15,8 @@ from helpers.cli import invoke
 from headprune.errors import TaskError, UnsupportedModelError
 from headprune.evaluation import evaluate
 from headprune.exporter import export, read_record
-from headprune.exporter.loading import load
 from headprune.heads import parse_heads
-from headprune.loading.models import load_model, wrap_model
+from headprune.loading.models import load, load_model, wrap_model
 from headprune.search.find import find
 from headprune.tasks import Example, Task, load_task, write_jsonl_task
 from helpers import build_tiny, choice_task, save_folder, tiny_config

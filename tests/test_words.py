@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from headprune.exporter.card import card_metadata, render_card
-from headprune.exporter.record import ExportRecord, read_record
+from headprune.exporter.export_record import ExportRecord, read_record
 from headprune.report.compress import non_inferiority_sentence
 from headprune.report.markdown import render_markdown
-from headprune.search.result import FindResult
+from headprune.search.find_result import FindResult
 from headprune.search.stats import NonInferiority, non_inferiority
 
 V1 = Path(__file__).resolve().parent / "data" / "v1"

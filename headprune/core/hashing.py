@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
+# The weight files of a Hugging Face checkpoint: what a model's weight hash covers (a run names its model by it).
+HASHED_WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
 def sha256_file(path: Path, digest: hashlib._Hash | None = None) -> str:
@@ -21,7 +22,7 @@ def sha256_file(path: Path, digest: hashlib._Hash | None = None) -> str:
 def hash_weights(folder: Path) -> str:
     """``sha256:...`` over a model folder's weight files (name and bytes, in name order)."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in Path(folder).iterdir() if p.suffix in WEIGHT_SUFFIXES):
+    for path in sorted(p for p in Path(folder).iterdir() if p.suffix in HASHED_WEIGHT_SUFFIXES):
         digest.update(path.name.encode())
         sha256_file(path, digest)
     return "sha256:" + digest.hexdigest()

@@ -11,11 +11,11 @@ from typing import Any
 _LAZY = {
     "export": "headprune.exporter.pipeline",
     "resolve_heads": "headprune.exporter.resolve",
-    "ExportRecord": "headprune.exporter.record",
-    "RECORD_NAME": "headprune.exporter.record",
-    "file_hashes": "headprune.exporter.record",
-    "read_record": "headprune.exporter.record",
-    "verify_record": "headprune.exporter.record",
+    "ExportRecord": "headprune.exporter.export_record",
+    "RECORD_NAME": "headprune.exporter.export_record",
+    "file_hashes": "headprune.exporter.export_record",
+    "read_record": "headprune.exporter.export_record",
+    "verify_record": "headprune.exporter.export_record",
 }
 
 __all__ = sorted(_LAZY)

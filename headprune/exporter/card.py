@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from headprune.exporter.record import ExportRecord, FindOrigin
+from headprune.exporter.export_record import ExportRecord, FindOrigin
 
 
 def publishes_heldout(record: ExportRecord) -> bool:

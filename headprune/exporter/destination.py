@@ -16,9 +16,9 @@ from pathlib import Path
 
 from headprune.core.io import refuse_unsafe_output
 from headprune.errors import ExportSettingsError, ResultFileError
-from headprune.exporter.record import RECORD_NAME, read_record
+from headprune.exporter.export_record import RECORD_NAME, read_record
+from headprune.search.find_result import RESULT_NAME
 from headprune.search.journal import JOURNAL_NAME
-from headprune.search.result import RESULT_NAME
 
 
 def local_sources(model: object) -> list[Path]:

@@ -254,7 +254,7 @@ def llama_cpp_version() -> tuple[str | None, str]:
 
 
 def not_run(reason: str, gguf_type: str) -> Any:
-    from headprune.exporter.record import RuntimeCheck
+    from headprune.exporter.export_record import RuntimeCheck
 
     return RuntimeCheck("", False, reason, gguf_type)
 

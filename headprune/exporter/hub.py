@@ -13,7 +13,7 @@ from pathlib import Path
 from headprune.core.folder_lock import FolderLock
 from headprune.errors import HubError, redact_credentials
 from headprune.exporter.card import card_metadata
-from headprune.exporter.record import verify_record
+from headprune.exporter.export_record import verify_record
 
 
 @dataclass(frozen=True)

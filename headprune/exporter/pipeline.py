@@ -19,16 +19,16 @@ from headprune.core.folder_lock import FolderLock
 from headprune.core.io import atomic_folder, temporary_folder
 from headprune.errors import ExportSettingsError, VerificationError
 from headprune.exporter.destination import check_destination, local_sources
+from headprune.exporter.export_record import (RECORD_NAME, Counts, ExportRecord, FindOrigin, SourceInfo, Verification,
+                                              file_hashes, public_name, weight_bytes)
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE
 from headprune.exporter.formats.onnx import ONNX_TOLERANCE
-from headprune.exporter.record import (RECORD_NAME, Counts, ExportRecord, FindOrigin, SourceInfo, Verification,
-                                       file_hashes, public_name, weight_bytes)
 from headprune.exporter.resolve import (HeadsLike, check_ablation, read_result, refuse_unconfirmed, resolve_heads,
                                         verification_inputs)
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, load_model, quiet_transformers
-from headprune.search.result import FindResult
+from headprune.search.find_result import FindResult
 from headprune.surgery.plan import plan_layers
 from headprune.surgery.slicing import count_parameters
 from headprune.tasks import Task

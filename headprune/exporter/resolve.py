@@ -17,7 +17,7 @@ import torch
 from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, UnconfirmedSetError
 from headprune.heads import Head, parse_heads
 from headprune.loading.models import LoadedModel
-from headprune.search.result import FindResult
+from headprune.search.find_result import FindResult
 from headprune.tasks import Task, load_task
 
 log = logging.getLogger("headprune")

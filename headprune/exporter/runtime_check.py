@@ -45,7 +45,7 @@ def compare_greedy(lm: Any, heads: Any, runner: Any, prompts: list[list[int]], *
     token, with the largest logit difference over every compared step (up to and including the first step whose
     tokens differ); ``texts`` are tokenized by the runtime (``runner.tokenize``) and by the model's tokenizer.
     """
-    from headprune.exporter.record import RuntimeCheck
+    from headprune.exporter.export_record import RuntimeCheck
     from headprune.surgery.ablation import ablated
 
     eos = eos_ids(lm)

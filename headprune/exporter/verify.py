@@ -18,7 +18,7 @@ import torch
 
 from headprune.core.devices import dtype_name
 from headprune.evaluation import EvalResult, Evaluator
-from headprune.exporter.record import LogitCheck, TaskCheck, TensorCheck
+from headprune.exporter.export_record import LogitCheck, TaskCheck, TensorCheck
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel
 from headprune.surgery.ablation import ablated

@@ -196,15 +196,15 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
         if not any(folder.glob("*.safetensors")):
             raise ModelNotFoundError(f"{folder}: a sliced export without safetensors weights (an ONNX export?)")
         chosen = ModelClass(sliced["base_class"], *task_head_of(config.model_type, sliced["base_class"]), True)
-        load = headpruned_class(sliced["base_class"]).from_pretrained
+        from_pretrained = headpruned_class(sliced["base_class"]).from_pretrained
     else:
         chosen = model_class(config, encoder=adapter.is_encoder, trust_remote_code=trust_remote_code,
                              tensor_names=lambda: checkpoint_tensor_names(folder))
-        load = chosen.loader(trust_remote_code=trust_remote_code)
+        from_pretrained = chosen.loader(trust_remote_code=trust_remote_code)
     placement = {} if device_map is None else {
         "device_map": device_map, "max_memory": max_memory, "offload_folder": _offload_folder()}
     try:
-        model, info = load(folder, dtype=dtype, output_loading_info=True, **placement)
+        model, info = from_pretrained(folder, dtype=dtype, output_loading_info=True, **placement)
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except OSError as error:
         raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
@@ -229,6 +229,20 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     check_loaded(spec, chosen, unused, tuple(sorted(info.get("missing_keys", ()))), adapter=adapter,
                  sliced=sliced is not None)
     return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config), chosen, unused)
+
+
+def load(folder: str | Path, *, dtype: str | torch.dtype = "checkpoint", device: str | torch.device = "auto"
+         ) -> LoadedModel:
+    """Load a headprune export (sliced or dense) or any supported model folder, with its own task head
+    (``headprune.load``: :func:`load_model` with the weights in the dtype they were saved in).
+
+    Sliced checkpoints are rebuilt with the recorded per-layer head counts (the same code the exported
+    ``modeling_headprune.py`` runs under ``trust_remote_code``); stock from_pretrained cannot load them.
+
+    Raises:
+        ModelNotFoundError, UnsupportedModelError.
+    """
+    return load_model(str(folder), dtype=dtype, device=device)
 
 
 def _offload_folder() -> str:

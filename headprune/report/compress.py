@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from headprune.report.examples import examples_section
 from headprune.report.text import control_level, control_text, pct, prescreen_note, stage_times_table
-from headprune.search.result import Compression, FindResult
+from headprune.search.find_result import Compression, FindResult
 from headprune.search.stats import NonInferiority
 
 NON_INFERIORITY_TEST = (

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
+from headprune.search.find_result import FindResult
 from headprune.search.generations import GeneratedSet, transitions
-from headprune.search.result import FindResult
 
 SHOWN_RESCUED = 5
 SHOWN_DAMAGED = 3

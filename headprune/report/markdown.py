@@ -9,7 +9,7 @@ from headprune.report.compress import compression_line, render_compression
 from headprune.report.examples import examples_section
 from headprune.report.text import (control_level, control_text, interval_text, level_text, pct, prescreen_note,
                                    stage_times_table, verdict_sentence)
-from headprune.search.result import FindResult
+from headprune.search.find_result import FindResult
 
 IMPROVE_TEST = (
     "The test: the exact McNemar test (a two-sided binomial test of rescued against damaged examples, the only "
@@ -124,7 +124,7 @@ def write_outputs(result: FindResult, folder: Path) -> None:
     a staging folder and moved into ``folder`` (result.json last)."""
     from headprune.core.io import atomic_folder
     from headprune.report.plots import save_control_tradeoff, save_heatmap, save_tradeoff
-    from headprune.search.result import RESULT_NAME
+    from headprune.search.find_result import RESULT_NAME
 
     with atomic_folder(folder, last=(RESULT_NAME,)) as staging:
         result.save(staging / RESULT_NAME)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from headprune.heads import Head
-from headprune.search.result import FindResult
+from headprune.search.find_result import FindResult
 
 if TYPE_CHECKING:
     import numpy as np

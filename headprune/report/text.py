@@ -4,7 +4,7 @@ pre-screen's note, stage times. ``markdown`` (improve) and ``compress`` build on
 from __future__ import annotations
 
 from headprune.search.effects import ControlEffect
-from headprune.search.result import FindResult
+from headprune.search.find_result import FindResult
 from headprune.search.stats import Verdict
 
 

@@ -22,9 +22,9 @@ from dataclasses import replace
 
 from headprune.heads import Head, HeadGrid
 from headprune.loading.models import LoadedModel
+from headprune.search.find_result import Compression, FindResult, Prescreen, Savings
 from headprune.search.growth import Budget, GrowResult, Unit, beam, grow
 from headprune.search.paired import Paired
-from headprune.search.result import Compression, FindResult, Prescreen, Savings
 from headprune.search.split import Inputs
 from headprune.search.stages import Evaluated, Screened, Stages
 from headprune.search.stats import NonInferiority, non_inferiority

@@ -27,8 +27,8 @@ from headprune.evaluation import EvalResult, Evaluator
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel
 from headprune.search.determinism import run_environment
+from headprune.search.find_result import FindSettings
 from headprune.search.journal import Journal
-from headprune.search.result import FindSettings
 from headprune.search.split import Split
 from headprune.tasks import Task
 

@@ -28,9 +28,9 @@ from headprune.loading.models import LoadedModel, load_model
 from headprune.search.compress import compress
 from headprune.search.conditions import Conditions
 from headprune.search.determinism import one_kernel
+from headprune.search.find_result import RESULT_NAME, FindResult
 from headprune.search.improve import expected_joint_evaluations, improve
 from headprune.search.journal import JOURNAL_NAME
-from headprune.search.result import RESULT_NAME, FindResult
 from headprune.search.settings import (RANK_KEYS, SCREENS, check_layout, check_placement, check_plan_size,
                                        check_settings, fit_to_grid, settings_for)
 from headprune.search.split import Inputs, TaskLike, load_inputs

@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from headprune.heads import Head, HeadGrid
+from headprune.search.find_result import CurvePoint
 from headprune.search.paired import Paired
-from headprune.search.result import CurvePoint
 from headprune.search.score import non_inferior
 
 SETS_PER_UNIT = 2  # the greedy's cost cap: distinct sets per (patience + units taken)

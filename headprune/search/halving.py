@@ -15,9 +15,9 @@ from headprune.core.progress import Progress
 from headprune.evaluation import EvalResult, Evaluator
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel
+from headprune.search.find_result import HalvingRound
 from headprune.search.journal import Journal
 from headprune.search.paired import compare
-from headprune.search.result import HalvingRound
 from headprune.tasks import Task
 
 SHARES = (4, 2)  # round r uses len(discovery) // SHARES[r] examples

@@ -20,8 +20,8 @@ from headprune.core.progress import duration
 from headprune.evaluation.contract import tolerance
 from headprune.heads import Head
 from headprune.search.admission import Admission, single_order
+from headprune.search.find_result import FindResult, Prescreen
 from headprune.search.parsimony import HeadContribution, HeadSet
-from headprune.search.result import FindResult, Prescreen
 from headprune.search.split import Inputs
 from headprune.search.stages import Screened, Stages
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from headprune.core.limits import check_limit
 from headprune.errors import SearchSettingsError
 from headprune.heads import HeadGrid
-from headprune.search.result import FindSettings
+from headprune.search.find_result import FindSettings
 
 RANK_KEYS = ("gain", "margin")
 SCREENS = ("exact", "attribution", "halving")

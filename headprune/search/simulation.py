@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from headprune.heads import Head, HeadGrid
+from headprune.search.find_result import FindSettings
 from headprune.search.folds import Folds
 from headprune.search.improve import choose
-from headprune.search.result import FindSettings
 from headprune.search.stages import Stages
 
 Rates = tuple[float, float]  # (rescued, damaged) as shares of all examples

@@ -20,7 +20,7 @@ from headprune.errors import SearchSettingsError, TaskError
 from headprune.tasks import Task, load_task, portable_spec
 
 if TYPE_CHECKING:
-    from headprune.search.result import FindSettings
+    from headprune.search.find_result import FindSettings
 
 TaskLike = str | Path | Task
 

@@ -22,10 +22,7 @@ from headprune.loading.models import LoadedModel
 from headprune.search.conditions import Conditions
 from headprune.search.determinism import check_determinism
 from headprune.search.effects import ControlEffect
-from headprune.search.folds import Folds
-from headprune.search.generations import heldout_generations
-from headprune.search.paired import Paired, compare
-from headprune.search.result import (
+from headprune.search.find_result import (
     Baseline,
     Finalist,
     FindResult,
@@ -37,6 +34,9 @@ from headprune.search.result import (
     SplitInfo,
     TaskInfo,
 )
+from headprune.search.folds import Folds
+from headprune.search.generations import heldout_generations
+from headprune.search.paired import Paired, compare
 from headprune.search.split import Inputs
 from headprune.search.stats import exploratory, spearman, verdict
 from headprune.surgery.ablation import means_digest

@@ -77,7 +77,7 @@ class Gguf(ExportFormat):
             VerificationError: the float32 file disagrees.
         """
         from headprune.exporter import gguf_export
-        from headprune.exporter.record import GgufInfo
+        from headprune.exporter.export_record import GgufInfo
         from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
         from headprune.exporter.runtimes import LlamaCppModel
 

@@ -88,8 +88,8 @@ class Onnx(ExportFormat):
         Raises:
             VerificationError: a mismatch.
         """
+        from headprune.exporter.export_record import RuntimeCheck
         from headprune.exporter.onnx_export import genai_version
-        from headprune.exporter.record import RuntimeCheck
         from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
         from headprune.exporter.runtimes import GenaiRunner
 

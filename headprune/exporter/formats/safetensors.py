@@ -20,9 +20,9 @@ class Safetensors(ExportFormat):
     writes_through = True
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
-        from headprune.exporter.loading import load
         from headprune.exporter.passthrough import write_through
         from headprune.exporter.shards import shard_size
+        from headprune.loading.models import load
 
         lm = job.lm
         lm.tokenizer.save_pretrained(staging)

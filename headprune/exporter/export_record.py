@@ -195,7 +195,8 @@ def file_hashes(folder: Path) -> dict[str, str]:
             for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != RECORD_NAME)}
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".gguf")
+# The weight files of every export format, counted in a folder's weight bytes.
+EXPORT_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".gguf")
 
 
 def weight_bytes(path: Path) -> int:
@@ -203,7 +204,7 @@ def weight_bytes(path: Path) -> int:
     path = Path(path)
     if path.is_file():
         return path.stat().st_size
-    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in EXPORT_WEIGHT_SUFFIXES)
 
 
 def read_record(folder: Path) -> ExportRecord:
