@@ -1,4 +1,4 @@
-"""The lowest layer: what every other layer may use and which knows nothing of models, tasks or searches.
+"""The lowest layer: what every other layer may use. Its modules import no other part of headprune but ``errors``.
 
 Atomic outputs (``io``), the output folder's lock (``folder_lock``), content hashes (``hashing``), records to and from
 JSON (``record_json``), progress lines (``progress``), optional packages (``extras``), the differences between

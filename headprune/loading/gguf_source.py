@@ -3,7 +3,7 @@
 ``models`` converts a GGUF file into a plain safetensors folder once and writes the marker
 (``headprune_source.json``) into it through :func:`write_marker`; a GGUF export reads it through
 :func:`source_gguf` to copy that file's tokenizer exactly. Only this module knows the marker's name and shape.
-No torch or transformers here: it sits below ``models``.
+No torch or transformers here: ``models`` imports it, never the reverse.
 """
 
 from __future__ import annotations

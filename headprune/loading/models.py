@@ -1,7 +1,8 @@
 """Models in: resolve what the user typed to a local folder, load it, and pair it with its adapter.
 
 ``MODEL`` may be a local Hugging Face folder, a ``.gguf`` file (converted once into a cached safetensors
-folder), a Hub id found in the local Hugging Face cache, or the built-in default ``smollm2-135m``.
+folder), a Hub id found in the local Hugging Face cache, or the built-in default ``smollm2-135m``. ``load_model``
+loads it for evaluation; ``load`` (``headprune.load``) loads an export or any model folder in its weights' own dtype.
 """
 
 from __future__ import annotations

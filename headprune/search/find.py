@@ -1,15 +1,14 @@
-"""``find``: screen every head, search joint ablations of the best, and test the winner on held-out data.
+"""``find``: screen every head, search head sets on discovery data, and test the chosen set on held-out data.
 
-The protocol (see shared/mission.md): split the task into disjoint discovery and held-out sets; score every
-query head ablated alone on discovery, paired against the intact model; take the best M as nominees;
-evaluate every subset of the nominees of size 2..K (optionally extend the best set greedily); freeze the
-best F sets whose every head earns its place against the set without it (``headprune.search.parsimony``) as
-finalists, using discovery only; score each on held-out; the discovery rank-1 set is the primary result and
-gets the verdict. Nothing is re-chosen after looking at held-out numbers.
+The protocol: split the task into disjoint discovery and held-out sets; score every query head ablated alone on
+discovery, paired against the intact model; search head sets on discovery only; score the chosen sets on held-out,
+where the primary set gets the verdict. Nothing is re-chosen after looking at held-out numbers. The search is the
+objective's: ``headprune.search.improve`` (the default: joint subsets of the best single heads, each head admitted
+on the half of discovery that did not propose its set, ``headprune.search.parsimony``) or
+``headprune.search.compress`` (a large set whose removal costs discovery at most ``max_drop`` points).
 
 This module is the driver: it checks the settings (``headprune.search.settings``), loads the inputs and the
-model, opens the journal, and hands the shared stages (``headprune.search.stages``) to the objective, which
-is ``headprune.search.improve`` (the protocol above) or ``headprune.search.compress``.
+model, opens the journal, and hands the shared stages (``headprune.search.stages``) to the objective.
 """
 
 from __future__ import annotations
@@ -57,7 +56,7 @@ def find(
 
     Args:
         model: model spec or loaded model.
-        task: the task (spec or Task); must have an accuracy (choice or generate).
+        task: the task (spec or Task); must have an accuracy (any kind but ``text``).
         heldout_task: a separate task for held-out examples (default: split ``task``).
         discovery, heldout: split sizes; seed: split and bootstrap seed.
         ablation: ``zero`` or ``mean`` (means over the discovery inputs).
