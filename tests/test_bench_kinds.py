@@ -16,7 +16,7 @@ from headprune.evaluation import Evaluator
 def test_bench_kinds_runs_every_kind_and_exits_1_when_an_answer_differs(smollm2, monkeypatch, capsys) -> None:
     bench = runpy.run_path("scripts/bench_kinds.py")
     argv = ["--kinds", "generate,choice,classify,code", "--heads", "2", "--n", "8", "--generate-task",
-            "arithmetic:n=8", "--choice-task", "sentiment:n=8", "--code-n", "8", "--repeat", "2", "--profile"]
+            "arithmetic:n=8", "--choice-task", "sentiment:n=8", "--code-n", "8", "--profile"]
     bench["main"](argv)  # the exact screen keeps the contract: no exit
     out = capsys.readouterr().out
     assert "running the programs" in out

@@ -169,3 +169,19 @@ def test_completions_end_at_the_stop_strings(tokenizer) -> None:  # noqa: ANN001
         assert judge(mbpp, "```python\ndef add(a, b):\n    return a + b\n```\njunk(")[0]  # a fenced block
         assert judge(mbpp, "def add(a, b):\n    return a + b\n[DONE] junk(")[0]
         assert not judge(mbpp, "def add(a, b):\n    return a + b\njunk(")[0]  # nothing cuts the junk off
+
+
+def test_a_program_runs_once_per_run_and_a_condition_writing_it_again_gets_its_outcome(tokenizer, code_file,
+                                                                                         started) -> None:  # noqa: ANN001
+    from headprune.evaluation import Evaluator
+    from headprune.heads import Head
+    from headprune.scoring.code import program
+
+    with permit_code_execution():
+        task = load_task(code_file)
+        evaluator = Evaluator(build_tiny("llama", tokenizer), task, batch_size=2)
+        conditions = [(), (), (Head(0, 0),), (Head(1, 1),), ()]
+        results = [evaluator.run(heads) for heads in conditions]
+    programs = {program(example, text) for result in results for example, text in zip(task.examples, result.texts)}
+    assert len(started) == len(programs) < len(conditions) * len(task.examples)  # each program ran once
+    assert all(list(r.correct) == [True, False] for r in results)  # "right" passes and "wrong" fails every time

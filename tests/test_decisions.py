@@ -109,14 +109,16 @@ KERNELS = {"own": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_IS
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernels", sorted(KERNELS))
-@pytest.mark.parametrize("dtype,spec", [("bfloat16", "sentiment:n=40"), ("bfloat16", "arithmetic:n=40"),
-                                        ("float16", "sentiment:n=40")])
+@pytest.mark.parametrize("dtype,spec", [("bfloat16", "sentiment:n=40"), ("bfloat16", "arithmetic:n=16"),
+                                        ("float16", "sentiment:n=16")])
 def test_half_precision_check_on_smollm2_passes_intact_and_catches_batch_mixing(kernels: str, dtype: str,
                                                                                   spec: str) -> None:
     """SmolLM2-135M in a half precision on a CPU, on its own kernels and on AVX2's: the intact model agrees with
     itself in another batch order within the spread its own rounding allows on those kernels (a constant bound
     of 0.06, set on an AVX-512 CPU, refused it on AVX2 at 0.064), and the batch-mixing bug of tests/test_trust.py
-    (each row sees the batch mean of the embeddings) is refused."""
+    (each row sees the batch mean of the embeddings) is refused. bfloat16 sentiment keeps the 40 examples of the
+    AVX2 report (its spread there, 0.064, is what a constant bound refused); the other two, whose emulated products
+    are the slowest of the suite, run on 16 (the float32 check refuses the bug at any size)."""
     probe = Path(__file__).parent / "helpers" / "determinism_probe.py"
     env = {k: v for k, v in os.environ.items() if k not in KERNELS["avx2"]} | KERNELS[kernels]
     done = subprocess.run([sys.executable, str(probe), dtype, spec], env=env, capture_output=True, text=True,

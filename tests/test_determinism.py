@@ -17,6 +17,7 @@ from headprune.evaluation.contract import MARGIN_TOLERANCE
 from headprune.search.determinism import CALIBRATION_EXAMPLES, KEY, check, compare_passes, reordered_pass
 from headprune.search.find import find
 from headprune.search.journal import JOURNAL_NAME, Journal
+from headprune.tasks import Example, Task
 from helpers import SMALL, build_tiny, random_choice_task
 
 
@@ -126,3 +127,21 @@ def test_a_model_that_cannot_be_widened_is_checked_per_example_and_says_so(token
     with caplog.at_level(logging.WARNING, logger="headprune"):
         found = check(evaluator, evaluator.run(()), Journal(None, {}))
     assert "cannot be widened" in caplog.text and "allowed" not in found and "agrees" in found
+
+
+def test_the_other_batch_order_changes_the_batches_even_when_they_are_cut_smaller_than_the_batch_size(
+        tokenizer) -> None:
+    # Batches are cut by length below --batch-size (another batch costs less than the padding it saves): halving
+    # the batch size alone left every batch as it was (found on SmolLM2 sentiment n=16 at --batch-size 16, where
+    # the batch-mixing bug passed the check). The second pass halves the largest batch actually run.
+    lm = build_tiny("llama", tokenizer, seed=3)
+    lm.model.get_input_embeddings().register_forward_hook(
+        lambda module, args, output: output + 0.5 * output.mean(dim=0, keepdim=True))
+    words = "the film is a dull delight movie with nothing to say".split()
+    task = Task("lengths", "choice", tuple(
+        Example(f"e{i}", prompt=" ".join(words[j % len(words)] for j in range(3 + 40 * (i % 3))),
+                choices=(" positive", " negative"), answer=i % 2) for i in range(12)))
+    evaluator = Evaluator(lm, task, batch_size=2 * len(task))
+    assert 1 < evaluator.largest_batch <= evaluator.batch_size // 2  # cut by length well below the batch size
+    first, second = evaluator.run(()), reordered_pass(evaluator)
+    assert max(abs(a.margin - b.margin) for a, b in zip(first.results, second.results)) > 1e-3

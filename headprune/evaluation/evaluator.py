@@ -110,6 +110,12 @@ class Evaluator:
     def batch_size(self) -> int:
         return self.plan.sequences
 
+    @property
+    def largest_batch(self) -> int:
+        """The most sequences one forward pass of this evaluator takes (batches are cut by length within the
+        plan)."""
+        return max(len(batch) for batch in self._batches)
+
     # ---------------------------------------------------------------- inputs
 
     def _tensors(self, batch: Sequence[int]) -> Batch:

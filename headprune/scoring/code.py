@@ -7,7 +7,10 @@ the tests are ``assert`` lines). The completion ends before the first line that 
 statement the function does not need (HumanEval's stop strings), or ``[DONE]`` / a code fence (MBPP's), and
 greedy decoding stops there too (what follows a stop string cannot change the completion), as a harness passing
 the stop strings to ``generate`` does; the generated text kept is the completion.
-Correct: the program and its tests exit cleanly within the time limit (``headprune.scoring.execution``).
+Correct: the program and its tests exit cleanly within the time limit (``headprune.scoring.execution``). A
+program runs once per run: a condition that writes the same program as an earlier one gets that run's outcome
+(most ablations leave most completions unchanged), so a program near its time limit cannot make two conditions
+that wrote the same code differ.
 
 Margin: as for ``generate``, when the row carries a reference solution (``solution``; HumanEval's
 ``canonical_solution``, MBPP's ``code``): the smallest, over its tokens under teacher forcing, of the
@@ -16,6 +19,7 @@ reference token's log-prob minus the best other token's. Without one: +1 when th
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -40,6 +44,7 @@ class CodeScorer(Scorer):
     def __init__(self, task: Task, lm: LoadedModel) -> None:
         require_code_execution(task.name)  # before anything is generated
         super().__init__(task, lm)
+        self.outcomes: dict[bytes, bool] = {}  # whether each program run so far passed, by its source's digest
 
     def items(self, index: int, example: Example) -> list[Item]:
         if example.target:  # the reference solution, teacher-forced for the margin
@@ -70,7 +75,11 @@ class CodeScorer(Scorer):
         return any(marker in body for marker in self._stops(example))
 
     def judge(self, example: Example, values: list[torch.Tensor], generated: str | None) -> tuple[bool, float]:
-        passed = run_program(program(example, self.stop(generated or "", example))).passed
+        source = program(example, self.stop(generated or "", example))
+        key = hashlib.sha256(source.encode()).digest()
+        if key not in self.outcomes:
+            self.outcomes[key] = run_program(source).passed
+        passed = self.outcomes[key]
         margin = float(values[0][0]) if example.target else (1.0 if passed else -1.0)
         return passed, margin
 

@@ -97,11 +97,14 @@ def one_kernel(team: Team) -> Iterator[None]:
 
 
 def reordered_pass(evaluator: Evaluator) -> EvalResult:
-    """The intact model on the evaluator's task again: reversed example order, half the batch size (2 for 1),
-    no layer cache; returned in the task's own order."""
+    """The intact model on the evaluator's task again: reversed example order, batches of at most half the largest
+    batch the evaluator runs (2 where it runs one example at a time), no layer cache; returned in the task's own
+    order. Half the largest batch run, not half the batch size: batches are cut by length, often well below the
+    batch size, and halving that alone can leave every batch as it was."""
     task, lm = evaluator.task, evaluator.lm
     reversed_task = task.subset(list(range(len(task) - 1, -1, -1)))
-    batch = max(1, (evaluator.batch_size + 1) // 2) if evaluator.batch_size > 1 else 2
+    largest = evaluator.largest_batch
+    batch = (largest + 1) // 2 if largest > 1 else 2
     again = Evaluator(lm, reversed_task, batch_size=batch).run(())
     return EvalResult(again.task, again.kind, tuple(reversed(again.results)))
 
