@@ -10,7 +10,7 @@ status=0
 # pytest-xdist: one worker per core, at most 4 (each holds its own torch and models); HEADPRUNE_TEST_WORKERS=0
 # runs in this process.
 WORKERS="${HEADPRUNE_TEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}"
-HEADPRUNE_REQUIRE_EXTRAS=1 .venv/bin/python -m pytest -q -ra -n "$WORKERS" "$@" || status=$?
+HEADPRUNE_REQUIRE_EXTRAS=1 .venv/bin/python -m pytest -q -ra -n "$WORKERS" --dist loadgroup "$@" || status=$?
 if [ $# -eq 0 ] || [ "${HEADPRUNE_FLOORS:-0}" = 1 ]; then
     echo "== the stated floors (scripts/test_floors.sh)"
     bash scripts/test_floors.sh || status=$?

@@ -1,7 +1,8 @@
 """The theory experiment: conflicting features concentrate in heads, and ``find`` recovers those heads.
 
-Five seeds are trained with the experiment's own settings (about half a minute each) and taken through
-``find`` (task B, task A as control) and ``export``; the analysis that names the heads never runs ``find``.
+Five seeds are trained with the experiment's own settings (about half a minute each; kept between runs by
+``helpers.theory_cache``, keyed on the code that trains them) and taken through ``find`` (task B, task A as
+control) and ``export``; the analysis that names the heads never runs ``find``.
 The outcome must not depend on the CPU: two tests rerun parts under other kernels (``ATEN_CPU_CAPABILITY``).
 """
 
@@ -24,8 +25,10 @@ from headprune.synthetic.experiment import run_seed
 from headprune.synthetic.model import Architecture, build_model, build_tokenizer
 from headprune.synthetic.report import plot_training, render_report
 from headprune.synthetic.train import Settings, answer_ids, encode
+from helpers import theory_cache
 
 SEEDS = (0, 1, 2, 3, 4)
+THEORY = pytest.mark.xdist_group("theory")  # one worker builds the seeds (scripts/test.sh: --dist loadgroup)
 SENSITIVE_SEED = 4  # the seed whose training magnifies small differences most (measured)
 
 
@@ -132,10 +135,12 @@ def test_conflict_heads_are_the_fewest_holding_most_of_the_positive_score() -> N
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory: pytest.TempPathFactory) -> list[tuple]:
     root = tmp_path_factory.mktemp("theory")
-    return [(root / f"seed-{seed}", run_seed(Settings(seed=seed), root / f"seed-{seed}")) for seed in SEEDS]
+    return [(root / f"seed-{seed}", run_seed(Settings(seed=seed), root / f"seed-{seed}",
+                                             trained=theory_cache.trained(Settings(seed=seed)))) for seed in SEEDS]
 
 
 @pytest.mark.slow
+@THEORY
 @pytest.mark.parametrize("index", range(len(SEEDS)))
 def test_theory_seed(seeds: list[tuple], index: int) -> None:
     _, record = seeds[index]
@@ -161,6 +166,7 @@ def test_theory_seed(seeds: list[tuple], index: int) -> None:
 
 
 @pytest.mark.slow
+@THEORY
 def test_find_sets_hold_most_of_the_conflict(seeds: list[tuple]) -> None:
     # Where the conflict is spread over three heads, removing two of them already fixes B's contradicting
     # examples, so find (at most two heads) returns fewer than the analysis names; its set still holds most of
@@ -176,6 +182,7 @@ def test_find_sets_hold_most_of_the_conflict(seeds: list[tuple]) -> None:
 
 
 @pytest.mark.slow
+@THEORY
 def test_training_ends_in_the_same_place_with_other_cpu_kernels(seeds: list[tuple]) -> None:
     # Different kernels round differently, and the emergence of the features from small initialisation magnifies
     # rounding: with the first version's float32 steps of 0.5, another CPU meant other heads. The seed that
@@ -193,6 +200,7 @@ def test_training_ends_in_the_same_place_with_other_cpu_kernels(seeds: list[tupl
 
 
 @pytest.mark.slow
+@THEORY
 def test_theory_report_and_figures(seeds: list[tuple], tmp_path) -> None:  # noqa: ANN001
     folders, records = [f for f, _ in seeds], [r for _, r in seeds]
     figures = plot_training(folders, records, tmp_path)

@@ -69,9 +69,15 @@ def commands(folder: Path, protocol: Protocol, seed: int) -> list[str]:
             f"--out {q(str(folder / 'pruned'))}"]
 
 
-def run_seed(settings: Settings, folder: Path, protocol: Protocol = Protocol(), *, progress: bool = False) -> dict:
-    """Train one seed and put ``find`` to the test against the analysis; returns the seed's record."""
-    trained = train(settings, progress=progress)
+def run_seed(settings: Settings, folder: Path, protocol: Protocol = Protocol(), *, progress: bool = False,
+             trained: Trained | None = None) -> dict:
+    """Train one seed and put ``find`` to the test against the analysis; returns the seed's record.
+
+    Args:
+        trained: the model ``train(settings)`` returns, trained before (the test suite keeps them); trained here
+            when not given.
+    """
+    trained = trained or train(settings, progress=progress)
     save_trained(trained, folder, protocol)
     final = trained.final
     scores = HeadScores(final.first, final.last, final.conflict)
