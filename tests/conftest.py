@@ -20,6 +20,14 @@ import pytest
 
 os.environ.setdefault("HEADPRUNE_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "headprune"))
 
+# pytest-xdist workers share the machine's cores: each gets its share of torch's threads (set before torch is
+# imported, and inherited by the processes tests start). torch's default, a thread per core in every worker,
+# oversubscribes the cores, and a tiny model's forward passes then wait on descheduled threads at every OpenMP
+# barrier: ten times slower on two cores with two workers.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
 from helpers import ALL_FAMILIES, CAUSAL_FAMILIES, build_tiny, build_tokenizer, save_folder  # noqa: E402
 
 

@@ -3,6 +3,7 @@ whose holder was killed is free again, and when two processes arrive at it toget
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -20,7 +21,7 @@ from headprune.search.journal import JOURNAL_NAME
 from helpers import build_tiny, random_choice_task, save_folder
 
 # A process that, for each line it reads (a time on the shared monotonic clock), takes the folder's lock at that time,
-# says "won" or "lost <message>", and keeps what it won until it is killed: the racers of the stale-lock test.
+# says "won" or "lost <message>", and keeps what it won until it is killed.
 RACER = """
 import sys, time
 from headprune.core.folder_lock import FolderLock
@@ -48,31 +49,73 @@ def _racers(out, n: int = 2) -> list[subprocess.Popen]:  # noqa: ANN001
     return racers
 
 
+# One interpreter that imports headprune once and, for each line it reads (a time on the shared monotonic clock per
+# racer), forks the racers: each takes the folder's lock at its time, says "<pid> won" or "<pid> lost <message>",
+# and keeps what it won until it is killed; once the test has killed them all it says "done". A fork costs about a
+# millisecond where a fresh interpreter costs 80: the stale-lock test starts 102 racers.
+SPAWNER = """
+import os, sys, time
+import filelock  # imported here, not by each racer on its way to the lock
+from headprune.core.folder_lock import FolderLock
+from headprune.errors import ResultFileError
+print("ready", flush=True)
+for line in sys.stdin:
+    racers = []
+    for start in map(float, line.split()):
+        pid = os.fork()
+        if pid == 0:
+            while time.monotonic() < start:  # the racers leave this spin within microseconds of each other
+                pass
+            try:
+                held = FolderLock(sys.argv[1], what="find").acquire()
+                answer = "won"
+            except ResultFileError as error:
+                answer = f"lost {error}"
+            except BaseException as error:  # said, not died silently: the test would wait for its line
+                answer = f"failed {error!r}"
+            os.write(1, f"{os.getpid()} {answer}\\n".encode())
+            while True:
+                time.sleep(60)
+        racers.append(pid)
+    for pid in racers:
+        os.waitpid(pid, 0)
+    print("done", flush=True)
+"""
+
+
 def test_two_processes_racing_onto_a_stale_lock_exactly_one_wins_every_time(tmp_path) -> None:
-    """Each round two fresh processes go for the lock at the same instant (one up to half a millisecond later, at
+    """Each round two new processes go for the lock at the same instant (one up to half a millisecond later, at
     random), after the winner of the round before was killed holding it: a stale lock, its holder record naming a
     dead process. One wins, the other is refused and names the winner. (headprune's former lock, which read a
     dead holder's record and unlinked it, let both win in about one round in twenty here.)"""
     out = tmp_path / "run"
     rng = random.Random(5)
     stale_rounds = 0
-    for round_ in range(51):
-        racers = _racers(out)
-        try:
+    spawner = subprocess.Popen([sys.executable, "-c", SPAWNER, str(out)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    racers: list[int] = []
+    try:
+        assert spawner.stdout.readline().strip() == "ready"
+        for round_ in range(51):
             start = time.monotonic() + 0.02
-            for racer in racers:
-                racer.stdin.write(f"{start + rng.uniform(0, 5e-4)}\n")
-                racer.stdin.flush()
-            answers = [racer.stdout.readline().split(" ", 1) for racer in racers]
-            winners = [i for i, answer in enumerate(answers) if answer[0].strip() == "won"]
+            spawner.stdin.write(f"{start + rng.uniform(0, 5e-4)} {start + rng.uniform(0, 5e-4)}\n")
+            spawner.stdin.flush()
+            answers = [spawner.stdout.readline().split(" ", 2) for _ in range(2)]
+            racers = [int(answer[0]) for answer in answers]
+            winners = [i for i, answer in enumerate(answers) if answer[1].strip() == "won"]
             assert len(winners) == 1, f"round {round_}: {answers}"
-            winner, message = racers[winners[0]], answers[1 - winners[0]][1]
-            assert f"pid {winner.pid} on host {socket.gethostname()}" in message, message
+            winner, message = racers[winners[0]], answers[1 - winners[0]][2]
+            assert f"pid {winner} on host {socket.gethostname()}" in message, message
             stale_rounds += round_ > 0
-        finally:
-            for racer in racers:  # the winner dies holding the lock: the next round races onto a stale one
-                racer.kill()
-                racer.wait()
+            for pid in racers:  # the winner dies holding the lock: the next round races onto a stale one
+                os.kill(pid, signal.SIGKILL)
+            assert spawner.stdout.readline().strip() == "done"
+    finally:
+        for pid in racers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        spawner.kill()
+        spawner.wait()
     assert stale_rounds >= 50
 
 

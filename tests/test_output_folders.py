@@ -224,17 +224,22 @@ def test_a_killed_exports_temporary_folders_go_at_the_next_run_and_nothing_else(
     assert (tmp_path / ".pruned.tmp-alive" / "weights.bin").is_file()
 
 
-def test_a_gguf_export_leaves_no_temporary_folder(tmp_path, tokenizer) -> None:
+def test_a_gguf_export_leaves_no_temporary_folder(tmp_path, tokenizer, monkeypatch) -> None:  # noqa: ANN001
+    import tempfile
+
     from helpers.extras import needs
 
     needs("gguf", "xllamacpp", extra="gguf")
     save_folder(build_tiny("llama", tokenizer, seed=5).model, tokenizer, tmp_path / "model")
     temp = tmp_path / "tmp"
     temp.mkdir()
-    done = subprocess.run([sys.executable, "-m", "headprune", "export", str(tmp_path / "model"), "--heads", "L1.H0",
-                           "--format", "gguf", "--out", str(tmp_path / "gguf")], capture_output=True, text=True,
-                          env={**os.environ, "TMPDIR": str(temp), "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr
+    # In this process (a fresh one costs seconds of imports): TMPDIR for llama.cpp and any child, and Python's
+    # tempfile, which read it once, made to read it again.
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    done = invoke("export", str(tmp_path / "model"), "--heads", "L1.H0", "--format", "gguf", "--out",
+                  str(tmp_path / "gguf"), catch_exceptions=True)
+    assert done.exit_code == 0, done.output
     assert read_record(tmp_path / "gguf").format == "gguf"
     assert list(temp.iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == [".gguf.headprune.lock", "gguf", "model", "tmp"]

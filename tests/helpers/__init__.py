@@ -1,16 +1,14 @@
 """Shared test helpers: tiny random-init models of every supported family, a tiny tokenizer, small tasks.
 
 Tiny models are built from configs in code (no downloads). Test modules import from here (never from each
-other); fixtures live in ``conftest.py``.
+other); fixtures live in ``conftest.py``. torch and numpy are imported inside the functions that use them, so that
+importing this package (conftest.py does) stays light: test_extras runs pytest with conftest.py in a subprocess.
 """
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
-
-import numpy as np
-import torch
 
 from headprune.tasks import Example, Task
 
@@ -67,6 +65,7 @@ ALL_FAMILIES = CAUSAL_FAMILIES + ["bert"]
 
 def build_tiny(family: str, tokenizer, seed: int = 0, layers: int = 2):  # noqa: ANN001, ANN201
     """A tiny random-init model of ``family`` wrapped as a LoadedModel."""
+    import torch
     from transformers import AutoModel, AutoModelForCausalLM
 
     from headprune.loading.models import wrap_model
@@ -136,6 +135,8 @@ def random_choice_task(n: int, seed: int = 0) -> Task:
 
 def break_slicing(monkeypatch, scale: float) -> None:  # noqa: ANN001
     """Make slicing produce a subtly wrong model (one output projection scaled): what the gate must catch."""
+    import torch
+
     import headprune.surgery.slicing as slicing
 
     real = slicing.slice_model
@@ -151,6 +152,8 @@ def break_slicing(monkeypatch, scale: float) -> None:  # noqa: ANN001
 
 def assert_same_results(a, b, atol: float = 1e-4) -> None:  # noqa: ANN001
     """Same examples, same answers, margins within ``atol``."""
+    import numpy as np
+
     assert [r.id for r in a.results] == [r.id for r in b.results]
     assert [r.correct for r in a.results] == [r.correct for r in b.results]
     np.testing.assert_allclose(a.margins, b.margins, atol=atol, rtol=atol)
