@@ -29,6 +29,7 @@ _LAZY = {
     "HeadpruneError": "headprune.errors",
     "find": "headprune.search.find",
     "FindResult": "headprune.search.find_result",
+    "FindSettings": "headprune.search.settings",
     "export": "headprune.exporter.pipeline",
     "ExportRecord": "headprune.exporter.export_record",
 }
@@ -44,6 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from headprune.loading.models import LoadedModel, load, load_model, wrap_model
     from headprune.search.find import find
     from headprune.search.find_result import FindResult
+    from headprune.search.settings import FindSettings
     from headprune.surgery.ablation import ablated, collect_head_means
     from headprune.tasks import Task, load_task
 

@@ -31,7 +31,7 @@ from headprune.heads import Head
 from headprune.search.compress import head_queue, units_of
 from headprune.search.conditions import Conditions
 from headprune.search.growth import Budget, Unit, beam, grow
-from headprune.search.settings import settings_for
+from headprune.search.settings import FindSettings, settings_for
 from headprune.search.split import load_inputs
 from headprune.search.stages import Stages
 
@@ -107,10 +107,8 @@ def main() -> int:
     batch = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     # The journal's settings are fixed (max_drop and patience go to the rules directly), so every run of this
     # script on the same inputs shares one journal.
-    settings = settings_for(seed=0, ablation="zero", nominees=10, max_heads=3, extend=0, finalists=1, alpha=0.05,
-                            rank_by="gain", batch_size=batch, screen=args.screen, candidates=args.candidates,
-                            control_limit=500, objective="compress", max_drop=None, prefer=None, patience=None,
-                            compress_search=None, beam_width=None)
+    settings = settings_for(FindSettings(finalists=1, batch_size=batch, screen=args.screen,
+                                         candidates=args.candidates, objective="compress"))
     model, task = args.model, args.task
     if model.startswith("tiny:"):
         model, task = build_tiny_case(model, args.out)

@@ -10,6 +10,7 @@ import click
 
 from headprune.cli.options import (ablation_option, batch_option, device_option, json_option, model_argument,
                                    refuse_inapplicable, slug, trust_remote_code_option)
+from headprune.core.choices import DTYPES, EXPORT_FORMATS, EXPORT_LAYOUTS, GGUF_TYPES
 
 
 @click.command("export")
@@ -20,9 +21,9 @@ from headprune.cli.options import (ablation_option, batch_option, device_option,
               help="With a result: which finalist (1 = the primary set).")
 @click.option("--allow-unconfirmed", is_flag=True,
               help="Export a finalist whose held-out gain is not confirmed (its model card says so first).")
-@click.option("--format", "fmt", type=click.Choice(["safetensors", "onnx", "gguf"]), default="safetensors",
+@click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="safetensors",
               show_default=True, help="gguf: for llama.cpp (Llama-style models); run in llama.cpp before writing.")
-@click.option("--layout", type=click.Choice(["sliced", "dense"]), default="sliced", show_default=True,
+@click.option("--layout", type=click.Choice(EXPORT_LAYOUTS), default="sliced", show_default=True,
               help="sliced: heads physically removed (smaller); dense: same shapes, heads silenced.")
 @ablation_option
 @click.option("--verify-task", default=None, metavar="TASK",
@@ -40,9 +41,9 @@ from headprune.cli.options import (ablation_option, batch_option, device_option,
 @click.option("--overwrite", is_flag=True,
               help="Replace a previous headprune export in --out (only once the new one is verified).")
 @device_option
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
               help="The export's precision [default: the checkpoint's own]; the verification tolerance follows it.")
-@click.option("--gguf-type", type=click.Choice(["f32", "f16", "bf16", "q8_0"]), default="f32", show_default=True,
+@click.option("--gguf-type", type=click.Choice(GGUF_TYPES), default="f32", show_default=True,
               help="With --format gguf: the file's tensor type (a float32 copy is the one verified in llama.cpp).")
 @click.option("--max-shard-size", default=None, metavar="SIZE",
               help="Safetensors exports larger than this (5GB, 500MB, bytes) are written in shards with an index "

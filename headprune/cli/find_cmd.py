@@ -11,6 +11,11 @@ import click
 
 from headprune.cli.options import (ablation_option, batch_option, model_argument, refuse_inapplicable, run_options,
                                    slug, task_option)
+from headprune.core.choices import OBJECTIVES, PREFER, RANK_KEYS, SCREENS, SEARCHES
+from headprune.search.settings import (DEFAULT_BEAM_WIDTH, DEFAULT_CANDIDATES, DEFAULT_DISCOVERY, DEFAULT_HELDOUT,
+                                       DEFAULT_MAX_DROP, DEFAULT_PATIENCE, FindSettings)
+
+DEFAULTS = FindSettings()  # the options' defaults are the settings' own
 
 
 def _refuse_code_tasks(*specs: str | None) -> None:
@@ -30,43 +35,52 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @task_option
 @click.option("--heldout-task", default=None, metavar="TASK",
               help="Held-out examples from this task instead of a split.")
-@click.option("--discovery", type=int, default=2000, show_default=True, help="Discovery examples (selection).")
-@click.option("--heldout", type=int, default=1000, show_default=True, help="Held-out examples (verdict only).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Split and bootstrap seed.")
+@click.option("--discovery", type=int, default=DEFAULT_DISCOVERY, show_default=True,
+              help="Discovery examples (selection).")
+@click.option("--heldout", type=int, default=DEFAULT_HELDOUT, show_default=True,
+              help="Held-out examples (verdict only).")
+@click.option("--seed", type=click.IntRange(min=0), default=DEFAULTS.seed, show_default=True,
+              help="Split and bootstrap seed.")
 @ablation_option
-@click.option("--nominees", type=int, default=10, show_default=True, help="M: best single heads kept.")
-@click.option("--max-heads", type=int, default=3, show_default=True, help="K: nominee subsets of size 2..K.")
-@click.option("--extend", type=int, default=0, show_default=True,
+@click.option("--nominees", type=int, default=DEFAULTS.nominees, show_default=True, help="M: best single heads kept.")
+@click.option("--max-heads", type=int, default=DEFAULTS.max_heads, show_default=True,
+              help="K: nominee subsets of size 2..K.")
+@click.option("--extend", type=int, default=DEFAULTS.extend, show_default=True,
               help="Greedy steps beyond K, each adding one head while the discovery gain grows.")
-@click.option("--finalists", type=int, default=10, show_default=True, help="F: best sets scored on held-out.")
+@click.option("--finalists", type=int, default=DEFAULTS.finalists, show_default=True,
+              help="F: best sets scored on held-out.")
 @click.option("--control", multiple=True, metavar="TASK",
               help="A second task measured for the finalists (the trade); repeat for several.")
-@click.option("--control-limit", type=click.IntRange(min=1), default=500, show_default=True,
+@click.option("--control-limit", type=click.IntRange(min=1), default=DEFAULTS.control_limit, show_default=True,
               help="Control examples used.")
-@click.option("--alpha", type=float, default=0.05, show_default=True, help="Significance level of the verdict (compress: its non-inferiority test is one-sided at alpha/2).")
-@click.option("--rank-by", type=click.Choice(["gain", "margin"]), default="gain", show_default=True,
+@click.option("--alpha", type=float, default=DEFAULTS.alpha, show_default=True,
+              help="Significance level of the verdict (compress: its non-inferiority test is one-sided at alpha/2).")
+@click.option("--rank-by", type=click.Choice(RANK_KEYS), default=DEFAULTS.rank_by, show_default=True,
               help="First ranking key: count gain, or mean margin change (more power on small sets).")
-@click.option("--screen", type=click.Choice(["exact", "attribution", "halving"]), default="exact",
+@click.option("--screen", type=click.Choice(SCREENS), default=DEFAULTS.screen,
               show_default=True, help="Stage 1: every head exactly; or a one-pass gradient estimate, or successive "
               "halving on growing shares of discovery, then the best --candidates exactly.")
-@click.option("--candidates", type=click.IntRange(min=1), default=None,
-              help="With --screen attribution|halving: heads scored exactly on all of discovery [default: 30].")
-@click.option("--objective", type=click.Choice(["improve", "compress"]), default="improve", show_default=True,
+@click.option("--candidates", type=click.IntRange(min=1), default=DEFAULTS.candidates,
+              help="With --screen attribution|halving: heads scored exactly on all of discovery "
+                   f"[default: {DEFAULT_CANDIDATES}].")
+@click.option("--objective", type=click.Choice(OBJECTIVES), default=DEFAULTS.objective, show_default=True,
               help="improve: a few heads whose removal helps; compress: a large head set (greedy or beam search) whose removal keeps "
                    "discovery accuracy within --max-drop, tested for non-inferiority on held-out data.")
-@click.option("--max-drop", type=float, default=None, metavar="POINTS",
-              help="With --objective compress: accuracy points the task may lose [default: 0.5].")
-@click.option("--prefer", type=click.Choice(["heads", "groups"]), default=None,
+@click.option("--max-drop", type=float, default=DEFAULTS.max_drop, metavar="POINTS",
+              help=f"With --objective compress: accuracy points the task may lose [default: {DEFAULT_MAX_DROP:g}].")
+@click.option("--prefer", type=click.Choice(PREFER), default=DEFAULTS.prefer,
               help="With --objective compress: grow by single heads, or by whole key/value groups (what a sliced "
                    "export of a grouped-query model can drop) [default: heads].")
-@click.option("--patience", type=int, default=None,
+@click.option("--patience", type=int, default=DEFAULTS.patience,
               help="With --objective compress: stop after this many heads (groups) in a row break the budget "
-                   "(the greedy also stops at 2 x (patience + heads taken) distinct sets) [default: 3].")
-@click.option("--compress-search", type=click.Choice(["greedy", "beam"]), default=None,
+                   "(the greedy also stops at 2 x (patience + heads taken) distinct sets) "
+                   f"[default: {DEFAULT_PATIENCE}].")
+@click.option("--compress-search", type=click.Choice(SEARCHES), default=DEFAULTS.compress_search,
               help="With --objective compress: greedy (galloping, with backtracking) or beam (keeps the "
                    "--beam-width best sets, tries each with the next head every round) [default: greedy].")
-@click.option("--beam-width", type=int, default=None,
-              help="With --compress-search beam: sets kept per round; 1 is the plain greedy [default: 4].")
+@click.option("--beam-width", type=int, default=DEFAULTS.beam_width,
+              help="With --compress-search beam: sets kept per round; 1 is the plain greedy "
+                   f"[default: {DEFAULT_BEAM_WIDTH}].")
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: runs/MODEL-TASK].")
@@ -76,19 +90,16 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @run_options
 @click.pass_context
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
-                 heldout: int, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
-                 control: tuple[str, ...], control_limit: int, alpha: float, rank_by: str, screen: str,
-                 candidates: int | None, objective: str, max_drop: float | None, prefer: str | None,
-                 patience: int | None, compress_search: str | None, beam_width: int | None, batch_size: int | str,
-                 out: Path | None, resume: bool, overwrite: bool, device: str, device_map: str | None,
-                 max_memory: str | None, dtype: str, trust_remote_code: bool, allow_code_execution: bool,
-                 as_json: bool) -> None:
+                 heldout: int, control: tuple[str, ...], out: Path | None, resume: bool, overwrite: bool, device: str,
+                 device_map: str | None, max_memory: str | None, dtype: str, trust_remote_code: bool,
+                 allow_code_execution: bool, as_json: bool, **options: object) -> None:
     """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, a large
     one whose removal TASK does not notice), and test it on held-out data.
 
     Code tasks run the model's generated code only with --allow-code-execution (untrusted code: use a
     container or VM).
     """
+    settings = FindSettings(**options)  # every other option is one of the search settings, named as its field
     from headprune.cli import exits
     from headprune.core import distributed
     from headprune.core.folder_lock import FolderLock
@@ -100,9 +111,9 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.search.find import check_run_folder, find, resume_after_restart
 
     improve_only = "with --objective improve (compress grows its own set from the screen)"
-    refuse_inapplicable(ctx, ("candidates", screen != "exact", "with --screen attribution or halving"),
+    refuse_inapplicable(ctx, ("candidates", settings.screen != "exact", "with --screen attribution or halving"),
                         ("control_limit", bool(control), "with --control"),
-                        *((name, objective == "improve", improve_only)
+                        *((name, settings.objective == "improve", improve_only)
                           for name in ("nominees", "max_heads", "extend", "finalists")),
                         ("device", device_map is None, "without --device-map (which places the layers itself)"))
     out = out or Path("runs") / f"{slug(model)}-{slug(task_spec)}"
@@ -116,13 +127,9 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     try:
         team.from_main(lambda: lock.acquire() and None)
         with permit_code_execution(allow_code_execution):
-            result = find(model, task_spec, heldout_task=heldout_task, discovery=discovery, heldout=heldout,
-                          seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
-                          finalists=finalists, control=control or None, control_limit=control_limit, alpha=alpha,
-                          rank_by=rank_by, screen=screen, candidates=candidates, objective=objective,
-                          max_drop=max_drop, prefer=prefer, patience=patience, compress_search=compress_search,
-                          beam_width=beam_width, batch_size=batch_size, out=out, resume=resume,
-                          overwrite=overwrite, device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
+            result = find(model, task_spec, settings=settings, heldout_task=heldout_task, discovery=discovery,
+                          heldout=heldout, control=control or None, out=out, resume=resume, overwrite=overwrite,
+                          device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
                           trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team)
         if team.is_main:
             write_outputs(result, out)

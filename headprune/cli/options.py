@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from headprune.core.choices import ABLATIONS, DEVICE_MAPS, LOAD_DTYPES
 from headprune.errors import HeadSpecError, SettingsError
 from headprune.heads import Head, parse_heads
 
@@ -47,7 +48,7 @@ allow_code_execution_option = click.option(
          "no environment, network or files of yours) with time and memory limits; elsewhere the walls are "
          "weaker. Untrusted models are best run in a container or VM.")
 ablation_option = click.option(
-    "--ablation", type=click.Choice(["zero", "mean"]), default="zero", show_default=True,
+    "--ablation", type=click.Choice(ABLATIONS), default="zero", show_default=True,
     help="Replace an ablated head's output by zeros, or by its mean over the task's inputs.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
@@ -78,11 +79,11 @@ device_option = click.option(
     "--device", default="auto", show_default=True, metavar="auto|cpu|cuda|cuda:N|mps",
     help="Where the model runs: auto takes the GPU when there is one.")
 dtype_option = click.option(
-    "--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True,
+    "--dtype", type=click.Choice(LOAD_DTYPES), default="auto", show_default=True,
     help="Weights' precision: auto is bfloat16 on a GPU that supports it, float32 on a CPU. Margins and "
          "statistics are computed in float32 either way.")
 device_map_option = click.option(
-    "--device-map", type=click.Choice(["auto", "balanced", "balanced_low_0", "sequential"]), default=None,
+    "--device-map", type=click.Choice(DEVICE_MAPS), default=None,
     help="Spread a model too large for one GPU over the visible GPUs (then the CPU, then disk), the way "
          "transformers and accelerate do; replaces --device.")
 max_memory_option = click.option(

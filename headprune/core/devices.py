@@ -13,12 +13,12 @@ from contextlib import contextmanager
 
 import torch
 
+from headprune.core.choices import DEVICE_MAPS, DTYPES as DTYPE_NAMES
 from headprune.errors import SearchSettingsError
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 _MEMORY = re.compile(r"\d+(\.\d+)?\s*([KMGT]i?B|B)", re.IGNORECASE)
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # torch.float32, ...
 
 
 def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:

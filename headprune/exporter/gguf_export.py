@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from headprune.core.choices import GGUF_TYPES
 from headprune.errors import ExportSettingsError, UnsupportedModelError
 from headprune.exporter.gguf_read import read_back
 from headprune.exporter.gguf_tokenizer import tokenizer_writer
 
 GGUF_NAME = "model.gguf"
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
 MODEL_TYPES = ("llama", "mistral", "qwen2")  # Llama-style models llama.cpp runs as llama / qwen2 / deci
 OTHER_FORMATS = "safetensors, onnx"
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from headprune.core.choices import ABLATIONS, EXPORT_LAYOUTS
 from headprune.core.folder_lock import FolderLock
 from headprune.core.io import atomic_folder, temporary_folder
 from headprune.errors import ExportSettingsError, VerificationError
@@ -35,8 +36,7 @@ from headprune.tasks import Task
 
 log = logging.getLogger("headprune")
 
-LAYOUTS = ("sliced", "dense")
-ABLATIONS = ("zero", "mean")
+LAYOUTS = EXPORT_LAYOUTS
 DEFAULT_VERIFY_LIMIT = 500
 # Float32 runtimes against torch: the kernels sum in another order, so logits differ by rounding alone. Measured as
 # max |diff| / max(1, max |logit|) over every position of the verification inputs (and every greedy step): tiny

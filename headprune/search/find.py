@@ -30,8 +30,9 @@ from headprune.search.determinism import one_kernel
 from headprune.search.find_result import RESULT_NAME, FindResult
 from headprune.search.improve import expected_joint_evaluations, improve
 from headprune.search.journal import JOURNAL_NAME
-from headprune.search.settings import (RANK_KEYS, SCREENS, check_layout, check_placement, check_plan_size,
-                                       check_settings, fit_to_grid, settings_for)
+from headprune.search.settings import (DEFAULT_DISCOVERY, DEFAULT_HELDOUT, RANK_KEYS, SCREENS, SETTING_NAMES,
+                                       FindSettings, check_layout, check_placement, check_plan_size, check_settings,
+                                       fit_to_grid, settings_for)
 from headprune.search.split import Inputs, TaskLike, load_inputs
 from headprune.search.stages import Stages, rank_key
 
@@ -41,30 +42,33 @@ OBJECTIVE_RUNS: dict[str, Callable[[Stages, Inputs], FindResult]] = {"improve": 
 
 
 def find(
-    model: str | LoadedModel, task: TaskLike, *, heldout_task: TaskLike | None = None, discovery: int = 2000,
-    heldout: int = 1000, seed: int = 0, ablation: str = "zero", nominees: int = 10, max_heads: int = 3,
-    extend: int = 0, finalists: int = 10, control: TaskLike | Sequence[TaskLike] | None = None,
-    control_limit: int = 500, alpha: float = 0.05, rank_by: str = "gain", screen: str = "exact",
-    candidates: int | None = None, objective: str = "improve", max_drop: float | None = None, prefer: str | None = None,
-    patience: int | None = None, compress_search: str | None = None, beam_width: int | None = None,
-    batch_size: int | str = "auto", out: Path | None = None, resume: bool = False, overwrite: bool = False,
-    progress: bool = False,
-    device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False, device_map: str | None = None,
-    max_memory: str | dict | None = None, team: Team | None = None,
+    model: str | LoadedModel, task: TaskLike, *, settings: FindSettings | None = None,
+    heldout_task: TaskLike | None = None, discovery: int = DEFAULT_DISCOVERY, heldout: int = DEFAULT_HELDOUT,
+    control: TaskLike | Sequence[TaskLike] | None = None, out: Path | None = None, resume: bool = False,
+    overwrite: bool = False, progress: bool = False, device: str = "auto", dtype: str = "auto",
+    trust_remote_code: bool = False, device_map: str | None = None, max_memory: str | dict | None = None,
+    team: Team | None = None, **options: object,
 ) -> FindResult:
     """Find a small head set whose removal improves ``task``, and test it on held-out data.
+
+    The search options are one :class:`FindSettings` (``settings``, defaults: ``FindSettings()``), or its fields
+    as keywords (``find(model, task, seed=1, nominees=20)``); keywords given with ``settings`` replace its fields.
 
     Args:
         model: model spec or loaded model.
         task: the task (spec or Task); must have an accuracy (any kind but ``text``).
+        settings: the search options: ``seed`` to ``beam_width`` below, and ``batch_size`` (sequences per forward
+            pass, or ``auto``).
         heldout_task: a separate task for held-out examples (default: split ``task``).
-        discovery, heldout: split sizes; seed: split and bootstrap seed.
+        discovery, heldout: split sizes.
+        control: second tasks measured for the finalists (the trade-off).
+        seed: split and bootstrap seed.
         ablation: ``zero`` or ``mean`` (means over the discovery inputs).
         nominees: M, the best single heads kept for the joint search.
         max_heads: K, joint search evaluates every nominee subset of size 2..K.
         extend: greedy steps beyond K (each adds the head that most improves discovery, while it does).
         finalists: F, the best sets on discovery scored on held-out.
-        control: second tasks measured for the finalists (the trade-off); control_limit caps their sizes.
+        control_limit: caps the control tasks' sizes.
         alpha: significance level of the verdict.
         rank_by: ``gain`` (counts) or ``margin`` (mean margin change) as the first ranking key.
         screen: ``exact`` (every head ablated alone), ``attribution`` (a one-pass first-order estimate for
@@ -91,14 +95,14 @@ def find(
             of every stage's conditions, rank 0 alone writes the journal. Default: this process alone.
 
     Raises:
+        TypeError: a keyword that is neither an argument nor a setting.
         SearchSettingsError, TaskError, ResultFileError, WorkerLostError, and the loading errors.
     """
     started = time.perf_counter()
-    settings = settings_for(seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
-                            finalists=finalists, alpha=alpha, rank_by=rank_by, batch_size=batch_size, screen=screen,
-                            candidates=candidates, control_limit=control_limit, objective=objective,
-                            max_drop=max_drop, prefer=prefer, patience=patience, compress_search=compress_search,
-                            beam_width=beam_width)
+    unknown = sorted(set(options) - set(SETTING_NAMES))
+    if unknown:
+        raise TypeError(f"find() got unexpected keyword arguments: {', '.join(unknown)}")
+    settings = settings_for(replace(settings or FindSettings(), **options))
     team = team or Team()
     resume, overwrite = resume_after_restart(out, team.restarted, resume=resume, overwrite=overwrite)
     check_settings(settings, resume=resume, out=out)
@@ -182,4 +186,4 @@ def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None
     return replace(result, timings={k: round(v, 3) for k, v in stages.timings.items()})
 
 
-__all__ = ["RANK_KEYS", "SCREENS", "check_settings", "expected_joint_evaluations", "find", "rank_key"]
+__all__ = ["RANK_KEYS", "SCREENS", "FindSettings", "check_settings", "expected_joint_evaluations", "find", "rank_key"]

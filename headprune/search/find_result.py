@@ -20,6 +20,7 @@ from headprune.search.effects import ControlEffect
 from headprune.search.generations import Generations
 from headprune.search.paired import Paired
 from headprune.search.parsimony import HeadContribution, Parsimony
+from headprune.search.settings import FindSettings
 from headprune.search.stats import NonInferiority, Verdict
 
 SCHEMA_VERSION = 2
@@ -65,30 +66,6 @@ class SplitInfo:
     conflicts_dropped: int = 0  # same input as an earlier example, another answer (kept on no side)
     search: int | None = None  # improve: discovery examples in the search half (headprune.search.folds)
     check: int | None = None  # improve: discovery examples in the check half
-
-
-@dataclass(frozen=True)
-class FindSettings:
-    """The search options that decide the result (what ``--resume`` insists on)."""
-
-    seed: int = 0
-    ablation: str = "zero"
-    nominees: int = 10
-    max_heads: int = 3
-    extend: int = 0
-    finalists: int = 10
-    alpha: float = 0.05
-    rank_by: str = "gain"
-    batch_size: int | str = "auto"
-    screen: str = "exact"
-    candidates: int | None = None  # pre-screens only
-    control_limit: int = 500
-    objective: str = "improve"  # "improve" (the protocol) or "compress" (a large set within max_drop)
-    max_drop: float | None = None  # compress: accuracy points discovery may lose
-    prefer: str | None = None  # compress: grow by single "heads" or whole key/value "groups"
-    patience: int | None = None  # compress: consecutive single-unit rejections that end the search
-    compress_search: str | None = None  # compress: "greedy" (galloping, with backtracking) or "beam"
-    beam_width: int | None = None  # compress with beam: sets kept per round
 
 
 @dataclass(frozen=True)

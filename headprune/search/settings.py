@@ -1,6 +1,7 @@
-"""The settings of a find run, built and checked in one place for both objectives.
+"""The settings of a find run, their defaults, built and checked in one place for both objectives.
 
-``find`` builds a :class:`FindSettings` from its keyword arguments (:func:`settings_for`), refuses what cannot
+:class:`FindSettings` holds the options and their defaults (imports no torch: the CLI reads them for ``--help``).
+``find`` completes the settings it is given (:func:`settings_for`), refuses what cannot
 work before anything is loaded (:func:`check_settings`), and once the model is known refuses what its layout
 cannot do and fits what it can (:func:`check_layout`, :func:`fit_to_grid`). The objectives read the settings
 and never check them again.
@@ -9,19 +10,16 @@ and never check them again.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from headprune.core.choices import OBJECTIVES, PREFER, RANK_KEYS, SCREENS, SEARCHES
 from headprune.core.limits import check_limit
 from headprune.errors import SearchSettingsError
 from headprune.heads import HeadGrid
-from headprune.search.find_result import FindSettings
 
-RANK_KEYS = ("gain", "margin")
-SCREENS = ("exact", "attribution", "halving")
-OBJECTIVES = ("improve", "compress")
-PREFER = ("heads", "groups")
-SEARCHES = ("greedy", "beam")
+DEFAULT_DISCOVERY = 2000  # examples (selection); find's own keywords, not settings: the record stores the split
+DEFAULT_HELDOUT = 1000  # examples (verdict only)
 DEFAULT_MAX_DROP = 0.5  # accuracy points
 MAX_DROP_LIMIT = 50.0  # accuracy points: beyond, non-inferiority says nothing (at 100 its null is impossible)
 DEFAULT_PATIENCE = 3
@@ -30,22 +28,48 @@ COMPRESS_ONLY = ("max_drop", "prefer", "patience", "compress_search", "beam_widt
 DEFAULT_CANDIDATES = 30
 
 
-def settings_for(*, seed: int, ablation: str, nominees: int, max_heads: int, extend: int, finalists: int,
-                 alpha: float, rank_by: str, batch_size: int | str, screen: str, candidates: int | None,
-                 control_limit: int, objective: str, max_drop: float | None, prefer: str | None,
-                 patience: int | None, compress_search: str | None, beam_width: int | None) -> FindSettings:
-    """``find``'s keyword arguments as the record's settings: ``candidates`` only with a pre-screen (refused with
-    the exact screen, which would ignore it; default 30), the compress defaults filled in for compress and left unset
-    for improve (so that improve can refuse them)."""
-    if screen == "exact" and candidates is not None:
+@dataclass(frozen=True)
+class FindSettings:
+    """The search options that decide the result (what ``--resume`` insists on), and their defaults: the CLI's
+    options and ``find``'s keywords read them here. As given, before :func:`settings_for` fills in what depends on
+    other fields (``candidates`` for a pre-screen, the compress fields for compress)."""
+
+    seed: int = 0
+    ablation: str = "zero"
+    nominees: int = 10
+    max_heads: int = 3
+    extend: int = 0
+    finalists: int = 10
+    alpha: float = 0.05
+    rank_by: str = "gain"
+    batch_size: int | str = "auto"
+    screen: str = "exact"
+    candidates: int | None = None  # pre-screens only
+    control_limit: int = 500
+    objective: str = "improve"  # "improve" (the protocol) or "compress" (a large set within max_drop)
+    max_drop: float | None = None  # compress: accuracy points discovery may lose
+    prefer: str | None = None  # compress: grow by single "heads" or whole key/value "groups"
+    patience: int | None = None  # compress: consecutive single-unit rejections that end the search
+    compress_search: str | None = None  # compress: "greedy" (galloping, with backtracking) or "beam"
+    beam_width: int | None = None  # compress with beam: sets kept per round
+
+
+SETTING_NAMES = tuple(f.name for f in fields(FindSettings))
+
+
+def settings_for(given: FindSettings) -> FindSettings:
+    """The settings as given (by ``find``'s caller or its keyword arguments) as the record's settings: ``candidates``
+    only with a pre-screen (refused with the exact screen, which would ignore it; default 30), the compress defaults
+    filled in for compress and left unset for improve (so that improve can refuse them). Settings it returned come
+    back unchanged."""
+    candidates = given.candidates
+    if given.screen == "exact" and candidates is not None:
         _refuse("candidates applies only with screen attribution or halving; the exact screen scores every head",
                 "candidates", "screen")
-    if screen != "exact" and candidates is None:
+    if given.screen != "exact" and candidates is None:
         candidates = DEFAULT_CANDIDATES
-    return FindSettings(seed=seed, ablation=ablation, nominees=nominees, max_heads=max_heads, extend=extend,
-                        finalists=finalists, alpha=alpha, rank_by=rank_by, batch_size=batch_size, screen=screen,
-                        candidates=candidates, control_limit=control_limit,
-                        **compress_fields(objective, max_drop, prefer, patience, compress_search, beam_width))
+    return replace(given, candidates=candidates, **compress_fields(
+        given.objective, given.max_drop, given.prefer, given.patience, given.compress_search, given.beam_width))
 
 
 def compress_fields(objective: str, max_drop: float | None, prefer: str | None, patience: int | None,
@@ -169,6 +193,7 @@ def fit_to_grid(settings: FindSettings, grid: HeadGrid) -> FindSettings:
     return replace(settings, nominees=grid.total, max_heads=min(settings.max_heads, grid.total))
 
 
-__all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_CANDIDATES", "DEFAULT_MAX_DROP", "DEFAULT_PATIENCE", "MAX_DROP_LIMIT",
-           "OBJECTIVES", "PREFER", "RANK_KEYS", "SCREENS", "SEARCHES", "check_layout", "check_objective",
+__all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_CANDIDATES", "DEFAULT_DISCOVERY", "DEFAULT_HELDOUT", "DEFAULT_MAX_DROP",
+           "DEFAULT_PATIENCE", "MAX_DROP_LIMIT", "OBJECTIVES", "PREFER", "RANK_KEYS", "SCREENS", "SEARCHES",
+           "SETTING_NAMES", "FindSettings", "check_layout", "check_objective",
            "check_placement", "check_plan_size", "check_settings", "compress_fields", "fit_to_grid", "settings_for"]

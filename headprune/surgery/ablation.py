@@ -15,12 +15,13 @@ from typing import Literal
 import torch
 from torch import nn
 
+from headprune.core.choices import ABLATIONS
 from headprune.errors import HeadSpecError, InternalCheckError
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel
 
 AblationMode = Literal["zero", "mean"]
-ABLATION_MODES: tuple[str, ...] = ("zero", "mean")
+ABLATION_MODES: tuple[str, ...] = ABLATIONS
 
 
 class FiredHooks:

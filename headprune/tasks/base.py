@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from headprune.core.choices import TASK_KINDS
 from headprune.core.limits import limit
 from headprune.errors import TaskError
 from headprune.tasks.answers import LINE, AnswerRule, rule_to_json
 
 TaskKind = Literal["choice", "generate", "text", "classify", "code"]
-TASK_KINDS: tuple[str, ...] = ("choice", "generate", "text", "classify", "code")
 CONTINUOUS_KINDS: tuple[str, ...] = ("text",)  # scored by a continuous metric only, no accuracy
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from headprune.core.choices import EXPORT_FORMATS
 from headprune.errors import ExportSettingsError
 from headprune.exporter.formats import gguf, onnx, safetensors  # noqa: F401 - each registers its class
 from headprune.exporter.formats.base import REGISTRY, ExportFormat, ExportOptions, Job, Written
 
 # The order messages list them in (the most portable first); a format registered elsewhere comes after these.
-FORMATS = tuple(sorted(REGISTRY, key=lambda name: ("safetensors", "onnx", "gguf", name).index(name)))
+FORMATS = tuple(sorted(REGISTRY, key=lambda name: (*EXPORT_FORMATS, name).index(name)))
 
 
 def format_for(name: str, options: ExportOptions) -> ExportFormat:
