@@ -29,7 +29,7 @@ def test_export_formats_are_the_registry() -> None:
 def test_task_kinds_are_the_scorers_kinds() -> None:
     from headprune.scoring import _SCORERS  # the scorer registry (as tests/test_tasks_listing.py reads it)
 
-    assert set(choices.TASK_KINDS) == {scorer.kind for scorer in _SCORERS}
+    assert set(choices.TASK_KINDS) == {scorer.kind for scorer in _SCORERS.values()}
 
 
 def test_dtypes_and_device_maps_are_what_loading_accepts() -> None:

@@ -17,7 +17,7 @@ def registered_kinds() -> list[str]:
     """The task registry's kinds, then any kind only the scorer registry knows."""
     from headprune.scoring import _SCORERS
 
-    return list(dict.fromkeys((*TASK_KINDS, *(scorer.kind for scorer in _SCORERS))))
+    return list(dict.fromkeys((*TASK_KINDS, *(scorer.kind for scorer in _SCORERS.values()))))
 
 
 def listed_layouts() -> dict[str, str]:

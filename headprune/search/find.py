@@ -22,6 +22,7 @@ from pathlib import Path
 from headprune.core.distributed import Team
 from headprune.core.folder_lock import FolderLock
 from headprune.core.io import refuse_unsafe_output
+from headprune.core.registry import Registry
 from headprune.errors import ResultFileError, SearchSettingsError
 from headprune.loading.models import LoadedModel, load_model
 from headprune.search.compress import compress
@@ -38,7 +39,8 @@ from headprune.search.stages import Stages, rank_key
 
 log = logging.getLogger("headprune")
 
-OBJECTIVE_RUNS: dict[str, Callable[[Stages, Inputs], FindResult]] = {"improve": improve, "compress": compress}
+OBJECTIVE_RUNS: Registry[str, Callable[[Stages, Inputs], FindResult]] = Registry(
+    "objective", {"improve": improve, "compress": compress})
 
 
 def find(

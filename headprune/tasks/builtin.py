@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headprune.core.limits import limit
+from headprune.core.registry import Registry
 from headprune.errors import TaskError
 from headprune.tasks.answers import named_rule
 from headprune.tasks.base import Example, Task
@@ -138,7 +139,8 @@ def sentiment(options: dict[str, str]) -> Task:
                 settings=settings)
 
 
-BUILTIN_TASKS: dict[str, Callable[[dict[str, str]], Task]] = {"arithmetic": arithmetic, "sentiment": sentiment}
+BUILTIN_TASKS: Registry[str, Callable[[dict[str, str]], Task]] = Registry(
+    "built-in task", {"arithmetic": arithmetic, "sentiment": sentiment})
 
 BUILTIN_SUMMARIES: dict[str, tuple[str, str]] = {
     "arithmetic": ("generate", "a op b = ? with few-shot prefix, scored on the first number written; options n, digits, ops (+-*), shots, "

@@ -21,6 +21,7 @@ import torch
 
 from headprune.core.checkpoint_files import has_weights
 from headprune.core.extras import require
+from headprune.core.registry import Registry
 from headprune.errors import ExportSettingsError, UnsupportedModelError
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel
@@ -162,10 +163,9 @@ def passthrough_tensors(lm: LoadedModel, format_name: str, writes_through: bool)
                                 "config.json that names its head class")
 
 
-REGISTRY: dict[str, type[ExportFormat]] = {}
+REGISTRY: Registry[str, type[ExportFormat]] = Registry("export format")
 
 
 def register(cls: type[ExportFormat]) -> type[ExportFormat]:
     """Class decorator: make ``cls`` the format named ``cls.name``."""
-    REGISTRY[cls.name] = cls
-    return cls
+    return REGISTRY.add(cls.name, cls)

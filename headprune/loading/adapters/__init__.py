@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
+from headprune.core.registry import Registry
 from headprune.errors import UnsupportedModelError
 from headprune.loading.adapters.base import Adapter
 from headprune.loading.adapters.bert import BERT
@@ -15,7 +16,10 @@ from headprune.loading.adapters.llama import LLAMA
 from headprune.loading.adapters.neox import NEOX
 
 _ADAPTERS: tuple[Adapter, ...] = (LLAMA, GPT2, NEOX, BERT)
-_BY_MODEL_TYPE: dict[str, Adapter] = {t: a for a in _ADAPTERS for t in a.model_types}
+_BY_MODEL_TYPE: Registry[str, Adapter] = Registry("model type")  # two adapters claiming one type: an error
+for _adapter in _ADAPTERS:
+    for _model_type in _adapter.model_types:
+        _BY_MODEL_TYPE.add(_model_type, _adapter)
 
 
 def supported_model_types() -> list[str]:

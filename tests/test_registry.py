@@ -1,0 +1,44 @@
+"""The extension points share one registry type: a name claimed twice is an error, an unknown name lists the
+available ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from headprune.core.registry import Registry
+
+
+def test_a_name_registered_twice_is_an_error_and_the_first_stays() -> None:
+    formats = Registry("export format", {"safetensors": 1})
+    with pytest.raises(ValueError, match="export format 'safetensors' is registered twice: 1 and 2"):
+        formats.add("safetensors", 2)
+    assert formats["safetensors"] == 1 and list(formats) == ["safetensors"]
+    with pytest.raises(ValueError, match="registered twice"):
+        Registry("model type", {"llama": 1}).add("llama", 1)  # even the same thing twice: a copy-paste slip
+
+
+def test_an_unknown_name_lists_the_available_ones() -> None:
+    tasks = Registry("built-in task", {"arithmetic": 1, "sentiment": 2})
+    with pytest.raises(KeyError, match="unknown built-in task 'mmlu'; available: arithmetic, sentiment"):
+        tasks["mmlu"]
+    assert "mmlu" not in tasks and tasks.get("mmlu") is None and len(tasks) == 2 and tasks.values() == [1, 2]
+
+
+def test_every_extension_point_is_a_registry_and_refuses_a_second_claim() -> None:
+    from headprune.exporter.formats.base import REGISTRY, register
+    from headprune.loading.adapters import _BY_MODEL_TYPE
+    from headprune.scoring import _SCORERS
+    from headprune.search.find import OBJECTIVE_RUNS
+    from headprune.tasks.builtin import BUILTIN_TASKS
+
+    for registry in (REGISTRY, _BY_MODEL_TYPE, _SCORERS, OBJECTIVE_RUNS, BUILTIN_TASKS):
+        assert isinstance(registry, Registry), registry
+    assert set(REGISTRY) == {"safetensors", "onnx", "gguf"} and "llama" in _BY_MODEL_TYPE
+    assert ("choice", "causal") in _SCORERS and set(OBJECTIVE_RUNS) == {"improve", "compress"}
+
+    class Another(REGISTRY["onnx"]):  # a second class calling itself onnx
+        name = "onnx"
+
+    with pytest.raises(ValueError, match="export format 'onnx' is registered twice"):
+        register(Another)
+    assert REGISTRY["onnx"] is not Another
