@@ -42,3 +42,15 @@ def test_every_extension_point_is_a_registry_and_refuses_a_second_claim() -> Non
     with pytest.raises(ValueError, match="export format 'onnx' is registered twice"):
         register(Another)
     assert REGISTRY["onnx"] is not Another
+
+
+def test_an_unknown_qkv_layout_is_refused_where_the_adapter_is_declared() -> None:
+    from dataclasses import replace
+
+    from headprune.loading.adapters import LLAMA
+    from headprune.surgery.remote_modeling import QKV_LAYOUTS
+
+    for layout in QKV_LAYOUTS:
+        assert replace(LLAMA, qkv_layout=layout).qkv_layout == layout
+    with pytest.raises(ValueError, match="unknown qkv_layout 'bloom'; known: separate, gpt2, neox"):
+        replace(LLAMA, qkv_layout="bloom")  # was sliced as NeoX's without a word

@@ -25,6 +25,9 @@ from torch import nn
 from transformers import AttentionInterface
 
 KV_MAP_ATTENTION = "headprune_kv_map"
+# How a layer stores its query/key/value projections; slicing and the rebuild below handle exactly these.
+# "separate": q, k, v Linear layers; "gpt2": one Conv1D, columns [q | k | v]; "neox": one Linear, rows per head [q, k, v].
+QKV_LAYOUTS = ("separate", "gpt2", "neox")
 
 BASE_CLASS = "{base_class}"  # filled in when the file is written next to a checkpoint
 

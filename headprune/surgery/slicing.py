@@ -113,10 +113,12 @@ def _sliced_weights(lm: LoadedModel, layer: nn.Module, plan: LayerPlan, means: t
         cols = [part * grid.num_heads + h for part in range(3) for h in plan.q_heads]
         out[paths[0]] = (_rows(fused.weight, cols, hd, 1), _rows(fused.bias, cols, hd, 0))
         assert fused.weight.shape[1] == 3 * width
-    else:  # neox: rows [head][q | k | v][head_dim]
+    elif adapter.qkv_layout == "neox":  # rows [head][q | k | v][head_dim]
         fused = get_path(layer, paths[0])
         bias = None if fused.bias is None else _rows(fused.bias, plan.q_heads, 3 * hd, 0)
         out[paths[0]] = (_rows(fused.weight, plan.q_heads, 3 * hd, 0), bias)
+    else:  # an adapter refuses an unknown layout when it is declared; this keeps slicing from guessing
+        raise ValueError(f"unknown qkv layout {adapter.qkv_layout!r}")
     projection = get_path(layer, adapter.output_projection_path)
     conv = adapter.projection_is_conv1d  # GPT-2's Conv1D weight is (in, out): heads are rows
     weight = _rows(projection.weight, plan.q_heads, hd, 0 if conv else 1).clone()

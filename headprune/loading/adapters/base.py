@@ -14,6 +14,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from headprune.errors import UnsupportedModelError
 from headprune.heads import HeadGrid
+from headprune.surgery.remote_modeling import QKV_LAYOUTS
 
 
 def get_path(module: nn.Module, path: str) -> nn.Module:
@@ -48,9 +49,14 @@ class Adapter:
     hidden_attr: str = "hidden_size"
     is_encoder: bool = False
     projection_is_conv1d: bool = False
-    qkv_layout: str = "separate"  # "separate" q/k/v, "gpt2" fused Conv1D [q|k|v], "neox" fused per-head [q,k,v]
+    qkv_layout: str = "separate"  # one of QKV_LAYOUTS (headprune.surgery.remote_modeling)
     qkv_paths: tuple[str, ...] = ()  # from a layer: (q, k, v) for "separate", (qkv,) for fused layouts
     count_attrs: tuple[str, ...] = ()  # attention-module attributes holding the query-head count
+
+    def __post_init__(self) -> None:
+        if self.qkv_layout not in QKV_LAYOUTS:  # slicing a layout it does not know would write a wrong model
+            raise ValueError(f"adapter {self.family!r}: unknown qkv_layout {self.qkv_layout!r}; known: "
+                             f"{', '.join(QKV_LAYOUTS)}")
 
     def module_paths(self) -> dict:
         """The paths export records in config.json, so a pruned checkpoint can be rebuilt without headprune."""
