@@ -12,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import transformers
 from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
 
 import headprune.synthetic as synthetic
+from headprune.core.io import atomic_folder
 from headprune.synthetic.train import Settings, Snapshot, Trained, train
 
 TRAINING_SOURCES = ("analysis.py", "data.py", "model.py", "train.py")
@@ -49,12 +48,8 @@ def trained(settings: Settings) -> Trained:
                        settings, [Snapshot(**snapshot) for snapshot in record["history"]], record["seconds"])
     model = train(settings)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    model.model.save_pretrained(staging)
-    model.tokenizer.save_pretrained(staging)
-    (staging / "history.json").write_text(json.dumps(model.history_record()))
-    try:
-        staging.rename(folder)  # whole or not at all; another worker may have stored it first
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
+    with atomic_folder(folder, replace=True) as staging:  # whole or not at all
+        model.model.save_pretrained(staging)
+        model.tokenizer.save_pretrained(staging)
+        (staging / "history.json").write_text(json.dumps(model.history_record()))
     return model
