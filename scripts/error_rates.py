@@ -51,56 +51,27 @@ import torch
 from headprune.heads import Head
 from headprune.search.find import find
 from headprune.tasks import Example, Task
+from headprune.testing import cue_llama
 
-CUE_SCALE, NUISANCE_SD, READ_NUISANCE, NULL_HEAD_SD = 1.0, 2.0, 0.3, 0.05
-
-
-def _vocab(tokens: int) -> list[str]:
-    return ["<pad>", "<eos>", "A", "B"] + [f"x{c}_{k}" for c in ("p", "n") for k in range(tokens)]
+NULL_HEAD_SD = 0.05
 
 
 def build_model(seed: int, *, heads: int = 8, harm: float = 0.2, tokens: int = 1500,  # noqa: ANN201
                 null_sd: float = NULL_HEAD_SD):
     """The tiny Llama described above, as a LoadedModel; ``tokens`` per cue (2 * tokens examples); ``null_sd``
     the standard deviation of the other heads' strengths."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
     from headprune.loading.models import wrap_model
 
-    vocab = _vocab(tokens)
-    core = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(vocab)}, unk_token="<pad>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=8, num_hidden_layers=1,
-                         num_attention_heads=heads, num_key_value_heads=heads, head_dim=4,
-                         tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, bos_token_id=1,
-                         max_position_embeddings=32)
-    model = LlamaForCausalLM(config)
-    generator = torch.Generator().manual_seed(seed)
-    nuisance = torch.randn(tokens, generator=generator) * NUISANCE_SD
+    model, tokenizer = cue_llama(heads, tokens, generator := torch.Generator().manual_seed(seed))
     strengths = torch.randn(heads, generator=generator) * null_sd
     with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.zero_()
         layer = model.model.layers[0]
-        for norm in (layer.input_layernorm, layer.post_attention_layernorm, model.model.norm):
-            norm.weight.fill_(1.0)
-        embed = model.model.embed_tokens.weight
-        for k in range(tokens):
-            for c, name in ((1.0, "p"), (-1.0, "n")):
-                embed[vocab.index(f"x{name}_{k}"), 0] = CUE_SCALE * c
-                embed[vocab.index(f"x{name}_{k}"), 1] = nuisance[k]
         attention = layer.self_attn
         attention.v_proj.weight[0, 0] = 1.0  # the planted head copies the cue ...
         attention.o_proj.weight[0, 0] = -harm  # ... and writes it back negated
         for h in range(1, heads):  # the others copy the nuisance into the cue direction
             attention.v_proj.weight[4 * h, 1] = 1.0
             attention.o_proj.weight[0, 4 * h] = strengths[h]
-        readout = torch.zeros(16)
-        readout[0], readout[1] = 1.0, READ_NUISANCE
-        model.lm_head.weight[vocab.index("A")] = readout
-        model.lm_head.weight[vocab.index("B")] = -readout
     return wrap_model(model, tokenizer, name=f"error-rates-{seed}")
 
 

@@ -1,80 +1,30 @@
 """Shared test helpers: tiny random-init models of every supported family, a tiny tokenizer, small tasks.
 
-Tiny models are built from configs in code (no downloads). Test modules import from here (never from each
-other); fixtures live in ``conftest.py``. torch and numpy are imported inside the functions that use them, so that
+Tiny models are built from configs in code (no downloads) by ``headprune.testing``, which benchmarks use too; its
+builders are re-exported here. Test modules import from here (never from each other); fixtures live in
+``conftest.py``. torch and numpy are imported inside the functions that use them, so that
 importing this package (conftest.py does) stays light: test_extras runs pytest with conftest.py in a subprocess.
 """
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 from headprune.tasks import Example, Task
-
-CORPUS = [
-    "the film is a delight from start to finish",
-    "a dull and lifeless movie with nothing to say",
-    "12 + 7 = 19", "34 - 5 = 29", "8 * 3 = 24", "positive negative neutral yes no",
-    "Review: Sentiment: Question: Answer: the a of and to in is it that",
-]
+from headprune.testing import (  # noqa: F401 - re-exported for the tests
+    ALL_FAMILIES, CAUSAL_FAMILIES, bpe_tokenizer, random_choice_task, tiny_config, tiny_model)
 
 
 def build_tokenizer():  # noqa: ANN201
-    """A small byte-level BPE tokenizer trained in memory (about 300 tokens)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<pad>", "<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    core.train_from_iterator(CORPUS * 20, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
-
-
-def tiny_config(family: str, vocab_size: int, layers: int = 2, **overrides):  # noqa: ANN201
-    """A ``layers``-layer (default 2), 4-head config of ``family`` (random weights come from the model's own init)."""
-    from transformers import BertConfig, Gemma2Config, GPT2Config, GPTNeoXConfig, LlamaConfig, Qwen2Config
-
-    common = dict(vocab_size=vocab_size, pad_token_id=0, eos_token_id=1, bos_token_id=1)
-    if family == "llama":
-        return LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                           num_key_value_heads=2, max_position_embeddings=256, **common, **overrides)
-    if family == "qwen2":
-        return Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                           num_key_value_heads=1, max_position_embeddings=256, **common, **overrides)
-    if family == "gemma2":
-        return Gemma2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                            num_key_value_heads=2, head_dim=16, max_position_embeddings=256, **common, **overrides)
-    if family == "gpt2":
-        return GPT2Config(n_embd=32, n_layer=layers, n_head=4, n_positions=256, **common, **overrides)
-    if family == "gpt_neox":
-        return GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                             max_position_embeddings=256, **common, **overrides)
-    if family == "bert":
-        return BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                          max_position_embeddings=256, vocab_size=vocab_size, pad_token_id=0, **overrides)
-    raise ValueError(family)
-
-
-CAUSAL_FAMILIES = ["llama", "qwen2", "gemma2", "gpt2", "gpt_neox"]
-ALL_FAMILIES = CAUSAL_FAMILIES + ["bert"]
+    """The tests' tiny byte-level BPE tokenizer (about 300 tokens)."""
+    return bpe_tokenizer()
 
 
 def build_tiny(family: str, tokenizer, seed: int = 0, layers: int = 2):  # noqa: ANN001, ANN201
     """A tiny random-init model of ``family`` wrapped as a LoadedModel."""
-    import torch
-    from transformers import AutoModel, AutoModelForCausalLM
-
     from headprune.loading.models import wrap_model
 
-    torch.manual_seed(seed)
-    config = tiny_config(family, len(tokenizer), layers)
-    auto = AutoModel if family == "bert" else AutoModelForCausalLM
-    model = auto.from_config(config, attn_implementation="eager")
-    return wrap_model(model, tokenizer, name=f"tiny-{family}")
+    return wrap_model(tiny_model(family, len(tokenizer), seed, layers), tokenizer, name=f"tiny-{family}")
 
 
 def save_folder(model, tokenizer, folder, **options) -> Path:  # noqa: ANN001
@@ -122,15 +72,6 @@ def prefixed(task: Task) -> Task:
         Example(e.id, prompt=SHOTS + e.prompt if e.prompt else "", choices=e.choices, answer=e.answer,
                 target=e.target, text=SHOTS + e.text if e.text else "") for e in task.examples),
         max_new_tokens=task.max_new_tokens)
-
-
-def random_choice_task(n: int, seed: int = 0) -> Task:
-    """Short random prompts with random labels over two choices (no signal to find)."""
-    rng = random.Random(seed)
-    words = "the film is a dull delight movie with nothing to say it and so on".split()
-    return Task("random-choice", "choice", tuple(
-        Example(f"r{i}", prompt=" ".join(rng.choice(words) for _ in range(rng.randint(2, 6))),
-                choices=(" positive", " negative"), answer=rng.randrange(2)) for i in range(n)))
 
 
 def break_slicing(monkeypatch, scale: float) -> None:  # noqa: ANN001

@@ -18,25 +18,13 @@ from __future__ import annotations
 import random
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from headprune.loading.models import wrap_model
 from headprune.tasks import Example, Task
+from headprune.testing import cue_llama
 
 TOKENS_PER_CUE = 500
-CUE_SCALE, NUISANCE_SD, READ_NUISANCE, HARM = 1.0, 2.0, 0.3, 0.2
-
-
-def _vocab(tokens_per_cue: int = TOKENS_PER_CUE) -> list[str]:
-    return ["<pad>", "<eos>", "A", "B"] + [f"x{c}_{k}" for c in ("p", "n") for k in range(tokens_per_cue)]
-
-
-def build_tokenizer(tokens_per_cue: int = TOKENS_PER_CUE) -> PreTrainedTokenizerFast:
-    vocab = {token: i for i, token in enumerate(_vocab(tokens_per_cue))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
+HARM = 0.2
 
 
 # Passenger heads for the parsimony test: H1 so weak that removing it only shifts margins (it flips no answer
@@ -47,42 +35,21 @@ PASSENGERS = {1: 0.001, 2: 0.02}
 
 def build_model(seed: int = 0, passengers: dict[int, float] | None = None, harm: float = HARM,
                 tokens_per_cue: int = TOKENS_PER_CUE):  # noqa: ANN201
-    """The hand-made model as a LoadedModel (a real LlamaForCausalLM with set weights).
+    """The hand-made model as a LoadedModel (a real LlamaForCausalLM with set weights: ``headprune.testing``'s cue
+    model with four heads).
 
     ``passengers`` maps a head index (1..3) to a strength: that head writes the cue back negated like H0,
     ``strength`` times the cue instead of ``harm`` times. ``tokens_per_cue`` sets the vocabulary (tasks
     built with the same value have ``2 * tokens_per_cue`` examples).
     """
-    tokenizer = build_tokenizer(tokens_per_cue)
-    vocab = _vocab(tokens_per_cue)
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=8, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=4, head_dim=4, tie_word_embeddings=False,
-                         pad_token_id=0, eos_token_id=1, bos_token_id=1, max_position_embeddings=32)
-    model = LlamaForCausalLM(config)
-    generator = torch.Generator().manual_seed(seed)
-    nuisance = torch.randn(tokens_per_cue, generator=generator) * NUISANCE_SD
+    model, tokenizer = cue_llama(4, tokens_per_cue, torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.zero_()
-        for norm in (model.model.layers[0].input_layernorm, model.model.layers[0].post_attention_layernorm,
-                     model.model.norm):
-            norm.weight.fill_(1.0)
-        embed = model.model.embed_tokens.weight  # (V, 16)
-        for k in range(tokens_per_cue):
-            for c, name in ((1.0, "p"), (-1.0, "n")):
-                row = vocab.index(f"x{name}_{k}")
-                embed[row, 0] = CUE_SCALE * c
-                embed[row, 1] = nuisance[k]
         head = model.model.layers[0].self_attn
         head.v_proj.weight[0, 0] = 1.0  # head 0, value dim 0 <- normalised cue
         head.o_proj.weight[0, 0] = -harm  # written back negated into the cue direction
         for index, strength in (passengers or {}).items():
             head.v_proj.weight[4 * index, 0] = 1.0
             head.o_proj.weight[0, 4 * index] = -strength
-        readout = torch.zeros(16)
-        readout[0], readout[1] = 1.0, READ_NUISANCE
-        model.lm_head.weight[vocab.index("A")] = readout
-        model.lm_head.weight[vocab.index("B")] = -readout
     return wrap_model(model, tokenizer, name="handmade-harmful-head")
 
 
