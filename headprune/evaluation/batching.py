@@ -80,6 +80,42 @@ class BatchPlan:
         return f"{self.sequences} sequences" + (f" / {self.tokens} tokens" if self.tokens is not None else "")
 
 
+@dataclass(frozen=True)
+class Work:
+    """What one pass over a task's sequences computes, for estimates of its cost (benchmarks' FLOP limits).
+
+    Attributes:
+        lengths: each sequence's tokens, the shared prefix included.
+        read: each sequence's output rows read (vocabulary rows of a log-prob readout; 0 otherwise).
+        prefix: tokens of the prefix every sequence shares, computed once per condition.
+        batches: per batch, its rows and the padded tokens per row a forward pass computes after the prefix.
+    """
+
+    lengths: tuple[int, ...]
+    read: tuple[int, ...]
+    prefix: int
+    batches: tuple[tuple[int, int], ...]
+
+    @property
+    def tokens(self) -> int:
+        """Real tokens computed: the prefix once, each sequence's tokens after it."""
+        return self.prefix + sum(length - self.prefix for length in self.lengths)
+
+    @property
+    def padded_tokens(self) -> int:
+        """Token rows computed, padding included."""
+        return self.prefix + sum(rows * width for rows, width in self.batches)
+
+    def attention_pairs(self, causal: bool) -> int:
+        """Query-key pairs attended: ``n (n + 1) / 2`` among ``n`` causal tokens (each sequence's after the prefix
+        also attend to the prefix's), ``n^2`` in an encoder's sequence of ``n``."""
+        if not causal:
+            return sum(length * length for length in self.lengths)
+        after = [length - self.prefix for length in self.lengths]
+        return (self.prefix * (self.prefix + 1) // 2
+                + sum(n * self.prefix + n * (n + 1) // 2 for n in after))
+
+
 def plan_batches(lm: LoadedModel, batch_size: int | str | BatchPlan) -> BatchPlan:
     """The plan for ``--batch-size`` (a number, or ``auto``: see the module docstring), or a plan already made
     (another evaluator's, so that a second pass over the same examples batches them the same way).
@@ -121,5 +157,5 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError)
 
 
-__all__ = ["BATCH_COST_TOKENS", "BatchPlan", "CPU_SEQUENCES", "CPU_TOKENS", "MAX_AUTO_SEQUENCES", "bytes_per_token", "is_out_of_memory",
-           "plan_batches"]
+__all__ = ["BATCH_COST_TOKENS", "BatchPlan", "CPU_SEQUENCES", "CPU_TOKENS", "MAX_AUTO_SEQUENCES", "Work", "bytes_per_token",
+           "is_out_of_memory", "plan_batches"]

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from headprune.core.compat import logits_at, passing_cache
 from headprune.core.cpu_linear import fast_linears
 from headprune.errors import TaskError
-from headprune.evaluation.batching import BatchPlan, plan_batches
+from headprune.evaluation.batching import BatchPlan, Work, plan_batches
 from headprune.evaluation.generation import Generation
 from headprune.evaluation.guards import check_finite, check_lengths
 from headprune.evaluation.layer_cache import LayerInputCache
@@ -93,6 +93,11 @@ class Evaluator:
     def _batch_widths(self) -> list[tuple[int, int]]:
         """Per batch, its rows and the padded tokens per row that a forward pass computes (after the prefix)."""
         return [(len(b), max(len(self._items[i].tokens) for i in b) - len(self.prefix)) for b in self._batches]
+
+    def work(self) -> Work:
+        """What one pass over the task's sequences computes (lengths, read rows, shared prefix, batch shapes)."""
+        return Work(tuple(len(i.tokens) for i in self._items), tuple(i.read for i in self._items),
+                    len(self.prefix), tuple(self._batch_widths()))
 
     @property
     def _prefix(self) -> tuple[int, ...]:  # the shared prefix's tokens (tests read them)
