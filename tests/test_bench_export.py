@@ -1,9 +1,9 @@
-"""scripts/bench_export.py on a tiny random Llama: the table's rows come from running each runtime itself."""
+"""scripts/bench/export.py on a tiny random Llama: the table's rows come from running each runtime itself."""
 
 from __future__ import annotations
 
+import json
 import re
-import runpy
 from pathlib import Path
 
 import pytest
@@ -12,13 +12,7 @@ from helpers import build_tiny, random_choice_task, save_folder
 from headprune.exporter import gguf_export
 from headprune.heads import HeadGrid
 from headprune.tasks import write_jsonl_task
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_export.py"
-
-
-@pytest.fixture(scope="module")
-def bench():  # noqa: ANN201
-    return runpy.run_path(str(SCRIPT))
+from scripts.bench import export as bench
 
 
 @pytest.fixture(scope="module")
@@ -35,17 +29,20 @@ def _args(folder: Path, runtimes: str) -> list[str]:
     # Realistic: a whole KV group of layer 1 and a single head of layer 0; heavy: the fixed rule (L0's group 0).
     return ["--model", str(folder / "m"), "--heads", "L1.H0,L1.H1,L0.H3", "--tasks", str(folder / "t.jsonl"),
             "--prompts", "2", "--new-tokens", "3", "--repeats", "1", "--warmup", "1", "--verify-limit", "2",
-            "--threads", "1", "--runtimes", runtimes]
+            "--threads", "1", "--runtimes", runtimes, "--json", str(folder / f"{runtimes}.json")]
 
 
 def _cells(line: str) -> list[str]:
     return re.split(r"\s{2,}", line.strip())
 
 
-def test_bench_runs_torch_and_llama_cpp_and_prints_positive_speeds(bench, bench_inputs, capsys) -> None:
-    lines = bench["main"](_args(bench_inputs, "torch,llama.cpp"))
+def test_bench_runs_torch_and_llama_cpp_and_prints_positive_speeds(bench_inputs, capsys) -> None:
+    lines = bench.main(_args(bench_inputs, "torch,llama.cpp"))
     printed = capsys.readouterr().out
     assert all(line in printed for line in lines)
+    record = json.loads((bench_inputs / "torch,llama.cpp.json").read_text())
+    assert record["bench"] == "export" and [dict(zip(_cells(lines[0]), _cells(line))) for line in lines[1:]] == [
+        {k: v for k, v in row.items() if k != "note"} for row in record["results"]]
     header, rows = _cells(lines[0]), [dict(zip(_cells(lines[0]), _cells(line))) for line in lines[1:]]
     assert header[-4:] == ["prompt tok/s", "decode tok/s", "x prompt", "x decode"]
     assert [(r["runtime"].split()[0], r["model"]) for r in rows] == [
@@ -68,15 +65,15 @@ def test_bench_runs_torch_and_llama_cpp_and_prints_positive_speeds(bench, bench_
         "llama", "sliced (deci)", "sliced (deci)"]
 
 
-def test_a_runtime_that_cannot_be_imported_is_a_row_that_says_why(bench, bench_inputs, capsys, monkeypatch) -> None:
+def test_a_runtime_that_cannot_be_imported_is_a_row_that_says_why(bench_inputs, capsys, monkeypatch) -> None:
     monkeypatch.setattr(gguf_export, "llama_cpp_version", lambda: (None, "llama-cpp-python is not importable (test)"))
-    lines = bench["main"](_args(bench_inputs, "llama.cpp"))
+    lines = bench.main(_args(bench_inputs, "llama.cpp"))
     assert len(lines) == 2 and "not available: llama-cpp-python is not importable (test)" in lines[1]
 
 
-def test_heavy_rule_takes_a_quarter_in_whole_groups_and_leaves_every_layer_heads(bench) -> None:
+def test_heavy_rule_takes_a_quarter_in_whole_groups_and_leaves_every_layer_heads() -> None:
     grid = HeadGrid(num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64)  # SmolLM2-135M
-    heads = bench["heavy_heads"](grid)
+    heads = bench.heavy_heads(grid)
     assert len(heads) == 67
     per_layer = {}
     for head in heads:
@@ -86,8 +83,8 @@ def test_heavy_rule_takes_a_quarter_in_whole_groups_and_leaves_every_layer_heads
 
 
 @pytest.mark.slow  # three ONNX exports with a key/value cache (about half a minute)
-def test_bench_runs_onnx_runtime_genai_and_says_which_layout_it_got(bench, bench_inputs) -> None:
-    lines = bench["main"](_args(bench_inputs, "onnx-genai"))
+def test_bench_runs_onnx_runtime_genai_and_says_which_layout_it_got(bench_inputs) -> None:
+    lines = bench.main(_args(bench_inputs, "onnx-genai"))
     rows = [dict(zip(_cells(lines[0]), _cells(line))) for line in lines[1:]]
     assert [r["model"] for r in rows] == ["original", "realistic (3 heads)", "heavy (2 heads)"]
     assert all(r["runtime"].startswith("ONNX Runtime GenAI") for r in rows)

@@ -1,24 +1,31 @@
-"""scripts/bench_kinds.py on the default model (SmolLM2-135M, few examples): every kind runs (code's programs
-too), answers agree with the naive loops, the FLOP limits and the profile are printed; a fast path that changes an
-answer makes it exit 1."""
+"""scripts/bench/kinds.py on the default model (SmolLM2-135M, few examples): every kind runs (code's programs
+too), answers agree with the naive loops, the FLOP limits and the profile are printed, the JSON record renders as
+docs/benchmarks.md's table; a fast path that changes an answer makes it exit 1."""
 
 from __future__ import annotations
 
-import runpy
+import json
 from dataclasses import replace
 
 import pytest
 
 from headprune.evaluation import Evaluator
+from scripts.bench import kinds, render
 
 
 @pytest.mark.slow
-def test_bench_kinds_runs_every_kind_and_exits_1_when_an_answer_differs(smollm2, monkeypatch, capsys) -> None:
-    bench = runpy.run_path("scripts/bench_kinds.py")
+def test_bench_kinds_runs_every_kind_and_exits_1_when_an_answer_differs(smollm2, monkeypatch, capsys,
+                                                                         tmp_path) -> None:
     argv = ["--kinds", "generate,choice,classify,code", "--heads", "2", "--n", "8", "--generate-task",
-            "arithmetic:n=8", "--choice-task", "sentiment:n=8", "--code-n", "8", "--profile"]
-    bench["main"](argv)  # the exact screen keeps the contract: no exit
+            "arithmetic:n=8", "--choice-task", "sentiment:n=8", "--code-n", "8", "--profile",
+            "--json", str(tmp_path / "kinds.json")]
+    kinds.main(argv)  # the exact screen keeps the contract: no exit
     out = capsys.readouterr().out
+    record = json.loads((tmp_path / "kinds.json").read_text())
+    assert [row["kind"] for row in record["results"]] == ["generate", "choice", "classify", "code"]
+    assert all(row["differing"] == 0 and row["naive_s"] > 0 and row["headprune_s"] > 0 for row in record["results"])
+    table = render.render(tmp_path / "kinds.json").splitlines()
+    assert table[0].startswith("| kind | task |") and table[2].startswith("| generate | `arithmetic:n=8` |")
     assert "running the programs" in out
     for kind in ("generate", "choice", "classify", "code"):
         assert f"{kind:<9}" in out and "answers differing: 0" in out
@@ -34,5 +41,6 @@ def test_bench_kinds_runs_every_kind_and_exits_1_when_an_answer_differs(smollm2,
 
     monkeypatch.setattr(Evaluator, "run", one_answer_off)
     with pytest.raises(SystemExit) as stopped:
-        bench["main"](["--kinds", "choice", "--heads", "1", "--choice-task", "sentiment:n=8"])
+        kinds.main(["--kinds", "choice", "--heads", "1", "--choice-task", "sentiment:n=8",
+                    "--json", str(tmp_path / "off.json")])
     assert stopped.value.code == 1

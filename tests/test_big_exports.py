@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,8 +12,7 @@ from headprune.heads import parse_heads
 from headprune.loading.models import load
 from headprune.surgery.ablation import ablated
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-export_memory = importlib.import_module("export_memory")
+from scripts.bench import export_memory
 
 # The bound docs/export.md states: the original and the export loaded back for verification (2x the weights), plus the
 # fixed overhead of Python, torch and transformers (measured in its own process) and 1 GiB of working memory

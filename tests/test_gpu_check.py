@@ -1,25 +1,21 @@
-"""scripts/gpu_check.py, the one command for a lent GPU, run end to end on the CPU at a tiny size."""
+"""scripts/bench/gpu_check.py, the one command for a lent GPU, run end to end on the CPU at a tiny size."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-gpu_check = importlib.import_module("gpu_check")
+from scripts.bench import gpu_check
 
 
 @pytest.mark.slow
 def test_gpu_check_runs_every_stage_and_both_contracts(tmp_path) -> None:
     report = gpu_check.main(["--configs", "tiny", "--layers", "2", "--n", "6", "--conditions", "2", "--device", "cpu",
-                             "--out", str(tmp_path / "check.json")])
+                             "--json", str(tmp_path / "check.json")])
     assert json.loads((tmp_path / "check.json").read_text()) == report
     assert report["device"] == "CPU" and report["measured_bf16_matmul_tflops"] > 0
-    (config,) = report["configs"]
+    (config,) = report["results"]
     stages = [row["stage"] for row in config["rows"]]
     for kind in ("choice", "generate"):
         assert {f"{kind}: baseline", f"{kind}: screen (2 heads)", f"{kind}: joint (1 pairs)"} <= set(stages)

@@ -40,7 +40,7 @@ from headprune.evaluation.results import EvalResult
 MARGIN_TOLERANCE = {"float64": 1e-8, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
 # Absolute floor per example (log-prob units): four rounding quanta of a bfloat16 logit near 20 (0.125; float16:
 # 3 more bits, 1/8). On SmolLM2-135M in bfloat16 the intact model in another batch order moved a margin by at most
-# one quantum (scripts/bench_determinism.py; figures in docs/find.md).
+# one quantum (scripts/bench/determinism.py; figures in docs/find.md).
 ABSOLUTE_TOLERANCE = {"float64": 0.0, "float32": 0.0, "float16": 0.0625, "bfloat16": 0.5}
 
 

@@ -1,5 +1,5 @@
 """The runtimes an export is run in, one class each: torch (transformers), ONNX Runtime, ONNX Runtime GenAI and
-llama.cpp. The export's gates and ``scripts/bench_export.py`` run the same code.
+llama.cpp. The export's gates and ``scripts/bench/export.py`` run the same code.
 
 Every runner that decodes has ``greedy(prompt, steps) -> (tokens, logits behind each token)`` (what the runtime
 gate compares, :mod:`headprune.exporter.runtime_check`) and the timing option ``timed(prompt, steps) ->

@@ -8,7 +8,7 @@ breaks the budget, that unit is rejected (left in place) and the search moves on
 ``patience`` rejections in a row end it. It also ends once it has evaluated ``SETS_PER_UNIT * (patience +
 units taken)`` distinct sets: a long tail where units are taken only now and then between rejections (a budget
 that noise keeps just open) costs several sets per unit, and the cap bounds the whole search at about two sets
-per unit removed plus the patience tail (measured: ``scripts/bench_compress.py``; the cap did not bind on any
+per unit removed plus the patience tail (measured: ``scripts/bench/compress.py``; the cap did not bind on any
 measured case). The search therefore always ends with an empty queue, a rejected set one unit larger than its
 answer, or the cost cap (``GrowResult.stopped`` says which).
 
@@ -62,7 +62,7 @@ class Budget:
 
     ``size=None``: the discovery estimate alone (net losses ``damaged - rescued <= max_drop% of n``, counted
     in examples so that float rounding cannot decide), the rule before 0.2; kept for the comparisons of the
-    simulation and ``scripts/bench_compress.py``.
+    simulation and ``scripts/bench/compress.py``.
     """
 
     max_drop: float  # accuracy points
@@ -89,7 +89,7 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, budget: B
         patience: consecutive single-unit rejections that end the search (and, with the units taken, the
             cost cap).
         sets_per_unit: the cost cap's distinct sets per (patience + units taken); ``None``: no cap (the rule
-            before the cap, which ``scripts/bench_compress.py`` compares against).
+            before the cap, which ``scripts/bench/compress.py`` compares against).
     """
     chosen: list[Unit] = []
     queue = list(units)

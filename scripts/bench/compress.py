@@ -6,16 +6,16 @@ costs little more than the most expensive one. ``v1`` is the galloping greedy as
 knew when to stop (``grow`` with no cost cap, the reference); ``greedy`` and ``beam`` are
 ``headprune.search.compress``'s.
 
-    python scripts/bench_compress.py smollm2-135m --task sentiment --discovery 150 --heldout 50 \
+    python -m scripts.bench.compress smollm2-135m --task sentiment --discovery 150 --heldout 50 \
         --screen attribution --candidates 8 --max-drop 0.5 --max-drop 2 --out runs/bench-compress
 
-    python scripts/bench_compress.py tiny:8:0:0.3 --task random --discovery 300 --screen exact \
+    python -m scripts.bench.compress tiny:8:0:0.3 --task random --discovery 300 --screen exact \
         --max-drop 0.5 --max-drop 1 --max-drop 2 --patience 3 --patience 2 --patience 1 --out runs/bench-tiny
 
 ``tiny:LAYERS:SEED:INIT`` builds a random-init Llama and a random two-choice task in ``--out`` (``--task`` is then
 ignored). Prints one row per (max_drop, patience, rule), and each rule's rounds on stderr (set sizes, + within
-budget, - over). A rule that removes fewer heads than ``v1`` at the same budget
-and patience exits 1.
+budget, - over); the rows go to ``--json`` (default runs/bench/compress.json). A rule that removes fewer heads than
+``v1`` at the same budget and patience exits 1.
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ from headprune.search.settings import FindSettings, settings_for
 from headprune.search.split import load_inputs
 from headprune.search.stages import Stages
 
+from .common import add_json_option, write_json
+
 
 def _run_rule(rule, name: str, units: list[Unit], stages: Stages, max_drop: float,  # noqa: ANN001
-              patience: int) -> int:
-    """One search over the queue through the shared journal; prints its row and returns the heads removed."""
+              patience: int) -> dict:
+    """One search over the queue through the shared journal; prints its row and returns it."""
     asked: list[tuple[Head, ...]] = []
     base = stages.base  # find's rule: judged at the held-out size, by the held-out test
     budget = Budget(max_drop, min(base["discovery"].n, base["heldout"].n), stages.settings.alpha)
@@ -57,37 +59,38 @@ def _run_rule(rule, name: str, units: list[Unit], stages: Stages, max_drop: floa
     grown = rule(units, stages.lm.grid, evaluate, budget=budget, patience=patience)
     heads = sum(len(unit) for unit in grown.chosen)
     distinct = len(set(asked))
-    per_head = f"{distinct / heads:.2f}" if heads else "n/a"
-    print(f"| {max_drop:g} | {patience} | {name} | {distinct} | {rounds} | {heads} | {len(grown.rejected)} | "
-          f"{per_head} | {grown.stopped} | {time.perf_counter() - started:.0f} |", flush=True)
+    row = {"max_drop": max_drop, "patience": patience, "rule": name, "distinct_sets": distinct, "rounds": rounds,
+           "heads_removed": heads, "rejected": len(grown.rejected),
+           "sets_per_head": round(distinct / heads, 2) if heads else None, "stopped": grown.stopped,
+           "seconds": round(time.perf_counter() - started)}
+    print("| " + " | ".join("n/a" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+                            for v in row.values()) + " |", flush=True)
     print(f"    {name} rounds: {' | '.join(trace)}", file=sys.stderr)
-    return heads
+    return row
 
 
 def build_tiny_case(spec: str, folder: Path) -> tuple[str, str]:
     """``tiny:LAYERS:SEED:INIT``: a random-init Llama of LAYERS x 4 heads (weights drawn with standard deviation
     INIT, large enough that heads change answers) saved in ``folder``, and a random two-choice task of 700
-    examples beside it (the tests' tiny tokenizer and task, ``tests/helpers``)."""
+    examples beside it (the tests' tiny tokenizer and task, ``headprune.testing``)."""
     import torch
-    from transformers import AutoModelForCausalLM
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from helpers import build_tokenizer, random_choice_task, tiny_config
+    import transformers
 
     from headprune.tasks import write_jsonl_task
+    from headprune.testing import bpe_tokenizer, random_choice_task, tiny_config
 
     layers, seed, init = spec.split(":")[1:]
-    tokenizer = build_tokenizer()
+    tokenizer = bpe_tokenizer()
     torch.manual_seed(int(seed))
     config = tiny_config("llama", len(tokenizer), int(layers), initializer_range=float(init))
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     model.save_pretrained(folder / "model")
     tokenizer.save_pretrained(folder / "model")
     write_jsonl_task(random_choice_task(700, seed=5), folder / "random.jsonl")
     return str(folder / "model"), str(folder / "random.jsonl")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
     parser.add_argument("--task", required=True)
@@ -100,7 +103,8 @@ def main() -> int:
     parser.add_argument("--rules", default="v1,greedy")
     parser.add_argument("--batch-size", default="auto")
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    add_json_option(parser, "compress")
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from headprune.loading.models import load_model
 
@@ -126,14 +130,14 @@ def main() -> int:
     print("| max_drop | patience | rule | distinct sets | rounds | heads removed | rejected | sets per head | "
           "stopped | seconds |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    removed: dict[tuple[float, int, str], int] = {}
-    for max_drop in args.max_drop:
-        for patience in args.patience or [3]:
-            for name in args.rules.split(","):
-                removed[max_drop, patience, name] = _run_rule(rules[name], name, units, stages, max_drop, patience)
+    rows = [_run_rule(rules[name], name, units, stages, max_drop, patience) for max_drop in args.max_drop
+            for patience in args.patience or [3] for name in args.rules.split(",")]
+    removed = {(r["max_drop"], r["patience"], r["rule"]): r["heads_removed"] for r in rows}
     lost = [key for key, heads in removed.items() if key[2] != "v1" and heads < removed.get((*key[:2], "v1"), 0)]
     if lost:
         print(f"fewer heads than v1: {lost}")
+    write_json(args.json, "compress", args, rows, model=lm.name, task=inputs.task.name, queue=len(units),
+               fewer_heads_than_v1=[list(key) for key in lost])
     return 1 if lost else 0
 
 

@@ -2,18 +2,17 @@
 spread its own rounding allows on this machine's kernels (``headprune.search.determinism``), the float32 check, and
 the same with a real batch-mixing bug (each row sees the batch mean of the embeddings, the test hook of
 tests/test_trust.py), on the discovery split of each task; what each pass cost. One JSON line per task and mix on
-stdout, all of them in --out. Run it again under ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` for an AVX2
+stdout, all of them in ``--json`` (default runs/bench/determinism.json). Run it again under ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` for an AVX2
 CPU's kernels on any x86.
 
-    flock /tmp/headprune-heavy.lock python scripts/bench_determinism.py --dtype bfloat16 \
-        --task sentiment:2000 --task arithmetic:700 --mix 0.5 --out runs/determinism-bf16.json
+    flock /tmp/headprune-heavy.lock python -m scripts.bench.determinism --dtype bfloat16 \
+        --task sentiment:2000 --task arithmetic:700 --mix 0.5 --json runs/determinism-bf16.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
 import torch
@@ -27,6 +26,9 @@ from headprune.search.determinism import CALIBRATION_EXAMPLES, KEY, calibration_
 from headprune.search.journal import Journal
 from headprune.search.split import split_task
 from headprune.tasks import load_task
+
+from .common import add_json_option, write_json
+from .common import timed as timed_call
 
 
 def moves(first, second) -> dict:  # noqa: ANN001 - EvalResults
@@ -45,9 +47,8 @@ def measure(lm, spec: str, n: int, mix: float) -> dict:  # noqa: ANN001
     journal, seconds = Journal(None, {}), {}
 
     def timed(name: str, compute):  # noqa: ANN001, ANN202
-        started = time.perf_counter()
-        result = compute()
-        seconds[name] = round(time.perf_counter() - started, 1)
+        result, seconds[name] = timed_call(compute)
+        seconds[name] = round(seconds[name], 1)
         return result
 
     try:
@@ -78,15 +79,15 @@ def measure(lm, spec: str, n: int, mix: float) -> dict:  # noqa: ANN001
             "float32": moves(wide[0], wide[1]), "verdict": verdict, "seconds": seconds}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--task", action="append", required=True, help="SPEC:N (discovery size)")
     parser.add_argument("--mix", action="append", type=float, default=[])
-    parser.add_argument("--out")
     parser.add_argument("--bug-n", type=int, default=60, help="discovery size of the runs with a bug")
-    args = parser.parse_args()
+    add_json_option(parser, "determinism")
+    args = parser.parse_args(argv)
     lm = load_model(args.model, dtype=args.dtype, device="cpu")
     results = []
     # Every task intact first, then with each bug: what is measured by a deadline is the most useful part.
@@ -96,9 +97,7 @@ def main() -> None:
             size = int(n) if not mix else min(int(n), args.bug_n)  # a bug shows at any size: keep it short
             results.append(measure(lm, spec, size, mix))
             print(json.dumps(results[-1]), flush=True)
-            if args.out:
-                with open(args.out, "w") as handle:
-                    json.dump(results, handle, indent=1)
+            write_json(args.json, "determinism", args, results)  # after each task: a deadline keeps what is done
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Data-parallel find against one process using every core: the same search, wall time and equal results.
 
-    .venv/bin/python scripts/bench_distributed.py [--model smollm2-135m] [--processes 2] [--discovery 40]
+    .venv/bin/python -m scripts.bench.distributed [--model smollm2-135m] [--processes 2] [--discovery 40]
 
 Runs ``headprune find`` (exact screen, then the joint search and held-out) three times from this script:
 one process with all cores as torch threads (the strongest simple baseline: what a user runs without a
 launcher), one process with one thread, and ``torchrun --nproc-per-node N`` with one thread each. Prints wall
-times, the speedup over the baseline, and whether the results are identical (timings aside). Exits non-zero
+times, the speedup over the baseline, and whether the results are identical (timings aside), and writes them to
+``--json`` (default runs/bench/distributed.json). Exits non-zero
 when they are not (floats compared to 6 significant digits: thread counts change summation order).
 """
 
@@ -19,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from .common import add_json_option, cores, write_json
 
 
 def run(label: str, launcher: list[str], args: list[str], out: Path, threads: int) -> tuple[float, dict]:
@@ -47,28 +50,34 @@ def rounded(value: object) -> object:
     return value
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--task", default="sentiment")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--discovery", type=int, default=40)
     parser.add_argument("--heldout", type=int, default=40)
-    options = parser.parse_args()
-    cores = os.cpu_count() or 1
+    add_json_option(parser, "distributed")
+    options = parser.parse_args(argv)
+    threads = cores()
     args = ["find", options.model, "--task", options.task, "--discovery", str(options.discovery), "--heldout",
             str(options.heldout), "--nominees", "4", "--max-heads", "2", "--finalists", "2", "--device", "cpu"]
     with tempfile.TemporaryDirectory() as scratch:
-        base, expected = run(f"1 process x {cores} threads", [sys.executable], args, Path(scratch) / "a", cores)
+        base, expected = run(f"1 process x {threads} threads", [sys.executable], args, Path(scratch) / "a", threads)
         single, one = run("1 process x 1 thread", [sys.executable], args, Path(scratch) / "b", 1)
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                     str(options.processes)]
         spread, many = run(f"torchrun {options.processes} processes x 1 thread", launcher, args,
                            Path(scratch) / "c", 1)
-    print(f"speedup over 1 process x {cores} threads: {base / spread:.2f}x; over 1 process x 1 thread: "
+    print(f"speedup over 1 process x {threads} threads: {base / spread:.2f}x; over 1 process x 1 thread: "
           f"{single / spread:.2f}x")
     same = expected == one == many
     print("results identical (sets, screen, verdict):", "yes" if same else "NO")
+    write_json(options.json, "distributed", options, [
+        {"run": f"1 process x {threads} threads", "seconds": base, "speedup": 1.0},
+        {"run": "1 process x 1 thread", "seconds": single, "speedup": base / single},
+        {"run": f"torchrun {options.processes} processes x 1 thread", "seconds": spread, "speedup": base / spread}],
+        identical=same)
     sys.exit(0 if same else 1)
 
 

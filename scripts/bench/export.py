@@ -17,9 +17,9 @@ Prunes: ``realistic`` is --heads (a head list or a find result: file or folder);
 by default, :func:`heavy_heads` (a fixed rule: a quarter of the heads as whole key/value groups, one group in
 each of evenly spaced layers, topped up with single heads; every layer keeps heads).
 
-    python scripts/bench_export.py [--model smollm2-135m] [--heads L3.H0,...|RUN/result.json] [--heavy-heads ...]
+    python -m scripts.bench.export [--model smollm2-135m] [--heads L3.H0,...|RUN/result.json] [--heavy-heads ...]
         [--tasks sentiment,arithmetic] [--prompts 4] [--new-tokens 16] [--repeats 3] [--threads N]
-        [--runtimes torch,onnx-genai,llama.cpp] [--gguf-type f32] [--verify-limit 8]
+        [--runtimes torch,onnx-genai,llama.cpp] [--gguf-type f32] [--verify-limit 8] [--json runs/bench/export.json]
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ from headprune.heads import Head, HeadGrid, parse_heads
 from headprune.loading.models import LoadedModel, load, load_model
 from headprune.surgery.slicing import count_parameters
 from headprune.tasks import load_task
+
+from .common import add_json_option, write_json
 
 RUNTIMES = ("torch", "onnx-genai", "llama.cpp")
 REALISTIC = "L3.H0,L3.H1,L3.H2,L10.H3,L10.H4,L10.H5,L12.H1,L20.H7"  # two whole KV groups and two single heads
@@ -215,22 +217,62 @@ def _row(cells: Sequence[str]) -> str:
 HEADER = _row(COLUMNS)
 
 
-def table_rows(runtime: str, entries: list[Entry], sizes: dict[str, int]) -> list[str]:
-    """The runtime's rows: absolute medians, and ratios to the original (the first entry)."""
+def table_rows(runtime: str, entries: list[Entry], sizes: dict[str, int]) -> list[tuple[tuple[str, ...], str]]:
+    """The runtime's rows, each its cells and a note: absolute medians, and ratios to the original (the first)."""
     base_prompt, base_decode = statistics.median(entries[0].prompt), statistics.median(entries[0].decode)
     rows = []
     for entry in entries:
         if entry.runner is None:
-            rows.append(_row((runtime, f"{entry.name} ({sizes[entry.name]} heads)", entry.note)))
+            rows.append(((runtime, f"{entry.name} ({sizes[entry.name]} heads)", entry.note), ""))
             continue
         prompt, decode = statistics.median(entry.prompt), statistics.median(entry.decode)
-        rows.append(_row((
+        rows.append(((
             runtime, entry.name if entry.name == "original" else f"{entry.name} ({sizes[entry.name]} heads)",
             entry.layout, f"{entry.params:,}", f"{entry.file_bytes / 2**20:.1f}",
             "-" if entry.memory is None else f"{entry.memory / 2**20:.1f}", f"{entry.kv_bytes:,}",
-            f"{prompt:.1f}", f"{decode:.1f}", f"{prompt / base_prompt:.2f}", f"{decode / base_decode:.2f}"))
-            + (f"  {entry.note}" if entry.note else ""))
+            f"{prompt:.1f}", f"{decode:.1f}", f"{prompt / base_prompt:.2f}", f"{decode / base_decode:.2f}"), entry.note))
     return rows
+
+
+def runtime_rows(runtime: str, args: argparse.Namespace, lm: LoadedModel, prunes: dict, folder: Path,
+                 prompts: list[list[int]], options: dict, sizes: dict[str, int], n_ctx: int
+                 ) -> list[tuple[tuple[str, ...], str]]:
+    """Export, load and time every model in ``runtime``; its rows (one saying why, when it cannot run)."""
+    entries: list[Entry] = []
+    label = runtime
+    try:
+        if runtime == "torch":
+            import transformers
+
+            label = f"torch {torch.__version__.split('+')[0]} (transformers {transformers.__version__})"
+            entries = build_torch(lm, prunes, folder, options)
+        elif runtime == "onnx-genai":
+            from headprune.exporter.onnx_export import genai_version
+
+            version, reason = genai_version()
+            label = f"ONNX Runtime GenAI {version}"
+            if version is None:
+                raise Unavailable(reason)
+            entries = build_genai(lm, prunes, folder, options, args.threads)
+        else:
+            from headprune.exporter.gguf_export import llama_cpp_version
+
+            version, reason = llama_cpp_version()
+            label = f"{version or 'llama.cpp'} ({args.gguf_type}{', FA' if args.flash_attn else ''})"
+            if version is None:
+                raise Unavailable(reason)
+            entries = build_llama_cpp(lm, prunes, folder, options, args.threads, n_ctx, args.gguf_type,
+                                      args.flash_attn)
+        measure(entries, prompts, args.new_tokens, args.repeats, args.warmup)
+        return table_rows(label, entries, sizes)
+    except Unavailable as error:
+        return [((label, f"not available: {error}"), "")]
+    except Exception as error:  # noqa: BLE001 - a runtime that fails is a row, not the end of the others
+        return [((label, f"failed: {_why(error)}"), "")]
+    finally:
+        for entry in entries:
+            if entry.runner is not None:
+                entry.runner.close()
 
 
 def main(argv: Sequence[str] | None = None) -> list[str]:
@@ -249,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     parser.add_argument("--gguf-type", default="f32", help="the GGUF files' tensor type (f32, f16, bf16, q8_0)")
     parser.add_argument("--flash-attn", action="store_true", help="llama.cpp with flash attention")
     parser.add_argument("--verify-limit", type=int, default=8, help="examples each export verifies on")
+    add_json_option(parser, "export")
     args = parser.parse_args(argv)
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
     unknown = sorted(set(runtimes) - set(RUNTIMES))
@@ -275,49 +318,17 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
            "fixed rule heavy_heads(): whole KV groups in evenly spaced layers, then single heads"}
     for name, heads in prunes.items():
         print(f"{name} ({how[name]}): {len(heads)} of {lm.grid.total} heads removed: {','.join(map(str, heads))}")
-    lines = [HEADER]
+    lines, records = [HEADER], []
     print(HEADER)
     with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch)
         for runtime in runtimes:
-            entries: list[Entry] = []
-            label = runtime
-            try:
-                if runtime == "torch":
-                    import transformers
-
-                    label = f"torch {torch.__version__.split('+')[0]} (transformers {transformers.__version__})"
-                    entries = build_torch(lm, prunes, folder, options)
-                elif runtime == "onnx-genai":
-                    from headprune.exporter.onnx_export import genai_version
-
-                    version, reason = genai_version()
-                    label = f"ONNX Runtime GenAI {version}"
-                    if version is None:
-                        raise Unavailable(reason)
-                    entries = build_genai(lm, prunes, folder, options, args.threads)
-                else:
-                    from headprune.exporter.gguf_export import llama_cpp_version
-
-                    version, reason = llama_cpp_version()
-                    label = f"{version or 'llama.cpp'} ({args.gguf_type}{', FA' if args.flash_attn else ''})"
-                    if version is None:
-                        raise Unavailable(reason)
-                    entries = build_llama_cpp(lm, prunes, folder, options, args.threads, n_ctx, args.gguf_type,
-                                              args.flash_attn)
-                measure(entries, prompts, args.new_tokens, args.repeats, args.warmup)
-                rows = table_rows(label, entries, sizes)
-            except Unavailable as error:
-                rows = [_row((label, f"not available: {error}"))]
-            except Exception as error:  # noqa: BLE001 - a runtime that fails is a row, not the end of the others
-                rows = [_row((label, f"failed: {_why(error)}"))]
-            finally:
-                for entry in entries:
-                    if entry.runner is not None:
-                        entry.runner.close()
-            for row in rows:
-                print(row, flush=True)
-            lines += rows
+            for cells, note in runtime_rows(runtime, args, lm, prunes, Path(scratch), prompts, options, sizes,
+                                            n_ctx):
+                lines.append(_row(cells) + (f"  {note}" if note else ""))
+                records.append({**dict(zip(COLUMNS, cells)), **({"note": note} if note else {})})
+                print(lines[-1], flush=True)
+    write_json(args.json, "export", args, records, prunes={name: [str(h) for h in heads]
+                                                          for name, heads in prunes.items()})
     return lines
 
 

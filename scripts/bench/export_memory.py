@@ -6,10 +6,11 @@ that process's memory, file pages of memory-mapped weights included) when it exi
 counts (``wait4``'s figure would: Linux carries a parent's high-water mark into a child started by fork). The
 fixed overhead (Python, torch and transformers imported, no model) is measured the same way.
 
-    python scripts/export_memory.py --shape 1.5b --dtype bfloat16                  # random-init, Qwen2.5-1.5B shape
-    python scripts/export_memory.py --model smollm2-135m --formats safetensors,onnx,gguf
+    python -m scripts.bench.export_memory --shape 1.5b --dtype bfloat16            # random-init, Qwen2.5-1.5B shape
+    python -m scripts.bench.export_memory --model smollm2-135m --formats safetensors,onnx,gguf
 
-Models built from a shape are random-initialised from a config (no download) and cached in ``--work``.
+Models built from a shape are random-initialised from a config (no download) and cached in ``--work``. One JSON
+line per export on stdout, all of them in ``--json`` (default runs/bench/export_memory.json).
 """
 
 from __future__ import annotations
@@ -22,40 +23,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-# Llama-style shapes of real checkpoints (layers as the real model unless --layers says otherwise).
-SHAPES = {
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=512),
-    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                 num_key_value_heads=2, vocab_size=151936),  # Qwen2.5-1.5B: 1.54B parameters, tied embeddings
-}
+from .common import add_json_option, write_json
+
+SHAPES = ("tiny", "1.5b")  # of headprune.testing.LLAMA_SHAPES (layers as the real model unless --layers says otherwise)
 
 
 def build(shape: str, dtype: str, folder: Path, layers: int | None) -> Path:
-    """A random-initialised Llama of ``shape`` saved in ``folder`` with a small tokenizer (once)."""
+    """A random-initialised Llama of ``shape`` (tied embeddings) saved in ``folder`` with a small tokenizer (once)."""
     if (folder / "config.json").is_file():
         return folder
     import torch
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    sizes = dict(SHAPES[shape], **({"num_hidden_layers": layers} if layers else {}))
-    config = transformers.LlamaConfig(**sizes, max_position_embeddings=2048, tie_word_embeddings=True,
-                                      pad_token_id=0, eos_token_id=1, bos_token_id=1)
-    torch.manual_seed(0)
-    with torch.device("meta"):
-        model = transformers.LlamaForCausalLM(config)
-    model = model.to_empty(device="cpu").to(getattr(torch, dtype))
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.normal_(0, 0.02)
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    core.train_from_iterator(["the quick brown fox jumps over the lazy dog 0123456789"] * 20,
-                             trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<eos>"],
-                                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
+    from headprune.testing import bpe_tokenizer, llama_config, random_llama
+
+    config = llama_config(shape, layers, max_position_embeddings=2048, tie_word_embeddings=True)
+    model = random_llama(config, getattr(torch, dtype))
+    tokenizer = bpe_tokenizer(["the quick brown fox jumps over the lazy dog 0123456789"], vocab_size=300)
     staging = folder.with_name(folder.name + ".partial")
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
@@ -96,15 +79,15 @@ def peak_rss(args: list[str], env: dict[str, str]) -> tuple[int, int, str]:
     """(peak resident bytes, exit code, last output lines) of ``headprune ARGS`` in a process of its own."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "peak"
-        done = subprocess.run([sys.executable, __file__, "--child", str(report), "--", *args], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        done = subprocess.run([sys.executable, "-m", "scripts.bench.export_memory", "--child", str(report), "--", *args],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
         tail = done.stdout.decode(errors="replace").strip().splitlines()[-3:]
         return int(report.read_text()), done.returncode, "\n".join(tail)
 
 
 def measure(model: str, weights: int, formats: list[str], heads: str, layout: str, work: Path,
             task: str | None = None) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                                         os.environ.get("PYTHONPATH", "")])}
     overhead, _, _ = peak_rss([], env)
     rows = []
@@ -120,7 +103,7 @@ def measure(model: str, weights: int, formats: list[str], heads: str, layout: st
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=sorted(SHAPES), help="a random-initialised Llama of this shape")
     parser.add_argument("--model", help="an existing model spec instead (folder, .gguf, smollm2-135m)")
@@ -132,7 +115,8 @@ def main() -> None:
     parser.add_argument("--verify-task", default=None, help="a task to re-measure (default: the text sample)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "headprune-export-memory")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
-    argv = sys.argv[1:]
+    add_json_option(parser, "export_memory")
+    argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         child(Path(argv[1]), argv[3:])  # --child REPORT -- headprune arguments
     args = parser.parse_args(argv)
@@ -148,7 +132,9 @@ def main() -> None:
 
         model, weights = args.model, weight_bytes(resolve_model(args.model))
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
-        measure(model, weights, args.formats.split(","), args.heads, args.layout, Path(scratch), args.verify_task)
+        rows = measure(model, weights, args.formats.split(","), args.heads, args.layout, Path(scratch),
+                       args.verify_task)
+    write_json(args.json, "export_memory", args, rows)
 
 
 if __name__ == "__main__":

