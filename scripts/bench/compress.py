@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--discovery", type=int, default=150)
     parser.add_argument("--heldout", type=int, default=50)
     parser.add_argument("--screen", default="attribution")
-    parser.add_argument("--candidates", type=int, default=8)
+    parser.add_argument("--candidates", type=int, default=None, help="a pre-screen's candidates (default: find's)")
     parser.add_argument("--max-drop", type=float, action="append", required=True)
     parser.add_argument("--patience", type=int, action="append", help="repeat for several [default: 3]")
     parser.add_argument("--rules", default="v1,greedy")
