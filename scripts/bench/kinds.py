@@ -14,7 +14,7 @@ load hits both alike. The naive loops are the simplest strong ones:
   (``stop_strings``, a row stops when its text holds one; 128 new tokens at most), the completion cut there, then
   every program run against its tests in a process of its own (``headprune.scoring.execution``, as headprune
   runs them; the time it takes is printed, the same work on both sides). The problems come from templates
-  (``code_task``: a function's signature and docstring after two solved ones, with a reference solution).
+  (``naive.code_task``: a function's signature and docstring after two solved ones, with a reference solution).
 
 The head is zeroed in both by the same o_proj pre-hook (``headprune.surgery.ablation.ablated``). headprune runs
 ``Evaluator(..., reuse_layers=True)`` (find's exact screen) with find's default batches (``--batch-size auto``:

@@ -67,7 +67,7 @@ class NaiveDecoding:
 
 
 class NaiveGenerate(NaiveDecoding):
-    """Stopping each row at its first newline (see the docstring); the answer is the text before it."""
+    """Stopping each row at its first newline (see kinds.py's docstring); the answer is the text before it."""
 
     def __init__(self, lm: LoadedModel, task: Task) -> None:
         super().__init__(lm, task)
