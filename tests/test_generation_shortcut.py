@@ -153,3 +153,40 @@ def test_code_completions_stop_where_generate_with_stop_strings_would(tiny_causa
     finally:
         handle.remove()
     assert counts[printable] < counts[never]
+
+
+def test_drafted_decoding_writes_what_generate_writes(tiny_causal) -> None:
+    """After the intact run, a condition's decoding reads the intact text's next tokens in the same step
+    (``Generation._draft``): greedy keeps those it chooses too and goes on after the last one from the right
+    position, with the rest hidden. Long answers, few rows per step (many drafted tokens), no target that
+    decides them, and ablations that change some texts part-way: every text as plain ``generate`` writes it, and
+    drafted tokens both kept and refused."""
+    lm, steps = tiny_causal, 12
+    prompts = PROMPTS + EXTRA_PROMPTS
+    task = Task("long", "generate", tuple(Example(f"g{i}", prompt=p, target="none") for i, p in enumerate(prompts)),
+                max_new_tokens=steps, until=("\x00",))
+    evaluator = Evaluator(lm, task, batch_size=2, reuse_layers=True)
+    conditions = [(), (Head(1, 2),), (Head(0, 1), Head(1, 0)), (Head(0, 3),)]
+    for heads in conditions:
+        texts, _ = greedy_texts(lm, prompts, steps, heads, until=("\x00",))
+        assert_same_texts(evaluator.run(heads), texts)
+    generation = evaluator.generation
+    assert 0 < generation.drafts_kept < generation.drafted
+
+
+@pytest.mark.slow
+def test_drafted_decoding_of_smollm2_writes_what_generate_writes(smollm2) -> None:
+    """The drafted-decoding check above on a real model, whose texts move with every position id (a tiny random
+    model's barely do): a drafted token greedy refused must leave the row going on from the right position."""
+    from headprune.tasks import load_task
+
+    prompts = [e.prompt for e in load_task("arithmetic:n=10").examples]
+    steps, never = 20, ("\x00",)
+    task = Task("long", "generate", tuple(Example(f"a{i}", prompt=p, target="none") for i, p in enumerate(prompts)),
+                max_new_tokens=steps, until=never)
+    evaluator = Evaluator(smollm2, task, batch_size=2, reuse_layers=True)
+    for heads in [(), (Head(0, 0),), (Head(2, 4), Head(20, 1)), (Head(29, 3),)]:
+        texts, _ = greedy_texts(smollm2, prompts, steps, heads, until=never)
+        assert_same_texts(evaluator.run(heads), texts)
+    generation = evaluator.generation
+    assert 0 < generation.drafts_kept < generation.drafted

@@ -34,6 +34,11 @@ from headprune.loading.models import LoadedModel
 from headprune.scoring import Item, Scorer
 from headprune.tasks import Example
 
+# Tokens a decoding step reads at about the cost of one on a CPU, where a step of a few rows is bound by reading
+# every weight: a step drafts (see Generation._draft) at most this many tokens over its rows. A step of more rows
+# is bound by its arithmetic, where a drafted token costs as much as the step it may save, and drafts nothing.
+DRAFT_TOKENS = 16
+
 # Generation-config settings under which greedy's next token is the argmax of the model's logits: any other
 # value adds a logits processor (a penalty, a forced or suppressed token), and then only `generate` is exact.
 _NEUTRAL: dict[str, tuple] = {
@@ -74,7 +79,9 @@ class Generation:
         self._found: dict[int, Generated] = {}  # per example, answered by settle() in this condition
         # settle()'s rows waiting to be decoded: per batch, its keys and values and its rows (item, tokens, gaps)
         self._settling: list[tuple[object, list[tuple[int, list[int], list[float]]]]] = []
+        self._prior: dict[int, list[int]] = {}  # per item, the first condition's greedy tokens (see _draft)
         self.decoded_rows = 0  # rows decoded beyond the teacher-forced pass, over this object's life (a statistic)
+        self.drafted = self.drafts_kept = 0  # tokens drafted and drafted tokens greedy kept, likewise
 
     def reset(self) -> None:
         """Forget what a condition cut short (out of memory) observed or left waiting."""
@@ -116,7 +123,7 @@ class Generation:
         for row, index in enumerate(batch):
             tokens, gaps, ended = self._decided(index)
             if ended:
-                self._found[self.items[index].example] = self.answer(index, tokens, torch.tensor(gaps))
+                self._found[self.items[index].example] = self._answered(index, tokens, gaps)
             elif tokens:
                 keep.append(row)
                 rows.append((index, tokens, gaps))
@@ -148,7 +155,7 @@ class Generation:
         rows = self._greedy([index for index, _, _ in settling], [(tokens, gaps) for _, tokens, gaps in settling],
                             ids.to(device), mask.to(device), kept[:, None].to(device), passing_cache(cache))
         for (index, _, _), (tokens, gaps) in zip(settling, rows):
-            self._found[self.items[index].example] = self.answer(index, tokens, torch.tensor(gaps))
+            self._found[self.items[index].example] = self._answered(index, tokens, gaps)
 
     def finish(self, batches: Sequence[Sequence[int]], prefix_cache: object | None, batch_rows: int
                ) -> dict[int, Generated]:
@@ -164,7 +171,7 @@ class Generation:
                 continue
             tokens, gaps, ended = self._decided(index)
             if ended:
-                found[self.items[index].example] = self.answer(index, tokens, torch.tensor(gaps))
+                found[self.items[index].example] = self._answered(index, tokens, gaps)
             else:
                 pending.append(index)
                 known[index] = (tokens, gaps)
@@ -173,7 +180,7 @@ class Generation:
         for start in range(0, len(pending), batch_rows):
             batch = pending[start: start + batch_rows]
             for index, (tokens, gaps) in zip(batch, self._decode([known[i] for i in batch], batch, prefix_cache)):
-                found[self.items[index].example] = self.answer(index, tokens, torch.tensor(gaps))
+                found[self.items[index].example] = self._answered(index, tokens, gaps)
         return found
 
     def ended(self, index: int, tokens: Sequence[int]) -> bool:
@@ -199,31 +206,84 @@ class Generation:
         cache = {} if prefix_cache is None else passing_cache(prefix.rows(prefix_cache, len(rows)))
         return self._greedy(batch, rows, ids.to(device), mask.to(device), positions.to(device), cache)
 
+    def _draft(self, index: int, tokens: list[int], width: int) -> list[int]:
+        """Tokens to check in parallel after item ``index``'s ``tokens``: what the first condition that decoded it
+        (find's intact run) wrote next, where its text so far is the same, at most ``width`` of them. Its last token
+        is left out: the step that reads it would only choose what follows an ended text."""
+        prior = self._prior.get(index)
+        if prior is None or prior[: len(tokens)] != tokens:
+            return []
+        return prior[len(tokens): len(prior) - 1][:width]
+
+    def _draft_width(self, rows: int) -> int:
+        """How many tokens a step of ``rows`` rows drafts per row: ``DRAFT_TOKENS`` over the rows, in all."""
+        return max(0, min(self.max_new, DRAFT_TOKENS // rows - 1))
+
     def _greedy(self, batch: Sequence[int], rows: list[tuple[list[int], list[float]]], ids: torch.Tensor,
                 mask: torch.Tensor, positions: torch.Tensor, cache: dict) -> list[tuple[list[int], list[float]]]:
-        """Greedy steps from input ``ids`` (mask over the cache and them, their position ids), appending each
-        row's tokens and gaps to ``rows`` (of items ``batch``) until every row has ended."""
+        """Greedy steps from input ``ids`` (mask over the cache and them, their position ids; each row's last
+        column its latest token), appending each row's tokens and gaps to ``rows`` (of items ``batch``) until every
+        row has ended.
+
+        Each step also reads, after a row's latest token, the tokens :meth:`_draft` expects next (right-padded:
+        ``(rows, 1 + drafted)`` logits per step): greedy keeps the drafted tokens as long as each is its own choice,
+        and the step's choice after them, so a text an ablation leaves unchanged takes one step, not one per
+        token. A drafted token greedy did not keep is masked out of the cache, and the row goes on after the last
+        one it kept. Rows that have ended leave the batch."""
         model, device = self.lm.model, self.lm.device
-        running = torch.ones(len(rows), dtype=torch.bool)
+        live = list(range(len(rows)))  # the rows still running, in the order of the step's tensors' rows
         while True:
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
-                        **cache)
-            top = out.logits[:, -1].float().topk(2, dim=-1)
-            chosen, gaps = top.indices[:, 0].tolist(), (top.values[:, 0] - top.values[:, 1]).tolist()
-            for row, (tokens, row_gaps) in enumerate(rows):
-                if running[row]:
-                    tokens.append(chosen[row])
-                    row_gaps.append(gaps[row])
-                    running[row] = len(tokens) < self.max_new and not self.ended(batch[row], tokens)
-            if not running.any():
+            width = self._draft_width(len(live))
+            drafts = [self._draft(batch[row], rows[row][0], width) for row in live]
+            drafted = max(len(draft) for draft in drafts)
+            if drafted:
+                extra = torch.tensor([draft + [self.pad_id] * (drafted - len(draft)) for draft in drafts])
+                ids = torch.cat([ids, extra.to(device)], dim=1)
+                filled = torch.tensor([[1] * len(draft) + [0] * (drafted - len(draft)) for draft in drafts])
+                mask = torch.cat([mask, filled.to(mask)], dim=1)
+                positions = torch.cat([positions, positions[:, -1:] + 1 + torch.arange(drafted, device=device)], 1)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                        logits_to_keep=1 + drafted, **cache)
+            top = out.logits[:, -1 - drafted:].float().topk(2, dim=-1)  # (live, 1 + drafted, 2)
+            chosen, gaps = top.indices[..., 0].tolist(), (top.values[..., 0] - top.values[..., 1]).tolist()
+            followed = [self._follow(batch[row], rows[row], draft, chosen[k], gaps[k])
+                        for k, (row, draft) in enumerate(zip(live, drafts))]
+            self.drafted += sum(len(draft) for draft in drafts)
+            self.drafts_kept += sum(kept for kept, _ in followed)
+            going = [k for k, (_, runs) in enumerate(followed) if runs]
+            if not going:
                 break
-            cache = passing_cache(cache_of(out))
-            step = torch.tensor([c if run else self.pad_id for c, run in zip(chosen, running.tolist())])
-            ids = step[:, None].to(device)
-            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
-            positions = positions[:, -1:] + 1
+            total = mask.shape[1]
+            for k, (kept, _) in enumerate(followed):  # drafted tokens greedy did not keep are hidden from later steps
+                mask[k, total - drafted + kept:] = 0
+            # Ended rows leave the batch: a step's cost grows with its rows' keys and values, copied at every step.
+            select = torch.tensor(going, device=device)
+            past = cache_of(out)
+            if len(going) < len(live):
+                past.batch_select_indices(select)
+            cache = passing_cache(past)
+            latest = positions.shape[1] - 1 - drafted + torch.tensor([kept for kept, _ in followed], device=device)
+            positions = (positions.gather(1, latest[:, None]) + 1)[select]  # each row's last kept input's, plus 1
+            live = [live[k] for k in going]
+            ids = torch.tensor([[rows[row][0][-1]] for row in live], device=device)
+            mask = torch.cat([mask[select], mask.new_ones((len(live), 1))], dim=1)
         self.decoded_rows += len(rows)
         return rows
+
+    def _follow(self, index: int, row: tuple[list[int], list[float]], draft: list[int], chosen: list[int],
+                gaps: list[float]) -> tuple[int, bool]:
+        """Append to ``row`` greedy's choices of one step (``chosen``/``gaps`` after the row's latest token and each
+        drafted token; the last ones follow padding where the draft is shorter than the step's): as many as follow
+        from drafted tokens greedy chose too. Returns how many drafted tokens were kept and whether the row runs on."""
+        tokens, row_gaps = row
+        for j in range(len(draft) + 1):
+            tokens.append(chosen[j])
+            row_gaps.append(gaps[j])
+            if len(tokens) >= self.max_new or self.ended(index, tokens):
+                return j, False
+            if j == len(draft) or tokens[-1] != draft[j]:
+                return j, True
+        raise AssertionError("unreachable")
 
     def generate(self, batches: Sequence[Sequence[int]]) -> dict[int, Generated]:
         """Plain ``model.generate`` of every prompt, left-padded in ``batches``, a row to its stop or
@@ -247,6 +307,11 @@ class Generation:
             for row, i in enumerate(batch):
                 found[self.items[i].example] = self.answer(i, out[row, width:].tolist(), steps[row])
         return found
+
+    def _answered(self, index: int, tokens: list[int], gaps: list[float]) -> Generated:
+        """:meth:`answer`, keeping the first condition's tokens of each item for :meth:`_draft`."""
+        self._prior.setdefault(index, list(tokens))
+        return self.answer(index, tokens, torch.tensor(gaps))
 
     def answer(self, index: int, tokens: list[int], gaps: torch.Tensor) -> Generated:
         """Item ``index``'s answer text and decision gap from its greedy tokens and per-step gaps."""
