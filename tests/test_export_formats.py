@@ -126,3 +126,17 @@ def test_the_python_api_routes_gguf_type_into_the_format_options_and_refuses_it_
                out=tmp_path / "o")
     with pytest.raises(ExportSettingsError, match="^level applies only with no export format"):
         export("absent", "L0.H0", format="gguf", format_options={"level": "9"}, out=tmp_path / "o")
+
+
+def test_each_format_counts_its_own_weight_files(tmp_path: Path) -> None:
+    """The record's bytes are the export's weight files by its format's suffixes (an export read back as a
+    source counts the same files)."""
+    from headprune.exporter.export_record import EXPORT_WEIGHT_SUFFIXES, weight_bytes
+
+    for name in EXPORT_FORMATS:
+        suffixes = REGISTRY[name].weight_suffixes
+        assert suffixes and set(suffixes) <= set(EXPORT_WEIGHT_SUFFIXES), name
+    (tmp_path / "model.gguf").write_bytes(b"1" * 5)
+    (tmp_path / "model.safetensors").write_bytes(b"1" * 7)
+    (tmp_path / "tokenizer.json").write_bytes(b"1" * 11)
+    assert weight_bytes(tmp_path, REGISTRY["gguf"].weight_suffixes) == 5 and weight_bytes(tmp_path) == 12

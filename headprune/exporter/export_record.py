@@ -181,16 +181,17 @@ def file_hashes(folder: Path) -> dict[str, str]:
             for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != RECORD_NAME)}
 
 
-# The weight files of every export format, counted in a folder's weight bytes.
+# The weight files a model folder may hold (a source checkpoint, or an export of the built-in formats); an export's
+# own are its format's (ExportFormat.weight_suffixes).
 EXPORT_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".gguf")
 
 
-def weight_bytes(path: Path) -> int:
-    """Bytes of the weight files in a model folder (safetensors, bin, ONNX, GGUF), or of one file."""
+def weight_bytes(path: Path, suffixes: tuple[str, ...] = EXPORT_WEIGHT_SUFFIXES) -> int:
+    """Bytes of the weight files (those ending in ``suffixes``) in a model folder, or of one file."""
     path = Path(path)
     if path.is_file():
         return path.stat().st_size
-    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in EXPORT_WEIGHT_SUFFIXES)
+    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in suffixes)
 
 
 def read_record(folder: Path) -> ExportRecord:

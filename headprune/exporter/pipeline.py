@@ -294,7 +294,8 @@ def _record(fmt: ExportFormat, job: Job, staging: Path, verification: Verificati
         ablation=job.ablation, encoder=lm.is_encoder, model_class=lm.model_class.name, head=lm.task_head,
         auto_class=lm.model_class.auto_class, layers=tuple(job.plans) if job.layout == "sliced" else (),
         parameters=Counts(count_parameters(lm.model), count_parameters(job.artifact)),
-        bytes=Counts(source_bytes or count_parameters(lm.model) * lm.model.dtype.itemsize, weight_bytes(staging)),
+        bytes=Counts(source_bytes or count_parameters(lm.model) * lm.model.dtype.itemsize,
+                     weight_bytes(staging, fmt.weight_suffixes)),
         verification=verification, origin=origin, seconds=round(time.perf_counter() - started, 2),
         format_details=to_json(details) if details is not None else {},
         stands_in_for=lm.model_class.stands_in_for if lm.model_class else None, passthrough=fmt.passthrough)

@@ -112,6 +112,7 @@ class ExportFormat:
     writes_through: ClassVar[bool] = False  # can carry checkpoint tensors the loading class does not use
     takes: ClassVar[tuple[FormatOption, ...]] = ()  # the options only this format takes
     details_type: ClassVar[type | None] = None  # the record class of its format_details (None: it records none)
+    weight_suffixes: ClassVar[tuple[str, ...]] = ()  # its weight files, counted in the record's bytes
 
     def __init__(self, options: ExportOptions) -> None:
         self.options = options

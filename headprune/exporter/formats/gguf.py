@@ -63,6 +63,7 @@ class Gguf(ExportFormat):
     takes = (FormatOption("gguf_type", GGUF_TYPES, "f32", "With --format gguf: the file's tensor type (a float32 "
                           "copy is the one verified in llama.cpp)."),)
     details_type = GgufInfo
+    weight_suffixes = (".gguf",)
 
     def check_options(self) -> None:
         from headprune.exporter.gguf_export import check_type, llama_cpp_version

@@ -36,6 +36,7 @@ def _generates(lm: LoadedModel) -> bool:
 class Onnx(ExportFormat):
     name = "onnx"
     title = "ONNX"
+    weight_suffixes = (".onnx",)
     extra = "onnx"
     tolerance = ONNX_TOLERANCE
 

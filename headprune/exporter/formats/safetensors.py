@@ -23,6 +23,7 @@ class Safetensors(ExportFormat):
     name = "safetensors"
     library_name = "transformers"
     writes_through = True
+    weight_suffixes = (".safetensors",)
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
         from headprune.exporter.passthrough import write_through
