@@ -26,10 +26,12 @@ def test_export_formats_are_the_registry() -> None:
     assert FORMATS == choices.EXPORT_FORMATS  # messages list them in the choices' order
 
 
-def test_task_kinds_are_the_scorers_kinds() -> None:
+def test_task_kinds_are_the_registered_specs_and_each_has_a_scorer() -> None:
     from headprune.scoring import _SCORERS  # the scorer registry (as tests/test_tasks_listing.py reads it)
+    from headprune.tasks.kinds import KINDS, shown_order
 
-    assert set(choices.TASK_KINDS) == {scorer.kind for scorer in _SCORERS.values()}
+    assert set(choices.TASK_KINDS) == set(KINDS) == {scorer.kind for scorer in _SCORERS.values()}
+    assert [spec.name for spec in shown_order()] == list(choices.TASK_KINDS)  # listed in the choices' order
 
 
 def test_dtypes_and_device_maps_are_what_loading_accepts() -> None:

@@ -19,7 +19,9 @@ from headprune.surgery.ablation import ablated
 from helpers.cli import invoke
 from headprune.errors import VerificationError
 from headprune.exporter import export, gguf_export, gguf_read, onnx_export
-from headprune.exporter.pipeline import GGUF_TOLERANCE, GREEDY_STEPS, ONNX_TOLERANCE
+from headprune.exporter.formats.gguf import GGUF_TOLERANCE
+from headprune.exporter.formats.onnx import ONNX_TOLERANCE
+from headprune.exporter.pipeline import GREEDY_STEPS
 from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
 from headprune.exporter.runtimes import GenaiRunner, LlamaCppModel
 from headprune.heads import parse_heads

@@ -15,7 +15,7 @@ from helpers import build_tiny, choice_task, generate_task, save_folder, text_ta
 
 from helpers.cli import invoke
 from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record, runtimes, verify_record
-from headprune.exporter.pipeline import GGUF_TOLERANCE
+from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
 from headprune.heads import parse_heads
 from headprune.loading.models import wrap_model
 from headprune.surgery.slicing import densify
@@ -62,7 +62,7 @@ HEADS = "L0.H1,L1.H0,L1.H1"
 def test_gguf_decodes_like_the_masked_original_in_llama_cpp(models, family, layout, tmp_path) -> None:
     lm = models[family]
     record = export(lm, HEADS, format="gguf", layout=layout, verify_task=generate_task(), out=tmp_path / "g")
-    info = record.gguf
+    info = Gguf.details(record)
     check = info.runtime
     assert check.done and check.gated and check.runtime.startswith("llama.cpp")
     assert check.prompts == len(generate_task()) and check.tokens > 0
@@ -98,7 +98,7 @@ def test_gguf_choice_and_text_tasks_are_remeasured_in_llama_cpp(models, tmp_path
         record = export(lm, "L1.H2", format="gguf", layout="sliced", verify_task=task, out=tmp_path / name)
         assert record.verification.task.disagreements == 0
         assert record.verification.task.measured_on.startswith("llama.cpp")
-        assert record.gguf.runtime.mismatches == 0
+        assert Gguf.details(record).runtime.mismatches == 0
 
 
 def _file_against_masked(lm, heads, path, task) -> tuple[float, float]:  # noqa: ANN001
@@ -204,7 +204,7 @@ def test_gguf_types_verify_a_float32_copy_and_report_their_own_agreement(models,
     lm = models["llama"]
     record = export(lm, HEADS, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g",
                     gguf_type=gguf_type)
-    info = record.gguf
+    info = Gguf.details(record)
     assert info.gguf_type == gguf_type and info.runtime.file_type == "f32" and info.runtime.mismatches == 0
     typed = info.typed_runtime
     assert typed is not None and typed.done and not typed.gated and typed.file_type == gguf_type
@@ -224,7 +224,7 @@ def test_sliced_gguf_is_smaller_than_dense(models, tmp_path) -> None:
     sliced = export(lm, "L1.H0,L1.H1", format="gguf", layout="sliced", verify_task=generate_task(),
                     out=tmp_path / "s")
     assert sliced.bytes.after < dense.bytes.after
-    assert sliced.gguf.head_count == (4, 2) and sliced.gguf.head_count_kv == (2, 1)
+    assert Gguf.details(sliced).head_count == (4, 2) and Gguf.details(sliced).head_count_kv == (2, 1)
 
 
 def test_dense_gguf_zeroes_the_removed_heads_output_columns(models, tmp_path) -> None:
@@ -242,7 +242,7 @@ def test_without_llama_cpp_the_record_says_it_was_not_run(models, tmp_path, monk
     monkeypatch.setattr(gguf_export, "llama_cpp_version", lambda: (None, "llama.cpp is not usable (test)"))
     record = export(models["llama"], "L1.H2", format="gguf", layout="sliced", verify_task=generate_task(),
                     out=tmp_path / "g")
-    assert not record.gguf.runtime.done and "not usable (test)" in record.gguf.runtime.reason
+    assert not Gguf.details(record).runtime.done and "not usable (test)" in Gguf.details(record).runtime.reason
     assert "llama.cpp was not available" in record.verification.task.measured_on
     assert "Not run in llama.cpp" in (tmp_path / "g" / "README.md").read_text()
 
@@ -276,7 +276,7 @@ def test_cli_gguf_export(models, tokenizer, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert "llama.cpp (deci, float32)" in result.output and "model.gguf" in result.output
     # Users are told to run it with what headprune ran it in, and how.
-    ran = read_record(tmp_path / "o2").gguf.runtime.runtime
+    ran = Gguf.details(read_record(tmp_path / "o2")).runtime.runtime
     assert ran == llama_cpp_runtime.library().runtime and f"checked in {ran}" in result.output
     card = (tmp_path / "o2" / "README.md").read_text()
     assert f"Checked in {ran}" in card
@@ -301,7 +301,7 @@ def test_smollm2_gguf_decodes_like_the_masked_original(smollm2, tmp_path, monkey
     record = export(smollm2, heads, format="gguf", layout="sliced", verify_task=task, out=tmp_path / "g")
     diff, scale = _file_against_masked(smollm2, parse_heads(heads), tmp_path / "g" / "model.gguf", task)
     assert diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, scale)  # llama.cpp run here, not the record's number
-    info = record.gguf
+    info = Gguf.details(record)
     check = info.runtime
     assert check.done and check.mismatches == 0 and check.identical == check.prompts == len(prompts)
     assert check.tokenizer_agree == check.tokenizer_texts == len(prompts)

@@ -3,7 +3,9 @@
 ``tests/data/v1`` holds a ``result.json`` and a ``headprune_export.json`` written by headprune before typed
 records (commit 525b210, the hand-made model with a harmful head), kept as they were written. ``tests/data/v2``
 holds the record of a q8_0 GGUF export written by headprune at commit 385e413 (schema version 2, whose runtime
-checks named the file's type ``gguf_type``).
+checks named the file's type ``gguf_type``). ``tests/data/v3`` holds that record as headprune wrote it at commit
+532ca12 (schema version 3, GGUF's details in the field ``gguf``), with the card (``card.md``) and the lines
+``headprune export`` printed (``summary.txt``, the folder as ``OUT``) that 532ca12 made of it.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from pathlib import Path
 
 from headprune.core.record_json import from_json, to_json
 from headprune.exporter.card import card_metadata, render_card
-from headprune.exporter.export_record import RECORD_NAME, ExportRecord, read_record
+from headprune.exporter.export_record import RECORD_NAME, SCHEMA_VERSION, ExportRecord, read_record
+from headprune.exporter.formats.gguf import Gguf
 from headprune.report.markdown import render_markdown, verdict_line
 from headprune.search.find_result import FindResult
 
 V1 = Path(__file__).resolve().parent / "data" / "v1"
 V2 = V1.parent / "v2"
+V3 = V1.parent / "v3"
 
 
 def test_version_1_result_reads_into_typed_records() -> None:
@@ -57,14 +61,35 @@ def test_version_2_export_record_reads_with_the_runtime_checks_file_type(tmp_pat
     folder.mkdir()
     shutil.copy(V2 / RECORD_NAME, folder / RECORD_NAME)
     record = read_record(folder)
-    assert raw["schema_version"] == 2 and record.schema_version == 3
-    typed = raw["gguf"]["typed_runtime"]
-    assert typed["gguf_type"] == "q8_0" and record.gguf.typed_runtime.file_type == "q8_0"  # not the default f32
-    assert record.gguf.runtime.file_type == raw["gguf"]["runtime"]["gguf_type"] == "f32"
-    assert record.gguf.typed_runtime.identical == typed["identical"] and record.gguf.gguf_type == "q8_0"
+    assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 4
+    typed, info = raw["gguf"]["typed_runtime"], Gguf.details(record)
+    assert typed["gguf_type"] == "q8_0" and info.typed_runtime.file_type == "q8_0"  # not the default f32
+    assert info.runtime.file_type == raw["gguf"]["runtime"]["gguf_type"] == "f32"
+    assert info.typed_runtime.identical == typed["identical"] and info.gguf_type == "q8_0"
     again = json.loads(json.dumps(to_json(record)))
-    assert "gguf_type" not in again["gguf"]["typed_runtime"] and from_json(ExportRecord, again) == record
+    assert "gguf_type" not in again["format_details"]["typed_runtime"] and from_json(ExportRecord, again) == record
     assert "q8_0 file" in render_card(record)
+
+
+def test_version_3_export_record_upgrades_to_the_same_values_card_and_summary(tmp_path) -> None:
+    """A record of schema 3 (GGUF's details in ``gguf``) reads with every value where schema 4 keeps it
+    (``format_details``), and the card and ``headprune export``'s lines made of it are those 532ca12 made."""
+    from headprune.cli.export_cmd import export_summary
+
+    raw = json.loads((V3 / RECORD_NAME).read_text())
+    folder = tmp_path / "export"
+    folder.mkdir()
+    shutil.copy(V3 / RECORD_NAME, folder / RECORD_NAME)
+    record = read_record(folder)
+    assert raw["schema_version"] == 3 and raw["format"] == "gguf" and record.schema_version == 4
+    assert record.format_details == raw["gguf"] and to_json(Gguf.details(record)) == raw["gguf"]
+    assert Gguf.details(record).gguf_type == "q8_0"  # the GGUF type is still recorded ...
+    written = to_json(record)
+    assert "gguf" not in written and {k: v for k, v in written.items() if k not in ("format_details",
+                                                                                    "schema_version")} == {
+        k: v for k, v in raw.items() if k not in ("gguf", "schema_version")}  # every other value as it was
+    assert render_card(record) == (V3 / "card.md").read_text()  # ... and shown, word for word as before
+    assert export_summary(record, "OUT") == (V3 / "summary.txt").read_text().splitlines()
 
 
 def test_records_round_trip_through_json() -> None:

@@ -30,8 +30,9 @@ def test_every_extension_point_is_a_registry_and_refuses_a_second_claim() -> Non
     from headprune.scoring import _SCORERS
     from headprune.search.find import OBJECTIVE_RUNS
     from headprune.tasks.builtin import BUILTIN_TASKS
+    from headprune.tasks.kinds import KINDS
 
-    for registry in (REGISTRY, _BY_MODEL_TYPE, _SCORERS, OBJECTIVE_RUNS, BUILTIN_TASKS):
+    for registry in (REGISTRY, _BY_MODEL_TYPE, _SCORERS, OBJECTIVE_RUNS, BUILTIN_TASKS, KINDS):
         assert isinstance(registry, Registry), registry
     assert set(REGISTRY) == {"safetensors", "onnx", "gguf"} and "llama" in _BY_MODEL_TYPE
     assert ("choice", "causal") in _SCORERS and set(OBJECTIVE_RUNS) == {"improve", "compress"}

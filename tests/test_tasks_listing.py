@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from headprune.tasks import TASK_KINDS
-from headprune.tasks.jsonl import _row_kind
+from headprune.tasks.kinds import row_kind
 from helpers.cli import invoke
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -36,7 +36,7 @@ def test_headprune_tasks_lists_every_registered_kind_with_its_row_layout() -> No
         # The layout shown is one the task-file reader takes as this kind (its required keys are enough).
         required = re.findall(r'"(\w+)": ', listed[kind])
         assert required, f"`headprune tasks` shows no row layout for {kind}: {listed[kind]!r}"
-        assert _row_kind(dict.fromkeys(required, "")) == kind, listed[kind]
+        assert row_kind(dict.fromkeys(required, "")).name == kind, listed[kind]
 
 
 def test_readme_tasks_table_has_a_row_for_every_registered_kind() -> None:

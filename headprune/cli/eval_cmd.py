@@ -69,9 +69,10 @@ def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | 
     from headprune.loading.models import load_model
     from headprune.scoring.execution import require_code_execution
     from headprune.tasks import load_task
+    from headprune.tasks.kinds import kind_spec
 
     task = load_task(task_spec, trust_remote_code=placement["trust_remote_code"]).first(limit)
-    if task.kind == "code":
+    if kind_spec(task.kind).runs_code:
         require_code_execution(task.name)  # before the model is even loaded
     lm = load_model(model, **placement)
     lm.grid.check(heads)

@@ -19,14 +19,16 @@ DEFAULTS = FindSettings()  # the options' defaults are the settings' own
 
 
 def _refuse_code_tasks(*specs: str | None) -> None:
-    """Code tasks (from JSONL files) need code execution allowed: say so before anything is loaded."""
+    """Tasks whose kind runs generated code (code tasks, from JSONL files) need code execution allowed: say so
+    before anything is loaded."""
     from headprune.scoring.execution import code_execution_allowed, require_code_execution
     from headprune.tasks import PREFIX, load_task
+    from headprune.tasks.kinds import kind_spec
 
     if code_execution_allowed():
         return
     for spec in specs:
-        if spec and not spec.startswith(PREFIX) and load_task(spec).kind == "code":
+        if spec and not spec.startswith(PREFIX) and kind_spec(load_task(spec).kind).runs_code:
             require_code_execution(spec)
 
 

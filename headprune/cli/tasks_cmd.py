@@ -10,12 +10,11 @@ from headprune.cli.options import json_option
 
 
 def task_file_lines() -> list[str]:
-    """Each task kind's row layout and file options, one kind per line in the order of ``TASK_KINDS`` (the kinds
-    a Task may have): made from the registry, so a new kind shows here without editing this command."""
-    from headprune.tasks import TASK_KINDS
-    from headprune.tasks.jsonl import FILE_LAYOUTS
+    """Each task kind's row layout and file options, one kind per line in the order of ``TASK_KINDS``: made from
+    the kinds' registered specs (``headprune.tasks.kinds``), so a new kind shows here without editing this command."""
+    from headprune.tasks.kinds import shown_order
 
-    rows = [(kind, *FILE_LAYOUTS.get(kind, ("(no task-file layout)", ""))) for kind in TASK_KINDS]
+    rows = [(spec.name, spec.layout, spec.listing) for spec in shown_order()]
     width = max(len(layout) for _, layout, _ in rows)
     return [f"  {kind:<9} {layout:<{width}}   {options}".rstrip() for kind, layout, options in rows]
 

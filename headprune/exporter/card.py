@@ -1,10 +1,15 @@
-"""The model card (README.md) of an export, with Hub-style YAML metadata, rendered from its record."""
+"""The model card (README.md) of an export, with Hub-style YAML metadata, rendered from its record.
+
+What a format says of itself (its verification lines, how to load it, its Hub library) its class in
+:mod:`headprune.exporter.formats` says; nothing here names a format.
+"""
 
 from __future__ import annotations
 
 import json
 
 from headprune.exporter.export_record import ExportRecord, FindOrigin
+from headprune.exporter.formats import format_class
 
 
 def publishes_heldout(record: ExportRecord) -> bool:
@@ -37,7 +42,7 @@ def model_index(record: ExportRecord) -> list | None:
 
 def card_metadata(record: ExportRecord) -> dict:
     """The card's YAML front matter as data (what ``push --dry-run`` shows)."""
-    meta: dict = {"library_name": {"safetensors": "transformers"}.get(record.format, record.format),
+    meta: dict = {"library_name": format_class(record.format).library_name or record.format,
                   "tags": ["headprune", "pruned", f"headprune-{record.layout}", "attention-head-pruning"]}
     if record.source.hub_id:
         meta["base_model"] = record.source.hub_id
@@ -102,8 +107,7 @@ def render_card(record: ExportRecord) -> str:
         lines.append(f"- Run in {runtime.runtime}: greedy decoding of {runtime.prompts} task prompts gives the masked "
                      f"original's tokens on {runtime.identical} ({runtime.tokens} tokens compared)." if runtime.done
                      else f"- Not run in its runtime: {runtime.reason}.")
-    if record.gguf is not None:
-        lines += _gguf_lines(record.gguf)
+    lines += format_class(record.format).card_lines(record)
     if record.origin is not None and record.origin.non_inferiority is not None:
         lines += _compression_lines(record.origin) + [_metadata_note(record)]
     elif record.origin is not None:
@@ -122,7 +126,7 @@ def render_card(record: ExportRecord) -> str:
                          "positive): " + ("**confirmed**." if v.confirmed
                                           else "**not confirmed** (no improvement is claimed)."))
         lines.append(_metadata_note(record))
-    lines += ["", "## How to load", ""] + _how_to_load(record)
+    lines += ["", "## How to load", ""] + format_class(record.format).card_usage(record)
     changed = [f"L{p.layer}: {p.layout}" for p in record.layers if p.layout != "unchanged"]
     lines += ["", "Per-layer layouts: " + ", ".join(changed) if changed else "", ""]
     return "\n".join(lines)
@@ -205,65 +209,3 @@ def headprune_link() -> str:
         if label.strip().lower() in ("homepage", "repository", "source") and url.strip().startswith("https://"):
             return f"[headprune]({url.strip()})"
     return "headprune"
-
-
-def gguf_usage(runtime: str, file: str) -> list[str]:
-    """How to run a GGUF export in the runtime headprune checked it in (``runtime`` as the record names it; empty:
-    none was), as markdown: llama-cpp-python's ``Llama``, or llama.cpp's own programs and xllamacpp's server."""
-    if "llama-cpp-python" in runtime:
-        return [f"Checked in {runtime}:", "", "```python", "from llama_cpp import Llama",
-                f'llm = Llama("{file}")', 'print(llm("12 + 7 =", max_tokens=8))', "```"]
-    build = runtime.split()[1] if runtime.startswith("llama.cpp ") else ""
-    lines = [f"Checked in {runtime}: llama.cpp's own programs of that build or later, or xllamacpp's server:" if build
-             else "Not run in llama.cpp when it was exported; llama.cpp's own programs:", "", "```bash",
-             f"llama-cli -m {file}      # or: llama-server -m {file}", "```"]
-    if build:
-        lines += ["", "```python", "import xllamacpp", "", "params = xllamacpp.CommonParams()",
-                  f'params.model.path = "{file}"', "server = xllamacpp.Server(params)",
-                  'print(server.handle_completions({"prompt": "12 + 7 =", "n_predict": 8, "temperature": 0}))',
-                  "```"]
-    return lines
-
-
-def _how_to_load(record: ExportRecord) -> list[str]:
-    auto = record.auto_class or "AutoModel"
-    if record.format == "gguf" and record.gguf is not None:
-        lines = gguf_usage(record.gguf.runtime.runtime, record.gguf.file)
-        if record.gguf.architecture == "deci":
-            lines += ["", "Layers have different head counts: the file uses llama.cpp's `deci` architecture, which "
-                      "reads them per layer (`deci.attention.head_count`, `deci.attention.head_count_kv`)."]
-        return lines
-    if record.format == "onnx":
-        output = "last_hidden_state" if record.head == "base" else "logits"
-        return ["```python", "import onnxruntime", 'session = onnxruntime.InferenceSession("model.onnx")',
-                "# inputs: input_ids, attention_mask" + ("" if record.encoder else ", position_ids (int64)")
-                + f"; output: {output}", "```"]
-    if record.layout == "sliced" and record.auto_class is None:
-        return ["```python", "import headprune", 'model = headprune.load("PATH")', "```"]
-    if record.layout == "sliced":
-        return ["```python", f"from transformers import {auto}, AutoTokenizer",
-                f'model = {auto}.from_pretrained("PATH_OR_REPO", trust_remote_code=True)',
-                "# or, with headprune installed: headprune.load(\"PATH\")", "```", "",
-                "Layers have different head counts, which stock transformers classes cannot express; the small "
-                "`modeling_headprune.py` next to the weights (it imports only torch and transformers) rebuilds "
-                "the shapes recorded in `config.json` under `headprune`."]
-    return ["```python", f"from transformers import {auto}", f'model = {auto}.from_pretrained("PATH_OR_REPO")', "```"]
-
-
-def _gguf_lines(info) -> list[str]:  # noqa: ANN001
-    lines = [f"- GGUF `{info.file}` ({info.architecture} architecture, {info.gguf_type}; tokenizer {info.tokenizer}"
-             f"{', chat template' if info.chat_template else ''}): {info.tensors_read_back} tensors read back and "
-             f"compared with the pruned model's (largest difference {info.read_back_max_abs_diff:.2e})."]
-    for check in (info.runtime, info.typed_runtime):
-        if check is None:
-            continue
-        if not check.done:
-            lines.append(f"- Not run in llama.cpp ({check.file_type}): {check.reason}.")
-            continue
-        lossy = "" if check.gated else " (lossy: reported, not gated)"
-        lines.append(f"- In {check.runtime}, {check.file_type} file{lossy}: {check.identical} of {check.prompts} "
-                     f"task prompts decode greedily to the masked original's tokens ({check.ties} near-ties, "
-                     f"{check.mismatches} mismatches; {check.tokens} tokens, largest logit difference "
-                     f"{check.max_abs_logit_diff:.2e}); llama.cpp's tokenizer agrees on {check.tokenizer_agree} of "
-                     f"{check.tokenizer_texts} task texts.")
-    return lines + [f"- Note: {note}." for note in info.notes]

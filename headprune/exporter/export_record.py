@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from headprune.core.hashing import sha256_file
 from headprune.core.record_json import from_json, to_json
@@ -17,7 +18,9 @@ from headprune.search.stats import NonInferiority, Verdict
 from headprune.surgery.plan import LayerPlan
 
 RECORD_NAME = "headprune_export.json"
-SCHEMA_VERSION = 3  # 3: RuntimeCheck.gguf_type became file_type (it holds ONNX's file type too)
+# 3: RuntimeCheck.gguf_type became file_type (it holds ONNX's file type too); 4: the GGUF-only field "gguf" became
+# "format_details", each format's own (GGUF's: formats.gguf.GgufInfo).
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class Verification:
     logits: LogitCheck
     task: TaskCheck | None  # None: heads given by hand without a task (outputs compared on a text sample)
     tensors: TensorCheck | None = None  # None in records written before tensors were checked
-    runtime: RuntimeCheck | None = None  # ONNX: the folder run in ONNX Runtime GenAI (GGUF: see GgufInfo)
+    runtime: RuntimeCheck | None = None  # ONNX: the folder run in ONNX Runtime GenAI (GGUF: in format_details)
 
 
 @dataclass(frozen=True)
@@ -115,24 +118,6 @@ class RuntimeCheck:
 
 
 @dataclass(frozen=True)
-class GgufInfo:
-    """What a GGUF export wrote and how the file itself was checked."""
-
-    architecture: str  # llama, qwen2 (dense) or deci (sliced: per-layer head counts)
-    gguf_type: str  # f32, f16, bf16, q8_0
-    file: str
-    head_count: tuple[int, ...]  # per layer
-    head_count_kv: tuple[int, ...]
-    tokenizer: str
-    chat_template: bool
-    tensors_read_back: int  # tensors read back from the file and compared with what was written
-    read_back_max_abs_diff: float  # 0 for float32; the rounding of the stored type otherwise
-    runtime: RuntimeCheck  # the float32 file (the written one, or a verification copy for other types)
-    typed_runtime: RuntimeCheck | None = None  # the written file when it is not float32
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class FindOrigin:
     """The find result the heads came from: its task, the finalist's rank and held-out verdict (and, for a
     ``find --objective compress`` result, its non-inferiority verdict)."""
@@ -148,7 +133,7 @@ class ExportRecord:
     source: SourceInfo
     removed_heads: tuple[str, ...]
     layout: str  # "sliced" or "dense"
-    format: str  # "safetensors", "onnx" or "gguf"
+    format: str  # a registered export format's name (headprune.exporter.formats)
     ablation: str
     encoder: bool
     layers: tuple[LayerPlan, ...]  # sliced layout only
@@ -161,7 +146,8 @@ class ExportRecord:
     origin: FindOrigin | None = None
     seconds: float = 0.0
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every other file of the folder
-    gguf: GgufInfo | None = None  # GGUF exports only
+    # What the format itself recorded, as JSON (its class's details_type reads it: GGUF's GgufInfo); {}: nothing.
+    format_details: dict[str, Any] = field(default_factory=dict)
     # The checkpoint's own class where transformers lacks it (model_class stood in), and the checkpoint tensors
     # model_class does not use, written through unchanged.
     stands_in_for: str | None = None
@@ -195,16 +181,17 @@ def file_hashes(folder: Path) -> dict[str, str]:
             for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != RECORD_NAME)}
 
 
-# The weight files of every export format, counted in a folder's weight bytes.
+# The weight files a model folder may hold (a source checkpoint, or an export of the built-in formats); an export's
+# own are its format's (ExportFormat.weight_suffixes).
 EXPORT_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".gguf")
 
 
-def weight_bytes(path: Path) -> int:
-    """Bytes of the weight files in a model folder (safetensors, bin, ONNX, GGUF), or of one file."""
+def weight_bytes(path: Path, suffixes: tuple[str, ...] = EXPORT_WEIGHT_SUFFIXES) -> int:
+    """Bytes of the weight files (those ending in ``suffixes``) in a model folder, or of one file."""
     path = Path(path)
     if path.is_file():
         return path.stat().st_size
-    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in EXPORT_WEIGHT_SUFFIXES)
+    return sum(p.stat().st_size for p in path.iterdir() if p.suffix in suffixes)
 
 
 def read_record(folder: Path) -> ExportRecord:
@@ -217,12 +204,7 @@ def read_record(folder: Path) -> ExportRecord:
     if not path.is_file():
         raise ResultFileError(f"{folder} is not a headprune export (no {RECORD_NAME})")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("headprune_export") == 1:
-            data = _upgrade_v1(data)
-        elif data.get("schema_version", SCHEMA_VERSION) < SCHEMA_VERSION:
-            data = _upgrade_v2(data)
-        return from_json(ExportRecord, data)
+        return from_json(ExportRecord, upgrade(json.loads(path.read_text(encoding="utf-8"))))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
             AttributeError) as error:
         raise ResultFileError(f"{path} is not a valid export record ({type(error).__name__}: {error})") from error
@@ -244,8 +226,21 @@ def verify_record(folder: Path) -> ExportRecord:
     return record
 
 
+def upgrade(data: dict) -> dict:
+    """A record's JSON of any schema version in the current layout, one version's step after another.
+
+    Raises:
+        KeyError, TypeError, AttributeError: not an export record's shape.
+    """
+    if data.get("headprune_export") == 1:
+        data = _upgrade_v1(data)
+    while data.get("schema_version", SCHEMA_VERSION) < SCHEMA_VERSION:
+        data = _UPGRADES[data["schema_version"]](data)
+    return data
+
+
 def _upgrade_v1(data: dict) -> dict:
-    """A record written before typed records (``"headprune_export": 1``) in the current layout."""
+    """A record written before typed records (``"headprune_export": 1``) in the layout of version 2."""
     check = data["verification"]
     task = check["task"]
     verdict = data.get("find_verdict")
@@ -264,16 +259,27 @@ def _upgrade_v1(data: dict) -> dict:
             "task": data.get("find_task") or "task", "rank": 1,
             "verdict": {**{k: verdict[k] for k in ("n", "accuracy_before", "accuracy_after", "rescued", "damaged",
                                                     "p_value", "alpha")}}},
-        "seconds": data.get("seconds", 0.0), "files": data["files"],
+        "seconds": data.get("seconds", 0.0), "files": data["files"], "schema_version": 2,
     }
 
 
 def _upgrade_v2(data: dict) -> dict:
-    """A version 2 record in the current layout: its runtime checks named the type of the file run
-    ``gguf_type`` (an ONNX one too); now ``file_type``."""
+    """Version 2 to 3: the runtime checks named the type of the file run ``gguf_type`` (an ONNX one too); now
+    ``file_type``."""
     gguf = data.get("gguf") or {}
     checks = [data["verification"].get("runtime"), gguf.get("runtime"), gguf.get("typed_runtime")]
     for check in checks:
         if check is not None and "gguf_type" in check:
             check["file_type"] = check.pop("gguf_type")
-    return {**data, "schema_version": SCHEMA_VERSION}
+    return {**data, "schema_version": 3}
+
+
+def _upgrade_v3(data: dict) -> dict:
+    """Version 3 to 4: GGUF's details were the field ``gguf`` (null for other formats); now every format's
+    details are ``format_details`` (``{}``: none)."""
+    data = dict(data)
+    gguf = data.pop("gguf", None)
+    return {**data, "format_details": gguf or {}, "schema_version": 4}
+
+
+_UPGRADES = {2: _upgrade_v2, 3: _upgrade_v3}  # schema version -> the step to the next one

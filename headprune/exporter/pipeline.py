@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from headprune.core.choices import ABLATIONS, EXPORT_LAYOUTS
+from headprune.core.choices import ABLATIONS, EXPORT_FORMATS, EXPORT_LAYOUTS
 from headprune.core.folder_lock import FolderLock
 from headprune.core.io import atomic_folder, temporary_folder
+from headprune.core.record_json import to_json
 from headprune.errors import ExportSettingsError, VerificationError
 from headprune.exporter.destination import check_destination, local_sources
 from headprune.exporter.export_record import (RECORD_NAME, Counts, ExportRecord, FindOrigin, SourceInfo, Verification,
                                               file_hashes, public_name, weight_bytes)
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
-from headprune.exporter.formats.gguf import GGUF_TOLERANCE
-from headprune.exporter.formats.onnx import ONNX_TOLERANCE
 from headprune.exporter.resolve import (HeadsLike, check_ablation, read_result, refuse_unconfirmed, resolve_heads,
                                         verification_inputs)
 from headprune.heads import Head
@@ -49,8 +48,7 @@ DEFAULT_VERIFY_LIMIT = 500
 GREEDY_PROMPTS = 16  # task prompts decoded greedily in the runtime (llama.cpp, ONNX Runtime GenAI) and in torch
 GREEDY_STEPS = 16
 
-__all__ = ["DEFAULT_VERIFY_LIMIT", "GGUF_TOLERANCE", "GREEDY_PROMPTS", "GREEDY_STEPS", "LAYOUTS", "ONNX_TOLERANCE",
-           "export", "resolve_heads"]
+__all__ = ["DEFAULT_VERIFY_LIMIT", "GREEDY_PROMPTS", "GREEDY_STEPS", "LAYOUTS", "export", "resolve_heads"]
 
 
 def export(
@@ -58,7 +56,7 @@ def export(
     heads: HeadsLike,
     *,
     set_rank: int = 1,
-    format: str = "safetensors",  # noqa: A002 - the CLI's name
+    format: str = EXPORT_FORMATS[0],  # noqa: A002 - the CLI's name; the first is safetensors
     layout: str = "sliced",
     ablation: str = "zero",
     verify_task: str | Task | None = None,
@@ -70,9 +68,10 @@ def export(
     dtype: str | None = None,
     trust_remote_code: bool = False,
     allow_unconfirmed: bool = False,
-    gguf_type: str = "f32",
+    gguf_type: str | None = None,
     max_shard_size: int | str | None = None,
     overwrite: bool = False,
+    format_options: Mapping[str, str] | None = None,
 ) -> ExportRecord:
     """Remove ``heads`` from ``model`` and write a verified checkpoint to ``out``.
 
@@ -100,10 +99,13 @@ def export(
         allow_unconfirmed: export a finalist whose held-out gain is not confirmed (an exploratory finalist, or
             a primary set find did not confirm); its card says so in its first line. Heads given as a list
             make no claim and need no permission (their card says that no improvement is claimed).
-        gguf_type: the GGUF file's tensor type (f32, f16, bf16, q8_0); the runtime check runs a float32 copy.
+        gguf_type: the GGUF file's tensor type (f32, f16, bf16, q8_0; default f32); the runtime check runs a float32
+            copy. Short for ``format_options={"gguf_type": ...}``.
         max_shard_size: safetensors exports larger than this (bytes, or ``"5GB"``, ``"500MB"``) are written in
             shards with a ``model.safetensors.index.json``, as ``save_pretrained`` does (``None``: its default).
         overwrite: replace a previous headprune export in ``out``.
+        format_options: the options only the chosen format takes, by name (its class's ``takes``; ``gguf``:
+            ``gguf_type``); an option of another format is refused.
 
     Returns:
         The record written as ``headprune_export.json``.
@@ -113,8 +115,8 @@ def export(
         ExportSettingsError, TaskError.
     """
     # A loaded model keeps its own dtype: only a dtype it is loaded in is an option to check.
-    fmt = format_for(format, ExportOptions(layout, dtype if isinstance(model, str) else None, gguf_type,
-                                           max_shard_size))
+    fmt = format_for(format, ExportOptions(layout, dtype if isinstance(model, str) else None, max_shard_size,
+                                           _format_options(format_options, gguf_type=gguf_type)))
     _check_options(fmt, ablation, tolerance)
     result = read_result(heads)
     _check_result_options(result, set_rank, allow_unconfirmed)
@@ -154,6 +156,23 @@ def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, resul
         result.compression.verdict if result.compression is not None and set_rank == 1 else None)
     log.info("export: removing %d heads (%s, %s); writing %s", len(removed), job.layout, fmt.name, out)
     return _write_verified(fmt, job, out, origin=origin, remeasured=remeasured, started=started)
+
+
+def _format_options(given: Mapping[str, str] | None, **keywords: str | None) -> dict[str, str]:
+    """``format_options`` with the format options ``export`` also takes as keywords (``gguf_type``) merged in.
+
+    Raises:
+        ExportSettingsError: one given both ways, differently.
+    """
+    options = dict(given or {})
+    for name, value in keywords.items():
+        if value is None:
+            continue
+        if options.get(name, value) != value:
+            raise ExportSettingsError(f"{name} is given twice ({value!r}, and {options[name]!r} in format_options)",
+                                      settings=(name,))
+        options[name] = value
+    return options
 
 
 def _check_result_options(result: object, set_rank: int, allow_unconfirmed: bool) -> None:
@@ -218,9 +237,9 @@ def _write_verified(fmt: ExportFormat, job: Job, out: Path, *, origin: FindOrigi
         written = fmt.write(job, staging, scratch)
         try:
             verification = _verify(fmt, job, written, staging, remeasured)
-            runtime, gguf = fmt.runtime_check(job, written)
-            record = _record(fmt, job, staging, replace(verification, runtime=runtime), gguf=gguf, origin=origin,
-                             started=started)
+            runtime, details = fmt.runtime_check(job, written)
+            record = _record(fmt, job, staging, replace(verification, runtime=runtime), details=details,
+                             origin=origin, started=started)
             (staging / "README.md").write_text(render_card(record), encoding="utf-8")
             record = replace(record, files=file_hashes(staging))
             record.save(staging)
@@ -265,7 +284,7 @@ def _verify(fmt: ExportFormat, job: Job, written: Written, staging: Path, remeas
     return Verification(logits, check and replace(check, task=public_name(check.task)), tensors)
 
 
-def _record(fmt: ExportFormat, job: Job, staging: Path, verification: Verification, *, gguf: object,
+def _record(fmt: ExportFormat, job: Job, staging: Path, verification: Verification, *, details: object,
             origin: FindOrigin | None, started: float) -> ExportRecord:
     """The export's record (its files' hashes are added once the card is written)."""
     lm = job.lm
@@ -275,9 +294,10 @@ def _record(fmt: ExportFormat, job: Job, staging: Path, verification: Verificati
         ablation=job.ablation, encoder=lm.is_encoder, model_class=lm.model_class.name, head=lm.task_head,
         auto_class=lm.model_class.auto_class, layers=tuple(job.plans) if job.layout == "sliced" else (),
         parameters=Counts(count_parameters(lm.model), count_parameters(job.artifact)),
-        bytes=Counts(source_bytes or count_parameters(lm.model) * lm.model.dtype.itemsize, weight_bytes(staging)),
+        bytes=Counts(source_bytes or count_parameters(lm.model) * lm.model.dtype.itemsize,
+                     weight_bytes(staging, fmt.weight_suffixes)),
         verification=verification, origin=origin, seconds=round(time.perf_counter() - started, 2),
-        gguf=gguf,  # type: ignore[arg-type]
+        format_details=to_json(details) if details is not None else {},
         stands_in_for=lm.model_class.stands_in_for if lm.model_class else None, passthrough=fmt.passthrough)
 
 

@@ -1,7 +1,9 @@
 """Scorers, one per task kind and kind of model, registered here.
 
-Adding a task kind is one module with a :class:`Scorer` subclass and one line in ``_SCORERS`` (keyed by the
-kind and the kind of model it runs on: two scorers for one pair are an error).
+A task kind is a registered spec (:mod:`headprune.tasks.kinds`: its rows, reader, writer, listing); its scorers
+are one module each here, a :class:`Scorer` subclass per kind of model it runs on, and one entry in ``_SCORERS``
+(keyed by the kind and the kind of model: two scorers for one pair are an error, and so is a scorer for a kind
+no spec registers).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from headprune.scoring.encoder_choice import EncoderChoiceScorer
 from headprune.scoring.generate import GenerateScorer
 from headprune.scoring.text import TextScorer
 from headprune.tasks import Task
+from headprune.tasks.kinds import kind_spec
 
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.loading.models import LoadedModel
@@ -25,6 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
 _SCORERS: Registry[tuple[str, str], type[Scorer]] = Registry("scorer (task kind, model kind)", {
     (s.kind, s.models): s for s in (ChoiceScorer, GenerateScorer, TextScorer, EncoderChoiceScorer, ClassifyScorer,
                                    CodeScorer)})
+for _kind, _ in _SCORERS:
+    kind_spec(_kind)  # a scorer for a kind no spec registers fails at import (TaskError naming the kinds)
 _MODEL_WORDS = {"causal": "a causal language model", "encoder": "an encoder (or a model read by its hidden states)",
                 "classifier": "a model with a sequence-classification head"}
 

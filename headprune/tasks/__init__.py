@@ -18,6 +18,7 @@ from headprune.tasks.base import TASK_KINDS, Example, Task, TaskKind, has_accura
 from headprune.tasks.builtin import BUILTIN_SUMMARIES, BUILTIN_TASKS
 from headprune.tasks.harness import PREFIX, load_harness_task
 from headprune.tasks.jsonl import load_jsonl_task, write_jsonl_task
+from headprune.tasks.kinds import KINDS, TaskKindSpec, kind_spec
 
 
 def load_task(spec: str | Path, *, trust_remote_code: bool = False) -> Task:
@@ -85,5 +86,6 @@ def describe_builtin_tasks() -> list[tuple[str, str, str]]:
     return [(name, kind, summary) for name, (kind, summary) in BUILTIN_SUMMARIES.items()]
 
 
-__all__ = ["PREFIX", "TASK_KINDS", "Example", "Task", "TaskKind", "describe_builtin_tasks", "has_accuracy", "load_task",
-           "load_jsonl_task", "portable_spec", "write_jsonl_task", "BUILTIN_TASKS"]
+__all__ = ["PREFIX", "KINDS", "TASK_KINDS", "Example", "Task", "TaskKind", "TaskKindSpec", "describe_builtin_tasks",
+           "has_accuracy", "kind_spec", "load_task", "load_jsonl_task", "portable_spec", "write_jsonl_task",
+           "BUILTIN_TASKS"]

@@ -1,14 +1,7 @@
 """What a task is: a named list of examples of one kind, scored example by example.
 
-Kinds:
-    choice    ``{"prompt", "choices", "answer"}``: pick the most likely continuation (causal LMs) or the
-              choice whose embedding is closest to the prompt's (encoders).
-    generate  ``{"prompt", "target"}``: greedy decoding up to the first newline, exact match after trimming.
-    text      ``{"text"}``: mean token negative log-likelihood, a continuous control metric.
-    classify  ``{"text", "label"}`` (``"text_pair"`` for pairs): the model's own classification head must
-              pick the label (an index, or a name from the model's ``id2label``).
-    code      ``{"prompt", "tests", "entry_point"?}``: greedy generation, then the program run against the
-              tests in a separate, limited process (pass@1); runs only with code execution allowed.
+The kinds (``choice``, ``generate``, ``text``, ``classify``, ``code``) are registered specs in
+:mod:`headprune.tasks.kinds`, one module each: their rows, how they are read and written, their options.
 """
 
 from __future__ import annotations
@@ -23,9 +16,10 @@ from headprune.core.choices import TASK_KINDS
 from headprune.core.limits import limit
 from headprune.errors import TaskError
 from headprune.tasks.answers import LINE, AnswerRule, rule_to_json
+from headprune.tasks.example import Example
+from headprune.tasks.kinds import kind_spec
 
-TaskKind = Literal["choice", "generate", "text", "classify", "code"]
-CONTINUOUS_KINDS: tuple[str, ...] = ("text",)  # scored by a continuous metric only, no accuracy
+TaskKind = str  # a registered kind's name (headprune.tasks.kinds; listed in core.choices.TASK_KINDS)
 
 
 def parse_options(text: str) -> dict[str, str]:
@@ -47,44 +41,7 @@ def parse_options(text: str) -> dict[str, str]:
 
 def has_accuracy(kind: str) -> bool:
     """Whether examples of this kind are right or wrong (``text`` tasks only have a mean NLL)."""
-    return kind not in CONTINUOUS_KINDS
-
-
-@dataclass(frozen=True)
-class Example:
-    """One example; which fields matter depends on the task kind."""
-
-    id: str
-    prompt: str = ""
-    choices: tuple[str, ...] = ()
-    answer: int = -1
-    target: str = ""
-    text: str = ""
-    text_pair: str = ""
-    label: int | str | None = None  # classify: an index or a label name
-    tests: str = ""  # code: test code run after the program (asserts, or a ``check(candidate)`` function)
-    entry_point: str = ""  # code: the function ``check`` is called with (HumanEval style)
-
-    def content(self) -> dict:
-        """The fields that define the example (not its id), for hashing and disjointness checks."""
-        content: dict = {"prompt": self.prompt, "choices": list(self.choices), "answer": self.answer,
-                         "target": self.target, "text": self.text}
-        if self.text_pair:  # fields of later kinds only when set, so earlier kinds keep their hashes
-            content["text_pair"] = self.text_pair
-        if self.label is not None:
-            content["label"] = self.label
-        if self.tests:
-            content.update(tests=self.tests, entry_point=self.entry_point)
-        return content
-
-    def content_key(self) -> str:
-        return hashlib.sha256(json.dumps(self.content(), sort_keys=True).encode()).hexdigest()
-
-    def input_key(self) -> str:
-        """A hash of what the model is given (the content without its answer, target or label): examples with
-        the same input but different answers must stay on one side of a split."""
-        given = {k: v for k, v in self.content().items() if k not in ("answer", "target", "label")}
-        return hashlib.sha256(json.dumps(given, sort_keys=True).encode()).hexdigest()
+    return kind_spec(kind).accuracy
 
 
 @dataclass(frozen=True)
@@ -93,7 +50,7 @@ class Task:
 
     Attributes:
         name: how the task was named (built-in spec or file path).
-        kind: ``choice``, ``generate`` or ``text``.
+        kind: a registered kind (``headprune.tasks.kinds``): ``choice``, ``generate``, ``text``, ...
         examples: the examples, in a fixed order.
         length_normalize: choice tasks: compare log-likelihood per byte of the continuation
             (lm-evaluation-harness ``acc_norm`` style) instead of the sum.

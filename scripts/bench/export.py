@@ -181,7 +181,7 @@ def build_llama_cpp(lm: LoadedModel, prunes: dict, folder: Path, options: dict, 
         except Exception as error:  # noqa: BLE001
             entries.append(_failed(name, error))
             continue
-        entries.append(Entry(name, f"sliced ({record.gguf.architecture})", record.parameters.after,
+        entries.append(Entry(name, f"sliced ({record.format_details['architecture']})", record.parameters.after,
                              weight_bytes(out / gguf_export.GGUF_NAME), _kv_bytes(lm.grid, record, kv, not flash_attn),
                              None, _llama_cpp(out / gguf_export.GGUF_NAME, n_ctx, threads, flash_attn)))
     return entries

@@ -18,7 +18,7 @@ from headprune.scoring.code import FUNCTION_STOPS, completion, program
 from headprune.scoring.execution import run_program
 from headprune.surgery.ablation import ablated
 from headprune.tasks import Example, Task, load_task
-from headprune.tasks.jsonl import CODE_MAX_NEW_TOKENS
+from headprune.tasks.kinds.code import CODE_MAX_NEW_TOKENS
 
 from .common import left_padded, pad_id
 

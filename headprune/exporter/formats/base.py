@@ -1,31 +1,52 @@
-"""What every export format does, and the registry the pipeline picks one from.
+"""What every export format does, and the registry the pipeline, the CLI and the card pick one from.
 
 A format is one class (as llama.cpp's converter has one per architecture), registered by its name with
-:func:`register`; the pipeline never branches on the format. Its steps, in the order the pipeline calls them:
+:func:`register`; nothing outside its module branches on the format. Its steps, in the order the pipeline calls
+them:
 
 1. :meth:`ExportFormat.check_options`: the options alone, before the model is loaded;
 2. :meth:`ExportFormat.check_model`: what the loaded model must be for this format, before anything is built;
 3. :meth:`ExportFormat.layout_for`: the layout the artifact is built in (ONNX may need the dense one);
 4. :meth:`ExportFormat.write`: the files, into the staging folder, and what the verification runs on;
-5. :meth:`ExportFormat.runtime_check`: the written file run in the runtime people deploy it with.
+5. :meth:`ExportFormat.runtime_check`: the written file run in the runtime people deploy it with, and the
+   format's own details for the record (``ExportRecord.format_details``, of type ``details_type``).
+
+What people see of it is the class's too, read from its record (no model, no torch): the options only it
+takes (``takes``: keys of ``export``'s ``format_options`` and the CLI's flags), its ``--format`` help, the CLI's
+summary lines and load hint, the card's verification lines and how-to-load section. This module imports no torch
+at the top, so the CLI can read the classes to build ``--help``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
-from headprune.core.checkpoint_files import has_weights
 from headprune.core.extras import require
+from headprune.core.record_json import from_json
 from headprune.core.registry import Registry
 from headprune.errors import ExportSettingsError, UnsupportedModelError
 from headprune.heads import Head
-from headprune.loading.models import LoadedModel
-from headprune.tasks import Task
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from headprune.exporter.export_record import ExportRecord
+    from headprune.loading.models import LoadedModel
+    from headprune.tasks import Task
+
+
+@dataclass(frozen=True)
+class FormatOption:
+    """An option only one format takes: a key of ``export(format_options=...)`` and a CLI flag (``name`` with
+    dashes: ``gguf_type`` is ``--gguf-type``), offered only with that format and refused with any other."""
+
+    name: str
+    choices: tuple[str, ...]
+    default: str
+    help: str
 
 
 @dataclass(frozen=True)
@@ -34,8 +55,8 @@ class ExportOptions:
 
     layout: str = "sliced"
     dtype: str | None = None  # the dtype the model is loaded in (None: the checkpoint's, or a loaded model's own)
-    gguf_type: str = "f32"
     max_shard_size: int | str | None = None
+    format_options: Mapping[str, str] = field(default_factory=dict)  # the format's own (FormatOption names)
 
 
 @dataclass
@@ -78,16 +99,25 @@ class Written:
 
 
 class ExportFormat:
-    """One export format. An instance serves one export: options are checked, then the model, then it writes."""
+    """One export format. An instance serves one export: options are checked, then the model, then it writes.
+    Its class methods read a written export's record (the CLI's lines, the card's)."""
 
     name: ClassVar[str]
+    title: ClassVar[str] = ""  # how prose names it ("GGUF"; empty: its name)
+    help: ClassVar[str] = ""  # what --format's help says of it (empty: nothing)
+    library_name: ClassVar[str | None] = None  # the card's Hub library_name (None: the format's name)
     extra: ClassVar[str | None] = None  # the optional install (headprune[extra]) it needs
     tolerance: ClassVar[float | None] = None  # its default logit tolerance (None: the dtype's)
     kv_map: ClassVar[bool] = True  # sliced layers map query heads to key/value heads (llama.cpp repeats evenly)
     writes_through: ClassVar[bool] = False  # can carry checkpoint tensors the loading class does not use
+    takes: ClassVar[tuple[FormatOption, ...]] = ()  # the options only this format takes
+    details_type: ClassVar[type | None] = None  # the record class of its format_details (None: it records none)
+    weight_suffixes: ClassVar[tuple[str, ...]] = ()  # its weight files, counted in the record's bytes
 
     def __init__(self, options: ExportOptions) -> None:
         self.options = options
+        self.chosen = {option.name: options.format_options.get(option.name, option.default)
+                       for option in self.takes}  # this format's options, defaults filled in
         self.passthrough: tuple[str, ...] = ()
 
     def check_options(self) -> None:
@@ -98,6 +128,15 @@ class ExportFormat:
         """
         from headprune.exporter.shards import shard_size
 
+        for name in self.options.format_options:
+            if name not in self.chosen:
+                owners = [cls.name for cls in REGISTRY.values() if any(o.name == name for o in cls.takes)]
+                where = f"with format {' or '.join(owners)}" if owners else "with no export format"
+                raise ExportSettingsError(f"{name} applies only {where}; it would be ignored here", settings=(name,))
+        for option in self.takes:
+            if self.chosen[option.name] not in option.choices:
+                raise ExportSettingsError(f"{option.name} must be one of {', '.join(option.choices)}, not "
+                                          f"{self.chosen[option.name]!r}", settings=(option.name,))
         shard_size(self.options.max_shard_size, self.name)
         if self.extra is not None:
             require(self.extra, f"export format {self.name!r}")
@@ -119,12 +158,43 @@ class ExportFormat:
         raise NotImplementedError
 
     def runtime_check(self, job: Job, written: Written) -> tuple[Any, Any]:
-        """``(RuntimeCheck or None, GgufInfo or None)``: the written files run in their own runtime.
+        """``(RuntimeCheck or None, details or None)``: the written files run in their own runtime, and the
+        format's details for the record (a ``details_type``).
 
         Raises:
             VerificationError: the runtime disagrees with the masked original.
         """
         return None, None
+
+    # What people see of a written export, read from its record alone.
+
+    @classmethod
+    def details(cls, record: ExportRecord) -> Any:
+        """The record's format details as a ``details_type`` (None: the format records none, or this record has
+        none)."""
+        if cls.details_type is None or not record.format_details:
+            return None
+        return from_json(cls.details_type, record.format_details)
+
+    @classmethod
+    def summary_lines(cls, record: ExportRecord) -> list[str]:
+        """What ``headprune export`` prints of this format after its verification line (plain text)."""
+        return []
+
+    @classmethod
+    def load_hint(cls, record: ExportRecord, out: str) -> str:
+        """How to load the export written to ``out``: the CLI's ``(load with ...)``."""
+        raise NotImplementedError
+
+    @classmethod
+    def card_lines(cls, record: ExportRecord) -> list[str]:
+        """The card's verification lines of this format (markdown list items)."""
+        return []
+
+    @classmethod
+    def card_usage(cls, record: ExportRecord) -> list[str]:
+        """The card's "How to load" section (markdown)."""
+        raise NotImplementedError
 
 
 def refuse_unless_float32(dtype: torch.dtype | str | None, message: str) -> None:
@@ -134,6 +204,8 @@ def refuse_unless_float32(dtype: torch.dtype | str | None, message: str) -> None
     Raises:
         ExportSettingsError
     """
+    import torch
+
     if isinstance(dtype, torch.dtype):
         wrong = dtype != torch.float32
     else:  # a name asked for; "auto" and "checkpoint" are known only once the model is loaded
@@ -149,6 +221,8 @@ def passthrough_tensors(lm: LoadedModel, format_name: str, writes_through: bool)
     Raises:
         UnsupportedModelError
     """
+    from headprune.core.checkpoint_files import has_weights
+
     if not lm.unused_tensors:
         return ()
     chosen = lm.model_class.name if lm.model_class else "the loaded class"

@@ -5,17 +5,24 @@ The file is written and read back by :mod:`headprune.exporter.gguf_export`. The 
 file (the written one, or a float32 copy when the written type is lossy) in llama.cpp; without llama.cpp it
 runs the torch model the file was written from and the record says the file was not run. An installed llama.cpp
 that headprune cannot run (an xllamacpp release it has no declarations for) is refused before anything is done.
+The record's ``format_details`` is a :class:`GgufInfo`: what the CLI prints and the card says of the file.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from headprune.exporter.formats.base import ExportFormat, Job, Written, refuse_unless_float32, register
-from headprune.loading.models import LoadedModel
-from headprune.tasks import Task
+from headprune.core.choices import GGUF_TYPES
+from headprune.exporter.export_record import ExportRecord, RuntimeCheck
+from headprune.exporter.formats.base import (ExportFormat, FormatOption, Job, Written, refuse_unless_float32,
+                                             register)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from headprune.loading.models import LoadedModel
+    from headprune.tasks import Task
 
 log = logging.getLogger("headprune")
 
@@ -25,18 +32,44 @@ GGUF_TOLERANCE = 2e-5
 FLOAT32_ONLY = "GGUF export is verified in float32; give dtype float32 (gguf_type sets the file's own type)"
 
 
+
+
+@dataclass(frozen=True)
+class GgufInfo:
+    """What a GGUF export wrote and how the file itself was checked (its record's ``format_details``)."""
+
+    architecture: str  # llama, qwen2 (dense) or deci (sliced: per-layer head counts)
+    gguf_type: str  # f32, f16, bf16, q8_0
+    file: str
+    head_count: tuple[int, ...]  # per layer
+    head_count_kv: tuple[int, ...]
+    tokenizer: str
+    chat_template: bool
+    tensors_read_back: int  # tensors read back from the file and compared with what was written
+    read_back_max_abs_diff: float  # 0 for float32; the rounding of the stored type otherwise
+    runtime: RuntimeCheck  # the float32 file (the written one, or a verification copy for other types)
+    typed_runtime: RuntimeCheck | None = None  # the written file when it is not float32
+    notes: tuple[str, ...] = ()
+
+
 @register
 class Gguf(ExportFormat):
     name = "gguf"
+    title = "GGUF"
+    help = "for llama.cpp (Llama-style models); run in llama.cpp before writing."
     extra = "gguf"
     tolerance = GGUF_TOLERANCE
     kv_map = False  # llama.cpp repeats key/value heads evenly: no query-to-key/value map
+    takes = (FormatOption("gguf_type", GGUF_TYPES, "f32", "With --format gguf: the file's tensor type (a float32 "
+                          "copy is the one verified in llama.cpp)."),)
+    details_type = GgufInfo
+    weight_suffixes = (".gguf",)
 
     def check_options(self) -> None:
         from headprune.exporter.gguf_export import check_type, llama_cpp_version
 
         super().check_options()
-        check_type(self.options.gguf_type)
+        check_type(self.chosen["gguf_type"])
         refuse_unless_float32(self.options.dtype, FLOAT32_ONLY)
         llama_cpp_version()  # an installed llama.cpp headprune cannot run (another xllamacpp release): exit 2 now
 
@@ -44,7 +77,7 @@ class Gguf(ExportFormat):
         from headprune.exporter.gguf_export import check_supported
 
         super().check_model(lm)
-        self.arch = check_supported(lm, self.options.layout, self.options.gguf_type)
+        self.arch = check_supported(lm, self.options.layout, self.chosen["gguf_type"])
         refuse_unless_float32(lm.dtype, FLOAT32_ONLY)
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
@@ -52,9 +85,10 @@ class Gguf(ExportFormat):
         from headprune.exporter import gguf_export
         from headprune.exporter.runtime_check import eos_ids
         from headprune.exporter.runtimes import LlamaCppModel
+        from headprune.loading.models import LoadedModel
 
         lm, artifact = job.lm, job.artifact
-        files = gguf_export.write_files(lm, artifact, self.arch, job.plans, staging, scratch, self.options.gguf_type)
+        files = gguf_export.write_files(lm, artifact, self.arch, job.plans, staging, scratch, self.chosen["gguf_type"])
         version, reason = gguf_export.llama_cpp_version()
         self.runtime, self.reason = version or "", reason
         if version is None:
@@ -77,11 +111,10 @@ class Gguf(ExportFormat):
             VerificationError: the float32 file disagrees.
         """
         from headprune.exporter import gguf_export
-        from headprune.exporter.export_record import GgufInfo
         from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
         from headprune.exporter.runtimes import LlamaCppModel
 
-        lm, files, gguf_type = job.lm, written.files, self.options.gguf_type
+        lm, files, gguf_type = job.lm, written.files, self.chosen["gguf_type"]
         texts = task_texts(job.task)[:job.greedy_prompts]
         prompts = [list(lm.tokenizer(text)["input_ids"]) for text in texts]
         typed = None
@@ -103,6 +136,82 @@ class Gguf(ExportFormat):
                         files.tokenizer, files.chat_template, files.read_back, files.read_back_diff, check, typed,
                         files.notes)
         return None, info
+
+    @classmethod
+    def summary_lines(cls, record: ExportRecord) -> list[str]:
+        info = cls.details(record)
+        if info is None:
+            return []
+        check, typed = info.runtime, info.typed_runtime
+        lines = [f"note: the GGUF file was not run in llama.cpp: {check.reason}" if not check.done else
+                 f"llama.cpp ({info.architecture}, float32): {check.identical} of {check.prompts} prompts decode "
+                 f"greedily to the masked original's tokens ({check.ties} near-ties, {check.tokens} tokens); "
+                 f"tokenizer agrees on {check.tokenizer_agree} of {check.tokenizer_texts} texts"]
+        if typed is not None and typed.done:
+            lines.append(f"{info.gguf_type} file (lossy, reported, not gated): {typed.identical} of {typed.prompts} "
+                         f"prompts give the same greedy tokens ({typed.mismatches} diverge)")
+        return lines
+
+    @classmethod
+    def load_hint(cls, record: ExportRecord, out: str) -> str:
+        info = cls.details(record)
+        checked = info.runtime.runtime if info is not None else ""
+        if "llama-cpp-python" in checked:
+            return f'llama_cpp.Llama("{out}/model.gguf"), as checked in {checked}'
+        return f"llama-cli or llama-server -m {out}/model.gguf, or xllamacpp.Server" + (
+            f"; checked in {checked}" if checked else "; not run in llama.cpp here")
+
+    @classmethod
+    def card_lines(cls, record: ExportRecord) -> list[str]:
+        info = cls.details(record)
+        if info is None:
+            return []
+        lines = [f"- GGUF `{info.file}` ({info.architecture} architecture, {info.gguf_type}; tokenizer "
+                 f"{info.tokenizer}{', chat template' if info.chat_template else ''}): {info.tensors_read_back} "
+                 "tensors read back and compared with the pruned model's (largest difference "
+                 f"{info.read_back_max_abs_diff:.2e})."]
+        for check in (info.runtime, info.typed_runtime):
+            if check is None:
+                continue
+            if not check.done:
+                lines.append(f"- Not run in llama.cpp ({check.file_type}): {check.reason}.")
+                continue
+            lossy = "" if check.gated else " (lossy: reported, not gated)"
+            lines.append(f"- In {check.runtime}, {check.file_type} file{lossy}: {check.identical} of {check.prompts} "
+                         f"task prompts decode greedily to the masked original's tokens ({check.ties} near-ties, "
+                         f"{check.mismatches} mismatches; {check.tokens} tokens, largest logit difference "
+                         f"{check.max_abs_logit_diff:.2e}); llama.cpp's tokenizer agrees on {check.tokenizer_agree} "
+                         f"of {check.tokenizer_texts} task texts.")
+        return lines + [f"- Note: {note}." for note in info.notes]
+
+    @classmethod
+    def card_usage(cls, record: ExportRecord) -> list[str]:
+        info = cls.details(record)
+        if info is None:
+            return usage("", "model.gguf")
+        lines = usage(info.runtime.runtime, info.file)
+        if info.architecture == "deci":
+            lines += ["", "Layers have different head counts: the file uses llama.cpp's `deci` architecture, which "
+                      "reads them per layer (`deci.attention.head_count`, `deci.attention.head_count_kv`)."]
+        return lines
+
+
+def usage(runtime: str, file: str) -> list[str]:
+    """How to run a GGUF export in the runtime headprune checked it in (``runtime`` as the record names it; empty:
+    none was), as markdown: llama-cpp-python's ``Llama``, or llama.cpp's own programs and xllamacpp's server."""
+    if "llama-cpp-python" in runtime:
+        return [f"Checked in {runtime}:", "", "```python", "from llama_cpp import Llama",
+                f'llm = Llama("{file}")', 'print(llm("12 + 7 =", max_tokens=8))', "```"]
+    build = runtime.split()[1] if runtime.startswith("llama.cpp ") else ""
+    lines = [f"Checked in {runtime}: llama.cpp's own programs of that build or later, or xllamacpp's server:" if build
+             else "Not run in llama.cpp when it was exported; llama.cpp's own programs:", "", "```bash",
+             f"llama-cli -m {file}      # or: llama-server -m {file}", "```"]
+    if build:
+        lines += ["", "```python", "import xllamacpp", "", "params = xllamacpp.CommonParams()",
+                  f'params.model.path = "{file}"', "server = xllamacpp.Server(params)",
+                  'print(server.handle_completions({"prompt": "12 + 7 =", "n_predict": 8, "temperature": 0}))',
+                  "```"]
+    return lines
 
 
 def _context_for(lm: LoadedModel, task: Task, steps: int) -> int:

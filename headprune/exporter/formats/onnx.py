@@ -10,10 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headprune.exporter.formats.base import ExportFormat, Job, Written, refuse_unless_float32, register
-from headprune.loading.models import LoadedModel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from headprune.exporter.export_record import ExportRecord
+    from headprune.loading.models import LoadedModel
 
 log = logging.getLogger("headprune")
 
@@ -32,6 +35,8 @@ def _generates(lm: LoadedModel) -> bool:
 @register
 class Onnx(ExportFormat):
     name = "onnx"
+    title = "ONNX"
+    weight_suffixes = (".onnx",)
     extra = "onnx"
     tolerance = ONNX_TOLERANCE
 
@@ -60,6 +65,7 @@ class Onnx(ExportFormat):
         from headprune.exporter import onnx_export
         from headprune.exporter.runtime_check import eos_ids
         from headprune.exporter.runtimes import OnnxModel
+        from headprune.loading.models import LoadedModel
         from headprune.scoring import scorer_for
 
         lm, artifact = job.lm, job.artifact
@@ -106,6 +112,17 @@ class Onnx(ExportFormat):
                                runtime=f"ONNX Runtime GenAI {version}", file_type="f32", gated=True, texts=[])
         gate(check, job.tolerance, "ONNX Runtime GenAI")
         return check, None
+
+    @classmethod
+    def load_hint(cls, record: ExportRecord, out: str) -> str:
+        return f'onnxruntime.InferenceSession("{out}/model.onnx")'
+
+    @classmethod
+    def card_usage(cls, record: ExportRecord) -> list[str]:
+        output = "last_hidden_state" if record.head == "base" else "logits"
+        return ["```python", "import onnxruntime", 'session = onnxruntime.InferenceSession("model.onnx")',
+                "# inputs: input_ids, attention_mask" + ("" if record.encoder else ", position_ids (int64)")
+                + f"; output: {output}", "```"]
 
 
 def _pad_id(lm: LoadedModel) -> int:

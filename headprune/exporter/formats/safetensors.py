@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headprune.exporter.formats.base import ExportFormat, Job, Written, register
+
+if TYPE_CHECKING:  # pragma: no cover
+    from headprune.exporter.export_record import ExportRecord
 
 
 @register
 class Safetensors(ExportFormat):
     name = "safetensors"
+    library_name = "transformers"
     writes_through = True
+    weight_suffixes = (".safetensors",)
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
         from headprune.exporter.passthrough import write_through
@@ -34,6 +40,29 @@ class Safetensors(ExportFormat):
             write_through(lm.folder, staging, self.passthrough, lm.model_class.stands_in_for)
         exported = load(staging, dtype=lm.dtype, device=lm.device)
         return Written(exported, exported.model, exported.model, "the checkpoint loaded back from disk")
+
+    @classmethod
+    def load_hint(cls, record: ExportRecord, out: str) -> str:
+        if record.layout != "sliced":
+            return f'{record.auto_class}.from_pretrained("{out}")'
+        if record.auto_class is None:  # no auto class loads it: only headprune rebuilds it
+            return f'headprune.load("{out}")'
+        return f'headprune.load("{out}")  or  {record.auto_class}.from_pretrained("{out}", trust_remote_code=True)'
+
+    @classmethod
+    def card_usage(cls, record: ExportRecord) -> list[str]:
+        auto = record.auto_class or "AutoModel"
+        if record.layout == "sliced" and record.auto_class is None:
+            return ["```python", "import headprune", 'model = headprune.load("PATH")', "```"]
+        if record.layout == "sliced":
+            return ["```python", f"from transformers import {auto}, AutoTokenizer",
+                    f'model = {auto}.from_pretrained("PATH_OR_REPO", trust_remote_code=True)',
+                    "# or, with headprune installed: headprune.load(\"PATH\")", "```", "",
+                    "Layers have different head counts, which stock transformers classes cannot express; the small "
+                    "`modeling_headprune.py` next to the weights (it imports only torch and transformers) rebuilds "
+                    "the shapes recorded in `config.json` under `headprune`."]
+        return ["```python", f"from transformers import {auto}", f'model = {auto}.from_pretrained("PATH_OR_REPO")',
+                "```"]
 
 
 def write_sliced_code(folder: Path, base_class: str, auto_class: str | None) -> None:
