@@ -111,7 +111,7 @@ def test_shared_prefix_gives_the_same_results(tiny_causal, make_task) -> None:
     shared = Evaluator(tiny_causal, task, batch_size=5)
     plain = Evaluator(tiny_causal, task, batch_size=5, share_prefix=False)
     # Text tasks score every token, the prefix's too: nothing can be shared there.
-    assert (len(shared._prefix) >= 16) == (task.kind != "text") and plain._prefix == ()
+    assert (len(shared.prefix) >= 16) == (task.kind != "text") and plain.prefix.tokens == ()
     heads = parse_heads("L0.H2,L1.H1")
     _assert_same(shared.run(), plain.run())
     _assert_same(shared.run(heads), plain.run(heads))
@@ -132,7 +132,7 @@ def test_fast_paths_keep_the_contract_against_a_plain_full_forward_pass(family, 
     for task in (prefixed(choice_task()), prefixed(generate_task())):
         plain = Evaluator(lm, task, batch_size=5, share_prefix=False)  # every token of every sequence, every layer
         fast = Evaluator(lm, task, batch_size=5, reuse_layers=True)  # shared prefix + layer cache (find's setup)
-        assert fast._layer_cache.checkpoints and (fast._prefix or fast.scorer.generates) and not plain._prefix
+        assert fast._layer_cache.checkpoints and (fast.prefix or fast.scorer.generates) and not plain.prefix
         means = plain.head_means()
         assert disagreement(plain.run(), fast.run(), "float32")[0] is None  # the intact run fills the cache
         for spec in ("L0.H1", "L2.H0,L3.H3", "L1.H2"):

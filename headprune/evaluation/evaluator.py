@@ -100,10 +100,6 @@ class Evaluator:
                     len(self.prefix), tuple(self._batch_widths()))
 
     @property
-    def _prefix(self) -> tuple[int, ...]:  # the shared prefix's tokens (tests read them)
-        return self.prefix.tokens
-
-    @property
     def _layer_cache(self) -> LayerInputCache | None:  # the layer cache itself (tests read and set it)
         return self.layers.cache
 
@@ -149,10 +145,15 @@ class Evaluator:
         """How many model inputs the task became (a choice task may run one per choice)."""
         return len(self._items)
 
-    def reference_batches(self) -> Iterator[Batch]:
-        """The task's inputs as model batches (for mean ablation's reference statistics)."""
+    def reference_batches(self, *, after_prefix: bool = False) -> Iterator[Batch]:
+        """The task's inputs as model batches (for mean ablation's reference statistics); ``after_prefix``: each row's
+        tokens after the shared prefix, right-padded, with the mask over the prefix and them and their position ids."""
         for batch in self._batches:
-            yield self._tensors(batch)
+            if not (after_prefix and self.prefix):
+                yield self._tensors(batch)
+                continue
+            ids, mask, positions = self.prefix.suffixes([self._items[i].tokens for i in batch], self._pad_id)
+            yield ids.to(self.lm.device), mask.to(self.lm.device), {"position_ids": positions.to(self.lm.device)}
 
     # ---------------------------------------------------------------- forward passes
 

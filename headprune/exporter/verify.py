@@ -13,11 +13,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 import torch
 
+from headprune.core.compat import cache_of, passing_cache
 from headprune.core.devices import dtype_name
 from headprune.evaluation import EvalResult, Evaluator
+from headprune.evaluation.prefix import SharedPrefix
 from headprune.exporter.export_record import LogitCheck, TaskCheck, TensorCheck
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel
@@ -43,30 +46,61 @@ def _outputs(model: Callable, ids: torch.Tensor, mask: torch.Tensor, extra: dict
     return {name: value for name, value in items if isinstance(value, torch.Tensor) and value.is_floating_point()}
 
 
+def _differences(want: dict[str, torch.Tensor], have: dict[str, torch.Tensor], mask: torch.Tensor
+                 ) -> tuple[float, float, set[str]]:
+    """The largest |have - want| and the largest |want| over the real tokens of ``mask`` (``(B, T)``; whole rows
+    for per-sequence outputs such as class logits), and the names of the outputs compared."""
+    worst = scale = 0.0
+    names = want.keys() & have.keys()
+    for name in names:
+        expected, got = want[name], have[name].to(want[name].device)
+        per_token = expected.dim() >= 2 and expected.shape[:2] == mask.shape
+        # Row by row in float32: a batch's vocabulary-wide logits in float32, and their difference, would
+        # cost several times the logits themselves (1.5 GB on a 1.5B model with a 152k vocabulary).
+        for row in range(expected.shape[0]):
+            real = mask[row].bool() if per_token else slice(None)
+            w, h = (t[row][real].to(torch.float32, copy=True) for t in (expected, got))
+            if w.numel():
+                worst = max(worst, float(h.sub_(w).abs_().max()))
+                scale = max(scale, float(w.abs_().max()))
+    return worst, scale, set(names)
+
+
 @torch.inference_mode()
 def check_logits(lm: LoadedModel, heads: Sequence[Head], artifact: Callable, task: Task, *, mode: str,
                  means: torch.Tensor | None, tolerance: float, batch_size: int | str = 8) -> LogitCheck:
     """Largest |artifact - masked original| over the outputs both give, at every real token of every
     verification example's inputs (whole rows for per-sequence outputs such as class logits), judged against
-    the largest |masked original| there: it passes when ``diff <= tolerance * max(1, largest |value|)``."""
-    worst, scale, compared, tokens = 0.0, 0.0, set(), 0
-    evaluator = Evaluator(lm, task, batch_size=batch_size, share_prefix=False)
-    for ids, mask, extra in evaluator.reference_batches():
-        tokens += int(mask.sum())
-        with ablated(lm, heads, mode=mode, means=means):  # type: ignore[arg-type]
-            expected = _outputs(lm.model, ids, mask, extra)
-        got = _outputs(artifact, ids, mask, extra)
-        for name in expected.keys() & got.keys():
-            want, have = expected[name], got[name].to(expected[name].device)
-            per_token = want.dim() >= 2 and want.shape[:2] == mask.shape
-            # Row by row in float32: a batch's vocabulary-wide logits in float32, and their difference, would
-            # cost several times the logits themselves (1.5 GB on a 1.5B model with a 152k vocabulary).
-            for row in range(want.shape[0]):
-                real = mask[row].bool() if per_token else slice(None)
-                w, h = (t[row][real].to(torch.float32, copy=True) for t in (want, have))
-                worst = max(worst, float(h.sub_(w).abs_().max())) if w.numel() else worst
-                scale = max(scale, float(w.abs_().max())) if w.numel() else scale
-            compared.add(name)
+    the largest |masked original| there: it passes when ``diff <= tolerance * max(1, largest |value|)``.
+
+    Where the inputs share a prompt prefix (a few-shot prompt) and the artifact is a torch module, the prefix's
+    outputs are compared once, and each batch's rows after it, on both models' keys and values of the prefix:
+    the same positions' outputs, without computing the prefix again per sequence."""
+    evaluator = Evaluator(lm, task, batch_size=batch_size)
+
+    def masked() -> AbstractContextManager:  # the original with the heads ablated, for one pass
+        return ablated(lm, heads, mode=mode, means=means)  # type: ignore[arg-type]
+
+    caches: tuple[object, object] | None = None
+    worst = scale = 0.0
+    compared: set[str] = set()
+    if evaluator.prefix and isinstance(artifact, torch.nn.Module):
+        ids = torch.tensor([evaluator.prefix.tokens], device=lm.device)
+        mask, extra = torch.ones_like(ids), {"use_cache": True}
+        with masked():
+            want = lm.model(input_ids=ids, attention_mask=mask, **extra)
+        have = artifact(input_ids=ids, attention_mask=mask, **extra)
+        caches = (cache_of(want), cache_of(have))
+        worst, scale, compared = _differences({"logits": want.logits}, {"logits": have.logits}, mask)
+    tokens, prefix = 0, len(evaluator.prefix) if caches else 0
+    for ids, mask, extra in evaluator.reference_batches(after_prefix=caches is not None):
+        tokens += int(mask.sum())  # every sequence's real tokens, the prefix's included
+        past = ({}, {}) if caches is None else tuple(passing_cache(SharedPrefix.rows(c, len(ids))) for c in caches)
+        with masked():
+            want = _outputs(lm.model, ids, mask, {**extra, **past[0]})
+        have = _outputs(artifact, ids, mask, {**extra, **past[1]})
+        w, s, names = _differences(want, have, mask[:, prefix:])
+        worst, scale, compared = max(worst, w), max(scale, s), compared | names
     return LogitCheck(worst, scale, tolerance, tolerance * max(1.0, scale), tuple(sorted(compared)),
                       dtype_name(lm.dtype), len(evaluator.task), evaluator.sequences, tokens)
 
