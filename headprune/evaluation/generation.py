@@ -10,7 +10,9 @@ without decoding; only the rest are decoded, from where the known tokens end, a 
 row in it has ended. Where the teacher-forced pass ran on the shared prompt prefix's keys and values, its own
 keys and values (each row's prompt and the target tokens greedy followed) are where decoding goes on from
 (:meth:`Generation.settle`): only greedy's own tokens are computed, not the prompt again; elsewhere the rest are
-decoded from their prompt, on top of the shared prefix's keys and values (:meth:`Generation.finish`). That is the answer and the
+decoded from their prompt, on top of the shared prefix's keys and values (:meth:`Generation.finish`). Where few
+rows decode, a step also reads the tokens the first condition (find's intact run) wrote next and keeps those greedy
+chooses too (:meth:`Generation._greedy`): an ablation that leaves a text as it was decodes it in one step. That is the answer and the
 per-step gaps plain ``model.generate`` gives, up to float rounding (the contract of
 ``headprune.evaluation.contract``: an answer may differ only where a step's top-1 minus top-2 gap is within
 the precision's tolerance). Models that are not torch modules (an ONNX session, llama.cpp) and generation
