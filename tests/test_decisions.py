@@ -115,7 +115,7 @@ def test_half_precision_check_on_smollm2_passes_intact_and_catches_batch_mixing(
                                                                                   spec: str) -> None:
     """SmolLM2-135M in a half precision on a CPU, on its own kernels and on AVX2's: the intact model agrees with
     itself in another batch order within the spread its own rounding allows on those kernels (a constant bound
-    of 0.06, set on an AVX-512 CPU, refused it on AVX2 at 0.064), and the batch-mixing bug of tests/test_trust.py
+    of 0.06, set on an AVX-512 CPU, refused it on AVX2 at 0.064), and the batch-mixing bug of helpers/determinism_probe.py
     (each row sees the batch mean of the embeddings) is refused. bfloat16 sentiment keeps the 40 examples of the
     AVX2 report (its spread there, 0.064, is what a constant bound refused); the other two, whose emulated products
     are the slowest of the suite, run on 16 (the float32 check refuses the bug at any size)."""

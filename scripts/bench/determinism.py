@@ -1,7 +1,7 @@
 """Measure the determinism check in a half precision: the intact model against itself in another batch order, the
 spread its own rounding allows on this machine's kernels (``headprune.search.determinism``), the float32 check, and
-the same with a real batch-mixing bug (each row sees the batch mean of the embeddings, the test hook of
-tests/test_trust.py), on the discovery split of each task; what each pass cost. One JSON line per task and mix on
+the same with a real batch-mixing bug (each row sees the batch mean of the embeddings, the hook of
+tests/helpers/determinism_probe.py), on the discovery split of each task; what each pass cost. One JSON line per task and mix on
 stdout, all of them in ``--json`` (default runs/bench/determinism.json). Run it again under ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` for an AVX2
 CPU's kernels on any x86.
 
