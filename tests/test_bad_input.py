@@ -263,6 +263,10 @@ CASES = [
     ("batch size 0", lambda p: ["eval", p.good, "--task", p.ok_jsonl, "--batch-size", "0"], {}, "positive number"),
     ("push without --repo-id", lambda p: ["push", p.good], {}, "Missing option '--repo-id'"),
     ("option without its value", lambda p: ["eval", p.good, "--task"], {}, "requires an argument"),
+    # `~user` of no user: Path.expanduser raises there (exit 3 before); a shell leaves such a path as written.
+    ("model under an unknown user's home", lambda p: ["eval", "~0", "--task", p.ok_jsonl], {}, "'~0' not found"),
+    ("task under an unknown user's home", lambda p: ["eval", p.good, "--task", "~nosuchuser0/t.jsonl"], {},
+     "unknown task"),
 ]
 
 

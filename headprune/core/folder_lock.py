@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from headprune.core.io import atomic_write_text, clean_leftovers, process_alive
+from headprune.core.io import atomic_write_text, clean_leftovers, process_alive, user_path
 from headprune.errors import ResultFileError
 
 LOCK_SUFFIX = ".headprune.lock"
@@ -35,7 +35,7 @@ log = logging.getLogger("headprune")
 
 def lock_path(folder: Path) -> Path:
     """The lock file of ``folder`` (``.NAME.headprune.lock`` beside it; the same for every spelling of the path)."""
-    resolved = Path(folder).expanduser().resolve()
+    resolved = user_path(folder).resolve()
     if not resolved.name:
         raise ResultFileError(f"{folder} is a filesystem root; headprune writes its outputs into a folder of their own")
     return resolved.with_name(f".{resolved.name}{LOCK_SUFFIX}")

@@ -28,6 +28,15 @@ from headprune.errors import InternalCheckError, ResultFileError
 OWNER_SUFFIX = ".owner"
 
 
+def user_path(text: str | os.PathLike) -> Path:
+    """``text`` as a path with a leading ``~`` or ``~user`` expanded, or as written where it names no home (as a
+    shell leaves ``~nosuchuser``): ``Path.expanduser`` raises there."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (a same-folder temporary file, then ``os.replace``)."""
     path = Path(path)

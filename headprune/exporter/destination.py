@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from headprune.core.io import refuse_unsafe_output
+from headprune.core.io import refuse_unsafe_output, user_path
 from headprune.errors import ExportSettingsError, ResultFileError
 from headprune.exporter.export_record import RECORD_NAME, read_record
 from headprune.search.find_result import RESULT_NAME
@@ -27,7 +27,7 @@ def local_sources(model: object) -> list[Path]:
     if isinstance(folder, Path):  # a loaded model: its folder (a model built in memory has none)
         return [folder] if (folder / "config.json").is_file() else []
     try:
-        path = Path(str(model)).expanduser()
+        path = user_path(str(model))
         return [path] if path.exists() else []
     except (OSError, ValueError):
         return []
@@ -44,7 +44,7 @@ def check_destination(out: Path, *, sources: Iterable[Path] = (), overwrite: boo
     refuse_unsafe_output(out)
     if out.is_symlink():  # replacing it would replace the link, and leave what it points to
         raise ResultFileError(f"{out} is a symbolic link; give the folder it points to", settings=("out",))
-    target = out.expanduser().resolve()
+    target = user_path(out).resolve()
     for source in sources:
         source = Path(source).resolve()
         if target == source or target.is_relative_to(source) or source.is_relative_to(target):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from headprune.core.hashing import sha256_file
+from headprune.core.io import user_path
 from headprune.core.record_json import from_json, to_json
 from headprune.errors import ResultFileError
 from headprune.search.stats import NonInferiority, Verdict
@@ -167,7 +168,7 @@ def public_name(spec: str) -> str:
         names, sep, options = spec[len("lm-eval:"):].partition(":")
         return "lm-eval:" + ",".join(public_name(name) for name in names.split(",")) + sep + options
     try:
-        path = Path(spec).expanduser()
+        path = user_path(spec)
         if path.is_absolute() or spec.startswith((".", "~")) or path.exists():
             return path.resolve().name or spec
     except (OSError, ValueError):

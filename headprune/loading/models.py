@@ -26,6 +26,7 @@ from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerB
 from headprune.core.checkpoint_files import refused
 from headprune.core.extras import require
 from headprune.core.hashing import hash_weights, sha256_file
+from headprune.core.io import user_path
 from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
 from headprune.heads import HeadGrid
 from headprune.loading.adapters import Adapter, adapter_for, supported_model_types
@@ -111,7 +112,7 @@ def resolve_model(spec: str, *, trust_remote_code: bool = False) -> Path:
     """
     if spec in BUILTIN_MODELS:
         return _convert_gguf(builtin_gguf(spec))
-    path = Path(spec).expanduser()
+    path = user_path(spec)
     if path.is_file() and path.suffix == ".gguf":
         return _convert_gguf(path)
     if path.is_dir():

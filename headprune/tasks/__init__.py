@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from headprune.core.io import user_path
 from headprune.errors import TaskError
 from headprune.tasks.answers import named_rule
 from headprune.tasks.base import TASK_KINDS, Example, Task, TaskKind, has_accuracy, parse_options
@@ -43,7 +44,7 @@ def load_task(spec: str | Path, *, trust_remote_code: bool = False) -> Task:
     options = parse_options(option_text)
     if base in BUILTIN_TASKS:
         return BUILTIN_TASKS[base](options)
-    path = Path(base).expanduser()
+    path = user_path(base)
     if not path.exists():
         raise TaskError(f"unknown task {base!r}: not a built-in ({', '.join(BUILTIN_TASKS)}) and no such file")
     flag = options.pop("length_normalize", "false").lower()
@@ -70,12 +71,12 @@ def portable_spec(spec: str | Path) -> str:
     body = text[len(prefix):]
 
     def absolute(name: str) -> str:
-        path = Path(name.strip()).expanduser()
+        path = user_path(name.strip())
         if not name.strip() or name.strip() in BUILTIN_TASKS or not path.exists():
             return name
         return os.path.abspath(path)
 
-    if Path(body).expanduser().exists():  # the whole spec is one path (it may contain ':')
+    if user_path(body).exists():  # the whole spec is one path (it may contain ':')
         return prefix + absolute(body)
     names, sep, options = body.partition(":")
     return prefix + ",".join(absolute(name) for name in names.split(",")) + sep + options

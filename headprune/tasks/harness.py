@@ -32,6 +32,7 @@ import json
 import logging
 from pathlib import Path
 
+from headprune.core.io import user_path
 from headprune.errors import MissingExtraError, TaskError
 from headprune.tasks.answers import AnswerRule
 from headprune.tasks.base import Example, Task, parse_options
@@ -110,7 +111,7 @@ def _harness_tasks(names: list[str], *, trust_remote_code: bool) -> list[tuple[s
     except ImportError:
         raise MissingExtraError("lm-eval tasks need lm_eval, not installed: pip install 'headprune[lm-eval]'") from None
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notices are not headprune's output
-    paths = [Path(n).expanduser() for n in names if n.endswith((".yaml", ".yml"))]
+    paths = [user_path(n) for n in names if n.endswith((".yaml", ".yml"))]
     for path in paths:
         if not path.is_file():
             raise TaskError(f"no lm-eval task file {str(path)!r}")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from headprune.core.io import user_path
 from headprune.errors import TaskError
 
 TRUST = "trust_remote_code"
@@ -95,7 +96,7 @@ def _packaged(path: Path) -> bool:
 
 def file_python(path: Path, seen: set[Path]) -> tuple[dict, list[str]]:
     """A task file's data and the Python it and the files it includes would load (``path: line`` each)."""
-    path = path.expanduser().resolve()
+    path = user_path(path).resolve()
     if path in seen or _packaged(path):
         return {}, []
     seen.add(path)
