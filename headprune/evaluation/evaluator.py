@@ -25,6 +25,7 @@ from headprune.core.compat import logits_at, passing_cache
 from headprune.core.cpu_linear import fast_linears
 from headprune.errors import TaskError
 from headprune.evaluation.batching import BatchPlan, Work, plan_batches
+from headprune.evaluation.first_position import last_layer_at_first_position
 from headprune.evaluation.generation import Generation
 from headprune.evaluation.guards import check_finite, check_lengths
 from headprune.evaluation.layer_cache import LayerInputCache
@@ -113,8 +114,7 @@ class Evaluator:
 
     @property
     def largest_batch(self) -> int:
-        """The most sequences one forward pass of this evaluator takes (batches are cut by length within the
-        plan)."""
+        """The most sequences one forward pass takes (batches are cut by length within the plan)."""
         return max(len(batch) for batch in self._batches)
 
     # ---------------------------------------------------------------- inputs
@@ -174,7 +174,8 @@ class Evaluator:
             hidden = out.hidden_states[-1] if getattr(out, "hidden_states", None) else out.last_hidden_state
             weights = mask[..., None].to(hidden.dtype)
             return list(((hidden * weights).sum(1) / weights.sum(1).clamp(min=1)).float())  # mean over real tokens
-        return list(self.lm.model(input_ids=ids, attention_mask=mask, **extra).logits.float())  # (B, C): its own head
+        with last_layer_at_first_position(self.lm):  # (B, C): its own head (a classifier reading [CLS]: there only)
+            return list(self.lm.model(input_ids=ids, attention_mask=mask, **extra).logits.float())
 
     def _logprobs(self, batch: list[int], prefix_cache: object | None, *, consume: bool, defer: bool = False
                   ) -> Waiting:

@@ -61,8 +61,10 @@ from headprune.core import cpu_linear
 from headprune.core.devices import dtype_name
 from headprune.evaluation import Evaluator
 from headprune.evaluation.contract import allowance
+from headprune.evaluation.first_position import reads_first_position
 from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
+from headprune.loading.adapters.base import get_path
 from headprune.loading.models import LoadedModel, load_model
 from headprune.scoring.execution import permit_code_execution
 from headprune.tasks import Task, load_task
@@ -94,7 +96,8 @@ def own_work(evaluator: Evaluator, heads: tuple[Head, ...]) -> tuple[float, floa
     """The work headprune's teacher-forced pass itself does for ``heads`` (GFLOP) and the padded share of its
     token rows: each item's tokens after the shared prefix (the prefix once) and their attention pairs, through the
     layers from the lowest ablated one up when the layer cache replays the ones below, plus the vocabulary rows it
-    reads."""
+    reads; a classifier reading the first position alone computes its last layer after the attention there only
+    (``headprune.evaluation.first_position``)."""
     lm, work = evaluator.lm, evaluator.work()
     layers = lm.grid.num_layers
     above = layers - min(h.layer for h in heads) if heads and evaluator.layers.complete else layers
@@ -103,6 +106,10 @@ def own_work(evaluator: Evaluator, heads: tuple[Head, ...]) -> tuple[float, floa
     per_token = 2 * (sum(p.numel() for p in lm.model.parameters()) - embedding.numel()) * above / layers
     gflop = (per_token * work.tokens + attention_flop(lm) * work.attention_pairs(not lm.is_encoder) * above / layers
              + 2 * vocab * hidden * sum(work.read)) / 1e9
+    if reads_first_position(lm):  # the last layer after its attention runs at one position per sequence
+        last = lm.adapter.layers(lm.model)[-1]
+        qkv = sum(p.numel() for path in lm.adapter.qkv_paths for p in get_path(last, path).parameters())
+        gflop -= 2 * (sum(p.numel() for p in last.parameters()) - qkv) * (work.tokens - len(work.lengths)) / 1e9
     return gflop, 1 - work.tokens / max(work.padded_tokens, work.tokens)
 
 

@@ -52,6 +52,10 @@ class Adapter:
     qkv_layout: str = "separate"  # one of QKV_LAYOUTS (headprune.surgery.remote_modeling)
     qkv_paths: tuple[str, ...] = ()  # from a layer: (q, k, v) for "separate", (qkv,) for fused layouts
     count_attrs: tuple[str, ...] = ()  # attention-module attributes holding the query-head count
+    # transformers' model classes whose output reads the last layer at the first position alone (a sequence
+    # classifier's pooler): the evaluator computes that layer from its attention output on there only
+    # (headprune.evaluation.first_position)
+    first_position_classes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.qkv_layout not in QKV_LAYOUTS:  # slicing a layout it does not know would write a wrong model

@@ -13,4 +13,5 @@ BERT = Adapter(
     is_encoder=True,
     qkv_paths=("attention.self.query", "attention.self.key", "attention.self.value"),
     count_attrs=("num_attention_heads",),
+    first_position_classes=("BertForSequenceClassification", "RobertaForSequenceClassification"),
 )
