@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from headprune.exporter import RECORD_NAME
+from headprune.exporter import RECORD_NAME, read_record
+from headprune.exporter.formats.safetensors import Safetensors
 from helpers import break_slicing, build_tiny, save_folder
 from helpers.cli import invoke
 
@@ -34,6 +35,16 @@ def test_cli_export_from_a_find_result(handmade_run, tmp_path) -> None:
     card = (tmp_path / "pruned" / "README.md").read_text()
     assert "confirmed" in card and "model-index" in card and "headprune-sliced" in card
     assert (tmp_path / "pruned" / RECORD_NAME).is_file()
+
+
+def test_cli_export_says_the_layout_written_when_the_format_chose_another(handmade_run, tmp_path,
+                                                                          monkeypatch) -> None:
+    # ONNX writes the dense layout where ONNX Runtime GenAI could not run the sliced one: the line must say so.
+    monkeypatch.setattr(Safetensors, "layout_for", lambda self, lm, plans: "dense")
+    result = invoke("export", str(handmade_run / "model"), "--heads", "L0.H1", "--out", str(tmp_path / "pruned"))
+    assert result.exit_code == 0, result.output
+    assert "removed L0.H1 (dense, zero)" in result.output
+    assert read_record(tmp_path / "pruned").layout == "dense"
 
 
 @pytest.mark.parametrize(("heads", "extra", "fragment"), [

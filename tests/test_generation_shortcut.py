@@ -15,11 +15,12 @@ import torch
 
 from headprune.evaluation import Evaluator
 from headprune.evaluation.contract import allowance, disagreement
+from headprune.evaluation.decoding import looked_up
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.heads import Head
 from headprune.surgery.ablation import ablated
 from headprune.tasks import Example, Task
-from helpers import PROMPTS, SHOTS
+from helpers import PROMPTS, SHOTS, build_tiny
 
 EXTRA_PROMPTS = ["the film", "12 +", "Review: it", "a dull", "so on", "8 * 3", "nothing to"]
 
@@ -172,6 +173,33 @@ def test_drafted_decoding_writes_what_generate_writes(tiny_causal) -> None:
         assert_same_texts(evaluator.run(heads), texts)
     generation = evaluator.generation
     assert 0 < generation.drafts_kept < generation.drafted
+
+
+def test_a_draft_is_what_followed_the_text_s_last_tokens_where_they_came_before() -> None:
+    text = [5, 6, 7, 8, 9, 1, 5, 6, 7]
+    assert looked_up(text, [], 2) == [8, 9]  # the last three tokens came before: what followed them
+    assert looked_up([4, 6, 7, 2, 6, 7], [], 5) == [2, 6, 7]  # two of them: up to the text's end
+    assert looked_up([4, 3, 2, 1, 9, 2], [], 1) == [1]  # only the last token came before
+    assert looked_up([1, 5, 6, 7], [9, 5, 6, 7, 8, 4], 3) == [8, 4]  # in the other text (the intact run's)
+    assert looked_up([6, 7, 1, 6, 7, 2, 6, 7], [], 1) == [2]  # the latest occurrence
+    assert looked_up([1, 2, 3], [4, 5], 4) == [] and looked_up([1, 2, 3, 2], [], 0) == []
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox"])
+def test_a_text_that_starts_as_the_intact_one_is_read_from_the_ablated_layer_up(tokenizer, family) -> None:
+    """Where an ablated row's decoding starts where the intact run's did, its first step reads the intact text
+    from the checkpoint below the ablation (``evaluation.continuation``): the layers below pass through, with the
+    intact run's inputs and keys and values there. Four layers, so that there is something below; ablations high
+    and low, some changing texts part-way: every text as plain ``generate`` writes it, and rows replayed."""
+    lm, steps = build_tiny(family, tokenizer, layers=4), 10
+    prompts = [SHOTS + p for p in PROMPTS + EXTRA_PROMPTS]
+    task = Task("long", "generate", tuple(Example(f"g{i}", prompt=p, target="none") for i, p in enumerate(prompts)),
+                max_new_tokens=steps, until=("\x00",))
+    evaluator = Evaluator(lm, task, batch_size=4, reuse_layers=True)
+    for heads in [(), (Head(3, 2),), (Head(2, 1), Head(3, 0)), (Head(1, 3),), (Head(0, 0),)]:
+        texts, _ = greedy_texts(lm, prompts, steps, heads, until=("\x00",))
+        assert_same_texts(evaluator.run(heads), texts)
+    assert evaluator.generation.continuations.replayed_rows >= 3 * len(prompts) // 2
 
 
 @pytest.mark.slow

@@ -109,16 +109,16 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
         click.echo(json.dumps({"out": str(out), **{k: to_json(getattr(record, k)) for k in (
             "removed_heads", "layout", "format", "parameters", "bytes", "verification")}, **details}))
         return
-    for line in export_summary(record, str(out), layout=layout):
+    for line in export_summary(record, str(out)):
         click.echo(line)
 
 
-def export_summary(record: ExportRecord, out: str, *, layout: str | None = None) -> list[str]:
-    """What ``headprune export`` prints of a written export (``layout``: the one asked for; default the record's):
-    what was removed, the verification, the format's own lines and how to load it."""
+def export_summary(record: ExportRecord, out: str) -> list[str]:
+    """What ``headprune export`` prints of a written export: what was removed (in the layout written, which a
+    format may choose over the one asked for), the verification, the format's own lines and how to load it."""
     logits, task = record.verification.logits, record.verification.task
     params, size, shown = record.parameters, record.bytes, format_class(record.format)
-    return [f"removed {','.join(record.removed_heads)} ({layout or record.layout}, {record.ablation}); parameters "
+    return [f"removed {','.join(record.removed_heads)} ({record.layout}, {record.ablation}); parameters "
             f"{params.before:,} -> {params.after:,}; weight bytes {size.before:,} -> {size.after:,}",
             f"verified: max |logit diff| {logits.max_abs_diff:.2e} <= {logits.allowed:.2e}; " + (
                 f"{task.task} (n={task.n}): original {_metric(task.intact, task.metric)}, masked "

@@ -157,10 +157,6 @@ class Evaluator:
 
     # ---------------------------------------------------------------- forward passes
 
-    def _prefix_cache(self) -> object | None:
-        """Keys and values of the shared prompt prefix under the current ablation (one row)."""
-        return self.prefix.cache(self.lm.model, self.lm.device)
-
     def _forward(self, batch: list[int], prefix_cache: object | None, *, consume: bool = False
                  ) -> list[torch.Tensor]:
         """Per row of ``batch``, the scorer's readout (see ``headprune.scoring.base``)."""
@@ -259,6 +255,8 @@ class Evaluator:
         for state in (self.output_head, self.generation):  # nothing left over from a pass cut short (out of memory)
             if state is not None:
                 state.reset()
+        if self.generation is not None:  # its decoding starts where the pass does, past what the intact run's shares
+            self.generation.continuations.condition(self.layers.checkpoints, self.layers.start(heads), not heads)
 
         def take_waiting() -> None:  # the batches whose output head has been applied
             for batch, outs in waiting:
@@ -304,7 +302,7 @@ class Evaluator:
         """Refuse a model whose intact outputs on the first batch hold NaN or infinity (``evaluation.guards``):
         one batch, run before anything is scored or written."""
         with fast_linears(self.lm.model):
-            outputs = self._forward(self._batches[0], self._prefix_cache(), consume=True)
+            outputs = self._forward(self._batches[0], self.prefix.cache(self.lm.model, self.lm.device), consume=True)
         check_finite(self.lm.name, self.task, outputs)
 
     def surrogate_margins(self) -> Iterator[torch.Tensor]:
@@ -314,7 +312,7 @@ class Evaluator:
         """
         for batch in self._batches:
             # The prefix is recomputed per batch: each batch's graph is freed by its own backward pass.
-            outs = self._forward(batch, self._prefix_cache(), consume=True)
+            outs = self._forward(batch, self.prefix.cache(self.lm.model, self.lm.device), consume=True)
             total = outs[0].new_zeros(())
             for i, out in zip(batch, outs):
                 item = self._items[i]

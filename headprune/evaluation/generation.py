@@ -10,27 +10,29 @@ without decoding; only the rest are decoded, from where the known tokens end, a 
 row in it has ended. Where the teacher-forced pass ran on the shared prompt prefix's keys and values, its own
 keys and values (each row's prompt and the target tokens greedy followed) are where decoding goes on from
 (:meth:`Generation.settle`): only greedy's own tokens are computed, not the prompt again; elsewhere the rest are
-decoded from their prompt, on top of the shared prefix's keys and values (:meth:`Generation.finish`). Where few
-rows decode, a step also reads the tokens the first condition (find's intact run) wrote next and keeps those greedy
-chooses too (:meth:`Generation._greedy`): an ablation that leaves a text as it was decodes it in one step. That is the answer and the
-per-step gaps plain ``model.generate`` gives, up to float rounding (the contract of
-``headprune.evaluation.contract``: an answer may differ only where a step's top-1 minus top-2 gap is within
-the precision's tolerance). Models that are not torch modules (an ONNX session, llama.cpp) and generation
-configs with a processor that changes greedy's scores get plain ``model.generate`` instead.
-
-The answer is the text up to the scorer's stop (``Scorer.stop``) and its decision gap the smallest top-1 minus
-top-2 gap over the steps that decided it (``headprune.evaluation.decoding``).
+decoded from their prompt, on top of the shared prefix's keys and values (:meth:`Generation.finish`). A step also
+reads the tokens the first condition (find's intact run) wrote next, keeping those greedy chooses too
+(:meth:`Generation._greedy`): where few rows decode, a few; where a row starts as the intact run's did, all of them,
+from the ablated layer up (``evaluation.continuation``). That is the answer and the per-step gaps plain
+``model.generate`` gives, up to float rounding (the contract of ``headprune.evaluation.contract``: an answer may
+differ only where a step's top-1 minus top-2 gap is within the precision's tolerance). Models that are not torch
+modules (an ONNX session, llama.cpp) and generation configs with a processor that changes greedy's scores get
+plain ``model.generate``. The answer is the text up to the scorer's stop (``Scorer.stop``) and its decision gap
+the smallest top-1 minus top-2 gap over the steps that decided it (``headprune.evaluation.decoding``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from headprune.core.compat import cache_of, passing_cache, stacked
-from headprune.evaluation.decoding import Generated, StepGaps, decided_steps, decision_gap, eos_ids
+from headprune.evaluation.continuation import IntactContinuations
+from headprune.evaluation.decoding import (Generated, StepGaps, decided_steps, decision_gap, eos_ids,
+                                           looked_up, plain_greedy, with_drafts)
 from headprune.evaluation.prefix import SharedPrefix
 from headprune.loading.models import LoadedModel
 from headprune.scoring import Item, Scorer
@@ -40,26 +42,6 @@ from headprune.tasks import Example
 # every weight: a step drafts (see Generation._draft) at most this many tokens over its rows. A step of more rows
 # is bound by its arithmetic, where a drafted token costs as much as the step it may save, and drafts nothing.
 DRAFT_TOKENS = 16
-
-# Generation-config settings under which greedy's next token is the argmax of the model's logits: any other
-# value adds a logits processor (a penalty, a forced or suppressed token), and then only `generate` is exact.
-_NEUTRAL: dict[str, tuple] = {
-    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0),
-    "encoder_no_repeat_ngram_size": (None, 0), "min_length": (None, 0), "min_new_tokens": (None, 0),
-    "bad_words_ids": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
-    "forced_bos_token_id": (None,), "forced_eos_token_id": (None,), "sequence_bias": (None,),
-    "exponential_decay_length_penalty": (None,), "renormalize_logits": (None, False), "guidance_scale": (None, 1.0),
-    "watermarking_config": (None,), "stop_strings": (None,), "logits_processor": (None,),
-}
-
-
-def plain_greedy(model: object) -> bool:
-    """Whether greedy decoding of ``model`` is the argmax of its forward pass's logits at every step."""
-    if not isinstance(model, torch.nn.Module):
-        return False
-    config = getattr(model, "generation_config", None)
-    return all(getattr(config, name, None) in neutral for name, neutral in _NEUTRAL.items())
-
 
 class Generation:
     """Greedy decoding of ``items``' generation prompts for one model and scorer.
@@ -84,6 +66,7 @@ class Generation:
         self._prior: dict[int, list[int]] = {}  # per item, the first condition's greedy tokens (see _draft)
         self.decoded_rows = 0  # rows decoded beyond the teacher-forced pass, over this object's life (a statistic)
         self.drafted = self.drafts_kept = 0  # tokens drafted and drafted tokens greedy kept, likewise
+        self.continuations = IntactContinuations(lm)  # the intact run's texts, read from the ablated layer up
 
     def reset(self) -> None:
         """Forget what a condition cut short (out of memory) observed or left waiting."""
@@ -138,7 +121,8 @@ class Generation:
             self._decode_settling()
 
     def _decode_settling(self) -> None:
-        """Decode the rows that :meth:`settle` keeps waiting, from their batches' keys and values side by side."""
+        """Decode the rows that :meth:`settle` keeps waiting, from their batches' keys and values side by side (those
+        that ``IntactContinuations.follows`` apart, from the ablated layer up)."""
         if not self._settling:
             return
         caches = [cache for cache, _ in self._settling]
@@ -146,6 +130,18 @@ class Generation:
         self._settling = []
         width = max(cache.get_seq_length() for cache in caches)  # type: ignore[attr-defined]
         cache = caches[0] if len(caches) == 1 else stacked(caches, width)
+        follow = [self.continuations.follows(index, tokens) for index, tokens, _ in settling]
+        groups = [[k for k, f in enumerate(follow) if f == side] for side in (True, False)]
+        for replay, group in zip((True, False), groups):
+            part = cache if len(group) == len(settling) else stacked([cache], width)  # the group's rows of a copy
+            if group and part is not cache:
+                part.batch_select_indices(torch.tensor(group, device=self.lm.device))  # type: ignore[attr-defined]
+            if group:
+                self._decode_rows([settling[k] for k in group], part, width, replay)
+
+    def _decode_rows(self, settling: list[tuple[int, list[int], list[float]]], cache: object, width: int,
+                     replay: bool) -> None:
+        """Decode ``settling``'s rows from ``cache`` (their keys and values, ``width`` positions): :meth:`_greedy`."""
         # Each row keeps its keys/values up to its known tokens but the last (the target's, as far as greedy
         # followed it); the last (greedy's own choice) goes in next, at the position after them.
         kept = torch.tensor([len(self.scorer.generation_prompt(self.items[index])) + len(tokens) - 1
@@ -153,11 +149,17 @@ class Generation:
         mask = (torch.arange(width + 1)[None, :] < kept[:, None]).long()
         mask[:, -1] = 1
         ids = torch.tensor([[tokens[-1]] for _, tokens, _ in settling])
-        device = self.lm.device
-        rows = self._greedy([index for index, _, _ in settling], [(tokens, gaps) for _, tokens, gaps in settling],
-                            ids.to(device), mask.to(device), kept[:, None].to(device), passing_cache(cache))
-        for (index, _, _), (tokens, gaps) in zip(settling, rows):
+        device, indices, capture = self.lm.device, [index for index, _, _ in settling], self.continuations.capturing
+        if capture:  # the intact run: its texts are read once more, on a copy of the keys and values
+            copy, knowns = stacked([cache], width), [list(tokens) for _, tokens, _ in settling]
+        rows = self._greedy(indices, [(tokens, gaps) for _, tokens, gaps in settling], ids.to(device),
+                            mask.to(device), kept[:, None].to(device), passing_cache(cache), replay=replay)
+        for index, (tokens, gaps) in zip(indices, rows):
             self._found[self.items[index].example] = self._answered(index, tokens, gaps)
+        if capture:
+            drafts = [self._draft(index, known, self.max_new) for index, known in zip(indices, knowns)]
+            inputs = with_drafts(ids.to(device), mask.clone().to(device), kept[:, None].to(device), drafts, self.pad_id)
+            self.continuations.capture(indices, knowns, copy, *inputs[:3])
 
     def finish(self, batches: Sequence[Sequence[int]], prefix_cache: object | None, batch_rows: int
                ) -> dict[int, Generated]:
@@ -209,20 +211,24 @@ class Generation:
         return self._greedy(batch, rows, ids.to(device), mask.to(device), positions.to(device), cache)
 
     def _draft(self, index: int, tokens: list[int], width: int) -> list[int]:
-        """Tokens to check in parallel after item ``index``'s ``tokens``: what the first condition that decoded it
-        (find's intact run) wrote next, where its text so far is the same, at most ``width`` of them. Its last token
-        is left out: the step that reads it would only choose what follows an ended text."""
+        """Tokens to check in parallel after item ``index``'s ``tokens``, at most ``width``: what the first condition
+        that decoded it (find's intact run) wrote next, where its text so far is the same (its last token left out:
+        the step that reads it would only choose what follows an ended text); elsewhere what followed the text's last
+        tokens where they came before, in its prompt and tokens or that condition's (``decoding.looked_up``)."""
         prior = self._prior.get(index)
-        if prior is None or prior[: len(tokens)] != tokens:
+        if prior is not None and prior[: len(tokens)] == tokens:
+            return prior[len(tokens): len(prior) - 1][:width]
+        if not width:
             return []
-        return prior[len(tokens): len(prior) - 1][:width]
+        return looked_up([*self.scorer.generation_prompt(self.items[index]), *tokens], prior or [], width)
 
     def _draft_width(self, rows: int) -> int:
         """How many tokens a step of ``rows`` rows drafts per row: ``DRAFT_TOKENS`` over the rows, in all."""
         return max(0, min(self.max_new, DRAFT_TOKENS // rows - 1))
 
     def _greedy(self, batch: Sequence[int], rows: list[tuple[list[int], list[float]]], ids: torch.Tensor,
-                mask: torch.Tensor, positions: torch.Tensor, cache: dict) -> list[tuple[list[int], list[float]]]:
+                mask: torch.Tensor, positions: torch.Tensor, cache: dict, *, replay: bool = False
+                ) -> list[tuple[list[int], list[float]]]:
         """Greedy steps from input ``ids`` (mask over the cache and them, their position ids; each row's last
         column its latest token), appending each row's tokens and gaps to ``rows`` (of items ``batch``) until every
         row has ended.
@@ -231,21 +237,21 @@ class Generation:
         ``(rows, 1 + drafted)`` logits per step): greedy keeps the drafted tokens as long as each is its own choice,
         and the step's choice after them, so a text an ablation leaves unchanged takes one step, not one per
         token. A drafted token greedy did not keep is masked out of the cache, and the row goes on after the last
-        one it kept. Rows that have ended leave the batch."""
+        one it kept. Rows that have ended leave the batch. ``replay``: the first step drafts the intact run's whole
+        text from the ablated layer up (``evaluation.continuation``)."""
         model, device = self.lm.model, self.lm.device
         live = list(range(len(rows)))  # the rows still running, in the order of the step's tensors' rows
         while True:
-            width = self._draft_width(len(live))
+            width = self.max_new if replay else self._draft_width(len(live))
             drafts = [self._draft(batch[row], rows[row][0], width) for row in live]
-            drafted = max(len(draft) for draft in drafts)
-            if drafted:
-                extra = torch.tensor([draft + [self.pad_id] * (drafted - len(draft)) for draft in drafts])
-                ids = torch.cat([ids, extra.to(device)], dim=1)
-                filled = torch.tensor([[1] * len(draft) + [0] * (drafted - len(draft)) for draft in drafts])
-                mask = torch.cat([mask, filled.to(mask)], dim=1)
-                positions = torch.cat([positions, positions[:, -1:] + 1 + torch.arange(drafted, device=device)], 1)
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                        logits_to_keep=1 + drafted, **cache)
+            ids, mask, positions, drafted = with_drafts(ids, mask, positions, drafts, self.pad_id)
+            items = [batch[row] for row in live]
+            with self.continuations.replayed(items, 1 + drafted) if replay else nullcontext():
+                out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                            logits_to_keep=1 + drafted, **cache)
+            if replay:
+                self.continuations.complete(cache_of(out), items, 1 + drafted)
+                replay = False
             top = out.logits[:, -1 - drafted:].float().topk(2, dim=-1)  # (live, 1 + drafted, 2)
             chosen, gaps = top.indices[..., 0].tolist(), (top.values[..., 0] - top.values[..., 1]).tolist()
             followed = [self._follow(batch[row], rows[row], draft, chosen[k], gaps[k])

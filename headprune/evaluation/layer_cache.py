@@ -87,19 +87,8 @@ class LayerInputCache:
     @contextmanager
     def capture(self, batch_index: int) -> Iterator[None]:
         """Record the inputs of the checkpoint layers during one intact forward pass."""
-        layers = self.lm.adapter.layers(self.lm.model)
-        slot = self._store.setdefault(batch_index, {})
-        handles = []
-        for c in self.checkpoints:
-            def hook(module: nn.Module, args: tuple, kwargs: dict, c: int = c) -> None:
-                slot[c] = _hidden_from(args, kwargs).detach().clone()
-
-            handles.append(layers[c].register_forward_pre_hook(hook, with_kwargs=True))
-        try:
+        with inputs_of(self.lm, self.checkpoints, self._store.setdefault(batch_index, {})):
             yield
-        finally:
-            for handle in handles:
-                handle.remove()
 
     @contextmanager
     def replay(self, batch_index: int, start: int) -> Iterator[None]:
@@ -107,27 +96,51 @@ class LayerInputCache:
         if start == 0:
             yield
             return
-        cached = self._store[batch_index][start]
-        container = self.lm.adapter.layers_container(self.lm.model)
-        originals = [container[i] for i in range(start)]
-        fed: list[tuple[int, ...]] = []  # the shape of what layer `start` was given, per forward pass
-
-        def substitute(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-            fed.append(tuple(_hidden_from(args, kwargs).shape))
-            return _with_hidden(args, kwargs, cached)
-
-        handle = container[start].register_forward_pre_hook(substitute, with_kwargs=True)
-        try:
-            for i in range(start):
-                container[i] = _PassThrough()
+        with starting_at(self.lm, start, self._store[batch_index][start], f"the replay of batch {batch_index}"):
             yield
-        finally:
-            for i, layer in enumerate(originals):
-                container[i] = layer
+
+
+@contextmanager
+def starting_at(lm: LoadedModel, start: int, hidden: torch.Tensor, what: str) -> Iterator[None]:
+    """Run one forward pass of ``lm`` from layer ``start`` on, fed with ``hidden`` there: the layers below are
+    swapped for a pass-through (``what`` names the pass in the internal error raised when layer ``start`` was not
+    fed as expected)."""
+    container = lm.adapter.layers_container(lm.model)
+    originals = [container[i] for i in range(start)]
+    fed: list[tuple[int, ...]] = []  # the shape of what layer `start` was given, per forward pass
+
+    def substitute(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        fed.append(tuple(_hidden_from(args, kwargs).shape))
+        return _with_hidden(args, kwargs, hidden)
+
+    handle = container[start].register_forward_pre_hook(substitute, with_kwargs=True)
+    try:
+        for i in range(start):
+            container[i] = _PassThrough()
+        yield
+    finally:
+        for i, layer in enumerate(originals):
+            container[i] = layer
+        handle.remove()
+    # Checked on a normal exit: the pass must have fed layer `start` (once per pass) with an input of the shape the
+    # pass had; otherwise it ran from somewhere else.
+    if not fed or any(shape != tuple(hidden.shape) for shape in fed):
+        raise InternalCheckError(f"layer cache: {what} should start at layer {start}, but layer {start} was fed "
+                                 f"{len(fed)} times (shapes {fed[:2]}, cached {tuple(hidden.shape)})")
+
+
+@contextmanager
+def inputs_of(lm: LoadedModel, layers: list[int], into: dict[int, torch.Tensor]) -> Iterator[None]:
+    """Within the block, each forward pass of ``lm`` stores a copy of the input of each of ``layers`` in ``into``."""
+    container = lm.adapter.layers(lm.model)
+    handles = []
+    for c in layers:
+        def hook(module: nn.Module, args: tuple, kwargs: dict, c: int = c) -> None:
+            into[c] = _hidden_from(args, kwargs).detach().clone()
+
+        handles.append(container[c].register_forward_pre_hook(hook, with_kwargs=True))
+    try:
+        yield
+    finally:
+        for handle in handles:
             handle.remove()
-        # Checked on a normal exit: the replay must have fed layer `start` (once per pass) with a cached input
-        # of the shape the pass had; otherwise the pass ran from somewhere else.
-        if not fed or any(shape != tuple(cached.shape) for shape in fed):
-            raise InternalCheckError(f"layer cache: the replay of batch {batch_index} should start at layer {start}, "
-                                     f"but layer {start} was fed {len(fed)} times (shapes {fed[:2]}, cached "
-                                     f"{tuple(cached.shape)})")

@@ -61,6 +61,15 @@ class LayerReuse:
         """Every batch's layer inputs are captured."""
         return self.active and self.cache.complete(self.batch_count)  # type: ignore[union-attr]
 
+    @property
+    def checkpoints(self) -> list[int]:
+        """The layers whose inputs are captured (none when the cache is off)."""
+        return self.cache.checkpoints if self.active else []  # type: ignore[union-attr]
+
+    def start(self, heads: tuple[Head, ...]) -> int:
+        """The layer an ablated pass of ``heads`` begins at: the checkpoint below the lowest (0: the first)."""
+        return self.cache.start_for(min(h.layer for h in heads)) if heads and self.complete else 0  # type: ignore
+
     def context(self, number: int, heads: tuple[Head, ...]) -> AbstractContextManager:
         """Batch ``number``'s pass: capture layer inputs on the first intact run; replay them for ablated runs
         once captured."""
@@ -98,7 +107,7 @@ class LayerReuse:
         """Batch ``number``'s teacher-forced keys and values in every layer (``keys_values``, its pass's own, on a
         shared prefix of ``prefix`` positions, completed below the layer the pass began at), or ``None`` where they
         cannot be (the intact run's were not kept, or the cache is not plain full layers)."""
-        began = self.cache.start_for(min(h.layer for h in heads)) if heads and self.complete else 0  # as context()
+        began = self.start(heads)
         if began > 0:
             if number not in self.intact_forced:
                 return None
