@@ -6,11 +6,12 @@ intact run (find's first condition) decodes each row its teacher-forced pass did
 each such row's decoded text, on the same keys and values, as one drafted step (:meth:`IntactContinuations.capture`),
 keeps per item the inputs of the layer cache's checkpoint layers at those positions and every layer's keys and values
 there. An ablated condition whose teacher-forced pass leaves a row where the intact run's left it (the same known
-tokens) reads the whole intact text as its first drafted step (``Generation._greedy``), computed from the checkpoint
+tokens) reads the whole intact text as its first drafted step (``Generation._step``), computed from the checkpoint
 below the ablation only: that layer is fed the kept inputs, the layers below it pass through, and their keys and
 values are the kept ones (:meth:`IntactContinuations.replayed`). Greedy keeps the drafted tokens it chooses too and
-decodes on after the last it keeps, as after any drafted step: a plain decoding's text, up to float rounding (the
-contract of ``headprune.evaluation.contract``).
+decodes on after the last it keeps, as after any drafted step, with the other rows (:func:`rows_of`,
+:func:`joined`: the decoding state of some rows, and of two side by side): a plain decoding's text, up to float
+rounding (the contract of ``headprune.evaluation.contract``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.functional import pad
 
-from headprune.core.compat import appended_below, cache_of, passing_cache
+from headprune.core.compat import appended_below, cache_of, passing_cache, stacked
 from headprune.evaluation.layer_cache import inputs_of, starting_at
 from headprune.loading.models import LoadedModel
 
@@ -115,3 +116,31 @@ class IntactContinuations:
         appended_below(cache, [(_stacked([t.keys_values[layer][0] for t in texts], width, 1),
                                 _stacked([t.keys_values[layer][1] for t in texts], width, 1))
                                for layer in range(self.start)], self.start)
+
+
+def rows_of(state: tuple, rows: list[int], width: int) -> tuple | None:
+    """The decoding state of some ``rows`` of ``state`` (their keys and values a copy, ``width`` positions), or
+    ``None`` for no rows."""
+    if not rows:
+        return None
+    batch, texts, ids, mask, positions, cache = state
+    part = stacked([cache], width)
+    select = torch.tensor(rows, device=ids.device)
+    part.batch_select_indices(select)
+    return [batch[k] for k in rows], [texts[k] for k in rows], ids[select], mask[select], positions[select], part
+
+
+def joined(first: tuple | None, second: tuple | None) -> tuple | None:
+    """One decoding state of the rows of two (either may be ``None``): keys and values side by side, each mask
+    widened before its latest column to the wider cache."""
+    if first is None or second is None:
+        return first or second
+    width = max(state[3].shape[1] - 1 for state in (first, second))
+
+    def widened(mask: torch.Tensor) -> torch.Tensor:
+        gap = mask.new_zeros((len(mask), width + 1 - mask.shape[1]))
+        return torch.cat([mask[:, :-1], gap, mask[:, -1:]], dim=1)
+
+    return (first[0] + second[0], first[1] + second[1], torch.cat([first[2], second[2]]),
+            torch.cat([widened(first[3]), widened(second[3])]), torch.cat([first[4], second[4]]),
+            stacked([first[5], second[5]], width))

@@ -12,7 +12,7 @@ keys and values (each row's prompt and the target tokens greedy followed) are wh
 (:meth:`Generation.settle`): only greedy's own tokens are computed, not the prompt again; elsewhere the rest are
 decoded from their prompt, on top of the shared prefix's keys and values (:meth:`Generation.finish`). A step also
 reads the tokens the first condition (find's intact run) wrote next, keeping those greedy chooses too
-(:meth:`Generation._greedy`): where few rows decode, a few; where a row starts as the intact run's did, all of them,
+(:meth:`Generation._step`): where few rows decode, a few; where a row starts as the intact run's did, all of them,
 from the ablated layer up (``evaluation.continuation``). That is the answer and the per-step gaps plain
 ``model.generate`` gives, up to float rounding (the contract of ``headprune.evaluation.contract``: an answer may
 differ only where a step's top-1 minus top-2 gap is within the precision's tolerance). Models that are not torch
@@ -30,7 +30,7 @@ import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from headprune.core.compat import cache_of, passing_cache, stacked
-from headprune.evaluation.continuation import IntactContinuations
+from headprune.evaluation.continuation import IntactContinuations, joined, rows_of
 from headprune.evaluation.decoding import (Generated, StepGaps, decided_steps, decision_gap, eos_ids,
                                            looked_up, plain_greedy, with_drafts)
 from headprune.evaluation.prefix import SharedPrefix
@@ -121,8 +121,9 @@ class Generation:
             self._decode_settling()
 
     def _decode_settling(self) -> None:
-        """Decode the rows that :meth:`settle` keeps waiting, from their batches' keys and values side by side (those
-        that ``IntactContinuations.follows`` apart, from the ablated layer up)."""
+        """Decode the rows that :meth:`settle` keeps waiting, from their batches' keys and values side by side. Those
+        that ``IntactContinuations.follows`` take their first step apart, from the ablated layer up; then all go on
+        together."""
         if not self._settling:
             return
         caches = [cache for cache, _ in self._settling]
@@ -130,36 +131,33 @@ class Generation:
         self._settling = []
         width = max(cache.get_seq_length() for cache in caches)  # type: ignore[attr-defined]
         cache = caches[0] if len(caches) == 1 else stacked(caches, width)
-        follow = [self.continuations.follows(index, tokens) for index, tokens, _ in settling]
-        groups = [[k for k, f in enumerate(follow) if f == side] for side in (True, False)]
-        for replay, group in zip((True, False), groups):
-            part = cache if len(group) == len(settling) else stacked([cache], width)  # the group's rows of a copy
-            if group and part is not cache:
-                part.batch_select_indices(torch.tensor(group, device=self.lm.device))  # type: ignore[attr-defined]
-            if group:
-                self._decode_rows([settling[k] for k in group], part, width, replay)
-
-    def _decode_rows(self, settling: list[tuple[int, list[int], list[float]]], cache: object, width: int,
-                     replay: bool) -> None:
-        """Decode ``settling``'s rows from ``cache`` (their keys and values, ``width`` positions): :meth:`_greedy`."""
         # Each row keeps its keys/values up to its known tokens but the last (the target's, as far as greedy
         # followed it); the last (greedy's own choice) goes in next, at the position after them.
         kept = torch.tensor([len(self.scorer.generation_prompt(self.items[index])) + len(tokens) - 1
                              for index, tokens, _ in settling])
         mask = (torch.arange(width + 1)[None, :] < kept[:, None]).long()
         mask[:, -1] = 1
-        ids = torch.tensor([[tokens[-1]] for _, tokens, _ in settling])
-        device, indices, capture = self.lm.device, [index for index, _, _ in settling], self.continuations.capturing
-        if capture:  # the intact run: its texts are read once more, on a copy of the keys and values
-            copy, knowns = stacked([cache], width), [list(tokens) for _, tokens, _ in settling]
-        rows = self._greedy(indices, [(tokens, gaps) for _, tokens, gaps in settling], ids.to(device),
-                            mask.to(device), kept[:, None].to(device), passing_cache(cache), replay=replay)
+        device, indices = self.lm.device, [index for index, _, _ in settling]
+        ids = torch.tensor([[tokens[-1]] for _, tokens, _ in settling], device=device)
+        mask, kept = mask.to(device), kept.to(device)
+        rows = [(tokens, gaps) for _, tokens, gaps in settling]
+        self.decoded_rows += len(rows)
+        if self.continuations.capturing:  # the intact run: its texts are read once more, on a copy of the keys/values
+            copy, knowns = stacked([cache], width), [list(tokens) for tokens, _ in rows]
+        follow = [self.continuations.follows(index, tokens) for index, tokens, _ in settling]
+        state = (indices, rows, ids, mask, kept[:, None], cache)
+        if any(follow):
+            following, others = (rows_of(state, [k for k, f in enumerate(follow) if f == side], width)
+                                 for side in (True, False))
+            state = joined(self._step(*following, replay=True), others)  # type: ignore[arg-type]
+        if state is not None:
+            self._greedy(*state)
         for index, (tokens, gaps) in zip(indices, rows):
             self._found[self.items[index].example] = self._answered(index, tokens, gaps)
-        if capture:
+        if self.continuations.capturing:
             drafts = [self._draft(index, known, self.max_new) for index, known in zip(indices, knowns)]
-            inputs = with_drafts(ids.to(device), mask.clone().to(device), kept[:, None].to(device), drafts, self.pad_id)
-            self.continuations.capture(indices, knowns, copy, *inputs[:3])
+            self.continuations.capture(indices, knowns, copy, *with_drafts(ids, mask, kept[:, None], drafts,
+                                                                          self.pad_id)[:3])
 
     def finish(self, batches: Sequence[Sequence[int]], prefix_cache: object | None, batch_rows: int
                ) -> dict[int, Generated]:
@@ -207,7 +205,8 @@ class Generation:
         prefix = self.prefix if prefix_cache is not None else SharedPrefix()
         ids, mask, positions = prefix.suffixes(prompts, self.pad_id, left=True)
         device = self.lm.device
-        cache = {} if prefix_cache is None else passing_cache(prefix.rows(prefix_cache, len(rows)))
+        cache = None if prefix_cache is None else prefix.rows(prefix_cache, len(rows))
+        self.decoded_rows += len(rows)
         return self._greedy(batch, rows, ids.to(device), mask.to(device), positions.to(device), cache)
 
     def _draft(self, index: int, tokens: list[int], width: int) -> list[int]:
@@ -227,56 +226,58 @@ class Generation:
         return max(0, min(self.max_new, DRAFT_TOKENS // rows - 1))
 
     def _greedy(self, batch: Sequence[int], rows: list[tuple[list[int], list[float]]], ids: torch.Tensor,
-                mask: torch.Tensor, positions: torch.Tensor, cache: dict, *, replay: bool = False
+                mask: torch.Tensor, positions: torch.Tensor, cache: object | None
                 ) -> list[tuple[list[int], list[float]]]:
-        """Greedy steps from input ``ids`` (mask over the cache and them, their position ids; each row's last
-        column its latest token), appending each row's tokens and gaps to ``rows`` (of items ``batch``) until every
-        row has ended.
-
-        Each step also reads, after a row's latest token, the tokens :meth:`_draft` expects next (right-padded:
-        ``(rows, 1 + drafted)`` logits per step): greedy keeps the drafted tokens as long as each is its own choice,
-        and the step's choice after them, so a text an ablation leaves unchanged takes one step, not one per
-        token. A drafted token greedy did not keep is masked out of the cache, and the row goes on after the last
-        one it kept. Rows that have ended leave the batch. ``replay``: the first step drafts the intact run's whole
-        text from the ablated layer up (``evaluation.continuation``)."""
-        model, device = self.lm.model, self.lm.device
-        live = list(range(len(rows)))  # the rows still running, in the order of the step's tensors' rows
-        while True:
-            width = self.max_new if replay else self._draft_width(len(live))
-            drafts = [self._draft(batch[row], rows[row][0], width) for row in live]
-            ids, mask, positions, drafted = with_drafts(ids, mask, positions, drafts, self.pad_id)
-            items = [batch[row] for row in live]
-            with self.continuations.replayed(items, 1 + drafted) if replay else nullcontext():
-                out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                            logits_to_keep=1 + drafted, **cache)
-            if replay:
-                self.continuations.complete(cache_of(out), items, 1 + drafted)
-                replay = False
-            top = out.logits[:, -1 - drafted:].float().topk(2, dim=-1)  # (live, 1 + drafted, 2)
-            chosen, gaps = top.indices[..., 0].tolist(), (top.values[..., 0] - top.values[..., 1]).tolist()
-            followed = [self._follow(batch[row], rows[row], draft, chosen[k], gaps[k])
-                        for k, (row, draft) in enumerate(zip(live, drafts))]
-            self.drafted += sum(len(draft) for draft in drafts)
-            self.drafts_kept += sum(kept for kept, _ in followed)
-            going = [k for k, (_, runs) in enumerate(followed) if runs]
-            if not going:
-                break
-            total = mask.shape[1]
-            for k, (kept, _) in enumerate(followed):  # drafted tokens greedy did not keep are hidden from later steps
-                mask[k, total - drafted + kept:] = 0
-            # Ended rows leave the batch: a step's cost grows with its rows' keys and values, copied at every step.
-            select = torch.tensor(going, device=device)
-            past = cache_of(out)
-            if len(going) < len(live):
-                past.batch_select_indices(select)
-            cache = passing_cache(past)
-            latest = positions.shape[1] - 1 - drafted + torch.tensor([kept for kept, _ in followed], device=device)
-            positions = (positions.gather(1, latest[:, None]) + 1)[select]  # each row's last kept input's, plus 1
-            live = [live[k] for k in going]
-            ids = torch.tensor([[rows[row][0][-1]] for row in live], device=device)
-            mask = torch.cat([mask[select], mask.new_ones((len(live), 1))], dim=1)
-        self.decoded_rows += len(rows)
+        """Greedy steps (:meth:`_step`) from input ``ids`` (mask over ``cache`` and them, their position ids; each
+        row's last column its latest token), appending each row's tokens and gaps to ``rows`` (of items ``batch``)
+        until every row has ended."""
+        state: tuple | None = (list(batch), list(rows), ids, mask, positions, cache)
+        while state is not None:
+            state = self._step(*state)
         return rows
+
+    def _step(self, batch: list[int], rows: list[tuple[list[int], list[float]]], ids: torch.Tensor,
+              mask: torch.Tensor, positions: torch.Tensor, cache: object | None, *, replay: bool = False
+              ) -> tuple | None:
+        """One greedy step of ``rows`` (see :meth:`_greedy`): the state of the rows that go on, or ``None``.
+
+        A step also reads, after a row's latest token, the tokens :meth:`_draft` expects next (right-padded:
+        ``(rows, 1 + drafted)`` logits): greedy keeps the drafted tokens as long as each is its own choice, and the
+        step's choice after them, so a text an ablation leaves unchanged takes one step, not one per token. A
+        drafted token greedy did not keep is masked out of the cache, and the row goes on after the last one it
+        kept. Rows that have ended leave the batch. ``replay``: the step drafts the intact run's whole text and runs
+        from the ablated layer up (``evaluation.continuation``)."""
+        device = self.lm.device
+        drafts = [self._draft(index, row[0], self.max_new if replay else self._draft_width(len(rows)))
+                  for index, row in zip(batch, rows)]
+        ids, mask, positions, drafted = with_drafts(ids, mask, positions, drafts, self.pad_id)
+        with self.continuations.replayed(batch, 1 + drafted) if replay else nullcontext():
+            out = self.lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                                logits_to_keep=1 + drafted, **({} if cache is None else passing_cache(cache)))
+        if replay:
+            self.continuations.complete(cache_of(out), batch, 1 + drafted)
+        top = out.logits[:, -1 - drafted:].float().topk(2, dim=-1)  # (rows, 1 + drafted, 2)
+        chosen, gaps = top.indices[..., 0].tolist(), (top.values[..., 0] - top.values[..., 1]).tolist()
+        followed = [self._follow(index, row, draft, chosen[k], gaps[k])
+                    for k, (index, row, draft) in enumerate(zip(batch, rows, drafts))]
+        self.drafted += sum(len(draft) for draft in drafts)
+        self.drafts_kept += sum(kept for kept, _ in followed)
+        going = [k for k, (_, runs) in enumerate(followed) if runs]
+        if not going:
+            return None
+        total = mask.shape[1]
+        for k, (kept, _) in enumerate(followed):  # drafted tokens greedy did not keep are hidden from later steps
+            mask[k, total - drafted + kept:] = 0
+        # Ended rows leave the batch: a step's cost grows with its rows' keys and values, copied at every step.
+        select = torch.tensor(going, device=device)
+        past = cache_of(out)
+        if len(going) < len(rows):
+            past.batch_select_indices(select)
+        latest = positions.shape[1] - 1 - drafted + torch.tensor([kept for kept, _ in followed], device=device)
+        positions = (positions.gather(1, latest[:, None]) + 1)[select]  # each row's last kept input's, plus 1
+        batch, rows = [batch[k] for k in going], [rows[k] for k in going]
+        ids = torch.tensor([[row[0][-1]] for row in rows], device=device)
+        return batch, rows, ids, torch.cat([mask[select], mask.new_ones((len(rows), 1))], dim=1), positions, past
 
     def _follow(self, index: int, row: tuple[list[int], list[float]], draft: list[int], chosen: list[int],
                 gaps: list[float]) -> tuple[int, bool]:
