@@ -83,6 +83,13 @@ def appended_below(cache: Any, keys_values: list[tuple[Any, Any]], start: int) -
     return cache
 
 
+def cropped(cache: Any, length: int) -> Any:
+    """``cache`` (see :func:`full_length`) cut to its first ``length`` positions, in place."""
+    for layer in cache.layers:
+        layer.keys, layer.values = layer.keys[..., :length, :], layer.values[..., :length, :]
+    return cache
+
+
 def positions_after(cache: Any, length: int) -> list[tuple[Any, Any]]:
     """Per layer of ``cache`` (see :func:`full_length`), copies of its keys and values after the first
     ``length`` positions."""

@@ -101,6 +101,18 @@ class IntactContinuations:
             self.texts[index] = text
             spent += text.bytes
 
+    def groups(self, rows: list[int], indices: Sequence[int]) -> list[list[int]]:
+        """``rows`` (of items ``indices``, each with a kept text) in groups whose texts are at least 2/3 as long as
+        the group's longest (a step pads each row to it), longest first."""
+        lengths = {k: len(self.texts[indices[k]].inputs[self.start]) for k in rows}
+        groups: list[list[int]] = []
+        for k in sorted(rows, key=lambda k: -lengths[k]):
+            if groups and 3 * lengths[k] >= 2 * lengths[groups[-1][0]]:
+                groups[-1].append(k)
+            else:
+                groups.append([k])
+        return groups
+
     @contextmanager
     def replayed(self, indices: Sequence[int], width: int) -> Iterator[None]:
         """A drafted step over the kept texts of items ``indices`` (right-padded to ``width`` positions), run from

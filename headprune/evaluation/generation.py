@@ -29,7 +29,7 @@ from contextlib import nullcontext
 import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from headprune.core.compat import cache_of, passing_cache, stacked
+from headprune.core.compat import cache_of, cropped, full_length, passing_cache, stacked
 from headprune.evaluation.continuation import IntactContinuations, joined, rows_of
 from headprune.evaluation.decoding import (Generated, StepGaps, decided_steps, decision_gap, eos_ids,
                                            looked_up, plain_greedy, with_drafts)
@@ -146,10 +146,10 @@ class Generation:
             copy, knowns = stacked([cache], width), [list(tokens) for tokens, _ in rows]
         follow = [self.continuations.follows(index, tokens) for index, tokens, _ in settling]
         state = (indices, rows, ids, mask, kept[:, None], cache)
-        if any(follow):
-            following, others = (rows_of(state, [k for k, f in enumerate(follow) if f == side], width)
-                                 for side in (True, False))
-            state = joined(self._step(*following, replay=True), others)  # type: ignore[arg-type]
+        if any(follow):  # in groups of texts of like lengths: a step computes each row to the longest
+            whole, state = state, rows_of(state, [k for k, f in enumerate(follow) if not f], width)
+            for group in self.continuations.groups([k for k, f in enumerate(follow) if f], indices):
+                state = joined(self._step(*rows_of(whole, group, width), replay=True), state)  # type: ignore[misc]
         if state is not None:
             self._greedy(*state)
         for index, (tokens, gaps) in zip(indices, rows):
@@ -268,11 +268,15 @@ class Generation:
         total = mask.shape[1]
         for k, (kept, _) in enumerate(followed):  # drafted tokens greedy did not keep are hidden from later steps
             mask[k, total - drafted + kept:] = 0
-        # Ended rows leave the batch: a step's cost grows with its rows' keys and values, copied at every step.
+        # Ended rows leave the batch, and drafted positions no row going on kept leave the cache: a step's cost grows
+        # with its rows' keys and values, copied at every step.
         select = torch.tensor(going, device=device)
-        past = cache_of(out)
+        past, unused = cache_of(out), drafted - max(followed[k][0] for k in going)
         if len(going) < len(rows):
             past.batch_select_indices(select)
+        if unused and full_length(past) == total:
+            cropped(past, total - unused)
+            mask = mask[:, : total - unused]
         latest = positions.shape[1] - 1 - drafted + torch.tensor([kept for kept, _ in followed], device=device)
         positions = (positions.gather(1, latest[:, None]) + 1)[select]  # each row's last kept input's, plus 1
         batch, rows = [batch[k] for k in going], [rows[k] for k in going]
