@@ -96,17 +96,27 @@ def positions_after(cache: Any, length: int) -> list[tuple[Any, Any]]:
     return [(layer.keys[..., length:, :].clone(), layer.values[..., length:, :].clone()) for layer in cache.layers]
 
 
-def stacked(caches: list[Any], length: int) -> Any:
+def stacked(caches: list[Any], length: int, rows: Any = None) -> Any:
     """One cache whose rows are those of ``caches`` (each plain full layers, see :func:`full_length`), in order,
-    every layer right-padded with zeros to ``length`` positions (a mask must hide the padding)."""
-    import torch
-    from torch.nn.functional import pad
+    every layer right-padded with zeros to ``length`` positions (a mask must hide the padding); of one cache, only
+    its ``rows`` (an index tensor) where given. Each layer's keys and values are written once, in place."""
     from transformers.cache_utils import DynamicCache
+
+    def joined(tensors: list[Any]) -> Any:
+        if rows is not None:
+            tensors = [tensor.index_select(0, rows) for tensor in tensors]
+        first = tensors[0]
+        out = first.new_empty((sum(len(t) for t in tensors), first.shape[1], length, first.shape[-1]))
+        start = 0
+        for tensor in tensors:
+            end, width = start + len(tensor), tensor.shape[-2]
+            out[start:end, :, :width] = tensor
+            out[start:end, :, width:] = 0
+            start = end
+        return out
 
     merged = DynamicCache()
     for index in range(len(caches[0].layers)):
         layers = [cache.layers[index] for cache in caches]
-        keys = torch.cat([pad(layer.keys, (0, 0, 0, length - layer.keys.shape[-2])) for layer in layers])
-        values = torch.cat([pad(layer.values, (0, 0, 0, length - layer.values.shape[-2])) for layer in layers])
-        merged.update(keys, values, index)
+        merged.update(joined([layer.keys for layer in layers]), joined([layer.values for layer in layers]), index)
     return merged

@@ -8,10 +8,10 @@ keeps per item the inputs of the layer cache's checkpoint layers at those positi
 there. An ablated condition whose teacher-forced pass leaves a row where the intact run's left it (the same known
 tokens) reads the whole intact text as its first drafted step (``Generation._step``), computed from the checkpoint
 below the ablation only: that layer is fed the kept inputs, the layers below it pass through, and their keys and
-values are the kept ones (:meth:`IntactContinuations.replayed`). Greedy keeps the drafted tokens it chooses too and
-decodes on after the last it keeps, as after any drafted step, with the other rows (:func:`rows_of`,
-:func:`joined`: the decoding state of some rows, and of two side by side): a plain decoding's text, up to float
-rounding (the contract of ``headprune.evaluation.contract``).
+values are the kept ones (:meth:`IntactContinuations.replayed`); where the pass starts at the first layer, the step is a
+plain one over the whole text. Greedy keeps the drafted tokens it chooses too and decodes on after the last it keeps, as
+after any drafted step, with the other rows (:func:`rows_of`, :func:`joined`: the decoding state of some rows, and of
+two side by side): a plain decoding's text, up to float rounding (the contract of ``headprune.evaluation.contract``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ class _Text:
     known: tuple[int, ...]  # the item's known greedy tokens where the intact run's decoding of it began
     inputs: dict[int, torch.Tensor]  # per checkpoint layer, its input at the text's positions: (positions, D)
     keys_values: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer: (kv heads, positions, head size) each
+
+    @property
+    def length(self) -> int:
+        """Positions: the last known token and the tokens the intact run wrote after it."""
+        return self.keys_values[0][0].shape[1]
 
     @property
     def bytes(self) -> int:
@@ -73,9 +78,9 @@ class IntactContinuations:
 
     def follows(self, index: int, tokens: Sequence[int]) -> bool:
         """Whether item ``index``'s decoding, from its known ``tokens``, begins where the intact run's did, with its
-        text kept for this condition's start."""
+        text kept for this condition's start (at the first layer, the text alone: its step is a plain one)."""
         text = self.texts.get(index)
-        return self.start > 0 and text is not None and text.known == tuple(tokens) and self.start in text.inputs
+        return text is not None and text.known == tuple(tokens) and (self.start == 0 or self.start in text.inputs)
 
     @torch.inference_mode()
     def capture(self, indices: Sequence[int], knowns: Sequence[Sequence[int]], cache: object, ids: torch.Tensor,
@@ -104,7 +109,7 @@ class IntactContinuations:
     def groups(self, rows: list[int], indices: Sequence[int]) -> list[list[int]]:
         """``rows`` (of items ``indices``, each with a kept text) in groups whose texts are at least 2/3 as long as
         the group's longest (a step pads each row to it), longest first."""
-        lengths = {k: len(self.texts[indices[k]].inputs[self.start]) for k in rows}
+        lengths = {k: self.texts[indices[k]].length for k in rows}
         groups: list[list[int]] = []
         for k in sorted(rows, key=lambda k: -lengths[k]):
             if groups and 3 * lengths[k] >= 2 * lengths[groups[-1][0]]:
@@ -116,9 +121,12 @@ class IntactContinuations:
     @contextmanager
     def replayed(self, indices: Sequence[int], width: int) -> Iterator[None]:
         """A drafted step over the kept texts of items ``indices`` (right-padded to ``width`` positions), run from
-        :attr:`start` on; :meth:`complete` its keys and values after it."""
-        hidden = _stacked([self.texts[i].inputs[self.start] for i in indices], width, 0)
+        :attr:`start` on; :meth:`complete` its keys and values after it. At the first layer, a plain step."""
         self.replayed_rows += len(indices)
+        if self.start == 0:
+            yield
+            return
+        hidden = _stacked([self.texts[i].inputs[self.start] for i in indices], width, 0)
         with starting_at(self.lm, self.start, hidden, "a step over the intact run's text"):
             yield
 
@@ -136,10 +144,9 @@ def rows_of(state: tuple, rows: list[int], width: int) -> tuple | None:
     if not rows:
         return None
     batch, texts, ids, mask, positions, cache = state
-    part = stacked([cache], width)
     select = torch.tensor(rows, device=ids.device)
-    part.batch_select_indices(select)
-    return [batch[k] for k in rows], [texts[k] for k in rows], ids[select], mask[select], positions[select], part
+    return ([batch[k] for k in rows], [texts[k] for k in rows], ids[select], mask[select], positions[select],
+            stacked([cache], width, select))
 
 
 def joined(first: tuple | None, second: tuple | None) -> tuple | None:
