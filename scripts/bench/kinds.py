@@ -35,7 +35,9 @@ product), as a practitioner runs them: on a CPU where oneDNN is the faster, part
 ``HEADPRUNE_CPU_LINEAR=torch`` shows headprune without it.
 
 Each condition runs ``--repeat`` times per side (interleaved) and each side's best time is kept: on a shared
-machine the best run is the one least slowed by others.
+machine the best run is the one least slowed by others. headprune's repeats are separate evaluators, each running the
+conditions once, in order, as find does: no repeat finds what an earlier run of the same condition left behind (a
+program's outcome, a text to draft from).
 
 ``--profile`` then runs each ablated choice and classify condition once more under torch's profiler and prints
 where its time goes: the matrix products (and their rate against the measured one), the attention kernel, the
@@ -160,12 +162,14 @@ def differing(kind: str, result: EvalResult, naive: list, dtype: str) -> tuple[i
 def bench(kind: str, label: str, lm: LoadedModel, task: Task, naive: Callable, heads: list[tuple[Head, ...]],
           rate: float, batch: int | str, repeat: int, explain: bool = False) -> dict:
     """Time the naive loop and headprune on the intact model and each of ``heads``; the kind's row of the table."""
-    evaluator = Evaluator(lm, task, batch_size=batch, reuse_layers=True)
+    # An evaluator per repeat, each running the conditions once in order, as find does: a repeat never finds what an
+    # earlier run of the same condition left (a program's outcome, a text to draft from).
+    evaluators = [Evaluator(lm, task, batch_size=batch, reuse_layers=True) for _ in range(repeat)]
     seconds = {"naive": [], "headprune": []}
     bad = ties = 0
     for condition in [(), *heads]:  # the intact run first: headprune's fills the layer cache there
         times: dict[str, list[float]] = {"naive": [], "headprune": []}
-        for _ in range(repeat):  # each side's best of `repeat` runs, interleaved
+        for evaluator in evaluators:  # each side's best of `repeat` runs, interleaved
             answers, spent = timed(lambda: naive(condition))
             times["naive"].append(spent)
             result, spent = timed(lambda: evaluator.run(condition))
@@ -182,14 +186,14 @@ def bench(kind: str, label: str, lm: LoadedModel, task: Task, naive: Callable, h
            "naive_x_limit": ablated_naive / limit, "headprune_x_limit": ablated_ours / limit, "limit_s": limit,
            "matmul_gflops": rate, "intact_naive_s": seconds["naive"][0], "intact_headprune_s": seconds["headprune"][0]}
     if kind not in GENERATING:  # a generating condition also decodes; its own work is not only the forced pass
-        works = [own_work(evaluator, condition) for condition in heads]
+        works = [own_work(evaluators[0], condition) for condition in heads]
         own = float(np.mean([w for w, _ in works])) / rate
         row.update(own_limit_s=own, padding=works[0][1])
         print(f"{kind:<9} headprune's own work (forced pass after the shared prefix, layers from the ablated one "
               f"up): limit {own:.2f} s, headprune x{ablated_ours / own:.2f}; padding {100 * works[0][1]:.0f}% of "
               f"its token rows", flush=True)
         if explain:
-            profile(evaluator, heads, rate)
+            profile(evaluators[0], heads, rate)
     if kind == "code":
         row["program_s"] = naive.program_seconds
     print(f"{kind:<9} {task.name} n={len(task)}: naive {ablated_naive:7.2f} s  headprune {ablated_ours:7.2f} s per "
