@@ -99,24 +99,30 @@ def positions_after(cache: Any, length: int) -> list[tuple[Any, Any]]:
 def stacked(caches: list[Any], length: int, rows: Any = None) -> Any:
     """One cache whose rows are those of ``caches`` (each plain full layers, see :func:`full_length`), in order,
     every layer right-padded with zeros to ``length`` positions (a mask must hide the padding); of one cache, only
-    its ``rows`` (an index tensor) where given. Each layer's keys and values are written once, in place."""
+    its ``rows`` (an index tensor) where given."""
     from transformers.cache_utils import DynamicCache
 
-    def joined(tensors: list[Any]) -> Any:
-        if rows is not None:
-            tensors = [tensor.index_select(0, rows) for tensor in tensors]
-        first = tensors[0]
-        out = first.new_empty((sum(len(t) for t in tensors), first.shape[1], length, first.shape[-1]))
-        start = 0
-        for tensor in tensors:
-            end, width = start + len(tensor), tensor.shape[-2]
-            out[start:end, :, :width] = tensor
-            out[start:end, :, width:] = 0
-            start = end
-        return out
+    def part(tensor: Any) -> Any:
+        return tensor if rows is None else tensor.index_select(0, rows)
 
     merged = DynamicCache()
     for index in range(len(caches[0].layers)):
         layers = [cache.layers[index] for cache in caches]
-        merged.update(joined([layer.keys for layer in layers]), joined([layer.values for layer in layers]), index)
+        merged.update(right_padded([part(layer.keys) for layer in layers], length),
+                      right_padded([part(layer.values) for layer in layers], length), index)
     return merged
+
+
+def right_padded(tensors: list[Any], length: int, dim: int = -2) -> Any:
+    """``tensors`` one after another along the first axis, each right-padded with zeros to ``length`` along ``dim``
+    (not the first), written once into one tensor."""
+    first = tensors[0]
+    dim %= first.dim()
+    shape = [sum(len(tensor) for tensor in tensors), *first.shape[1:]]
+    shape[dim] = length
+    out = first.new_zeros(shape)
+    start = 0
+    for tensor in tensors:
+        out[start: start + len(tensor)].narrow(dim, 0, tensor.shape[dim]).copy_(tensor)
+        start += len(tensor)
+    return out

@@ -21,9 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from torch.nn.functional import pad
 
-from headprune.core.compat import appended_below, cache_of, passing_cache, stacked
+from headprune.core.compat import appended_below, cache_of, passing_cache, right_padded, stacked
 from headprune.evaluation.layer_cache import inputs_of, starting_at
 from headprune.loading.models import LoadedModel
 
@@ -47,15 +46,6 @@ class _Text:
     def bytes(self) -> int:
         tensors = [*self.inputs.values(), *(t for pair in self.keys_values for t in pair)]
         return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def _stacked(tensors: list[torch.Tensor], width: int, dim: int) -> torch.Tensor:
-    """``tensors`` stacked on a new first axis, each right-padded with zeros to ``width`` along ``dim``."""
-    padded = []
-    for tensor in tensors:
-        widths = [0, 0] * (tensor.dim() - 1 - dim) + [0, width - tensor.shape[dim]]
-        padded.append(pad(tensor, widths))
-    return torch.stack(padded)
 
 
 class IntactContinuations:
@@ -126,15 +116,15 @@ class IntactContinuations:
         if self.start == 0:
             yield
             return
-        hidden = _stacked([self.texts[i].inputs[self.start] for i in indices], width, 0)
+        hidden = right_padded([self.texts[i].inputs[self.start][None] for i in indices], width, 1)
         with starting_at(self.lm, self.start, hidden, "a step over the intact run's text"):
             yield
 
     def complete(self, cache: object, indices: Sequence[int], width: int) -> None:
         """Give ``cache`` (after a :meth:`replayed` step) the kept keys and values of the layers below the start."""
         texts = [self.texts[i] for i in indices]
-        appended_below(cache, [(_stacked([t.keys_values[layer][0] for t in texts], width, 1),
-                                _stacked([t.keys_values[layer][1] for t in texts], width, 1))
+        appended_below(cache, [(right_padded([t.keys_values[layer][0][None] for t in texts], width),
+                                right_padded([t.keys_values[layer][1][None] for t in texts], width))
                                for layer in range(self.start)], self.start)
 
 
