@@ -1,20 +1,26 @@
-"""find's selection error rates on counts-only models, through its own search code (seconds per thousand runs).
+"""find's selection error rates and power on counts-only models, through its own search code (seconds per thousand runs).
 
-Two tables, each comparing find's rule with the rule before 0.2 through the same code
-(``headprune.search.simulation``):
+Two tables, each comparing find's rule with earlier ones through the same code (``headprune.search.simulation``):
 
-- **improve**: the share of runs whose primary set holds a passenger (a null head in a set of several heads),
-  the share of real heads kept in the primary set, and the share of runs confirmed on held-out with only real
-  heads; for null heads flipping 0.1%-5% of answers, 0, 1 and 2 real heads of +0.6 points (0.8% rescued, 0.2%
-  damaged), find's defaults and ``--extend 2``; 18 heads (2 layers of 9), discovery 2,000, held-out 1,000.
-  ``halves``: find's rule (propose on one half of discovery, admit on the other, single heads by the lower end
-  of their gain's 70% score interval); ``same``: propose and admit on all of discovery, single heads by the
-  raw gain (the rule before 0.2, as headprune 0.1.0 ran it up to the walk's order of elimination).
+- **improve**: per cell, the share of runs whose primary set holds a passenger (a null head in a set of several
+  heads), the share that keep *every* real head in the primary set (confirmed or not), the share confirmed with
+  every real head, the share of false confirmations (a confirmed primary set with a null head, or with no true
+  gain), and the expected true gain confirmed (points: the true gain of the primary set where it is confirmed, 0
+  where not). Cells: two sizes, discovery/held-out 2,000/1,000 with real heads of +0.6 points (0.8% rescued, 0.2%
+  damaged) and 150/300 with real heads of +7.5 points (7.8% rescued, 0.3% damaged, the size of the main job's
+  L11.H8); 0, 1 or 2 real heads, or an interacting pair (a head of that size whose partner helps only once it is
+  removed, by as much again); null heads flipping 0.1%-5% of answers; find's defaults (``--extend 1``),
+  ``--extend 0`` and ``--extend 2``, and the main job's search settings (``--nominees 3 --max-heads 2
+  --finalists 2``); 18 heads (2 layers of 9). Rules: ``heldout`` (find's: membership on the check half and
+  held-out, the primary set chosen by held-out tests), ``check`` (0.2's: heads admitted on the check half alone)
+  and ``same`` (0.1.0's: all on discovery).
 - **compress**: the share of runs accepted on held-out and the share of accepted sets whose true drop exceeds
   the budget, at budgets 0.5, 1 and 2 points (36 heads, 40% harmless); ``held-out``: find's budget (discovery
   judged as the held-out test will judge it), ``estimate``: the discovery estimate alone.
 
-    python scripts/passengers.py [--runs 400] [--compress-runs 3000] [--json FILE]
+    python scripts/passengers.py [--runs 400] [--compress-runs 3000] [--rules heldout,check,same] [--json FILE]
+
+docs/find.md's tables are this record (docs/bench/passengers.json) rendered by ``python -m scripts.bench.render``.
 """
 
 from __future__ import annotations
@@ -28,27 +34,44 @@ from collections.abc import Sequence
 import numpy as np
 
 from headprune.search.find_result import FindSettings
-from headprune.search.simulation import run_compress, run_improve
+from headprune.search.simulation import RULES, Outcome, run_compress, run_improve
 
 FLIPS = (0.001, 0.003, 0.01, 0.03, 0.05)
-REAL = (0.008, 0.002)
+SIZES = {"2000/1000": (2000, 1000, (0.008, 0.002)), "150/300": (150, 300, (0.078, 0.003))}
+SEARCHES = {"defaults": {}, "extend 0": {"extend": 0}, "extend 2": {"extend": 2},
+            "main job": {"nominees": 3, "max_heads": 2, "finalists": 2}}
+REALS = ("0", "1", "2", "pair")  # real heads, or an interacting pair
 
 
-def improve_table(runs: int) -> list[dict]:
+def run_cell(size: str, reals: str, flip: float, search: str, rule: str, runs: int) -> list[Outcome]:
+    """``runs`` simulated find runs of one cell, seeds 0..runs-1 (the same models for every rule)."""
+    discovery, heldout, effect = SIZES[size]
+    kind = {"real": [effect] * int(reals)} if reals != "pair" else {"partners": [(effect, effect)]}
+    return [run_improve(seed, flip=flip, discovery=discovery, heldout=heldout, rule=rule,
+                        settings=FindSettings(seed=seed, **SEARCHES[search]), **kind) for seed in range(runs)]
+
+
+def figures(out: Sequence[Outcome], reals: str) -> dict:
+    """The cell's rates (see the module docstring); ``kept`` is None without real heads."""
+    return {"passenger": float(np.mean([o.passenger for o in out])),
+            "all_kept": float(np.mean([o.all_kept for o in out])) if reals != "0" else None,
+            "confirmed_all": float(np.mean([o.confirmed and o.all_kept for o in out])) if reals != "0" else None,
+            "confirmed": float(np.mean([o.confirmed for o in out])),
+            "false_confirmed": float(np.mean([o.false_confirmation for o in out])),
+            "confirmed_gain": float(100 * np.mean([o.confirmed_gain for o in out]))}
+
+
+def improve_table(runs: int, rules: Sequence[str]) -> list[dict]:
     rows = []
-    for extend in (0, 2):
-        for reals in (0, 1, 2):
-            for flip in FLIPS:
-                row: dict = {"extend": extend, "real": reals, "flip": flip}
-                for rule in ("halves", "same"):
-                    out = [run_improve(seed, flip=flip, real=[REAL] * reals, rule=rule,
-                                       settings=FindSettings(seed=seed, extend=extend)) for seed in range(runs)]
-                    row[rule] = {"passenger": float(np.mean([o.passenger for o in out])),
-                                 "kept": float(np.nanmean([o.kept for o in out])) if reals else None,
-                                 "clean_confirmed": float(np.mean([o.clean_confirmation for o in out])),
-                                 "false_confirmed": float(np.mean([o.false_confirmation for o in out]))}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+    for size in SIZES:
+        for search in SEARCHES:
+            for reals in REALS:
+                for flip in FLIPS:
+                    row: dict = {"size": size, "search": search, "real": reals, "flip": flip}
+                    for rule in rules:
+                        row[rule] = figures(run_cell(size, reals, flip, search, rule, runs), reals)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     return rows
 
 
@@ -72,28 +95,33 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=400, help="runs per improve cell and rule")
     parser.add_argument("--compress-runs", type=int, default=3000, help="runs per compress budget and rule")
+    parser.add_argument("--rules", default=",".join(RULES), help="improve rules to run, comma-separated")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    rules = [rule for rule in args.rules.split(",") if rule]
+    if not rules or set(rules) - set(RULES):
+        parser.error(f"--rules: a comma-separated choice of {', '.join(RULES)}")
     logger = logging.getLogger("headprune")
     level = logger.level
     logger.setLevel(logging.WARNING)
     started = time.perf_counter()
     try:
-        figures = {"runs": args.runs, "compress_runs": args.compress_runs, "improve": improve_table(args.runs),
-                   "compress": compress_table(args.compress_runs)}
+        figures_ = {"bench": "passengers", "runs": args.runs, "compress_runs": args.compress_runs, "rules": rules,
+                    "improve": improve_table(args.runs, rules), "compress": compress_table(args.compress_runs)}
     finally:
         logger.setLevel(level)
-    figures["seconds"] = round(time.perf_counter() - started, 1)
-    worst = max(figures["improve"], key=lambda row: row["halves"]["passenger"])
-    print(f"worst cell: passengers in {worst['halves']['passenger']:.1%} of runs (extend {worst['extend']}, "
-          f"{worst['real']} real heads, null flip {worst['flip']:.1%}); {figures['seconds']:.0f} s", flush=True)
+    figures_["seconds"] = round(time.perf_counter() - started, 1)
+    worst = max(figures_["improve"], key=lambda row: row[rules[0]]["passenger"])
+    print(f"worst cell ({rules[0]}): passengers in {worst[rules[0]]['passenger']:.1%} of runs ({worst['size']}, "
+          f"{worst['search']}, real {worst['real']}, null flip {worst['flip']:.1%}); {figures_['seconds']:.0f} s",
+          flush=True)
     if args.json:
         from pathlib import Path
 
         from headprune.core.io import atomic_write_json
 
-        atomic_write_json(Path(args.json), figures)
-    return figures
+        atomic_write_json(Path(args.json), figures_)
+    return figures_
 
 
 if __name__ == "__main__":

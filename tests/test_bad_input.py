@@ -241,7 +241,7 @@ CASES = [
                                               "--device-map", "auto"], {}, "--device applies only without"),
     ("--nominees 64 --max-heads 12", lambda p: ["find", p.wide, "--task", p.ok_jsonl, "--discovery", "20",
                                                 "--heldout", "20", "--nominees", "64", "--max-heads", "12"], {},
-     "--nominees (64) and --max-heads (12) make the joint search evaluate"),
+     "--nominees (64) and --max-heads (12) with --extend (1) make the joint search evaluate"),
     ("--alpha nan", lambda p: ["find", p.good, "--task", p.ok_jsonl, *SMALL_FIND, "--alpha", "nan"], {},
      "--alpha must be between 0 and 1"),
     ("--tolerance nan", lambda p: ["export", p.good, "--heads", "L0.H0", "--tolerance", "nan"], {},

@@ -41,7 +41,7 @@ def test_harmful_head_is_found_confirmed_and_its_cost_shown(handmade) -> None:
 def test_exhaustive_stage_evaluates_every_subset_exactly_once(tmp_path, tokenizer) -> None:
     lm = build_tiny("llama", tokenizer, seed=3)  # 2 layers x 4 heads
     result = find(lm, random_choice_task(130), discovery=60, heldout=60, nominees=5, max_heads=3, finalists=4,
-                  out=tmp_path, batch_size=32)
+                  extend=0, out=tmp_path, batch_size=32)
     assert expected_joint_evaluations(5, 3) == math.comb(5, 2) + math.comb(5, 3) == 20
     joint = [s for s in result.sets if len(s.heads) > 1]
     assert len(joint) == len({s.heads for s in joint}) == 20
@@ -64,7 +64,11 @@ def test_heldout_numbers_never_change_the_choice(handmade) -> None:
                                               for e in held_a.examples))
     a = find(handmade, disc, heldout_task=held_a, discovery=300, heldout=300, batch_size=128)
     b = find(handmade, disc, heldout_task=held_b, discovery=300, heldout=300, batch_size=128)
-    assert [f.heads for f in a.finalists] == [f.heads for f in b.finalists]
+    # What discovery fixes is the same: the candidates, which is tested first, the order of the proposal's heads.
+    fixed = ("proposal", "single", "favoured", "support")
+    assert [getattr(a.selection, k) for k in fixed] == [getattr(b.selection, k) for k in fixed]
+    assert [c.head for c in a.selection.contributions] == [c.head for c in b.selection.contributions]
+    assert [t.share for t in a.selection.tests][:1] == [t.share for t in b.selection.tests][:1]
     assert a.finalists[0].heldout.difference > 0 > b.finalists[0].heldout.difference
     assert a.confirmed and not b.confirmed
 
@@ -127,7 +131,7 @@ def test_cli_find_writes_outputs_and_exits_0_when_confirmed(handmade_files, tmp_
     assert result.exit_code == 0, result.output
     assert "CONFIRMED improvement" in result.stdout.splitlines()[-1]
     saved = json.loads((out / "result.json").read_text())
-    assert saved["schema_version"] == 2 and saved["finalists"][0]["heads"] == ["L0.H0"]
+    assert saved["schema_version"] == 3 and saved["finalists"][0]["heads"] == ["L0.H0"]
     assert saved["finalists"][0]["heldout"]["confirmed"] is True
     assert saved["model"]["weight_hash"].startswith("sha256:") and saved["task"]["hash"].startswith("sha256:")
     assert (out / "screen.png").stat().st_size > 1000
@@ -289,26 +293,42 @@ def test_passenger_heads_do_not_ride_along_with_the_harmful_head(passengers) -> 
     assert sets[("L0.H0", "L0.H1", "L0.H2")].gain == sets[("L0.H0", "L0.H2")].gain
     assert sets[("L0.H0", "L0.H1", "L0.H2")].margin_change > sets[("L0.H0", "L0.H2")].margin_change
     assert [str(h) for h in result.primary] == ["L0.H0"] and result.confirmed
-    assert all(len(f.heads) == 1 or all(c.earned for c in f.contributions) for f in result.finalists)
-    assert result.parsimony.conditions == 0  # exhaustive: every drop-one subset was already evaluated
-    assert result.parsimony.dropped >= 2 and result.parsimony.measure == "accuracy"
-    (alone,) = result.finalists[0].contributions  # against the intact model, on the check half
-    record = next(s for s in result.sets if s.heads == ("L0.H0",))
-    check_rescued = record.paired.rescued - record.search.rescued  # all of discovery minus the search half
-    assert (alone.head, alone.rescued, alone.damaged) == ("L0.H0", check_rescued, 0)
+    selection = result.selection
+    assert selection.proposal == ("L0.H0", "L0.H2") and selection.measure == "accuracy"  # the search half's best
+    first, second = selection.contributions  # tested in the search half's order: H0 first, then the passenger
+    assert (first.head, first.rank, first.earned) == ("L0.H0", 1, True)
+    assert (second.head, second.rank, second.earned) == ("L0.H2", 2, False) and selection.kept == ("L0.H0",)
+    assert first.rescued == first.check_rescued + first.heldout_rescued  # the check half and held-out together
     assert result.split.search + result.split.check == result.split.discovery == 300
+    assert selection.check + selection.search == 300 and selection.heldout == 300
+    (alone,) = result.finalists[0].contributions
+    assert alone == first
     report = render_markdown(result)
-    assert "## Each head of the primary set" in report and f"| `L0.H0` | {alone.rescued} | 0 |" in report
-    # A result.json written before parsimony (no contributions, no parsimony record) still loads and renders.
+    assert "## How the primary set was chosen" in report and "| 2 | `L0.H2` |" in report and "| no |" in report
+    # A result.json written by 0.2 (no selection) and one written before parsimony still load and render.
     from headprune.search.find_result import FindResult
 
     old = result.to_dict()
-    del old["parsimony"]
+    old["schema_version"] = 2
+    del old["selection"]
     for finalist in old["finalists"]:
         del finalist["contributions"]
     loaded = FindResult.from_dict(old)
-    assert loaded.parsimony is None and loaded.finalists[0].contributions == ()
-    assert "Each head of the primary set" not in render_markdown(loaded)
+    assert loaded.selection is None and loaded.parsimony is None and loaded.finalists[0].contributions == ()
+    assert "How the primary set was chosen" not in render_markdown(loaded)
+
+
+def test_a_journal_of_0_2_is_refused_on_resume(tmp_path, passengers) -> None:
+    """A run begun by 0.2.0 (its journal's first line, tests/data/find-0.2) is not continued under this rule."""
+    import shutil
+
+    from headprune.errors import ResultFileError
+
+    shutil.copy(Path(__file__).parent / "data" / "find-0.2" / JOURNAL_NAME, tmp_path / JOURNAL_NAME)
+    with pytest.raises(ResultFileError, match="0.2's rule .* cannot be mixed") as refused:
+        find(passengers, cue_task(), discovery=300, heldout=300, finalists=3, batch_size=64, out=tmp_path,
+             resume=True)
+    assert "\n" not in str(refused.value)
 
 
 def test_extend_takes_a_step_only_when_the_added_head_earns_its_place(passengers) -> None:
@@ -325,10 +345,10 @@ def test_margin_ranking_keeps_heads_that_raise_margins(passengers) -> None:
     result = find(passengers, cue_task(), discovery=300, heldout=300, finalists=2, rank_by="margin",
                   batch_size=64)
     primary = result.finalists[0]
-    assert result.parsimony.measure == "margin" and set(primary.heads) == {"L0.H0", "L0.H1", "L0.H2"}
+    assert result.selection.measure == "margin" and set(primary.heads) == {"L0.H0", "L0.H1", "L0.H2"}
+    assert len(primary.contributions) == 3
     assert all(c.earned and c.rescued > 10 * c.damaged for c in primary.contributions)
-    assert all(c.heldout_rescued is not None for c in primary.contributions)  # exploratory drop-one on held-out
-    assert result.parsimony.heldout_conditions == 3
+    assert all(c.heldout_rescued + c.check_rescued == c.rescued for c in primary.contributions)
 
 
 def test_extended_sets_are_pruned_through_the_journal(tmp_path) -> None:
@@ -338,7 +358,6 @@ def test_extended_sets_are_pruned_through_the_journal(tmp_path) -> None:
     assert any(len(s.heads) == 3 for s in result.sets)  # extend reached three heads (H0, H1, then one more)
     assert [str(h) for h in result.primary] == ["L0.H0", "L0.H1"]
     assert all(c.earned for c in result.finalists[0].contributions)
-    assert result.parsimony.conditions >= 2  # drop-one subsets of a three-head set, new
     journal = tmp_path / JOURNAL_NAME
     keys = [json.loads(line)["key"] for line in journal.read_text().splitlines()[1:]]
     assert len(keys) == len(set(keys)) and "discovery|L0.H0,L0.H2" in keys

@@ -26,10 +26,25 @@ V2 = V1.parent / "v2"
 V3 = V1.parent / "v3"
 
 
+def test_a_result_of_0_2_reads_and_renders() -> None:
+    """result.json written by headprune 0.2.0 (tests/data/find-0.2, made with that commit's find on the hand-made
+    model): its heads were admitted on the check half (``parsimony``), it has no selection, and its verdict reads
+    as it was written."""
+    path = V1.parent / "find-0.2" / "result.json"
+    raw = json.loads(path.read_text())
+    result = FindResult.load(path)
+    assert raw["schema_version"] == 2 and result.selection is None and result.parsimony.dropped == 6
+    assert result.verdict.share == 1 and result.verdict.gate is None
+    assert result.confirmed == raw["finalists"][0]["heldout"]["confirmed"] is True
+    assert result.verdict.interval == tuple(raw["finalists"][0]["heldout"]["interval"])
+    assert "## Each head of the primary set" in render_markdown(result)
+    assert verdict_line(result).startswith("primary set L0.H0: CONFIRMED improvement")
+
+
 def test_version_1_result_reads_into_typed_records() -> None:
     raw = json.loads((V1 / "result.json").read_text())
     result = FindResult.load(V1 / "result.json")
-    assert raw["schema_version"] == 1 and result.schema_version == 2
+    assert raw["schema_version"] == 1 and result.schema_version == 3
     assert list(result.finalists[0].heads) == raw["verdict"]["heads"] == ["L0.H0"]
     assert result.verdict.p_value == raw["verdict"]["p_value"] and result.confirmed == raw["verdict"]["confirmed"]
     # The stored bootstrap interval is gone; the interval shown is recomputed from the counts and agrees with p.
@@ -61,7 +76,7 @@ def test_version_2_export_record_reads_with_the_runtime_checks_file_type(tmp_pat
     folder.mkdir()
     shutil.copy(V2 / RECORD_NAME, folder / RECORD_NAME)
     record = read_record(folder)
-    assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 4
+    assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 5
     typed, info = raw["gguf"]["typed_runtime"], Gguf.details(record)
     assert typed["gguf_type"] == "q8_0" and info.typed_runtime.file_type == "q8_0"  # not the default f32
     assert info.runtime.file_type == raw["gguf"]["runtime"]["gguf_type"] == "f32"
@@ -81,7 +96,7 @@ def test_version_3_export_record_upgrades_to_the_same_values_card_and_summary(tm
     folder.mkdir()
     shutil.copy(V3 / RECORD_NAME, folder / RECORD_NAME)
     record = read_record(folder)
-    assert raw["schema_version"] == 3 and raw["format"] == "gguf" and record.schema_version == 4
+    assert raw["schema_version"] == 3 and raw["format"] == "gguf" and record.schema_version == 5
     assert record.format_details == raw["gguf"] and to_json(Gguf.details(record)) == raw["gguf"]
     assert Gguf.details(record).gguf_type == "q8_0"  # the GGUF type is still recorded ...
     written = to_json(record)

@@ -52,10 +52,10 @@ def test_find_prints_its_stage_times_and_they_do_not_overlap(tmp_path) -> None:
         "3", "--batch-size", "64", "--out", str(out)], catch_exceptions=False)
     assert result.exit_code in (0, 1), result.output
     line = next(line for line in result.stderr.splitlines() if line.startswith("stage times: "))
-    for stage in ("setup", "baseline", "prescreen", "screen", "joint", "parsimony", "heldout", "total"):
+    for stage in ("setup", "baseline", "prescreen", "screen", "joint", "membership", "heldout", "total"):
         assert f" {stage} " in line
     timings = json.loads((out / "result.json").read_text())["timings"]
     stages = {k: v for k, v in timings.items() if k != "total"}
-    assert set(stages) == {"setup", "baseline", "prescreen", "screen", "joint", "parsimony", "heldout"}
+    assert set(stages) == {"setup", "baseline", "prescreen", "screen", "joint", "membership", "heldout"}
     assert sum(stages.values()) <= timings["total"] + 0.005  # each second counted once (rounding aside)
     assert "| pre-screen |" in (out / "report.md").read_text()

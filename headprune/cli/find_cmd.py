@@ -8,12 +8,14 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from headprune.cli.options import (ablation_option, batch_option, model_argument, refuse_inapplicable, run_options,
                                    slug, task_option)
-from headprune.core.choices import OBJECTIVES, PREFER, RANK_KEYS, SCREENS, SEARCHES
+from headprune.core.choices import OBJECTIVES, PREFER, PROTOCOLS, RANK_KEYS, SCREENS, SEARCHES
 from headprune.search.settings import (DEFAULT_BEAM_WIDTH, DEFAULT_CANDIDATES, DEFAULT_DISCOVERY, DEFAULT_HELDOUT,
-                                       DEFAULT_MAX_DROP, DEFAULT_PATIENCE, FindSettings)
+                                       DEFAULT_MAX_DROP, DEFAULT_PATIENCE, PROTOCOL_PRESETS, FindSettings,
+                                       with_protocol)
 
 DEFAULTS = FindSettings()  # the options' defaults are the settings' own
 
@@ -48,7 +50,8 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.option("--max-heads", type=int, default=DEFAULTS.max_heads, show_default=True,
               help="K: nominee subsets of size 2..K.")
 @click.option("--extend", type=int, default=DEFAULTS.extend, show_default=True,
-              help="Greedy steps beyond K, each adding one head while the discovery gain grows.")
+              help="Steps growing the best set from a screen taken with it removed (partners: heads that help once "
+                   "it is gone), each while the added head earns its place on discovery's search half.")
 @click.option("--finalists", type=int, default=DEFAULTS.finalists, show_default=True,
               help="F: best sets scored on held-out.")
 @click.option("--control", multiple=True, metavar="TASK",
@@ -83,6 +86,9 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.option("--beam-width", type=int, default=DEFAULTS.beam_width,
               help="With --compress-search beam: sets kept per round; 1 is the plain greedy "
                    f"[default: {DEFAULT_BEAM_WIDTH}].")
+@click.option("--protocol", type=click.Choice(PROTOCOLS), default=DEFAULTS.protocol,
+              help="A preset of the search: cel runs the research protocol (every head exactly, 10 nominees, their "
+                   "pairs and triples, 10 finalists re-confirmed on discovery) with headprune's statistics on top.")
 @batch_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder [default: runs/MODEL-TASK].")
@@ -118,6 +124,9 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                         *((name, settings.objective == "improve", improve_only)
                           for name in ("nominees", "max_heads", "extend", "finalists")),
                         ("device", device_map is None, "without --device-map (which places the layers itself)"))
+    given = [name for name in PROTOCOL_PRESETS.get(settings.protocol or "", {})
+             if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
+    with_protocol(settings, given=given)  # a protocol fixes its search: an option given against it is refused
     out = out or Path("runs") / f"{slug(model)}-{slug(task_spec)}"
     with permit_code_execution(allow_code_execution):
         _refuse_code_tasks(task_spec, heldout_task, *control)  # before any output or model exists

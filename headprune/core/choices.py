@@ -13,6 +13,7 @@ SCREENS = ("exact", "attribution", "halving")
 OBJECTIVES = ("improve", "compress")
 PREFER = ("heads", "groups")
 SEARCHES = ("greedy", "beam")
+PROTOCOLS = ("cel",)  # presets of the search (headprune.search.protocol)
 
 # Tasks: the kinds a task (file) may name; each has a scorer (headprune.scoring)
 TASK_KINDS = ("choice", "generate", "text", "classify", "code")
@@ -31,4 +32,4 @@ LOAD_DTYPES = ("auto", *DTYPES)
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
 __all__ = ["ABLATIONS", "DEVICE_MAPS", "DTYPES", "EXPORT_FORMATS", "EXPORT_LAYOUTS", "GGUF_TYPES", "LOAD_DTYPES",
-           "OBJECTIVES", "PREFER", "RANK_KEYS", "SCREENS", "SEARCHES", "TASK_KINDS"]
+           "OBJECTIVES", "PREFER", "PROTOCOLS", "RANK_KEYS", "SCREENS", "SEARCHES", "TASK_KINDS"]

@@ -121,10 +121,12 @@ def render_card(record: ExportRecord) -> str:
                          f"{numbers}, Bonferroni-adjusted p = {v.adjusted_p:.3g} over the finalists). No improvement is "
                          "claimed for it.")
         else:
+            gate = "" if v.gate is None else (f" and the set it was cut down from ({', '.join(v.gate.heads)}) "
+                                              f"passes the same test (p = {v.gate.p_value:.3g})")
             lines.append(f"Discovery-selected set, tested on {v.n} held-out examples the search never saw: {numbers}, "
-                         f"exact McNemar test p = {v.p_value:.3g}, confirmed when p < {v.alpha:g} and the gain is "
-                         "positive): " + ("**confirmed**." if v.confirmed
-                                          else "**not confirmed** (no improvement is claimed)."))
+                         f"exact McNemar test p = {v.p_value:.3g}, confirmed when p < {v.size:g} and the gain is "
+                         f"positive{gate}): " + ("**confirmed**." if v.confirmed
+                                                 else "**not confirmed** (no improvement is claimed)."))
         lines.append(_metadata_note(record))
     lines += ["", "## How to load", ""] + format_class(record.format).card_usage(record)
     changed = [f"L{p.layer}: {p.layout}" for p in record.layers if p.layout != "unchanged"]

@@ -21,7 +21,7 @@ from headprune.surgery.plan import LayerPlan
 RECORD_NAME = "headprune_export.json"
 # 3: RuntimeCheck.gguf_type became file_type (it holds ONNX's file type too); 4: the GGUF-only field "gguf" became
 # "format_details", each format's own (GGUF's: formats.gguf.GgufInfo).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -283,4 +283,10 @@ def _upgrade_v3(data: dict) -> dict:
     return {**data, "format_details": gguf or {}, "schema_version": 4}
 
 
-_UPGRADES = {2: _upgrade_v2, 3: _upgrade_v3}  # schema version -> the step to the next one
+def _upgrade_v4(data: dict) -> dict:
+    """Version 4 to 5: the find verdict may carry its share of alpha and the proposal's test (``share``,
+    ``gate``), which an older headprune would ignore and so misread; a version 4 verdict has neither (share 1)."""
+    return {**data, "schema_version": 5}
+
+
+_UPGRADES = {2: _upgrade_v2, 3: _upgrade_v3, 4: _upgrade_v4}  # schema version -> the step to the next one

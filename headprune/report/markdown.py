@@ -7,16 +7,17 @@ from pathlib import Path
 
 from headprune.report.compress import compression_line, render_compression
 from headprune.report.examples import examples_section
+from headprune.report.selection import selection_section
 from headprune.report.text import (control_level, control_text, interval_text, level_text, pct, prescreen_note,
                                    stage_times_table, verdict_sentence)
 from headprune.search.find_result import FindResult
 
 IMPROVE_TEST = (
     "The test: the exact McNemar test (a two-sided binomial test of rescued against damaged examples, the only "
-    "ones that differ) at alpha={alpha:g}; confirmed when it rejects and more were rescued than damaged, i.e. "
+    "ones that differ) at level {size:g}{share}; confirmed when it rejects and more were rescued than damaged, i.e. "
     "one-sided at {one_sided:g}%. The interval of the paired difference is Tango's score interval at "
-    "{level}, widened to 0 where the exact test does not reject, so it lies above 0 exactly when the gain is "
-    "confirmed; unlike a bootstrap interval it holds its coverage when few answers change and is never of zero "
+    "{level}, widened to 0 where the exact test does not reject, so it lies above 0 exactly when the set's own "
+    "test rejects; unlike a bootstrap interval it holds its coverage when few answers change and is never of zero "
     "width.")
 
 def verdict_line(result: FindResult) -> str:
@@ -48,20 +49,20 @@ def render_markdown(result: FindResult) -> str:
         "",
         "## Verdict",
         "",
-        f"**Primary set (discovery rank 1): `{','.join(primary.heads)}`** (discovery gain "
-        f"{primary.discovery.gain:+d}).",
+        f"**Primary set: `{','.join(primary.heads)}`** (discovery gain {primary.discovery.gain:+d}).",
         "",
         verdict_sentence(v) + ".",
         "",
-        IMPROVE_TEST.format(alpha=v.alpha, one_sided=100 * v.alpha / 2, level=level_text(v.level)),
+        IMPROVE_TEST.format(size=v.size, one_sided=100 * v.size / 2, level=level_text(v.level), share=(
+            "" if v.share == 1 else f", its share of alpha={v.alpha:g} (below)")),
         "",
     ]
     if not v.confirmed:
         lines += ["No improvement is claimed: the held-out data did not confirm the discovery gain at "
-                  f"alpha={v.alpha}.", ""]
-    lines += contributions_table(result)
+                  f"level {v.size:g}.", ""]
+    lines += selection_section(result)
     controls = result.control_tasks
-    lines += ["## Finalists (chosen on discovery; held-out shown, never used to choose)", "",
+    lines += ["## Finalists (the primary set, then the other candidates and the best other sets on discovery)", "",
               "| rank | role | heads | discovery gain | held-out before | held-out after | diff | interval (level) | "
               "p | p (adjusted) |" + "".join(f" {c.name} |" for c in controls),
               "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(controls)]
@@ -73,7 +74,7 @@ def render_markdown(result: FindResult) -> str:
                f"{h.p_value:.3g} | {holm_p} |")
         lines.append(row + "".join(f" {control_text(c)} |" for c in f.controls))
     if len(result.finalists) > 1:
-        lines += ["", "Only the primary set, fixed on discovery before any held-out number was seen, can be confirmed. "
+        lines += ["", "Only the primary set, chosen by the tests above, can be confirmed. "
                   "The other finalists are exploratory: choosing among them after seeing held-out numbers is a "
                   "multiple comparison, so their p-values and intervals are Bonferroni-adjusted over the "
                   f"{len(result.finalists)} finalists (interval at 1 - alpha/{len(result.finalists)}) and none of them is "
@@ -88,35 +89,6 @@ def render_markdown(result: FindResult) -> str:
     lines += ["## Settings", "", "```", settings, "```", ""] + stage_times_table(result)
     lines += ["![single-head screen](screen.png)", ""]
     return "\n".join(lines)
-
-
-def contributions_table(result: FindResult) -> list[str]:
-    """The primary set head by head: what each adds on discovery against the set without it (the test that
-    let it stay), and the same drop-one comparison on held-out, exploratory (measured after the verdict)."""
-    primary, rule = result.finalists[0], result.parsimony
-    if rule is None or not primary.contributions:
-        return []
-    measure = ("answers" if rule.measure == "accuracy" else "margins (up / down beyond float tolerance)")
-    against = "the intact model" if len(primary.heads) == 1 else "the set without it"
-    where = ("the check half of discovery, which chose nothing" if rule.check is not None
-             else "discovery (the rule of files before 0.2)")
-    short = "check-half" if rule.check is not None else "discovery"
-    lines = ["## Each head of the primary set", "",
-             f"Each head against {against}, on {measure}, on {where} (n={rule.check or result.split.discovery}): "
-             f"b = better with the head removed, c = worse; p is the one-sided exact binomial test of b against c, "
-             f"Holm-adjusted over the set's heads. A head stays in a set only when b - c >= 1 and its adjusted p <= "
-             f"{rule.level:g} ({rule.examined} multi-head sets tested, {rule.dropped} lost a head or were refused, "
-             f"{rule.conditions} extra discovery conditions).", "",
-             f"| head | {short} b | {short} c | p | p (Holm) | held-out b (exploratory) | held-out c (exploratory) "
-             "| held-out p (exploratory) |", "|---|---|---|---|---|---|---|---|"]
-    for c in primary.contributions:
-        held = ("| n/a | n/a | n/a |" if c.heldout_rescued is None else
-                f"| {c.heldout_rescued} | {c.heldout_damaged} | {c.heldout_p:.3g} |")
-        lines.append(f"| `{c.head}` | {c.rescued} | {c.damaged} | {c.p_value:.3g} | {c.adjusted_p:.3g} {held}")
-    if len(primary.heads) > 1:
-        lines += ["", "The held-out columns compare the primary set with the set without each head on held-out "
-                  "data after the verdict; they are exploratory and were never used to choose anything."]
-    return lines + [""]
 
 
 def write_outputs(result: FindResult, folder: Path) -> None:
@@ -136,4 +108,4 @@ def write_outputs(result: FindResult, folder: Path) -> None:
             save_tradeoff(result, staging / "tradeoff.png")
 
 
-__all__ = ["IMPROVE_TEST", "contributions_table", "render_markdown", "verdict_line", "write_outputs"]
+__all__ = ["IMPROVE_TEST", "render_markdown", "verdict_line", "write_outputs"]

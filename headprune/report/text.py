@@ -23,10 +23,12 @@ def verdict_sentence(v: Verdict) -> str:
         outcome, p = "exploratory (not confirmable)", f"Bonferroni-adjusted p={v.adjusted_p:.3g}"
     else:
         outcome = "CONFIRMED improvement" if v.confirmed else "no confirmed improvement"
-        p = f"McNemar p={v.p_value:.3g}"
+        p = f"McNemar p={v.p_value:.3g}" + (f" at level {v.size:g}" if v.share != 1 else "")
+    gate = "" if v.gate is None else (f"; the proposed set {','.join(v.gate.heads)}: rescued {v.gate.rescued}, "
+                                      f"damaged {v.gate.damaged}, p={v.gate.p_value:.3g}")
     return (f"{outcome}: held-out accuracy {v.accuracy_before:.1%} -> {v.accuracy_after:.1%} "
             f"({v.difference:+.1%}, {level_text(v.level)} CI {interval_text(v.interval)}, "
-            f"{p}, n={v.n}, rescued {v.rescued}, damaged {v.damaged})")
+            f"{p}, n={v.n}, rescued {v.rescued}, damaged {v.damaged}{gate})")
 
 
 def control_text(c: ControlEffect) -> str:
@@ -67,7 +69,9 @@ STAGE_LABELS = {
     "prescreen": "pre-screen",
     "screen": "screen (single heads)",
     "joint": "joint search",
-    "parsimony": "parsimony",
+    "parsimony": "parsimony (0.2: admission on the check half)",
+    "membership": "membership (the proposal on the check half)",
+    "reconfirm": "re-confirmation on discovery (--protocol cel)",
     "compress": "compress search",
     "heldout": "held-out and controls",
     "other": "the rest (record, savings, held-out texts)",

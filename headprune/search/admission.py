@@ -1,26 +1,18 @@
-"""Admission: which heads of the proposed sets stay, decided on discovery's check half, and the finalists.
+"""find's rule of 0.2: heads admitted on discovery's check half alone, kept so the simulation can show what its
+successor changed (``scripts/passengers.py`` runs both through the same search code); find no longer runs it.
 
-The search half proposes (``headprune.search.folds`` says why the halves). Walking the evaluated sets best first
-by their search-half rank, each set of several heads goes through backward elimination on the check half: every
-head is tested against the set without it (``headprune.search.parsimony``: b, c counted on the check half, the
-exact one-sided test, Holm over the set's heads); if all earn their place the set is admitted; if none does,
-nothing of it is; otherwise the weakest head that did not earn (largest adjusted p, then smallest b - c) leaves
-and the smaller set is tested again. A set cut down to one head is admitted as that single head (it earned its
-place beside the head that left). Single heads are ranked on all of discovery (:func:`single_order`): where
-the walk meets a single head, or a set none of whose heads earn, the best single head not yet a finalist takes
-its place. The first
-set admitted is the primary; the walk stops at F distinct finalists.
-
-Why a passenger cannot ride along at more than the stated rate: a head with no effect flips check-half answers
-as a fair coin whatever the search half did, so it passes its test with probability at most ``alpha`` (Holm
-keeps that for the set's heads together); the primary's set is the first proposed one, tested by elimination
-on nested subsets of it. ``tests/test_passengers.py`` measures the rate through this code on counts-only models.
-
-Cost, in conditions. Every subset of the nominees of size 1..K is already evaluated by the exhaustive stage,
-so their elimination costs nothing new; a set grown by ``--extend`` may need its drop-one subsets (at most
-|S| - 1 new discovery conditions each, journalled, so ``--resume`` recomputes nothing). The primary set's
-held-out drop-one numbers (exploratory, after the verdict) cost |S| held-out conditions when it has two heads
-or more.
+The search half proposed (``headprune.search.folds`` says why the halves). Walking the evaluated sets best first
+by their search-half rank, each set of several heads went through backward elimination on the check half: every
+head tested against the set without it (``headprune.search.parsimony``: b, c counted on the check half, the
+exact one-sided test, Holm over the set's heads); if all earned their place the set was admitted; if none did,
+nothing of it was; otherwise the weakest head that did not earn (largest adjusted p, then smallest b - c) left
+and the smaller set was tested again. Single heads were ranked on all of discovery
+(:func:`headprune.search.stages.single_order`); where the walk met a single head, or a set none of whose heads
+earned, the best single head not yet a finalist took its place. The first set admitted was the primary; the walk
+stopped at F distinct finalists. ``--extend`` grew the best set from the first screen's best ``2 x nominees``
+heads. Its guarantee held (a passenger in at most 1.8% of primary sets), its power did not: the check half alone
+(75 examples at the README's sizes) could not show any head's place, so no set of several heads could ship there,
+and at 2,000 discovery examples two real heads of +0.6 points each were both kept in about 10% of runs.
 """
 
 from __future__ import annotations
@@ -157,29 +149,42 @@ class Admission:
                          primary_size if primary_size > 1 else 0, search=search, check=check)
 
 
-SINGLE_LEVEL = 0.7  # single heads are ranked by the lower end of this score interval of their discovery gain
+def choose_by_admission(stages: Stages, *, singles: str | None = None) -> tuple[list[HeadSet], Evaluated]:
+    """The discovery side of the rule of 0.2 on ``stages`` (baseline in): its finalists, primary first, and every set
+    evaluated. ``singles``: how single heads are ranked (:func:`headprune.search.stages.single_order`; ``"key"``:
+    find's ranking key alone, as before 0.2)."""
+    import itertools
+
+    from headprune.core.devices import dtype_name
+    from headprune.evaluation.contract import tolerance
+    from headprune.search.stages import single_order
+
+    settings, rank = stages.settings, stages.search_rank
+    stages.split_discovery()
+    screened, _ = stages.screen()
+    admission = Admission(stages, {}, "margin" if settings.rank_by == "margin" else "accuracy", settings.alpha,
+                          tolerance(dtype_name(stages.lm.dtype)))
+    ranked = sorted((head for head, _, _ in screened), key=lambda head: rank((head,)))
+    nominees = ranked[: settings.nominees]
+    subsets = [tuple(sorted(c)) for size in range(2, settings.max_heads + 1)
+               for c in itertools.combinations(nominees, size)]
+    evaluated = admission.evaluated
+    evaluated.update({(head,): paired for head, paired, _ in screened if head in nominees})
+    evaluated.update(stages.evaluate(subsets, "joint"))
+    best = min([(h,) for h in nominees] + subsets, key=rank)
+    for _ in range(settings.extend):  # grown from the first screen's best heads
+        grown = [tuple(sorted((*best, h))) for h in ranked[: 2 * settings.nominees] if h not in best]
+        if not grown:
+            break
+        evaluated.update(stages.evaluate(grown, "extend"))
+        candidate = min(grown, key=rank)
+        if not admission.adds(candidate, best, next(h for h in candidate if h not in best)):
+            break
+        best = candidate
+    order = sorted(admission.evaluated, key=stages.search_rank)
+    frozen, _ = admission.finalists(order, single_order(screened, stages.rank, singles or settings.rank_by),
+                                    settings.finalists)
+    return frozen, evaluated
 
 
-def single_order(screened: Sequence[tuple[Head, Paired, object]], rank: Callable[..., tuple], rank_by: str
-                 ) -> list[Head]:
-    """The screened heads best first on all of discovery, as single-head finalists are taken.
-
-    Under ``rank_by=gain``, by the lower end of the 70% score interval of the gain (about one standard error
-    below it: the improvement the discovery data firmly support), then find's ranking key. A raw gain favours a
-    head whose gain is the luck of many answers flipped at random over a head that rescues a few answers
-    consistently; the held-out test then confirms the lucky one rarely. Measured through find's own code
-    (scripts/passengers.py, one real head of +0.6 points among 17 null heads): the real head is taken about as
-    often as by the raw gain where null heads flip 0.1-1% of answers, and 0.69 against 0.48 of the time where
-    they flip 3%; the 95% bound takes it still more often there but less where null heads flip few answers.
-    Under ``rank_by=margin`` (the user's chosen measure), find's ranking key alone (``"key"``: the same for
-    gain, the rule before 0.2, which the simulation compares against)."""
-    rows = list(screened)
-    keys = [rank(paired, (head,)) for head, paired, _ in rows]
-    if rank_by == "gain" and rows:
-        lows, _ = score_intervals([p.rescued for _, p, _ in rows], [p.damaged for _, p, _ in rows],
-                                  [p.n for _, p, _ in rows], alpha=1 - SINGLE_LEVEL)
-        keys = [(-float(low), *key) for low, key in zip(lows, keys)]
-    return [row[0] for _, row in sorted(zip(keys, rows), key=lambda item: item[0])]
-
-
-__all__ = ["SINGLE_LEVEL", "Admission", "single_order"]
+__all__ = ["Admission", "choose_by_admission"]

@@ -3,10 +3,13 @@
 Each head's output ``x_h`` at the output-projection input is replaced by ``m_h + g_h (x_h - m_h)`` with a
 gate ``g_h = 1`` (``m_h`` = 0 for zero ablation, the head's mean for mean ablation). Ablation is ``g_h = 0``,
 so the change of the summed margin is estimated by ``-dM/dg_h`` from one forward and backward pass over
-the discovery set. The estimate pre-selects candidates; find then scores those exactly.
+the discovery set. The estimate pre-selects candidates; find then scores those exactly. Taken with some heads'
+gates at 0, it estimates what each other head adds once those are removed (the partner screen of ``--extend``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -15,11 +18,17 @@ from headprune.evaluation import Evaluator
 from headprune.heads import Head
 
 
-def estimate_effects(evaluator: Evaluator, *, means: torch.Tensor | None = None) -> dict[Head, float]:
-    """Estimated change of the mean margin when each head is ablated alone (positive = helps the task)."""
+def estimate_effects(evaluator: Evaluator, *, means: torch.Tensor | None = None,
+                     ablated: Sequence[Head] = ()) -> dict[Head, float]:
+    """Estimated change of the mean margin when each head is ablated (positive = helps the task): alone, or on top
+    of the heads ``ablated``, whose gates are 0 for the whole pass (so the gradient is taken where they are
+    removed: the first-order effect of adding each other head to them)."""
     lm = evaluator.lm
     grid = lm.grid
-    gates = torch.ones(grid.num_layers, grid.num_heads, requires_grad=True)  # float32, on the CPU
+    start = torch.ones(grid.num_layers, grid.num_heads)  # float32, on the CPU
+    for head in ablated:
+        start[head.layer, head.head] = 0.0
+    gates = start.requires_grad_(True)
 
     def gate_hook(layer: int):  # noqa: ANN202
         def hook(module: nn.Module, args: tuple) -> tuple:
@@ -44,7 +53,10 @@ def estimate_effects(evaluator: Evaluator, *, means: torch.Tensor | None = None)
         for handle in handles:
             handle.remove()
         for parameter in trainable:
-            parameter.requires_grad_(True)
+            # A model dispatched by a device map reloads offloaded weights on the fly: one loaded during an
+            # inference pass is an inference tensor, which cannot take requires_grad again (and needs none).
+            if not parameter.is_inference():
+                parameter.requires_grad_(True)
     effect = -gates.grad / len(evaluator.task)  # (L, H): first-order change of the mean margin
     return {Head(layer, head): float(effect[layer, head]) for layer in range(grid.num_layers)
             for head in range(grid.num_heads)}

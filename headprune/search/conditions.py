@@ -29,6 +29,7 @@ from headprune.loading.models import LoadedModel
 from headprune.search.determinism import run_environment
 from headprune.search.find_result import FindSettings
 from headprune.search.journal import Journal
+from headprune.search.selection import RULE as SELECTION_RULE
 from headprune.search.split import Split
 from headprune.tasks import Task
 
@@ -61,7 +62,8 @@ class Conditions:
         team = team or Team()
         identity = {"model": lm.name, "model_hash": lm.weight_hash, "task": split.discovery.content_hash(),
                     "heldout": split.heldout.content_hash(), "controls": [c.content_hash() for c in controls],
-                    "dtype": dtype_name(lm.dtype), **to_json(settings), "environment": run_environment(lm)}
+                    "dtype": dtype_name(lm.dtype), **to_json(settings), "environment": run_environment(lm),
+                    "selection": SELECTION_RULE}
         batch = settings.batch_size
         # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs. Every input is
         # checked against the model (lengths, then finite outputs) before a journal is written.

@@ -2,7 +2,9 @@
 
 Values are stored apart from how they are shown: the terminal line, ``report.md``, model cards and the
 Hub ``model-index`` are all rendered from these fields (``headprune.report.markdown``, ``headprune.exporter.card``).
-Version 1 files (headprune before typed records) are still read.
+Version 1 files (headprune before typed records) and version 2 (0.2: heads admitted on the check half, recorded in
+``parsimony``) are still read; version 3 records the selection on held-out (``selection``), whose verdicts an
+older headprune would misread (a primary set tested at a share of alpha, or behind a gate), so it refuses them.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from headprune.search.effects import ControlEffect
 from headprune.search.generations import Generations
 from headprune.search.paired import Paired
 from headprune.search.parsimony import HeadContribution, Parsimony
+from headprune.search.selection import Selection
 from headprune.search.settings import FindSettings
 from headprune.search.stats import NonInferiority, Verdict
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RESULT_NAME = "result.json"
 
 
@@ -200,7 +203,9 @@ class FindResult:
     timings: dict[str, float] = field(default_factory=dict, compare=False)
     schema_version: int = SCHEMA_VERSION
     means_digest: str | None = None  # mean ablation: the hash of the head means find used (see ablation.means_digest)
-    parsimony: Parsimony | None = None  # objective improve: the pruning of sets to heads that earn their place
+    parsimony: Parsimony | None = None  # files of 0.2: the admission of heads on the check half
+    selection: Selection | None = None  # objective improve: how the primary set was chosen (held-out tests)
+    reconfirmed: int | None = None  # protocol cel: sets run again on discovery from scratch, all in agreement
     generations: Generations | None = None  # generate tasks: held-out texts of the baseline and every finalist
 
     @property
@@ -235,9 +240,11 @@ class FindResult:
         version = data.get("schema_version")
         if version == 1:
             data = _upgrade_v1(data)
+        elif version == 2:  # 0.2: the same records, without the selection
+            data = {**data, "schema_version": SCHEMA_VERSION}
         elif version != SCHEMA_VERSION:
             raise ResultFileError(f"unsupported result schema version {version!r} "
-                                  f"(this headprune reads versions 1 and {SCHEMA_VERSION})")
+                                  f"(this headprune reads versions 1 to {SCHEMA_VERSION})")
         return from_json(cls, data)
 
     @classmethod

@@ -2,10 +2,11 @@
 
 After the shared baseline and screen (``headprune.search.stages``), discovery is split into a search half and a
 check half (``headprune.search.folds``). On the search half: take the best M single heads as nominees, evaluate
-every subset of them of size 2..K (optionally grow the best set greedily). On the check half: admit into each
-proposed set, best first, only the heads that earn their place against the set without it
-(``headprune.search.admission``), until F finalists are frozen; single heads compete on all of discovery. Then
-score the finalists on held-out, where the first finalist (the primary set) gets the verdict.
+every subset of them of size 2..K, and grow the best set from a screen taken at it (``headprune.search.partners``);
+the best set of several heads is the **proposal**. On all of discovery: the best single head. On held-out (with the
+check half for the membership tests): which heads of the proposal stay, and which candidate is the primary set,
+at level alpha after selection (``headprune.search.selection``). Then the finalists: the primary set first, the
+other candidates and the best remaining sets after it, exploratory.
 """
 
 from __future__ import annotations
@@ -19,25 +20,31 @@ from headprune.core.devices import dtype_name
 from headprune.core.progress import duration
 from headprune.evaluation.contract import tolerance
 from headprune.heads import Head
-from headprune.search.admission import Admission, single_order
 from headprune.search.find_result import FindResult, Prescreen
-from headprune.search.parsimony import HeadContribution, HeadSet
+from headprune.search.membership import Proposal, needed, propose
+from headprune.search.paired import compare
+from headprune.search.parsimony import HeadSet
+from headprune.search.partners import extend
+from headprune.search.protocol import reconfirm
+from headprune.search.selection import Chosen, select
 from headprune.search.split import Inputs
-from headprune.search.stages import Screened, Stages
+from headprune.search.stages import Evaluated, Screened, Stages, single_order
 
 log = logging.getLogger("headprune")
 
 
 @dataclass
 class Choice:
-    """What the search chose on discovery, before any held-out number is seen."""
+    """What the search chose on discovery, before any held-out number is read."""
 
     screened: Screened
     prescreen: Prescreen | None
     nominees: list[Head]
-    admission: Admission  # its ``evaluated`` holds every set evaluated on discovery
-    frozen: list[HeadSet]  # the finalists, primary first
-    found: dict[HeadSet, tuple[HeadContribution, ...]]  # each finalist's heads on the check half
+    evaluated: Evaluated  # every set evaluated on discovery
+    proposal: Proposal | None  # the best set of several heads on the search half, with its test order
+    single: Head  # the best single head on all of discovery
+    measure: str  # what the membership tests count: "accuracy" (answers) or "margin"
+    tolerance: float  # of a margin change, in the run's dtype
 
 
 def improve(stages: Stages, inputs: Inputs) -> FindResult:
@@ -45,33 +52,77 @@ def improve(stages: Stages, inputs: Inputs) -> FindResult:
     stages.baseline()
     announce_cost(stages)
     choice = choose(stages)
-    frozen, found, admission = choice.frozen, choice.found, choice.admission
-    records = [replace(f, contributions=found[heads])
-               for f, heads in zip(stages.finalists(frozen, admission.evaluated), frozen)]
-    with stages.timed("heldout"):  # the primary set's drop-one numbers, after the verdict
-        records[0] = replace(records[0], contributions=admission.heldout(frozen[0], found[frozen[0]]))
-    return replace(stages.record(inputs, choice.screened, choice.prescreen, choice.nominees, admission.evaluated,
-                                 records), parsimony=admission.record(len(frozen[0])))
+    reconfirmed = reconfirm(stages, frozen_sets(stages, choice)) if stages.settings.protocol == "cel" else None
+    chosen = choose_on_heldout(stages, choice)
+    frozen = finalists_order(stages, choice, chosen)
+    if chosen.heads not in choice.evaluated:  # a kept set the search did not score (cut from an extended one)
+        choice.evaluated.update(stages.evaluate([chosen.heads], "membership"))
+    records = stages.finalists(frozen, choice.evaluated)
+    kept = tuple(c for c in chosen.selection.contributions if c.earned)
+    from_proposal = chosen.heads == tuple(map(Head.parse, chosen.selection.kept))  # not the single head's
+    records[0] = replace(records[0], heldout=chosen.verdict, contributions=kept if from_proposal else ())
+    return replace(stages.record(inputs, choice.screened, choice.prescreen, choice.nominees, choice.evaluated,
+                                 records), selection=chosen.selection, reconfirmed=reconfirmed)
 
 
-def choose(stages: Stages, *, singles: str | None = None) -> Choice:
-    """Everything the search decides on discovery, once the baseline is in ``stages``: the halves, the screen,
-    the joint search on the search half, the admission on the check half, the finalists. The counts-only
-    simulation (``headprune.search.simulation``) runs exactly this. ``singles``: how single heads are ranked
-    (:func:`headprune.search.admission.single_order`; default: by ``rank_by``; ``"key"``: find's ranking key
-    alone, as before 0.2, for the simulation's comparison)."""
+def choose(stages: Stages) -> Choice:
+    """Everything the search decides on discovery, once the baseline is in ``stages``: the halves, the screen, the
+    joint search and its growth on the search half, the proposal (with the check half's look at it) and the best
+    single head. The counts-only simulation (``headprune.search.simulation``) runs exactly this."""
     settings = stages.settings
-    stages.split_discovery()
+    folds = stages.split_discovery()
     screened, prescreen = stages.screen()
-    admission = Admission(stages, {}, "margin" if settings.rank_by == "margin" else "accuracy", settings.alpha,
-                          tolerance(dtype_name(stages.lm.dtype)))
+    measure = "margin" if settings.rank_by == "margin" else "accuracy"
+    slack = tolerance(dtype_name(stages.lm.dtype))
+    evaluated: Evaluated = {}
     with stages.timed("joint"):
-        nominees = joint(stages, screened, admission)
-    with stages.timed("parsimony"):  # every head of a set earns its place on the check half
-        ranked = sorted(admission.evaluated, key=stages.search_rank)
-        frozen, found = admission.finalists(ranked, single_order(screened, stages.rank, singles or settings.rank_by),
-                                            settings.finalists)
-    return Choice(screened, prescreen, nominees, admission, frozen, found)
+        nominees = joint(stages, screened, evaluated, measure=measure, tolerance=slack)
+    with stages.timed("membership"):
+        single = single_order(screened, stages.rank, settings.rank_by)[0]
+        several = [heads for heads in evaluated if len(heads) > 1]
+        proposal = None
+        if several:
+            heads = min(several, key=stages.search_rank)
+            sets = needed(heads)
+            results = stages.results(sets, "membership")
+            evaluated.update({s: compare(stages.base["discovery"], r) for s, r in zip(sets, results)
+                              if s not in evaluated})
+            proposal = propose(heads, results, search=folds.search, check=folds.check, measure=measure,
+                               tolerance=slack)
+    return Choice(screened, prescreen, nominees, evaluated, proposal, single, measure, slack)
+
+
+def choose_on_heldout(stages: Stages, choice: Choice) -> Chosen:
+    """The held-out stage of the selection (``headprune.search.selection``), timed as held-out work."""
+    assert stages.folds is not None, "choose() splits discovery first"
+    with stages.timed("heldout"):
+        chosen = select(choice.proposal, choice.single,
+                        lambda sets: stages.conditions.many("heldout", sets, "held-out tests"),
+                        stages.base["heldout"], alpha=stages.settings.alpha, measure=choice.measure,
+                        tolerance=choice.tolerance, sizes=stages.folds.sizes)
+    record = chosen.selection
+    log.info("proposal %s (search half), single %s; %s favoured (%d of its heads help on the check half); "
+             "kept %s on the check half and held-out (%d examples)", ",".join(record.proposal) or "none",
+             record.single, record.favoured, record.support, ",".join(record.kept) or "none",
+             record.check + record.heldout)
+    return chosen
+
+
+def frozen_sets(stages: Stages, choice: Choice) -> list[HeadSet]:
+    """Every set discovery fixes before held-out is read: the proposal and each of it without one head (what the
+    membership tests read), the single head, and the best other sets by search-half rank, up to ``finalists``."""
+    fixed = ([*needed(choice.proposal.heads)] if choice.proposal is not None else []) + [(choice.single,)]
+    ranked = sorted(choice.evaluated, key=stages.search_rank)[: stages.settings.finalists]
+    return list(dict.fromkeys([*fixed, *ranked]))
+
+
+def finalists_order(stages: Stages, choice: Choice, chosen: Chosen) -> list[HeadSet]:
+    """The finalists, primary first: then the selection's other candidates (the proposal, the kept set, the
+    single head) and the best remaining sets by search-half rank, up to ``finalists`` distinct sets."""
+    others = [choice.proposal.heads if choice.proposal is not None else (), (choice.single,)]
+    ranked = sorted(choice.evaluated, key=stages.search_rank)
+    order = [chosen.heads] + [heads for heads in [*others, *ranked] if heads]
+    return list(dict.fromkeys(order))[: stages.settings.finalists]
 
 
 def announce_cost(stages: Stages) -> None:
@@ -99,29 +150,18 @@ def announce_cost(stages: Stages) -> None:
                     "(torchrun --nproc-per-node N -m headprune find ...)", duration(each * screen / world))
 
 
-def joint(stages: Stages, screened: Screened, admission: Admission) -> list[Head]:
-    """On the search half: every subset of the nominees of size 2..K, then optional greedy growth (each step
-    only while the added head earns its place there, ``headprune.search.parsimony``). ``admission.evaluated``
-    gains every set; returns the nominees."""
+def joint(stages: Stages, screened: Screened, evaluated: Evaluated, *, measure: str, tolerance: float) -> list[Head]:
+    """On the search half: every subset of the nominees of size 2..K, then ``extend`` steps of growth from a screen
+    at the best set (``headprune.search.partners``). ``evaluated`` gains every set; returns the nominees."""
     settings, rank = stages.settings, stages.search_rank
     ranked = sorted((head for head, _, _ in screened), key=lambda head: rank((head,)))
     nominees = ranked[: settings.nominees]
     subsets = [tuple(sorted(c)) for size in range(2, settings.max_heads + 1)
                for c in itertools.combinations(nominees, size)]
-    evaluated = admission.evaluated
     evaluated.update({(head,): paired for head, paired, _ in screened if head in nominees})
     evaluated.update(stages.evaluate(subsets, "joint"))
     best = min([(h,) for h in nominees] + subsets, key=rank)
-    pool = ranked[: 2 * settings.nominees]
-    for _ in range(settings.extend):
-        grown = [tuple(sorted((*best, h))) for h in pool if h not in best]
-        if not grown:
-            break
-        evaluated.update(stages.evaluate(grown, "extend"))
-        candidate = min(grown, key=rank)
-        if not admission.adds(candidate, best, next(h for h in candidate if h not in best)):
-            break
-        best = candidate
+    extend(stages, best, evaluated, measure=measure, tolerance=tolerance)
     return nominees
 
 
@@ -130,4 +170,5 @@ def expected_joint_evaluations(nominees: int, max_heads: int) -> int:
     return sum(math.comb(nominees, k) for k in range(2, max_heads + 1))
 
 
-__all__ = ["Choice", "announce_cost", "choose", "expected_joint_evaluations", "improve", "joint"]
+__all__ = ["Choice", "announce_cost", "choose", "choose_on_heldout", "expected_joint_evaluations",
+           "finalists_order", "frozen_sets", "improve", "joint"]

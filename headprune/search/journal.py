@@ -65,6 +65,11 @@ class Journal:
         if recorded.get("model_hash") != settings.get("model_hash"):
             raise ResultFileError(f"cannot resume: {self.path.parent} was made for a different model "
                                   f"({recorded.get('model')}, {str(recorded.get('model_hash'))[:19]}...)")
+        if recorded.get("selection") != settings.get("selection"):  # 0.2's journals have none
+            then = recorded.get("selection") or "0.2's rule (heads admitted on the check half)"
+            raise ResultFileError(f"cannot resume: {self.path} was written under {then}, this headprune selects by "
+                                  f"{settings.get('selection')}; the two cannot be mixed: start again with --overwrite",
+                                  settings=("resume",))
         then, now = recorded.get("environment") or {}, settings.get("environment") or {}
         moved = [k for k in now if then.get(k) != now[k]]
         if moved:  # results are reproducible only with the same software and hardware settings

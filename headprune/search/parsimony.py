@@ -39,9 +39,14 @@ HeadSet = tuple[Head, ...]
 
 @dataclass(frozen=True)
 class HeadContribution:
-    """One head of a set against the set without it on the check half (this module says how): b = ``rescued``,
-    c = ``damaged``, the one-sided exact binomial p and its Holm adjustment over the set's heads.
-    ``heldout_*``: the primary set's exploratory drop-one numbers, measured after the verdict."""
+    """One head of a set against the set without it: b = ``rescued``, c = ``damaged``, the one-sided exact
+    binomial p and its adjustment over the set's heads, and whether the head earned its place.
+
+    Under find's rule (``headprune.search.membership``, ``rank`` set): b and c count the check half and held-out
+    together (``check_*`` and ``heldout_*`` are the two parts), the heads are tested in a fixed sequence (``rank``
+    is the position) and ``adjusted_p`` is the fixed-sequence adjusted p (the largest p so far). In files of 0.2
+    (``rank`` absent): b and c count the check half, ``adjusted_p`` is Holm's over the set's heads, and
+    ``heldout_*`` are the primary set's exploratory drop-one numbers, measured after the verdict."""
 
     head: str
     rescued: int
@@ -52,6 +57,9 @@ class HeadContribution:
     heldout_rescued: int | None = None
     heldout_damaged: int | None = None
     heldout_p: float | None = None
+    check_rescued: int | None = None
+    check_damaged: int | None = None
+    rank: int | None = None  # position in the fixed test sequence (find's rule since 0.3)
 
 
 @dataclass(frozen=True)

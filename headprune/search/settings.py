@@ -10,10 +10,11 @@ and never check them again.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from headprune.core.choices import OBJECTIVES, PREFER, RANK_KEYS, SCREENS, SEARCHES
+from headprune.core.choices import OBJECTIVES, PREFER, PROTOCOLS, RANK_KEYS, SCREENS, SEARCHES
 from headprune.core.limits import check_limit
 from headprune.errors import SearchSettingsError
 from headprune.heads import HeadGrid
@@ -26,6 +27,10 @@ DEFAULT_PATIENCE = 3
 DEFAULT_BEAM_WIDTH = 4
 COMPRESS_ONLY = ("max_drop", "prefer", "patience", "compress_search", "beam_width")
 DEFAULT_CANDIDATES = 30
+# The search each protocol fixes (headprune.search.protocol says what and why).
+PROTOCOL_PRESETS: dict[str, dict[str, object]] = {
+    "cel": {"objective": "improve", "screen": "exact", "nominees": 10, "max_heads": 3, "extend": 0, "finalists": 10},
+}
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class FindSettings:
     ablation: str = "zero"
     nominees: int = 10
     max_heads: int = 3
-    extend: int = 0
+    extend: int = 1
     finalists: int = 10
     alpha: float = 0.05
     rank_by: str = "gain"
@@ -52,6 +57,7 @@ class FindSettings:
     patience: int | None = None  # compress: consecutive single-unit rejections that end the search
     compress_search: str | None = None  # compress: "greedy" (galloping, with backtracking) or "beam"
     beam_width: int | None = None  # compress with beam: sets kept per round
+    protocol: str | None = None  # a preset of the search fields above (headprune.search.protocol)
 
 
 SETTING_NAMES = tuple(f.name for f in fields(FindSettings))
@@ -62,6 +68,7 @@ def settings_for(given: FindSettings) -> FindSettings:
     only with a pre-screen (refused with the exact screen, which would ignore it; default 30), the compress defaults
     filled in for compress and left unset for improve (so that improve can refuse them). Settings it returned come
     back unchanged."""
+    given = with_protocol(given)
     candidates = given.candidates
     if given.screen == "exact" and candidates is not None:
         _refuse("candidates applies only with screen attribution or halving; the exact screen scores every head",
@@ -70,6 +77,27 @@ def settings_for(given: FindSettings) -> FindSettings:
         candidates = DEFAULT_CANDIDATES
     return replace(given, candidates=candidates, **compress_fields(
         given.objective, given.max_drop, given.prefer, given.patience, given.compress_search, given.beam_width))
+
+
+def with_protocol(settings: FindSettings, *, given: Collection[str] = ()) -> FindSettings:
+    """The settings with a protocol's preset filled in: a field left at find's default takes the protocol's value;
+    one set otherwise, or named in ``given`` (the options a user typed), is refused unless it is the protocol's
+    value (the protocol is what it fixes).
+
+    Raises:
+        SearchSettingsError
+    """
+    if settings.protocol is None:
+        return settings
+    if settings.protocol not in PROTOCOLS:
+        _refuse(f"protocol must be one of {', '.join(PROTOCOLS)}, not {settings.protocol!r}", "protocol")
+    preset, defaults = PROTOCOL_PRESETS[settings.protocol], FindSettings()
+    for name, value in preset.items():
+        now = getattr(settings, name)
+        if now != value and (now != getattr(defaults, name) or name in given):
+            _refuse(f"protocol {settings.protocol} runs {name} {value}; drop {name} or the protocol", name,
+                    "protocol")
+    return replace(settings, **preset)
 
 
 def compress_fields(objective: str, max_drop: float | None, prefer: str | None, patience: int | None,
@@ -194,6 +222,7 @@ def fit_to_grid(settings: FindSettings, grid: HeadGrid) -> FindSettings:
 
 
 __all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_CANDIDATES", "DEFAULT_DISCOVERY", "DEFAULT_HELDOUT", "DEFAULT_MAX_DROP",
-           "DEFAULT_PATIENCE", "MAX_DROP_LIMIT", "OBJECTIVES", "PREFER", "RANK_KEYS", "SCREENS", "SEARCHES",
-           "SETTING_NAMES", "FindSettings", "check_layout", "check_objective",
-           "check_placement", "check_plan_size", "check_settings", "compress_fields", "fit_to_grid", "settings_for"]
+           "DEFAULT_PATIENCE", "MAX_DROP_LIMIT", "OBJECTIVES", "PREFER", "PROTOCOLS", "PROTOCOL_PRESETS", "RANK_KEYS",
+           "SCREENS", "SEARCHES", "SETTING_NAMES", "FindSettings", "check_layout", "check_objective",
+           "check_placement", "check_plan_size", "check_settings", "compress_fields", "fit_to_grid", "settings_for",
+           "with_protocol"]

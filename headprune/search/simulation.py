@@ -1,4 +1,4 @@
-"""find's own search code on counts-only models: how often it is wrong, measured in seconds.
+"""find's own search code on counts-only models: how often it is wrong, and how often right, in seconds.
 
 A *counts-only model* says, for any set of heads removed, which examples become right or wrong, and nothing
 else: no weights, no forward pass. Each head toggles the correctness of a random subset of examples (drawn once
@@ -8,14 +8,18 @@ wrong to right) and damages (from right to wrong), in expectation:
 
 - a **null** head (no effect on the task) rescues and damages equally (``flip / 2`` each): it flips ``flip`` of
   the answers at random, the behaviour every real head shows on examples it does not understand;
-- a **real** head rescues more than it damages: ``(0.008, 0.002)`` is +0.6 points at a 1% discordant rate.
+- a **real** head rescues more than it damages: ``(0.008, 0.002)`` is +0.6 points at a 1% discordant rate;
+- an **interacting pair** (``partners``): a head with its own rates and a partner that alone is a null head,
+  plus toggles that act only when *both* are removed (an example the two heads decide together), so the partner
+  helps only once the first head is removed and the screen, which sees heads alone, cannot rank it.
 
 Margins are +-|N(0, 1)|, their sign the correctness (so a toggle flips the sign), enough for find's ranking key.
 
-:func:`run_improve` feeds such a model through exactly what ``find`` runs on discovery
-(:func:`headprune.search.improve.choose`: the halves, the screen, the joint search, ``--extend``, the
-admission on the check half, the finalists) and through its held-out verdict (:meth:`Stages.finalists`), with
-the real records and statistics. Nothing here is re-implemented but the model.
+:func:`run_improve` feeds such a model through exactly what ``find`` runs (:func:`headprune.search.improve.choose`:
+the halves, the screen, the joint search and its growth from the screen at the best set; then
+:func:`headprune.search.improve.choose_on_heldout`: the membership tests and the held-out verdicts), with the real
+records and statistics, or through the rule of 0.2 or of 0.1.0 for comparison. Nothing here is re-implemented
+but the model.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import torch
 from headprune.heads import Head, HeadGrid
 from headprune.search.find_result import FindSettings
 from headprune.search.folds import Folds
-from headprune.search.improve import choose
+from headprune.search.admission import choose_by_admission
+from headprune.search.improve import choose, choose_on_heldout
 from headprune.search.stages import Stages
 
 Rates = tuple[float, float]  # (rescued, damaged) as shares of all examples
@@ -58,23 +63,36 @@ class CountsResult:
         return float(np.count_nonzero(self.correct)) / len(self.correct)
 
 
-class CountsSplit:
-    """One set of examples of a counts-only model: its intact correctness and every head's toggles."""
+Pair = tuple[int, int, Rates]  # two head indices and the rates of the toggles that act only when both are removed
 
-    def __init__(self, rng: np.random.Generator, n: int, accuracy: float, rates: Sequence[Rates]) -> None:
+
+class CountsSplit:
+    """One set of examples of a counts-only model: its intact correctness, every head's toggles, and the toggles of
+    each interacting pair."""
+
+    def __init__(self, rng: np.random.Generator, n: int, accuracy: float, rates: Sequence[Rates],
+                 pairs: Sequence[Pair] = ()) -> None:
         self.correct = rng.random(n) < accuracy
         size = np.abs(rng.standard_normal(n)) + 1e-3
         self.margins = np.where(self.correct, size, -size)
-        rescue = np.array([r for r, _ in rates])[:, None] / (1 - accuracy)  # P(toggle | wrong)
-        damage = np.array([d for _, d in rates])[:, None] / accuracy  # P(toggle | right)
-        draws = rng.random((len(rates), n))
-        self.toggles = np.where(self.correct[None, :], draws < damage, draws < rescue)  # (heads, n)
+        self.toggles = self._toggles(rng, accuracy, rates)  # (heads, n)
+        self.pairs = [(a, b) for a, b, _ in pairs]
+        self.pair_toggles = self._toggles(rng, accuracy, [r for _, _, r in pairs])  # (pairs, n)
         self.ids = tuple(str(i) for i in range(n))
+
+    def _toggles(self, rng: np.random.Generator, accuracy: float, rates: Sequence[Rates]) -> np.ndarray:
+        rescue = np.array([r for r, _ in rates]).reshape(-1, 1) / (1 - accuracy)  # P(toggle | wrong)
+        damage = np.array([d for _, d in rates]).reshape(-1, 1) / accuracy  # P(toggle | right)
+        draws = rng.random((len(rates), len(self.correct)))
+        return np.where(self.correct[None, :], draws < damage, draws < rescue)
 
     def result(self, indices: Sequence[int]) -> CountsResult:
         if not indices:
             return CountsResult(self.correct, self.margins, self.ids)
-        flipped = np.bitwise_xor.reduce(self.toggles[list(indices)], axis=0)
+        chosen = set(indices)
+        sources = [self.toggles[list(indices)]] + [self.pair_toggles[[k for k, (a, b) in enumerate(self.pairs)
+                                                                      if a in chosen and b in chosen]]]
+        flipped = np.bitwise_xor.reduce(np.concatenate(sources), axis=0)
         return CountsResult(self.correct ^ flipped, np.where(flipped, -self.margins, self.margins), self.ids)
 
 
@@ -112,13 +130,17 @@ class _Model:
     dtype: torch.dtype = torch.float32
 
 
+RULES = ("heldout", "check", "same")  # find's; 0.2's (admission on the check half); 0.1.0's (all on discovery)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """One simulated find run: the primary set and its verdict, against the truth."""
 
     primary: tuple[int, ...]  # head indices
-    real: tuple[int, ...]  # the heads with an effect
+    real: tuple[int, ...]  # the heads with an effect (both heads of an interacting pair)
     confirmed: bool
+    gain: float = 0.0  # the true expected accuracy change of removing the primary set (a fraction)
 
     @property
     def passenger(self) -> bool:
@@ -131,54 +153,75 @@ class Outcome:
         return float(np.mean([h in self.primary for h in self.real])) if self.real else float("nan")
 
     @property
+    def all_kept(self) -> bool:
+        """Every real head is in the primary set (false without real heads)."""
+        return bool(self.real) and all(h in self.primary for h in self.real)
+
+    @property
+    def confirmed_gain(self) -> float:
+        """The true gain the run ships with a confirmed verdict (0 when it confirms nothing)."""
+        return self.gain if self.confirmed else 0.0
+
+    @property
     def clean_confirmation(self) -> bool:
         """Confirmed, with every head of the primary set real."""
         return self.confirmed and all(h in self.real for h in self.primary)
 
     @property
     def false_confirmation(self) -> bool:
-        """Confirmed, with a head of no effect in the primary set."""
-        return self.confirmed and any(h not in self.real for h in self.primary)
+        """Confirmed, with a head of no effect in the primary set, or with no true gain."""
+        return self.confirmed and (any(h not in self.real for h in self.primary) or self.gain <= 0)
 
 
-def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), layers: int = 2, heads: int = 9,
-                discovery: int = 2000, heldout: int = 1000, accuracy: float = 0.6,
-                settings: FindSettings | None = None, rule: str = "halves") -> Outcome:
-    """One find run (improve, exact screen) on a fresh counts-only model: ``real`` heads at random places, every
-    other head a null head flipping ``flip`` of the answers. ``settings``: find's (default: its defaults, seeded
-    by ``seed``). ``rule``: ``halves`` (find's: propose on one half of discovery, admit on the other) or
-    ``same`` (propose and admit on all of discovery, single heads by find's ranking key: the rule before 0.2,
-    for comparison)."""
+def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), partners: Sequence[tuple[Rates, Rates]] = (),
+                layers: int = 2, heads: int = 9, discovery: int = 2000, heldout: int = 1000, accuracy: float = 0.6,
+                settings: FindSettings | None = None, rule: str = "heldout") -> Outcome:
+    """One find run (improve, exact screen) on a fresh counts-only model: ``real`` heads at random places,
+    ``partners`` interacting pairs (each: the first head's own rates, and the rates of the toggles that act only
+    when both heads are removed; the second head alone is a null head), every other head a null head flipping
+    ``flip`` of the answers. ``settings``: find's (default: its defaults, seeded by ``seed``). ``rule``: one of
+    :data:`RULES`: ``heldout`` (find's), ``check`` (0.2's: heads admitted on the check half alone) or ``same``
+    (0.1.0's: propose and admit on all of discovery, single heads by find's ranking key)."""
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, not {rule!r}")
     rng = np.random.default_rng(seed)
     grid = HeadGrid(layers, heads, heads, 4)
     rates: list[Rates] = [(flip / 2, flip / 2)] * grid.total
-    places = tuple(int(i) for i in rng.choice(grid.total, size=len(real), replace=False))
-    for place, effect in zip(places, real):
+    places = [int(i) for i in rng.choice(grid.total, size=len(real) + 2 * len(partners), replace=False)]
+    for place, effect in zip(places, [*real, *(own for own, _ in partners)]):
         rates[place] = effect
-    splits = {"discovery": CountsSplit(rng, discovery, accuracy, rates),
-              "heldout": CountsSplit(rng, heldout, accuracy, rates)}
+    pairs = [(places[len(real) + 2 * k], places[len(real) + 2 * k + 1], joint) for k, (_, joint)
+             in enumerate(partners)]
+    splits = {"discovery": CountsSplit(rng, discovery, accuracy, rates, pairs),
+              "heldout": CountsSplit(rng, heldout, accuracy, rates, pairs)}
     conditions = CountsConditions(splits, grid)
     stages = Stages(_Model(grid), conditions, settings or FindSettings(seed=seed))  # type: ignore[arg-type]
     stages.base = {name: split.result(()) for name, split in splits.items()}
-    if rule == "same":
-        stages.folds = Folds.same(discovery)
-    elif rule != "halves":
-        raise ValueError(f"rule must be halves or same, not {rule!r}")
     # It logs a line or two: callers running thousands quieten the "headprune" logger.
-    choice = choose(stages, singles="key" if rule == "same" else None)
-    primary = choice.frozen[0]
-    (finalist,) = stages.finalists([primary], choice.admission.evaluated)
-    return Outcome(tuple(conditions.index(primary)), places, finalist.heldout.confirmed)
+    if rule == "heldout":
+        chosen = choose_on_heldout(stages, choose(stages))
+        primary, confirmed = chosen.heads, chosen.verdict.confirmed
+    else:
+        if rule == "same":
+            stages.folds = Folds.same(discovery)
+        frozen, evaluated = choose_by_admission(stages, singles="key" if rule == "same" else None)
+        primary = frozen[0]
+        (finalist,) = stages.finalists([primary], evaluated)
+        confirmed = finalist.heldout.confirmed
+    indices = tuple(conditions.index(primary))
+    return Outcome(indices, tuple(places), confirmed, true_change(rates, indices, accuracy, pairs))
 
 
-def true_change(rates: Sequence[Rates], indices: Sequence[int], accuracy: float) -> float:
+def true_change(rates: Sequence[Rates], indices: Sequence[int], accuracy: float, pairs: Sequence[Pair] = ()) -> float:
     """The exact expected accuracy change of removing the heads ``indices`` of a counts-only model: an example
-    changes when an odd number of the heads toggle it (each independently, with its rate given the example's
-    intact correctness)."""
-    if not indices:
+    changes when an odd number of its toggles act (each head's, and each pair's whose two heads are both
+    removed, independently, with its rate given the example's intact correctness)."""
+    chosen = set(indices)
+    sources = [rates[i] for i in indices] + [r for a, b, r in pairs if a in chosen and b in chosen]
+    if not sources:
         return 0.0
-    damage = np.array([rates[i][1] / accuracy for i in indices])
-    rescue = np.array([rates[i][0] / (1 - accuracy) for i in indices])
+    damage = np.array([d / accuracy for _, d in sources])
+    rescue = np.array([r / (1 - accuracy) for r, _ in sources])
     odd_right, odd_wrong = (1 - np.prod(1 - 2 * damage)) / 2, (1 - np.prod(1 - 2 * rescue)) / 2
     return float((1 - accuracy) * odd_wrong - accuracy * odd_right)
 
@@ -238,5 +281,5 @@ def run_compress(seed: int, *, max_drop: float = 0.5, layers: int = 4, heads: in
     return CompressOutcome(len(chosen), verdict.accepted, true_change(rates, indices, accuracy), max_drop)
 
 
-__all__ = ["CompressOutcome", "CountsConditions", "CountsResult", "CountsSplit", "Outcome", "compress_rates",
+__all__ = ["RULES", "CompressOutcome", "CountsConditions", "CountsResult", "CountsSplit", "Outcome", "compress_rates",
            "run_compress", "run_improve", "true_change"]

@@ -45,6 +45,26 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
+def test_size(alpha: float, share: float) -> float:
+    """``alpha * share``, rounded to 12 digits (``0.05 * 0.9`` is 0.045, not 0.045000000000000005), the one value
+    a test's p-value is compared with wherever it is computed."""
+    return round(alpha * share, 12)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The proposed set's own held-out test, which a set cut down from it must pass as well (its heads, rescued,
+    damaged and the exact McNemar p: ``headprune.search.selection``)."""
+
+    heads: tuple[str, ...]
+    rescued: int
+    damaged: int
+    p_value: float
+
+    def passes(self, level: float) -> bool:
+        return self.rescued > self.damaged and self.p_value < level
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The held-out test of one head set: the paired accuracy change, the exact McNemar test and its interval.
@@ -56,10 +76,14 @@ class Verdict:
     interval at ``1 - alpha / F``, and is never called confirmed. Bonferroni rather than Holm so that each
     interval agrees with its own adjusted verdict: Holm's step-down has no interval that does.
 
-    ``interval`` is :func:`headprune.search.score.paired_interval` at ``alpha / family``: it lies above 0
-    exactly when the set is confirmed (or, for an exploratory set, significant after adjustment), contains 0
-    exactly when the test does not reject, and is recomputed from the counts, so a result file written with the
-    percentile bootstrap interval of earlier versions is shown with this one when it is read.
+    The primary set is one of at most two held-out tests fixed on discovery (``headprune.search.selection``): it is
+    tested at ``alpha * share`` (``share`` 1 in files before the rule of two tests, and where only one candidate
+    was tested), and a set cut down from the proposed one must also pass the proposal's own test (``gate``).
+
+    ``interval`` is :func:`headprune.search.score.paired_interval` at ``alpha * share / family``: it lies above 0
+    exactly when the set's own test rejects (or, for an exploratory set, it is significant after adjustment),
+    contains 0 exactly when the test does not reject, and is recomputed from the counts, so a result file written
+    with the percentile bootstrap interval of earlier versions is shown with this one when it is read.
     """
 
     n: int
@@ -72,6 +96,8 @@ class Verdict:
     role: str = "primary"  # "primary" or "exploratory"
     adjusted_p: float | None = None  # exploratory: adjusted over the finalists (Holm in files before 0.2)
     family: int = 1  # comparisons the interval and adjusted_p account for (exploratory: the finalists)
+    share: float = 1.0  # of alpha, for the primary set's test (headprune.search.selection)
+    gate: Gate | None = None  # a set cut down from the proposed one: the proposal's own test, which must pass too
 
     _derived = ("difference", "confirmed", "test", "level", "interval")
 
@@ -80,8 +106,14 @@ class Verdict:
         return self.accuracy_after - self.accuracy_before
 
     @property
+    def size(self) -> float:
+        """The level the set's own test is run at: ``alpha * share``."""
+        return test_size(self.alpha, self.share)
+
+    @property
     def confirmed(self) -> bool:
-        return self.role == "primary" and self.rescued > self.damaged and self.p_value < self.alpha
+        return (self.role == "primary" and self.rescued > self.damaged and self.p_value < self.size
+                and (self.gate is None or self.gate.passes(self.size)))
 
     @property
     def test(self) -> str:
@@ -90,11 +122,11 @@ class Verdict:
     @property
     def level(self) -> float:
         """The confidence level of ``interval``."""
-        return 1 - self.alpha / self.family
+        return 1 - self.size / self.family
 
     @property
     def interval(self) -> tuple[float, float]:
-        return paired_interval(self.rescued, self.damaged, self.n, alpha=self.alpha / self.family)
+        return paired_interval(self.rescued, self.damaged, self.n, alpha=self.size / self.family)
 
 
 def verdict(before: np.ndarray, after: np.ndarray, *, alpha: float) -> Verdict:
@@ -179,5 +211,5 @@ def non_inferiority(before: np.ndarray, after: np.ndarray, *, margin: float, rem
                           removed, alpha)
 
 
-__all__ = ["IMPROVEMENT_TEST", "NonInferiority", "Verdict", "exploratory", "holm",
-           "non_inferiority", "spearman", "verdict"]
+__all__ = ["IMPROVEMENT_TEST", "Gate", "NonInferiority", "Verdict", "exploratory", "holm",
+           "non_inferiority", "spearman", "test_size", "verdict"]

@@ -5,8 +5,9 @@
     python -m scripts.bench.render --check docs/benchmarks.md    # exit 1 when one differs from its record
 
 A document marks a table with the line ``<!-- table: PATH -->`` (PATH from the repository root) right above it;
-the table is the run of lines starting with ``|`` that follows. A record whose benchmark has a renderer here
-(``kinds``) gets that table; any other, one row per result with a column per key.
+the table is the run of lines starting with ``|`` that follows; ``PATH#VIEW`` picks one of several tables a
+renderer makes of a record. A record whose benchmark has a renderer here (``kinds``, ``passengers``) gets that
+table; any other, one row per result with a column per key.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join([_row(header), "|" + "---|" * len(header), *(_row(r) for r in rows)])
 
 
-def kinds(record: dict[str, Any]) -> str:
+def kinds(record: dict[str, Any], view: str = "") -> str:
     """scripts/bench/kinds.py: seconds per ablated condition on each side, ratio, answers, FLOP-limit ratios."""
     rows = [[r["kind"], r["task"], f"{r['naive_s']:.2f}", f"{r['headprune_s']:.2f}", f"x{r['ratio']:.1f}",
              r["differing"], f"{r['naive_x_limit']:.2f} / {r['headprune_x_limit']:.2f}" if "naive_x_limit" in r else "-"] for r in record["results"]]
@@ -47,7 +48,7 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value).replace("|", "\\|")
 
 
-def generic(record: dict[str, Any]) -> str:
+def generic(record: dict[str, Any], view: str = "") -> str:
     """One row per result (a dict; a record whose results are one dict has one row), a column per key."""
     results = record["results"]
     results = [results] if isinstance(results, dict) else results
@@ -57,12 +58,54 @@ def generic(record: dict[str, Any]) -> str:
     return _table(columns, [[_cell(result.get(key)) for key in columns] for result in results])
 
 
-RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"kinds": kinds}
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def render(path: Path) -> str:
-    record = json.loads(Path(path).read_text(encoding="utf-8"))
-    return RENDERERS.get(record.get("bench"), generic)(record)
+def passengers(record: dict[str, Any], view: str = "defaults") -> str:
+    """scripts/passengers.py: ``defaults`` (find's defaults, each cell against 0.2's rule in parentheses),
+    ``searches`` (the worst cell of each size and search setting), ``compress`` (the budget table)."""
+    rules, rows = record["rules"], record["improve"]
+    now, before = rules[0], (rules[1] if len(rules) > 1 else None)
+
+    def pair(row: dict, key: str, fmt: Callable[[Any], str] = _pct) -> str:
+        return fmt(row[now][key]) + (f" ({fmt(row[before][key])})" if before else "")
+
+    if view == "compress":
+        return _table(["budget (points)", "accepted", "accepted sets over budget", "estimate alone: accepted",
+                       "over budget"], [[r["max_drop"], _pct(r["held-out"]["accepted"]),
+                                         _pct(r["held-out"]["accepted_over_budget"]), _pct(r["estimate"]["accepted"]),
+                                         _pct(r["estimate"]["accepted_over_budget"])] for r in record["compress"]])
+    if view == "searches":
+        out = []
+        for size in dict.fromkeys(r["size"] for r in rows):
+            for search in dict.fromkeys(r["search"] for r in rows):
+                cells = [r for r in rows if r["size"] == size and r["search"] == search]
+                two = next(r for r in cells if r["real"] == "2" and r["flip"] == 0.003)
+                pair_ = next(r for r in cells if r["real"] == "pair" and r["flip"] == 0.003)
+                out.append([size, search, _pct(max(r[now]["passenger"] for r in cells)),
+                            _pct(max(r[now]["false_confirmed"] for r in cells)), pair(two, "all_kept"),
+                            pair(two, "confirmed_all"), pair(pair_, "all_kept")])
+        return _table(["discovery/held-out", "search", "passengers, worst cell", "false confirmations, worst cell",
+                       "2 real heads: both kept", "both kept, confirmed", "interacting pair: both kept"], out)
+    gain = lambda value: f"{value:+.2f}"  # noqa: E731
+    return _table(["discovery/held-out", "real heads", "null heads flip", "passengers", "false confirmations",
+                   "all real heads kept", "all kept, confirmed", "confirmed true gain, points"],
+                  [[r["size"], r["real"], _pct(r["flip"]), pair(r, "passenger"), pair(r, "false_confirmed"),
+                    "-" if r["real"] == "0" else pair(r, "all_kept"),
+                    "-" if r["real"] == "0" else pair(r, "confirmed_all"), pair(r, "confirmed_gain", gain)]
+                   for r in rows if r["search"] == view])
+
+
+RENDERERS: dict[str, Callable[..., str]] = {"kinds": kinds, "passengers": passengers}
+
+
+def render(path: Path | str) -> str:
+    """The table of a record, ``PATH#VIEW`` for one of several its renderer makes."""
+    name, _, view = str(path).partition("#")
+    record = json.loads(Path(name).read_text(encoding="utf-8"))
+    renderer = RENDERERS.get(record.get("bench"), generic)
+    return renderer(record, view) if view else renderer(record)
 
 
 def marked_tables(text: str) -> list[tuple[str, str]]:
