@@ -113,7 +113,23 @@ def test_protocol_runs_every_condition_when_not_sampled(tmp_path) -> None:
     (result,) = report["results"]
     rows = {row["part"]: row["seconds"] for row in result["rows"]}
     assert not result["sampled"] and result["checks"] == {}
-    assert {"protocol: screen (8 heads)", "protocol: joint (10 sets)", "protocol: finalists on held-out (3)"} <= set(rows)
+    stages = {"protocol: screen (8 heads)", "protocol: joint (10 sets)", "protocol: finalists on held-out (3)"}
+    assert stages <= set(rows)
     # Each stage's total is its conditions' own times, within the stage's whole time.
     assert result["stage_seconds"]["screen"] <= rows["protocol: screen (8 heads)"] * 1.001
     assert result["stage_seconds"]["joint"] <= rows["protocol: joint (10 sets)"] * 1.001
+
+
+def test_targets_report_what_was_measured_and_what_was_not(tmp_path) -> None:
+    from scripts.bench import gpu_targets
+
+    gpu_check.main([*SMALL, "--sample", "2", "--json", str(tmp_path / "protocol.json")])
+    (tmp_path / "main_job.jsonl").write_text('{"dtype": "bfloat16", "rc": 0, "find_wall_s": 30.0}\n'
+                                             '{"dtype": "float32", "rc": 1, "find_wall_s": 24.0}\n')
+    lines = gpu_targets.report(tmp_path).splitlines()
+    assert lines[0].startswith("issue 47's targets: CPU, torch ")
+    said = {line.split(":")[0].strip(): line for line in lines[1:] if not line.startswith("      ")}
+    assert ": MET (target <= 25" in said["exact protocol at 3B (min)"]  # a tiny model's protocol: seconds
+    assert "NOT MET (target <= 1; worst 1.25)" in said["main job find, bfloat16 over float32 (warm)"]
+    assert said["full 8B sliced export + verification (s)"].endswith("not measured (see the logs)")
+    assert said["baseline (of peak)"].endswith("not measured (see the logs)")  # no gpu_check record here

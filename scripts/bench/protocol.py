@@ -29,11 +29,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import time
 
 import numpy as np
 import torch
 
+from headprune.core.limits import number
 from headprune.evaluation import Evaluator
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, wrap_model
@@ -58,6 +60,8 @@ def add_protocol_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--candidates", type=int, default=30, help="exact heads after the attribution pre-screen")
     group.add_argument("--sample", type=int, default=6, help="layers whose conditions are timed (0: the whole run)")
     group.add_argument("--words", default="80,25,4", help="context words, ending words, endings (HellaSwag's)")
+    group.add_argument("--layer-cache-mb", type=int, default=None,
+                       help="the layer cache's budget (HEADPRUNE_LAYER_CACHE_MB; default: as set, else 2048)")
 
 
 def hellaswag_like(n: int, seed: int, words: str, vocabulary: list[str]) -> Task:
@@ -108,6 +112,8 @@ def _limit_fraction(heads: tuple[Head, ...], layers: int) -> float:
 def run_protocol(args: argparse.Namespace, device: torch.device, ceilings: Ceilings) -> dict:
     from .gpu_check import WORDS, tokenizer
 
+    if args.layer_cache_mb is not None:  # what find reads when its evaluators are made
+        os.environ["HEADPRUNE_LAYER_CACHE_MB"] = str(args.layer_cache_mb)
     tok = tokenizer()
     config = llama_config(args.shape, args.protocol_layers or None, max_position_embeddings=4096,
                           tie_word_embeddings=True)
@@ -159,6 +165,7 @@ def run_protocol(args: argparse.Namespace, device: torch.device, ceilings: Ceili
            "tokens_per_example_computed": computed / len(discovery), "sampled": bool(args.sample),
            "conditions": conditions, "stage_seconds": {k: figure(v) for k, v in seconds.items()},
            "layer_cache_checkpoints": on_discovery.layers.checkpoints,
+           "layer_cache_mb": int(number("HEADPRUNE_LAYER_CACHE_MB")),
            "total_minutes": {k: figure(v / 60) for k, v in totals.items()},
            "exact_minutes_without_layer_cache": figure(uncached / 60),
            "limit_minutes_at_peak": {k: figure(v / 60) for k, v in limits.items()},
@@ -171,7 +178,8 @@ def run_protocol(args: argparse.Namespace, device: torch.device, ceilings: Ceili
           f"{limits['as computed'] / 60:.1f} min with the tokens headprune computes: {once / len(discovery):.0f} vs "
           f"{computed / len(discovery):.0f} per example); with the attribution pre-screen "
           f"{totals['attribution pre-screen'] / 60:.1f} min (target {TARGET_MINUTES['attribution pre-screen']:g}, "
-          f"limit {prescreen_limit / 60:.1f}); the layer cache holds the inputs of layers "
+          f"limit {prescreen_limit / 60:.1f}); the layer cache ({out['layer_cache_mb']} MB) holds the inputs of "
+          f"layers "
           f"{on_discovery.layers.checkpoints or 'none (its budget, HEADPRUNE_LAYER_CACHE_MB, holds no layer)'}: "
           f"every condition from the first layer would take {uncached / 60:.1f} min", flush=True)
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}), flush=True)
@@ -184,8 +192,8 @@ def _attribution(evaluator: Evaluator) -> dict:
     return estimate_effects(evaluator)
 
 
-def _plan(args: argparse.Namespace, lm: LoadedModel, on_discovery: Evaluator, on_heldout: Evaluator, base,  # noqa: ANN001
-          held_share: float, rows: list[dict], common: dict) -> dict:
+def _plan(args: argparse.Namespace, lm: LoadedModel, on_discovery: Evaluator, on_heldout: Evaluator,
+          base, held_share: float, rows: list[dict], common: dict) -> dict:  # noqa: ANN001
     """Every stage's condition times, run (``--sample 0``) or projected from sampled layers, and the limit's
     fractions of a pass: the protocol's conditions by the share of the layers each one runs."""
     grid, layers = lm.grid, lm.grid.num_layers
@@ -226,8 +234,8 @@ def _every_condition(args: argparse.Namespace, heads: list[Head], on_discovery: 
             "finalists": [t for _, t in held.values()], "checks": {}, "sets": sets, "finalists_sets": finalists}
 
 
-def _sampled(args: argparse.Namespace, grid, on_discovery: Evaluator, on_heldout: Evaluator, held_share: float,  # noqa: ANN001
-             rows: list[dict], common: dict) -> dict:
+def _sampled(args: argparse.Namespace, grid, on_discovery: Evaluator, on_heldout: Evaluator,  # noqa: ANN001
+             held_share: float, rows: list[dict], common: dict) -> dict:
     """Conditions at ``--sample`` layers timed, every other cost interpolated; one pair, one triple and one held-out
     finalist run for real beside their projections."""
     costs = Costs(grid.num_layers)
