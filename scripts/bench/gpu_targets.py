@@ -67,8 +67,9 @@ def measured(folder: Path) -> dict[str, list[tuple[str, float]]]:
     if protocol is not None:
         how = "sampled" if protocol.get("sampled") else "run"
         out["exact protocol at 3B (min)"] = [(f"{protocol['config']} ({how})", protocol["total_minutes"]["exact"])]
-        out["protocol with the attribution pre-screen (min)"] = [
-            (f"{protocol['config']} ({how})", protocol["total_minutes"]["attribution pre-screen"])]
+        prescreen = protocol["total_minutes"]["attribution pre-screen"]  # None where the attribution pass failed
+        out["protocol with the attribution pre-screen (min)"] = [] if prescreen is None else [
+            (f"{protocol['config']} ({how})", prescreen)]
     finds = {}
     main_job = folder / "main_job.jsonl"
     if main_job.is_file():

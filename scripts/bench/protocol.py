@@ -131,58 +131,73 @@ def run_protocol(args: argparse.Namespace, device: torch.device, ceilings: Ceili
         Evaluator(lm, heldout, batch_size=args.batch_size, reuse_layers=True)), device=device, ceilings=ceilings)
     on_discovery, on_heldout = setup.pop("value")
     computed = sum(on_discovery.work().lengths)
-    once = _tokens_once(lm, discovery)
-    flop = 2.0 * params * computed
     common = dict(device=device, ceilings=ceilings, lm=lm)
     base = part("protocol: baseline, discovery", on_discovery.run, examples=len(discovery), tokens=computed,
-                flop=flop, **common)
+                flop=2.0 * params * computed, **common)
     held_base = part("protocol: baseline, held-out", on_heldout.run, examples=len(heldout),
                      flop=2.0 * params * sum(on_heldout.work().lengths), **common)
     rows = [built, setup, base, held_base]
     held_share = held_base["seconds"] / base["seconds"]  # a held-out condition's cost over a discovery one's
     plan = _plan(args, lm, on_discovery, on_heldout, base["value"], held_share, rows, common)
+    try:  # last, and on its own: a pass with a backward needs the most memory
+        attribution = part("protocol: attribution pre-screen (one pass, every head)",
+                           lambda: _attribution(on_discovery), examples=len(discovery),
+                           flop=3 * 2.0 * params * computed, **common)
+        rows.append(attribution)
+        plan["attribution_s"] = attribution["seconds"]
+    except (torch.OutOfMemoryError, RuntimeError) as error:
+        print(f"protocol: the attribution pass failed: {str(error).splitlines()[0][:200]}", flush=True)
+        plan["attribution_s"] = None
+    out = _summary(args, plan, rows, lm, on_discovery, on_heldout, discovery, ceilings)
+    out["rows"] = [{k: v for k, v in r.items() if k != "value"} for r in rows]
+    return out
+
+
+def _summary(args: argparse.Namespace, plan: dict, rows: list[dict], lm: LoadedModel, on_discovery: Evaluator,
+             on_heldout: Evaluator, discovery: Task, ceilings: Ceilings) -> dict:
+    """The protocol's totals, exact and with the pre-screen, beside their limits at the measured peak (printed)."""
+    params = sum(p.numel() for p in lm.model.parameters())
+    computed, once = sum(on_discovery.work().lengths), _tokens_once(lm, discovery)
     seconds = {name: sum(plan[name]) for name in ("screen", "candidates", "joint", "finalists")}
-    fixed = setup["seconds"] + base["seconds"] + held_base["seconds"]
-    attribution = part("protocol: attribution pre-screen (one pass, every head)", lambda: _attribution(on_discovery),
-                       examples=len(discovery), flop=3 * flop, **common)
-    rows.append(attribution)
+    fixed = sum(row["seconds"] for row in rows[1:4])  # setup and the two baselines
     conditions = plan["conditions"]
     # Every condition from the first layer (what find does where the layer cache holds no checkpoint).
     uncached = fixed + plan["full_pass_s"] * (conditions["screen"] + conditions["joint"]
-                                              + held_share * conditions["finalists_heldout"])
+                                              + plan["held_share"] * conditions["finalists_heldout"])
     totals = {"exact": fixed + seconds["screen"] + seconds["joint"] + seconds["finalists"],
-              "attribution pre-screen": fixed + attribution["seconds"] + seconds["candidates"] + seconds["joint"]
-              + seconds["finalists"]}
-    # Passes over discovery at the peak: the baselines, (3 for the attribution pass's forward and backward), and
-    # each condition's share of the layers (a held-out one scaled by held-out's size).
+              "attribution pre-screen": None if plan["attribution_s"] is None else fixed + plan["attribution_s"]
+              + seconds["candidates"] + seconds["joint"] + seconds["finalists"]}
+    # Passes over discovery at the peak: the baselines, 3 for the attribution pass (forward and backward), and each
+    # condition's share of the layers (a held-out one scaled by held-out's size).
     fractions, baselines = plan["limit_fractions"], 1 + sum(on_heldout.work().lengths) / computed
     pass_s = {unit: 2.0 * params * tokens / (ceilings.tflops * 1e12)
               for unit, tokens in (("context once", once), ("as computed", computed))}
     limits = {unit: (baselines + fractions["exact"]) * s for unit, s in pass_s.items()}
     prescreen_limit = (baselines + 3 + fractions["prescreen"]) * pass_s["context once"]
-    out = {"config": f"protocol {args.shape}", "parameters": params, "layers": grid.num_layers, "heads": grid.total,
-           "tokens_per_example_context_once": once / len(discovery),
+    minutes = lambda v: None if v is None else figure(v / 60)  # noqa: E731
+    out = {"config": f"protocol {args.shape}", "parameters": params, "layers": lm.grid.num_layers,
+           "heads": lm.grid.total, "tokens_per_example_context_once": once / len(discovery),
            "tokens_per_example_computed": computed / len(discovery), "sampled": bool(args.sample),
            "conditions": conditions, "stage_seconds": {k: figure(v) for k, v in seconds.items()},
            "layer_cache_checkpoints": on_discovery.layers.checkpoints,
            "layer_cache_mb": int(number("HEADPRUNE_LAYER_CACHE_MB")),
-           "total_minutes": {k: figure(v / 60) for k, v in totals.items()},
-           "exact_minutes_without_layer_cache": figure(uncached / 60),
-           "limit_minutes_at_peak": {k: figure(v / 60) for k, v in limits.items()},
-           "prescreen_limit_minutes_at_peak": figure(prescreen_limit / 60),
+           "total_minutes": {k: minutes(v) for k, v in totals.items()},
+           "exact_minutes_without_layer_cache": minutes(uncached),
+           "limit_minutes_at_peak": {k: minutes(v) for k, v in limits.items()},
+           "prescreen_limit_minutes_at_peak": minutes(prescreen_limit),
            "of_limit": figure(limits["context once"] / totals["exact"]), "target_minutes": TARGET_MINUTES,
-           "checks": plan["checks"], "rows": [{k: v for k, v in r.items() if k != "value"} for r in rows]}
+           "checks": plan["checks"]}
     how = "projected from sampled layers" if args.sample else "measured, every condition run"
+    prescreen = "failed" if totals["attribution pre-screen"] is None else f"{totals['attribution pre-screen'] / 60:.1f}"
     print(f"protocol ({how}): exact {totals['exact'] / 60:.1f} min (target {TARGET_MINUTES['exact']:g}; limit at "
           f"100% of the measured peak {limits['context once'] / 60:.1f} min with the context once, "
           f"{limits['as computed'] / 60:.1f} min with the tokens headprune computes: {once / len(discovery):.0f} vs "
-          f"{computed / len(discovery):.0f} per example); with the attribution pre-screen "
-          f"{totals['attribution pre-screen'] / 60:.1f} min (target {TARGET_MINUTES['attribution pre-screen']:g}, "
-          f"limit {prescreen_limit / 60:.1f}); the layer cache ({out['layer_cache_mb']} MB) holds the inputs of "
-          f"layers "
+          f"{computed / len(discovery):.0f} per example); with the attribution pre-screen {prescreen} min (target "
+          f"{TARGET_MINUTES['attribution pre-screen']:g}, limit {prescreen_limit / 60:.1f}); the layer cache "
+          f"({out['layer_cache_mb']} MB) holds the inputs of layers "
           f"{on_discovery.layers.checkpoints or 'none (its budget, HEADPRUNE_LAYER_CACHE_MB, holds no layer)'}: "
           f"every condition from the first layer would take {uncached / 60:.1f} min", flush=True)
-    print(json.dumps({k: v for k, v in out.items() if k != "rows"}), flush=True)
+    print(json.dumps(out), flush=True)
     return out
 
 
@@ -209,6 +224,7 @@ def _plan(args: argparse.Namespace, lm: LoadedModel, on_discovery: Evaluator, on
     rest = sum(_limit_fraction(s, layers) for s in sets) + held_share * sum(
         _limit_fraction(s, layers) for s in finalists)
     plan["limit_fractions"] = {"exact": screen + rest, "prescreen": candidates * screen / len(heads) + rest}
+    plan["held_share"] = held_share
     plan["conditions"] = {"screen": len(heads), "joint": len(sets), "finalists_heldout": len(finalists),
                           "candidates": candidates}
     return plan

@@ -49,11 +49,11 @@ if [ "$STAGE" = first ]; then
       git log --oneline -1; } 2>&1 | tee "$OUT/env.txt"
     # The layer cache at 32 GiB (find's default budget, 2 GiB, holds no layer of 2,000 HellaSwag-length examples at
     # this shape): the protocol prints what every condition would take from the first layer too.
-    step protocol 170 python3 -m scripts.bench.gpu_check --protocol --shape qwen2.5-3b --sample 4 \
+    step protocol 210 python3 -m scripts.bench.gpu_check --protocol --shape qwen2.5-3b --sample 4 \
         --layer-cache-mb 32768 --json "$OUT/protocol.json"
-    step gpu_check 100 python3 -m scripts.bench.gpu_check --configs 1b,8b --layers 4 --n 256 --conditions 2 \
+    step gpu_check 90 python3 -m scripts.bench.gpu_check --configs 1b,8b --layers 4 --n 256 --conditions 2 \
         --json "$OUT/gpu_check.json"
-    step gpu_check_8b_full "$(left 400 60)" python3 -m scripts.bench.gpu_check --configs 8b --layers 0 --n 64 \
+    step gpu_check_8b_full "$(left 430 60)" python3 -m scripts.bench.gpu_check --configs 8b --layers 0 --n 64 \
         --conditions 2 --json "$OUT/gpu_check_8b_full.json"
     cp "$OUT"/*.json "$KEEP/" 2>/dev/null
     tail -n 4 "$OUT/protocol.log"; tail -n 30 "$OUT/gpu_check.log"; tail -n 20 "$OUT/gpu_check_8b_full.log"
@@ -82,7 +82,7 @@ else
     echo "the model's first half is not in $KEEP (another machine than the first call's?): no main job"
 fi
 # The GPU tests, and the files that failed with a GPU visible before issue 47, in 8 workers (the GPU tests in one).
-step tests "$(left 330 60)" python3 -m pytest -q -m "not slow" -n 8 --dist loadgroup -p no:cacheprovider \
+step tests "$(left 320 60)" python3 -m pytest -q -m "not slow" -n 8 --dist loadgroup -p no:cacheprovider \
     tests/test_gpu.py tests/test_export.py tests/test_task_heads.py tests/test_first_position.py \
     tests/test_bench_screen.py tests/test_devices.py tests/test_lm_eval_tasks.py tests/test_gpu_check.py
 tail -n 15 "$OUT/tests.log"
