@@ -31,6 +31,10 @@ LLAMA_SHAPES = {
                num_key_value_heads=8, vocab_size=128256),  # Llama-3.2-1B
     "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                  num_key_value_heads=2, vocab_size=151936),  # Qwen2.5-1.5B: 1.54B parameters with tied embeddings
+    "3b": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+               num_key_value_heads=8, vocab_size=128256),  # Llama-3.2-3B: 3.21B parameters with tied embeddings
+    "qwen2.5-3b": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+                       num_key_value_heads=2, vocab_size=151936),  # Qwen2.5-3B's shape (576 heads; no q/k/v bias)
     "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                num_key_value_heads=8, vocab_size=128256),  # Llama-3.1-8B
 }

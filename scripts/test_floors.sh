@@ -29,17 +29,19 @@ cached() {
 }
 
 # pyproject's dependencies and the extras' (headprune itself runs from this checkout, on PYTHONPATH), the floors
-# pinned: the five core ones, and lm-eval and xllamacpp, whose oldest supported release is thereby tested too.
+# pinned: the five core ones, gguf (it reads the default model), and lm-eval and xllamacpp, whose oldest supported
+# release is thereby tested too.
 "$PYTHON" - "$EXTRAS" "$CPU_TORCH" >"$REQUIREMENTS" <<'EOF'
 import re, sys, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-floors = {"torch", "transformers", "accelerate", "safetensors", "huggingface-hub", "lm-eval", "xllamacpp"}
+floors = {"torch", "transformers", "accelerate", "safetensors", "huggingface-hub", "gguf", "lm-eval", "xllamacpp"}
 extras = sys.argv[1].split(",")
-found = {}
+found, seen = {}, set()
 for line in project["dependencies"] + [r for e in extras for r in project["optional-dependencies"][e]]:
     name = re.match(r"[A-Za-z0-9_.-]+", line).group(0).lower().replace("_", "-")
-    if name == "headprune":
+    if name == "headprune" or name in seen:  # gguf is a dependency and in the [gguf] extra: one line
         continue
+    seen.add(name)
     if name in floors:
         found[name] = re.search(r">=\s*([0-9][0-9.]*)", line).group(1)
         line = f"{name}=={sys.argv[2] if name == 'torch' else found[name]}"

@@ -100,6 +100,21 @@ def pytest_configure(config) -> None:  # noqa: ANN001
     _in_worker = hasattr(config, "workerinput")
 
 
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
+    """Tests marked ``gpu`` run where CUDA is available and are skipped, with the reason, elsewhere (the marker
+    says what they need; a CPU-only machine runs the suite as before)."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_tests:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA GPU; torch {torch.__version__} sees none on this machine")
+    for item in gpu_tests:
+        item.add_marker(skip)
+
+
 def _missing_package(report) -> str | None:  # noqa: ANN001
     """The reason of a skip for a missing package while every extra is required (CI), else None."""
     if not (report.skipped and os.environ.get("HEADPRUNE_REQUIRE_EXTRAS") == "1"):

@@ -20,7 +20,7 @@ def test_bench_screen_exits_1_when_an_answer_differs_from_the_naive_loop(tmp_pat
     # One-token choices: the naive loop tokenizes prompt + choice together, so longer choices could merge.
     write_jsonl_task(random_choice_task(12, seed=4), tmp_path / "t.jsonl")
     argv = ["--model", str(tmp_path / "m"), "--task", str(tmp_path / "t.jsonl"), "--n", "12", "--layer-step", "1",
-            "--json", str(tmp_path / "screen.json")]
+            "--device", "cpu", "--json", str(tmp_path / "screen.json")]
     screen.main(argv)  # the fast paths keep the contract: no exit
     rows = json.loads((tmp_path / "screen.json").read_text())["results"]
     assert [row["variant"] for row in rows][0] == "naive loop" and all(row["differing"] == 0 for row in rows)

@@ -120,10 +120,13 @@ def test_ablation_hook_follows_the_models_dtype(tokenizer) -> None:
 
 def test_a_model_spread_by_a_device_map_gives_the_same_search(tiny_folder, tmp_path) -> None:
     """Big-model dispatch (accelerate hooks): with a CPU memory cap the upper layers go to disk, so ablation,
-    the layer cache and the shared prefix run across two devices; the search must not notice."""
+    the layer cache and the shared prefix run across two devices; the search must not notice. Every GPU this
+    machine has is capped at nothing, and the dtype is named, so the placement is the same with or without one
+    (tests/test_gpu.py spreads a model over a GPU and the CPU)."""
     task = random_choice_task(60, seed=4)
     options = dict(discovery=36, heldout=24, nominees=4, max_heads=2, finalists=2, batch_size=8, device="cpu")
-    spread = load_model(str(tiny_folder), device_map="auto", max_memory="cpu=150KB")
+    no_gpu = {index: "0GiB" for index in range(torch.cuda.device_count())}
+    spread = load_model(str(tiny_folder), dtype="float32", device_map="auto", max_memory={**no_gpu, "cpu": "150KB"})
     placed = set(spread.model.hf_device_map.values())
     assert {"cpu", "disk"} <= placed, placed
     plain = find(str(tiny_folder), task, **options)

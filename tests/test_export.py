@@ -80,7 +80,7 @@ def test_save_load_round_trip_and_stock_loader_refuses(models, family, tmp_path)
     heads = parse_heads("L0.H0,L0.H1,L1.H3")
     record = export(lm, heads, verify_task=choice_task(), out=tmp_path / "sliced")
     assert record.verification.task.disagreements == 0
-    torch.testing.assert_close(_out(load(tmp_path / "sliced").model, lm), _masked(lm, heads), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(_out(load(tmp_path / "sliced", device="cpu").model, lm), _masked(lm, heads), atol=1e-5, rtol=1e-5)
     from transformers import AutoModel, AutoModelForCausalLM
 
     auto = AutoModel if lm.is_encoder else AutoModelForCausalLM
@@ -162,7 +162,7 @@ def test_mapped_layout_drops_every_removed_query_head_and_keeps_the_kv_cache(tok
     llama = build_tiny("llama", tokenizer, seed=4)  # 4 query heads over 2 KV heads
     heads = parse_heads("L1.H1")
     export(llama, heads, verify_task=choice_task(), out=tmp_path / "m")
-    model = load(tmp_path / "m").model
+    model = load(tmp_path / "m", device="cpu").model
     hd, hidden = llama.grid.head_dim, llama.model.config.hidden_size
     before = sum(p.numel() for p in llama.model.parameters())
     assert before - sum(p.numel() for p in model.parameters()) == 2 * hd * hidden  # q rows and o columns
@@ -270,7 +270,7 @@ def test_mean_ablation_export_uses_exactly_the_means_find_used(models, tmp_path)
     means = Evaluator(gpt2, discovery, batch_size=4).head_means()
     assert not torch.equal(means, Evaluator(gpt2, choice_task(), batch_size=4).head_means())
     export(gpt2, result, ablation="mean", allow_unconfirmed=True, verify_task=choice_task(), out=tmp_path / "m")
-    pruned = load(tmp_path / "m")
+    pruned = load(tmp_path / "m", device="cpu")
     with ablated(gpt2, result.primary, mode="mean", means=means):
         expected = _out(gpt2.model, gpt2)
     torch.testing.assert_close(_out(pruned.model, pruned), expected, atol=1e-5, rtol=1e-5)

@@ -35,7 +35,7 @@ def _classifier(tmp_path, tokenizer, class_name: str):  # noqa: ANN001, ANN202
     else:
         config = tiny_config("bert", len(tokenizer), layers=3, num_labels=3)
     model = getattr(transformers, class_name)(config)
-    return load_model(str(save_folder(model, tokenizer, tmp_path / class_name)))
+    return load_model(str(save_folder(model, tokenizer, tmp_path / class_name)), device="cpu")
 
 
 def _full_pass_margins(lm, heads) -> np.ndarray:  # noqa: ANN001

@@ -91,6 +91,14 @@ def test_budget_spaces_checkpoints(tokenizer) -> None:
     assert LayerInputCache.for_budget(lm, 1_000_000, budget_mb=int(per_layer_mb * 2.5)).checkpoints == [1, 2]
     assert LayerInputCache.for_budget(lm, 1_000_000, budget_mb=1).checkpoints == []
     assert spaced.start_for(1) == 0 and spaced.start_for(3) == 2
+    # A bfloat16 model's captured inputs take half the bytes: the same budget holds twice the checkpoints.
+    import copy
+
+    import torch
+
+    half = copy.deepcopy(lm)
+    half.model.to(torch.bfloat16)
+    assert LayerInputCache.for_budget(half, 1_000_000, budget_mb=int(per_layer_mb * 1.6)).checkpoints == [1, 2, 3]
 
 
 # ------------------------------------------------------------------ nothing silent: a replay that starts at the wrong layer

@@ -106,7 +106,7 @@ def lm_eval_choice(tiny_folder, tasks_folder):  # noqa: ANN001, ANN201
 def test_choice_agrees_with_lm_eval(tiny_folder, tasks_folder, lm_eval_choice, metric) -> None:
     task = load_task(f"lm-eval:{tasks_folder / 'hp_choice.yaml'}:metric={metric}")
     assert task.length_normalize == (metric != "acc")
-    result = evaluate(load_model(str(tiny_folder)), task)
+    result = evaluate(load_model(str(tiny_folder), device="cpu"), task)
     ours = [int(r.correct) for r in result.results]
     theirs = [int(lm_eval_choice[doc][metric]) for doc in range(len(ours))]
     assert len(ours) == 14
@@ -137,7 +137,7 @@ def test_default_metric_is_acc_norm_when_listed(tasks_folder) -> None:
 def test_generate_agrees_with_lm_eval(tiny_folder, tasks_folder) -> None:
     task = load_task(f"lm-eval:{tasks_folder / 'hp_generate.yaml'}")
     assert task.kind == "generate" and task.until == ("\n", ".") and task.max_new_tokens == 8
-    result = evaluate(load_model(str(tiny_folder)), task)
+    result = evaluate(load_model(str(tiny_folder), device="cpu"), task)
     theirs = lm_eval_samples(tiny_folder, tasks_folder, "hp_generate")
     ours = [int(r.correct) for r in result.results]
     assert ours == [int(theirs[doc]["exact_match"]) for doc in range(len(ours))]
@@ -206,7 +206,7 @@ def test_gsm8k_style_filters_agree_with_lm_eval(tiny_folder, gsm_folder) -> None
         batch_size=4, log_samples=True,
         task_manager=__import__("lm_eval.tasks", fromlist=["TaskManager"]).TaskManager(
             include_path=str(gsm_folder), include_defaults=False))
-    lm = load_model(str(tiny_folder))
+    lm = load_model(str(tiny_folder), device="cpu")  # lm_eval ran on the CPU in float32
     seen = {}
     for name in ("strict-match", "last-word"):
         theirs = {s["doc_id"]: s for s in out["samples"]["hp_gsm"] if s["filter"] == name}
@@ -261,7 +261,7 @@ def test_lm_eval_command_on_the_export_matches_headprune(tiny_folder, tasks_fold
     """``lm_eval --model hf`` on an exported model gives the accuracy headprune measured with the heads ablated."""
     from headprune.exporter import export
 
-    lm = load_model(str(tiny_folder))
+    lm = load_model(str(tiny_folder), device="cpu")  # lm_eval ran on the CPU in float32
     spec = f"lm-eval:{tasks_folder / 'hp_choice.yaml'}:metric=acc"
     task = load_task(spec)
     heads = "L0.H1,L1.H3"

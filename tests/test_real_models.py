@@ -136,7 +136,7 @@ def test_finetuned_minilm_classifier_find_export_verify(minilm_classifier, tmp_p
     from headprune.search.find_result import FindResult
 
     model, task = minilm_classifier / "model", minilm_classifier / "reviews.jsonl"
-    lm = load_model(str(model))
+    lm = load_model(str(model), device="cpu")  # its logits are compared with a CPU load below
     assert lm.task_head == "sequence-classification" and lm.unused_tensors == ()
     intact = evaluate(lm, load_task(task))
     print(f"\nfine-tuned MiniLM classifier, accuracy on {intact.n} held reviews: {intact.accuracy:.1%}")

@@ -58,7 +58,7 @@ def test_every_tensor_survives_export_and_outputs_equal_the_masked_original(tmp_
     import transformers
 
     folder = _save(tmp_path, family, class_name, tokenizer)
-    lm = load_model(str(folder))
+    lm = load_model(str(folder), device="cpu")
     assert type(lm.model).__name__ == class_name and lm.task_head == head and lm.unused_tensors == ()
     assert lm.model_class.auto_class == auto_class
     heads = parse_heads("L0.H0,L0.H1,L1.H3")
@@ -80,7 +80,7 @@ def test_every_tensor_survives_export_and_outputs_equal_the_masked_original(tmp_
         if layout == "sliced":
             assert config["auto_map"] == {auto_class: "modeling_headprune.HeadprunedModel"}
         reloaded = getattr(transformers, auto_class).from_pretrained(out, trust_remote_code=True)
-        via_headprune = load(out)
+        via_headprune = load(out, device="cpu")
         assert via_headprune.task_head == head
         for model in (reloaded, via_headprune.model):
             got = _outputs(model, lm.is_encoder)
@@ -94,7 +94,7 @@ def test_every_tensor_survives_export_and_outputs_equal_the_masked_original(tmp_
 
 
 def test_gate_compares_the_heads_own_outputs(tmp_path, tokenizer) -> None:
-    lm = load_model(str(_save(tmp_path, "bert", "BertForMaskedLM", tokenizer)))
+    lm = load_model(str(_save(tmp_path, "bert", "BertForMaskedLM", tokenizer)), device="cpu")
     record = export(lm, "L1.H2", verify_task=choice_task(), out=tmp_path / "mlm")
     assert "logits" in record.verification.logits.outputs
 
@@ -105,7 +105,7 @@ def test_missing_architectures_says_which_class_and_what_was_left_out(tmp_path, 
     del config["architectures"]
     (folder / "config.json").write_text(json.dumps(config))
     with caplog.at_level(logging.WARNING, logger="headprune"):
-        lm = load_model(str(folder))
+        lm = load_model(str(folder), device="cpu")
     assert lm.model_class.name == "BertModel" and not lm.model_class.declared
     assert lm.unused_tensors and all(name.startswith("cls.") for name in lm.unused_tensors)
     assert "names no architecture; loaded as BertModel" in caplog.text and "left out: cls." in caplog.text
@@ -124,7 +124,7 @@ def test_remote_code_checkpoints_are_refused_without_permission(tmp_path, tokeni
     config["auto_map"] = {"AutoModelForCausalLM": "modeling_fancy.FancyForCausalLM"}
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(UnsupportedModelError, match="trust_remote_code"):
-        load_model(str(folder))
+        load_model(str(folder), device="cpu")
     result = invoke("eval", str(folder), "--task", "sentiment:n=2", catch_exceptions=True)
     assert result.exit_code == 2 and "--trust-remote-code" in result.output and "Traceback" not in result.output
 
@@ -145,7 +145,7 @@ def _classify_task(pairs: bool = False) -> Task:
                                                     ("llama", "LlamaForSequenceClassification")])
 @pytest.mark.parametrize("pairs", [False, True])
 def test_classify_scores_by_the_models_own_head(tmp_path, tokenizer, family, class_name, pairs) -> None:
-    lm = load_model(str(_save(tmp_path, family, class_name, tokenizer, seed=3)))
+    lm = load_model(str(_save(tmp_path, family, class_name, tokenizer, seed=3)), device="cpu")
     task = _classify_task(pairs)
     result = evaluate(lm, task, batch_size=5)
     single = evaluate(lm, task, batch_size=1)
@@ -165,7 +165,7 @@ def test_classify_labels_by_name_and_clear_errors(tmp_path, tokenizer) -> None:
     config["id2label"] = {"0": "negative", "1": "neutral", "2": "positive"}
     config["label2id"] = {"negative": 0, "neutral": 1, "positive": 2}
     (folder / "config.json").write_text(json.dumps(config))
-    lm = load_model(str(folder))
+    lm = load_model(str(folder), device="cpu")
     by_name = Task("named", "classify", tuple(Example(f"n{i}", text="the film is", label=name)
                                                 for i, name in enumerate(["negative", "neutral", "positive"])))
     by_index = Task("indexed", "classify", tuple(Example(f"n{i}", text="the film is", label=i) for i in range(3)))
@@ -191,7 +191,7 @@ def test_classify_jsonl_rows(tmp_path) -> None:
 
 
 def test_find_and_attribution_run_on_a_classifier(tmp_path, tokenizer) -> None:
-    lm = load_model(str(_save(tmp_path, "bert", "BertForSequenceClassification", tokenizer, seed=5)))
+    lm = load_model(str(_save(tmp_path, "bert", "BertForSequenceClassification", tokenizer, seed=5)), device="cpu")
     base = _classify_task().examples
     task = Task("k", "classify", base + tuple(Example(f"x{i}", text=e.text + " so", label=(e.label + 1) % 3)
                                               for i, e in enumerate(base)))

@@ -1,8 +1,10 @@
 """Optional parts: which packages each extra brings, and one check that names the extra a feature needs.
 
 headprune's core (``import headprune``, ``find``, ``eval``, ``export --format safetensors``) needs none of them;
-``export --format onnx`` needs ``headprune[onnx]``, ``export --format gguf`` and reading a ``.gguf`` model need
-``headprune[gguf]``, ``--task lm-eval:...`` needs ``headprune[lm-eval]`` (``headprune[all]`` brings every one).
+``export --format onnx`` needs ``headprune[onnx]``, ``export --format gguf`` needs ``headprune[gguf]`` (gguf itself,
+which reads ``.gguf`` models, is a dependency: only a checkout run without installing can lack it, and the message
+then names that extra, which brings it too), ``--task lm-eval:...`` needs ``headprune[lm-eval]``
+(``headprune[all]`` brings every one).
 The check only looks for the packages (no import), so asking costs nothing and a missing one is one line, exit 2.
 """
 

@@ -61,7 +61,9 @@ class LayerInputCache:
         :func:`default_budget_mb`)."""
         budget_mb = default_budget_mb() if budget_mb is None else budget_mb
         hidden = int(lm.model.config.hidden_size)
-        per_layer = token_count * hidden * 4  # fp32 bytes
+        # A captured input is a copy of the hidden states, in the model's dtype (2 bytes an element in bfloat16).
+        element = next((p.element_size() for p in lm.model.parameters() if p.is_floating_point()), 4)
+        per_layer = token_count * hidden * element
         layers = lm.grid.num_layers
         count = min(layers - 1, int(budget_mb * 2**20 // max(per_layer, 1)))
         return cls(lm, [math.floor(i * layers / (count + 1)) for i in range(1, count + 1)])

@@ -101,8 +101,9 @@ def pad_id(tokenizer: Any) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
-def left_padded(rows: list[list[int]], pad: int) -> tuple[Any, Any]:
-    """``(B, T)`` ids and attention mask of ``rows`` padded on the left with ``pad`` (as causal LMs batch)."""
+def left_padded(rows: list[list[int]], pad: int, device: Any = None) -> tuple[Any, Any]:
+    """``(B, T)`` ids and attention mask of ``rows`` padded on the left with ``pad`` (as causal LMs batch), on
+    ``device`` (the model's: a model on a GPU takes no CPU inputs)."""
     import torch
 
     width = max(len(r) for r in rows)
@@ -111,7 +112,7 @@ def left_padded(rows: list[list[int]], pad: int) -> tuple[Any, Any]:
     for i, row in enumerate(rows):
         ids[i, width - len(row):] = torch.tensor(row)
         mask[i, width - len(row):] = 1
-    return ids, mask
+    return (ids, mask) if device is None else (ids.to(device), mask.to(device))
 
 
 def add_json_option(parser: argparse.ArgumentParser, bench: str) -> None:

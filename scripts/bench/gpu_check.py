@@ -1,51 +1,54 @@
-"""One command that answers what a lent GPU can tell: find's stages and an export at real model shapes.
+"""One command that answers what a lent GPU can tell: each part of find and of an export at real model shapes,
+timed, with its peak memory and against the device's measured limits.
 
-On whatever device it finds (``--device auto``: the GPU when there is one), for each config (Llama-3.2-1B and
-Llama-3.1-8B shapes by default, layers cut by ``--layers`` to fit the time), it builds a random-initialised
-model in bfloat16 (nothing is downloaded; weights are drawn on the device) and runs:
+On whatever device it finds (``--device auto``: the GPU when there is one), it first measures the two ceilings
+(a large bfloat16 matmul's TFLOP/s, a large device-to-device copy's GB/s: ``gpu_parts``), then for each config
+(Llama-3.2-1B and Llama-3.1-8B shapes by default, layers cut by ``--layers`` to fit the time) builds a random-
+initialised model in bfloat16 (nothing is downloaded; weights are drawn on the device) and times these parts:
 
-- ``baseline``: the intact model on a choice task and on the arithmetic generate task (``Evaluator.run``);
-- ``screen``: exact single-head conditions (the layer cache and the shared prefix, as find runs them);
-- ``attribution``: the one-pass estimate of every head's effect;
-- ``joint``: conditions of head pairs;
-- ``export``: a sliced safetensors export of two heads, verified (logits and the task) before writing.
+- ``build``; per task (a choice task, the arithmetic generate task) ``setup`` (tokenizing, batch plans),
+  ``baseline`` (the intact model), ``screen`` (exact single-head conditions, layer cache and shared prefix as find
+  runs them), ``joint`` (head pairs), ``attribution`` (choice: the one-pass estimate of every head);
+- the contracts: ``fast path vs plain forward`` (headprune's fast path against a plain full forward pass in the
+  same dtype, ``headprune.evaluation.contract``) and ``float32 reference`` (the bfloat16 model against a float32
+  copy of itself, where that copy fits in memory), each with the tolerance it used;
+- the export (``gpu_export``): slicing, writing, verification (tensors, logits, task), runtime check, the rest.
 
-Per stage it prints seconds, examples/s, tokens/s, the effective TFLOP/s (a plain forward pass's work over
-the tokens it covers: 2 x parameters x tokens, the attention scores left out) with its fraction of the
-device's peak (measured with a large bfloat16 matmul, and the data sheet's figure for known GPUs), and the peak
-device memory. Two contracts are checked: headprune's fast path against a plain full forward pass in the same
-dtype (``headprune.evaluation.contract``), and the bfloat16 model against a float32 copy of itself (answers
-outside near-ties, and margins within the bfloat16 tolerance). Writes everything to ``--json`` (default
-runs/bench/gpu_check.json): the device's figures, and a result per config with its stages' rows.
+A part's row: seconds, peak memory, examples/s, tokens/s, the *effective* TFLOP/s (2 x parameters x tokens
+covered, the attention scores left out, as find's conditions would cost without headprune's shortcuts) over the
+measured bfloat16 peak and the data sheet's, and the work its layers really did against the roofline
+(``of_limit``: decoding steps are judged by the bytes they read over the measured bandwidth). ``--protocol``
+instead times the paper's protocol at a 3B shape (``protocol``). Writes everything to ``--json`` (default
+runs/bench/gpu_check.json) and prints a table last.
 
     python -m scripts.bench.gpu_check                          # 1b and 8b shapes, 4 layers each
-    python -m scripts.bench.gpu_check --configs tiny --n 8     # seconds on a CPU (what the test suite runs)
+    python -m scripts.bench.gpu_check --configs 8b --layers 0 --n 64 --conditions 2   # the full 8B
+    python -m scripts.bench.gpu_check --protocol               # the paper's protocol at the 3B shape
+    python -m scripts.bench.gpu_check --configs tiny --n 8 --device cpu   # seconds on a CPU (the test suite)
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
-import resource
-import tempfile
-import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from headprune.core.devices import resolve_device
 from headprune.evaluation import Evaluator
-from headprune.evaluation.contract import disagreement, rounding_spread
+from headprune.evaluation.contract import ABSOLUTE_TOLERANCE, disagreement, rounding_spread, tolerance
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, wrap_model
 from headprune.tasks import Example, Task, load_task
-from headprune.testing import bpe_tokenizer, llama_config, random_llama
+from headprune.testing import LLAMA_SHAPES, bpe_tokenizer, llama_config, random_llama
 
-from .common import add_json_option, product_rate, write_json
+from .common import add_json_option, write_json
+from .gpu_export import export_parts
+from .gpu_parts import Ceilings, measure_ceilings, part
 
-CONFIGS = ("tiny", "1b", "8b")  # of headprune.testing.LLAMA_SHAPES: real checkpoints' shapes, all layers; --layers cuts
-DATASHEET_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
+CONFIGS = tuple(LLAMA_SHAPES)  # of headprune.testing.LLAMA_SHAPES: real checkpoints' shapes; --layers cuts them
 WORDS = "the film is a dull delight movie with nothing to say it and so on great bad plot actors".split()
 
 
@@ -69,120 +72,105 @@ def tasks(n: int) -> dict[str, Task]:
     return {"choice": choice, "generate": load_task(f"arithmetic:n={n}")}
 
 
-def peak_tflops(device: torch.device, dtype: torch.dtype) -> float:
-    """Measured dense matmul rate (TFLOP/s) of the device in ``dtype``."""
-    size = 8192 if device.type == "cuda" else 1024
-    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
-    return product_rate(lambda: a @ b, size, repeats=20 if device.type == "cuda" else 3, runs=1, warmup=2,
-                        sync=lambda: _sync(device)) / 1e3
+def _fits_float32(lm: LoadedModel, device: torch.device) -> tuple[bool, str]:
+    """Whether a float32 copy of the model fits beside it (with a fifth to spare), and why not."""
+    need = 4 * sum(p.numel() for p in lm.model.parameters()) * 1.2
+    if device.type != "cuda":
+        return True, ""
+    free = torch.cuda.mem_get_info(device)[0]
+    return need <= free, f"a float32 copy needs {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
 
 
-def _sync(device: torch.device) -> None:
+def _contracts(lm: LoadedModel, kind: str, task: Task, head: Head, fast, args: argparse.Namespace,  # noqa: ANN001
+               device: torch.device, ceilings: Ceilings) -> tuple[list[dict], dict]:
+    """The fast path against a plain forward pass, and the bfloat16 model against a float32 copy of itself."""
+    plain = Evaluator(lm, task, batch_size=args.batch_size, share_prefix=False)
+    slow = part(f"{kind}: contract: plain forward ({head})", lambda: plain.run([head]), device=device,
+                ceilings=ceilings, lm=lm)
+    rows, out = [slow], {}
+    fits, why = _fits_float32(lm, device)
+    if not fits:
+        out[f"{kind}_fast_path_contract"] = out[f"{kind}_vs_float32"] = f"not checked: {why}"
+        print(f"{kind}: float32 reference not built: {why}", flush=True)
+        return rows, out
+
+    def reference_run():  # noqa: ANN202
+        reference = wrap_model(copy.deepcopy(lm.model).float(), lm.tokenizer, name="float32")
+        return Evaluator(reference, task, batch_size=args.batch_size, share_prefix=False).run([head])
+
+    reference = part(f"{kind}: contract: float32 reference ({head})", reference_run, device=device,
+                     ceilings=ceilings)
+    rows.append(reference)
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+    bound = rounding_spread(reference["value"], slow["value"])
+    breach, _ = disagreement(slow["value"], fast["value"][0], "bfloat16", spread_bound=bound)
+    drift, ties = disagreement(reference["value"], fast["value"][0], "bfloat16")
+    allowed = (f"margins within {tolerance('bfloat16'):g} x max(1, |margin|) + {ABSOLUTE_TOLERANCE['bfloat16']:g}, "
+               f"answers equal outside near-ties")
+    out[f"{kind}_fast_path_contract"] = breach or "holds"
+    out[f"{kind}_vs_float32"] = drift or f"holds ({ties} near-ties)"
+    out[f"{kind}_tolerances"] = f"{allowed}; fast path vs plain: spread within {bound:.3g} (twice float32's)"
+    print(f"{kind}: fast path vs plain forward: {out[f'{kind}_fast_path_contract']}; bfloat16 vs float32: "
+          f"{out[f'{kind}_vs_float32']}; tolerances: {out[f'{kind}_tolerances']}", flush=True)
+    return rows, out
 
 
-def _memory(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _figure(value: float) -> float:
-    """Four significant digits (a CPU's TFLOP/s and a GPU's are orders of magnitude apart)."""
-    return float(f"{value:.4g}")
-
-
-def stage(name: str, run, *, device: torch.device, examples: int, tokens: int, flop: float, peak: float,  # noqa: ANN001
-          datasheet: float | None) -> dict:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    _sync(device)
-    start = time.perf_counter()
-    value = run()
-    _sync(device)
-    seconds = time.perf_counter() - start
-    achieved = flop / seconds / 1e12
-    row = {"stage": name, "seconds": _figure(seconds), "examples_per_s": _figure(examples / seconds),
-           "tokens_per_s": _figure(tokens / seconds), "effective_tflops": _figure(achieved),
-           "of_measured_peak": _figure(achieved / peak),
-           "of_datasheet_peak": None if datasheet is None else _figure(achieved / datasheet),
-           "peak_memory_gib": round(_memory(device) / 2**30, 2)}
-    print(json.dumps(row), flush=True)
-    return {**row, "value": value}
-
-
-def check_config(name: str, args: argparse.Namespace, device: torch.device, peak: float,
-                 datasheet: float | None) -> dict:
+def check_config(name: str, args: argparse.Namespace, device: torch.device, ceilings: Ceilings) -> dict:
     tok = tokenizer()
-    lm = build(name, args.layers, torch.bfloat16, device, tok)
+    built = part(f"{name}: build (random weights, bfloat16)",
+                 lambda: build(name, args.layers, torch.bfloat16, device, tok), device=device, ceilings=ceilings)
+    lm = built.pop("value")
     params = sum(p.numel() for p in lm.model.parameters())
     grid = lm.grid
     heads = [Head(layer, (3 * layer + 1) % grid.num_heads) for layer in range(grid.num_layers)][: args.conditions]
     pairs = [tuple(sorted(p)) for p in zip(heads, heads[1:])][: args.conditions]
-    out: dict = {"config": name, "layers": grid.num_layers, "parameters": params, "rows": []}
+    out: dict = {"config": name, "layers": grid.num_layers, "parameters": params, "rows": [built]}
     print(f"{name}: {params / 1e9:.2f}B parameters, {grid.num_layers} layers, {grid.total} heads, bfloat16 on "
           f"{device}", flush=True)
     for kind, task in tasks(args.n).items():
-        evaluator = Evaluator(lm, task, batch_size=args.batch_size, reuse_layers=True)
-        plain = Evaluator(lm, task, batch_size=args.batch_size, share_prefix=False)
+        setup = part(f"{kind}: setup (tokenize, plan batches)", lambda: (
+            Evaluator(lm, task, batch_size=args.batch_size, reuse_layers=True),
+            Evaluator(lm, task, batch_size=args.batch_size, share_prefix=False)), device=device, ceilings=ceilings)
+        evaluator, plain = setup.pop("value")
         tokens = sum(int(mask.sum()) for _, mask, _ in plain.reference_batches())
         flop = 2.0 * params * tokens
-        common = dict(device=device, examples=len(task), tokens=tokens, peak=peak, datasheet=datasheet)
-        base = stage(f"{kind}: baseline", evaluator.run, flop=flop, **common)
-        singles = stage(f"{kind}: screen ({len(heads)} heads)", lambda: [evaluator.run([h]) for h in heads],
-                        flop=flop * len(heads), **{**common, "examples": len(task) * len(heads),
-                                                   "tokens": tokens * len(heads)})
-        joint = stage(f"{kind}: joint ({len(pairs)} pairs)", lambda: [evaluator.run(list(p)) for p in pairs],
-                      flop=flop * len(pairs), **{**common, "examples": len(task) * len(pairs),
-                                                 "tokens": tokens * len(pairs)})
-        rows = [base, singles, joint]
+        common = dict(device=device, ceilings=ceilings, lm=lm, examples=len(task), tokens=tokens)
+        base = part(f"{kind}: baseline", evaluator.run, flop=flop, **common)
+        many = dict(common, examples=len(task) * len(heads), tokens=tokens * len(heads))
+        singles = part(f"{kind}: screen ({len(heads)} heads)", lambda: [evaluator.run([h]) for h in heads],
+                       flop=flop * len(heads), **many)
+        many = dict(common, examples=len(task) * len(pairs), tokens=tokens * len(pairs))
+        joint = part(f"{kind}: joint ({len(pairs)} pairs)", lambda: [evaluator.run(list(p)) for p in pairs],
+                     flop=flop * len(pairs), **many)
+        rows = [setup, base, singles, joint]
         if kind == "choice":
             from headprune.search.attribution import estimate_effects
 
-            rows.append(stage(f"{kind}: attribution (every head)", lambda: estimate_effects(evaluator),
-                              flop=3 * flop, **common))
-        # The contract: the fast path (layer cache, shared prefix) against a plain full forward, in bfloat16, their
-        # spread within twice what bfloat16's own rounding does against float32 on this device.
-        reference = _float32_reference(lm, task, heads[0], args.batch_size)
-        slow = plain.run([heads[0]])
-        breach, _ = disagreement(slow, singles["value"][0], "bfloat16", spread_bound=rounding_spread(reference, slow))
-        drift, ties = disagreement(reference, singles["value"][0], "bfloat16")
-        out["rows"] += [{k: v for k, v in row.items() if k != "value"} for row in rows]
-        out[f"{kind}_fast_path_contract"] = breach or "holds"
-        out[f"{kind}_vs_float32"] = drift or f"holds ({ties} near-ties)"
-        print(f"{kind}: fast path vs plain forward: {out[f'{kind}_fast_path_contract']}; bfloat16 vs float32: "
-              f"{out[f'{kind}_vs_float32']}", flush=True)
-    out["rows"].append(_export_stage(lm, heads[:2], tasks(min(args.n, 16))["choice"], device, peak, datasheet))
+            rows.append(part(f"{kind}: attribution (every head)", lambda: estimate_effects(evaluator),
+                             flop=3 * flop, **common))
+        checks, verdicts = _contracts(lm, kind, task, heads[0], singles, args, device, ceilings)
+        out.update(verdicts)
+        out["rows"] += [{k: v for k, v in row.items() if k != "value"} for row in rows + checks]
+    exported = export_parts(lm, heads[:2], tasks(min(args.n, 16))["choice"], device, ceilings)
+    out["rows"] += exported.pop("rows")
+    out["export"] = exported
     del lm
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return out
 
 
-def _float32_reference(lm: LoadedModel, task: Task, head: Head, batch_size: int | str):  # noqa: ANN202
-    """The same condition on a float32 copy of the model (plain forward passes)."""
-    import copy
-
-    reference = copy.deepcopy(lm.model).float()
-    result = Evaluator(wrap_model(reference, lm.tokenizer, name="float32"), task, batch_size=batch_size,
-                       share_prefix=False).run([head])
-    del reference
-    return result
-
-
-def _export_stage(lm: LoadedModel, heads: list[Head], task: Task, device: torch.device, peak: float,
-                  datasheet: float | None) -> dict:
-    from headprune.exporter import export
-
-    with tempfile.TemporaryDirectory() as scratch:
-        row = stage("export: sliced safetensors, verified", lambda: export(lm, heads, verify_task=task,
-                                                                           out=Path(scratch) / "pruned"),
-                    device=device, examples=len(task), tokens=0, flop=0.0, peak=peak, datasheet=datasheet)
-    record = row.pop("value")
-    row["parameters_after"] = record.parameters.after
-    row["max_abs_logit_diff"] = record.verification.logits.max_abs_diff
-    return row
+def table(results: list[dict]) -> str:
+    """The parts of every config as a fixed-width table (what a lease's last lines show)."""
+    lines = [f"{'part':<58} {'s':>8} {'of peak':>8} {'of limit':>9} {'GiB':>7}"]
+    for result in results:
+        for row in result["rows"]:
+            peak, limit = row.get("of_measured_peak"), row.get("of_limit")
+            lines.append(f"{row['part'][:58]:<58} {row['seconds']:>8.3g} "
+                         f"{'' if peak is None else f'{peak:.0%}':>8} {'' if limit is None else f'{limit:.0%}':>9} "
+                         f"{row['peak_memory_gib']:>7.2f}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -193,20 +181,30 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--conditions", type=int, default=4, help="single heads and pairs timed per task")
     parser.add_argument("--batch-size", default="auto")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--protocol", action="store_true", help="time the paper's protocol instead (see protocol.py)")
+    from .protocol import add_protocol_options
+
+    add_protocol_options(parser)
     add_json_option(parser, "gpu_check")
     args = parser.parse_args(argv)
     args.batch_size = args.batch_size if args.batch_size == "auto" else int(args.batch_size)
     args.layers = args.layers or None
     device = resolve_device(args.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    datasheet = next((v for k, v in DATASHEET_BF16_TFLOPS.items() if k in name), None)
-    peak = peak_tflops(device, torch.bfloat16)
-    report = {"device": name, "torch": torch.__version__, "measured_bf16_matmul_tflops": round(peak, 3),
-              "datasheet_bf16_tflops": datasheet, "configs": []}
-    print(json.dumps({k: v for k, v in report.items() if k != "configs"}), flush=True)
-    for config in args.configs.split(","):
-        report["configs"].append(check_config(config, args, device, peak, datasheet))
-    return write_json(args.json, "gpu_check", args, report.pop("configs"), **report)
+    ceilings = measure_ceilings(device)
+    report = {"device": ceilings.device, "torch": torch.__version__, "cuda": torch.version.cuda,
+              "measured_bf16_matmul_tflops": round(ceilings.tflops, 3),
+              "measured_bandwidth_gbs": round(ceilings.bandwidth_gbs, 1), "datasheet_bf16_tflops":
+              ceilings.datasheet_tflops}
+    print(json.dumps(report), flush=True)
+    if args.protocol:
+        from .protocol import run_protocol
+
+        results = [run_protocol(args, device, ceilings)]
+    else:
+        results = [check_config(config, args, device, ceilings) for config in args.configs.split(",")]
+    print(f"\n{ceilings.device}, torch {torch.__version__}, bfloat16 matmul {ceilings.tflops:.4g} TFLOP/s, copy "
+          f"{ceilings.bandwidth_gbs:.4g} GB/s\n{table(results)}", flush=True)
+    return write_json(args.json, "gpu_check", args, results, **report)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ class NaiveDecoding:
         self.tokens = self.pairs = self.logit_rows = 0
         with torch.inference_mode(), ablated(self.lm, heads):
             for start in range(0, len(self.prompts), BATCH):
-                ids, mask = left_padded(self.prompts[start: start + BATCH], pad)
+                ids, mask = left_padded(self.prompts[start: start + BATCH], pad, self.lm.device)
                 out = self.lm.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
                                              max_new_tokens=self.task.max_new_tokens, pad_token_id=pad,
                                              **self.options())
@@ -163,7 +163,8 @@ class NaiveChoice:
         right = []
         with torch.inference_mode(), ablated(self.lm, heads):
             for start in range(0, len(self.prompts), BATCH):
-                ids, mask = left_padded(self.prompts[start: start + BATCH], pad_id(self.lm.tokenizer))
+                ids, mask = left_padded(self.prompts[start: start + BATCH], pad_id(self.lm.tokenizer),
+                                        self.lm.device)
                 logits = self.lm.model(input_ids=ids, attention_mask=mask,
                                        position_ids=(mask.cumsum(-1) - 1).clamp(min=0), logits_to_keep=1).logits
                 logprobs = F.log_softmax(logits[:, -1].float(), -1)
@@ -186,7 +187,7 @@ class NaiveClassify:
         right = []
         with torch.inference_mode(), ablated(self.lm, heads):
             for start in range(0, len(self.texts), BATCH):
-                enc = self.lm.tokenizer(self.texts[start: start + BATCH], padding=True, return_tensors="pt")
+                enc = self.lm.tokenizer(self.texts[start: start + BATCH], padding=True, return_tensors="pt").to(self.lm.device)
                 logits = self.lm.model(**enc).logits
                 right += [int(p) == int(e.label) for p, e in zip(logits.argmax(-1), self.task.examples[start:])]
         return right

@@ -49,7 +49,7 @@ def naive_margins(lm, task, heads, batch_size: int = 16) -> tuple[np.ndarray, np
     with torch.inference_mode(), ablated(lm, heads):
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
-            ids, mask = left_padded([seq for *_, seq in chunk], pad_id(tok))
+            ids, mask = left_padded([seq for *_, seq in chunk], pad_id(tok), lm.device)
             width = ids.shape[1]
             logits = lm.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)
                               ).logits
@@ -71,9 +71,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=150)
     parser.add_argument("--layer-step", type=int, default=7, help="sample one head every N layers")
     parser.add_argument("--all-heads", action="store_true", help="exact screen of every head (slow)")
+    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (bfloat16 on a GPU, float32 on a CPU), float32, ...")
     add_json_option(parser, "screen")
     args = parser.parse_args(argv)
-    lm = load_model(args.model)
+    lm = load_model(args.model, dtype=args.dtype, device=args.device)
     task = load_task(args.task).first(args.n)
     grid = lm.grid
     layers = sorted(set(range(0, grid.num_layers, args.layer_step)) | {grid.num_layers - 1})
