@@ -1,7 +1,7 @@
 """The whole pipeline's error rates: how often ``find`` confirms an improvement that is not there, and how
 often it confirms one that is.
 
-Everything runs end to end through :func:`headprune.search.find.find` (halves, screen, joint search, admission,
+Everything runs end to end through :func:`headprune.search.find.find` (halves, screen, joint search, selection,
 finalists, held-out verdict) on tiny Llamas built here in code, where a run takes seconds:
 
 - The model: one layer of ``--heads`` heads (head_dim 4) over a 16-dimensional residual stream, MLP off. Each

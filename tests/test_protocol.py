@@ -48,7 +48,7 @@ def test_the_reconfirmation_stops_a_run_whose_numbers_do_not_come_back(tiny_llam
 
     monkeypatch.setattr(Evaluator, "run", drifting)
     with pytest.raises(InternalCheckError, match="re-confirmation: .* run again on discovery"):
-        find(tiny_llama, random_choice_task(100, seed=5), discovery=40, heldout=40, protocol="cel", batch_size=40)
+        find(tiny_llama, random_choice_task(60, seed=5), discovery=24, heldout=24, protocol="cel", batch_size=24)
 
 
 def test_the_protocol_refuses_a_search_option_against_it(tiny_llama) -> None:

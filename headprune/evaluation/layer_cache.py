@@ -21,6 +21,7 @@ from headprune.core.limits import number
 from headprune.errors import InternalCheckError
 from headprune.loading.models import LoadedModel
 
+
 def default_budget_mb() -> int:
     """The cache's memory budget: ``HEADPRUNE_LAYER_CACHE_MB`` (0 turns it off), default 2048 MB.
 

@@ -4,9 +4,8 @@ a file of 0.2, its admission on the check half."""
 
 from __future__ import annotations
 
-from headprune.report.text import pct
 from headprune.search.find_result import FindResult
-from headprune.search.membership import SUPPORT_P
+from headprune.search.membership import FIRST_SHARE, SUPPORT_P
 from headprune.search.selection import FAVOURED_SHARE
 
 
@@ -27,13 +26,14 @@ def selection_section(result: FindResult) -> list[str]:
         lines += [f"**Which heads of the proposal stay.** Each head against the proposal without it, on {measure}, on "
                   f"the check half ({sel.check}) and held-out ({sel.heldout}) together, which did not propose it: "
                   f"b = better with the head removed, c = worse, p the one-sided exact binomial test of b against c. "
-                  f"The heads are tested in the order shown (fixed on the search half), each at {sel.alpha:g}; the "
-                  "sequence stops at the first that does not earn its place, and the heads before it stay (a head "
-                  f"with no effect stays with probability at most {sel.alpha:g}).", "",
-                  "| order | head | check b | check c | held-out b | held-out c | p | p (sequence) | stays |",
+                  f"The heads are tested in the order shown (fixed on the search half): the first at "
+                  f"{FIRST_SHARE:.0%} of alpha={sel.alpha:g}, the others at equal shares of the rest, each passing "
+                  "its level on to the next when it earns its place (a fallback procedure: a head with no effect "
+                  f"stays with probability at most {sel.alpha:g}).", "",
+                  "| order | head | check b | check c | held-out b | held-out c | p | level | stays |",
                   "|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {c.rank} | `{c.head}` | {c.check_rescued} | {c.check_damaged} | {c.heldout_rescued} | "
-                  f"{c.heldout_damaged} | {c.p_value:.3g} | {c.adjusted_p:.3g} | {'yes' if c.earned else 'no'} |"
+                  f"{c.heldout_damaged} | {c.p_value:.3g} | {c.level:.3g} | {'yes' if c.earned else 'no'} |"
                   for c in sel.contributions]
         lines += ["", f"Kept: `{','.join(sel.kept) or 'none'}`.", ""]
     lines += ["**The held-out tests**, in order (a fallback procedure: a test that rejects passes its level on to "

@@ -18,18 +18,16 @@ and at 2,000 discovery examples two real heads of +0.6 points each were both kep
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
-from headprune.search.binomial import upper_tail
 from headprune.search.conditions import condition_key
-from headprune.search.paired import Paired, compare
-from headprune.search.parsimony import HeadContribution, HeadSet, Parsimony, contributions, counts, drop_one
-from headprune.search.score import score_intervals
+from headprune.search.paired import compare
+from headprune.search.parsimony import HeadContribution, HeadSet, contributions, drop_one
 from headprune.search.stages import Evaluated, Stages
 
 log = logging.getLogger("headprune")
@@ -133,20 +131,6 @@ class Admission:
             if (head,) not in frozen:
                 return (head,), self._contributions((head,), self.check)
         return None, ()
-
-    def heldout(self, heads: HeadSet, found: tuple[HeadContribution, ...]) -> tuple[HeadContribution, ...]:
-        """The primary set's drop-one numbers on held-out: exploratory, measured after its verdict."""
-        if len(heads) < 2:
-            return found
-        with_set, *withouts = self._results("heldout", [heads, *drop_one(heads)])
-        pairs = [counts(with_set, without, self.measure, self.tolerance) for without in withouts]
-        return tuple(replace(c, heldout_rescued=b, heldout_damaged=d, heldout_p=upper_tail(b, b + d))
-                     for c, (b, d) in zip(found, pairs))
-
-    def record(self, primary_size: int) -> Parsimony:
-        search, check = int(self.search.sum()), int(self.check.sum())
-        return Parsimony(self.level, self.measure, self.examined, self.dropped, self.evaluated_here,
-                         primary_size if primary_size > 1 else 0, search=search, check=check)
 
 
 def choose_by_admission(stages: Stages, *, singles: str | None = None) -> tuple[list[HeadSet], Evaluated]:

@@ -43,10 +43,10 @@ class HeadContribution:
     binomial p and its adjustment over the set's heads, and whether the head earned its place.
 
     Under find's rule (``headprune.search.membership``, ``rank`` set): b and c count the check half and held-out
-    together (``check_*`` and ``heldout_*`` are the two parts), the heads are tested in a fixed sequence (``rank``
-    is the position) and ``adjusted_p`` is the fixed-sequence adjusted p (the largest p so far). In files of 0.2
-    (``rank`` absent): b and c count the check half, ``adjusted_p`` is Holm's over the set's heads, and
-    ``heldout_*`` are the primary set's exploratory drop-one numbers, measured after the verdict."""
+    together (``check_*`` and ``heldout_*`` are the two parts), the heads are tested in a fixed order (``rank`` is
+    the position) by a fallback procedure, each at its ``level``, and ``adjusted_p`` is its p scaled to the whole
+    level. In files of 0.2 (``rank`` absent): b and c count the check half, ``adjusted_p`` is Holm's over the set's
+    heads, and ``heldout_*`` are the primary set's exploratory drop-one numbers, measured after the verdict."""
 
     head: str
     rescued: int
@@ -59,7 +59,8 @@ class HeadContribution:
     heldout_p: float | None = None
     check_rescued: int | None = None
     check_damaged: int | None = None
-    rank: int | None = None  # position in the fixed test sequence (find's rule since 0.3)
+    rank: int | None = None  # find's rule after 0.2: the position in the fixed test order
+    level: float | None = None  # find's rule after 0.2: the level the head was tested at
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,12 @@ planted pair: find shipped the strong head alone, +18.7 points on held-out, wher
 1. every head not in the set is ranked by its effect with the set already removed, on the search half: a
    first-order estimate from one forward and backward pass with the set's gates at 0 (attribution patching,
    ``headprune.search.attribution``; counts-only models, which have no gradients, are screened exactly);
-2. the best ``2 x nominees`` of them are added to the set one at a time and scored exactly on discovery;
-3. the best grown set (search-half rank) replaces the set when its new head earns its place there (the exact
-   one-sided sign test of ``headprune.search.parsimony`` at ``alpha``, on the search half: a proposal, not a
-   claim; the held-out stage tests every head again, ``headprune.search.membership``).
+2. the best ``2 x nominees`` of them are added to the set one at a time and scored exactly on discovery; the grown
+   sets join the joint search's, so the proposal is the best of them all on the search half (every head of it is
+   then tested on the check half and held-out, ``headprune.search.membership``);
+3. a further step starts from the best grown set only when its new head earns its place on the search half (the
+   exact one-sided sign test of ``headprune.search.parsimony`` at ``alpha``: a reason to look further, not a
+   claim).
 
 Cost per step: one attribution pass over the search half and ``2 x nominees`` discovery conditions.
 """
@@ -24,8 +26,9 @@ from headprune.search.stages import Evaluated, Stages
 
 
 def extend(stages: Stages, best: HeadSet, evaluated: Evaluated, *, measure: str, tolerance: float) -> HeadSet:
-    """``settings.extend`` greedy steps from ``best``, each adding the partner the screen at the set finds, while
-    the added head earns its place on the search half; ``evaluated`` gains every set scored."""
+    """Up to ``settings.extend`` steps from ``best``, each scoring the partners the screen at the set finds;
+    ``evaluated`` gains every set scored, and a step follows only where the previous step's best new head earns
+    its place on the search half. Returns the set the last step started from."""
     settings = stages.settings
     for _ in range(settings.extend):
         pool = partner_pool(stages, best, 2 * settings.nominees)

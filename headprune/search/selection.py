@@ -25,7 +25,7 @@ Why the level holds after selection. The proposal and the single are fixed befor
 verdict is an exact test on held-out data; the fallback procedure is a closed test with weighted Bonferroni
 intersections, so the chance of rejecting a true "no improvement" for either candidate is at most ``alpha`` (two
 sided; a confirmation is one-sided, so at most ``alpha / 2``), whatever the dependence between the two tests. A
-head with no contribution to S enters T only when its own sequential test rejects: at most ``alpha``
+head with no contribution to S enters T only when its own test in the fallback procedure rejects: at most ``alpha``
 (``membership``). Where T is smaller than S, its improvement rests on S's test, on the dropped heads, and on T's
 own held-out change, which was read after held-out data had chosen T and so is required as a safeguard, not
 counted as an exact test; heads whose effects do not depend on each other make that safe (removing heads that do
@@ -38,7 +38,7 @@ it is none of those.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from headprune.evaluation.results import EvalResult
