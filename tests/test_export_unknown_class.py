@@ -144,3 +144,56 @@ def test_a_bin_that_needs_code_to_load_is_refused_and_never_run(multi_head_bert,
     assert "weights_only=True) refuses it (Unsupported global" in result.output
     assert "never runs code from a weights file" in result.output and len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "never").exists() and not (multi_head_bert / "ran").exists()
+
+
+@pytest.fixture(params=["safetensors", "bin"])
+def pretraining_bert(request, tmp_path, tokenizer):  # noqa: ANN001, ANN201
+    """A sound BERT checkpoint of a class of its own: the encoder, the pooler, the masked-LM head and three
+    classifier heads, and no next-sentence head (BertForPreTraining's, which it never had)."""
+    torch.manual_seed(12)
+    model = transformers.BertForPreTraining(tiny_config("bert", len(tokenizer)))
+    folder = tmp_path / "pretraining-bert"
+    save_folder(model, tokenizer, folder)
+    state = {name: tensor for name, tensor in _tensors(folder).items() if not name.startswith("cls.seq_relationship.")}
+    for i, name in enumerate(EXTRA_HEADS):
+        state[f"{name}_classifier.weight"] = torch.randn(2 + i, 32)
+        state[f"{name}_classifier.bias"] = torch.randn(2 + i)
+    (folder / "model.safetensors").unlink()
+    _save_weights(state, folder, request.param)
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["BertWithTopicHeads"]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_sound_checkpoint_is_stood_in_for_by_a_complete_class_and_exports_whole(pretraining_bert, tmp_path
+                                                                                 ) -> None:
+    """BertForPreTraining would use its pooler too, but two of its weights (the next-sentence head) are not in
+    the checkpoint: BertForMaskedLM, which the checkpoint holds whole, stands in, and the pooler and the three heads
+    are carried through bit for bit (refused before: 'would be initialised at random')."""
+    original = _tensors(pretraining_bert)
+    assert "bert.pooler.dense.weight" in original and not any("seq_relationship" in n for n in original)
+    lm = load_model(str(pretraining_bert), device="cpu")
+    assert lm.model_class.name == "BertForMaskedLM" and lm.model_class.stands_in_for == "BertWithTopicHeads"
+    out = tmp_path / "pruned"
+    record = export(str(pretraining_bert), "L0.H1,L1.H3", verify_task=choice_task(), device="cpu", out=out)
+    written = _tensors(out)
+    assert written.keys() == original.keys()  # every tensor, none made up
+    for name, tensor in original.items():
+        if ".attention.self." not in name and ".attention.output.dense." not in name:
+            assert torch.equal(written[name], tensor), name
+    assert {"bert.pooler.dense.weight", "bert.pooler.dense.bias"} <= set(record.passthrough)
+    assert len(record.passthrough) == 8 and record.verification.tensors.ok
+    verify_record(out)
+
+
+@pytest.mark.parametrize("multi_head_bert", ["safetensors"], indirect=True)
+def test_missing_weights_are_refused_where_no_class_is_complete(multi_head_bert) -> None:
+    """A checkpoint that lost a weight of its last layer: every class of the family would make it up, so the best
+    of them is named and refused, not loaded with a random tensor."""
+    state = _tensors(multi_head_bert)
+    del state["bert.encoder.layer.1.output.dense.weight"]
+    save_file(state, multi_head_bert / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UnsupportedModelError, match=r"1 weights of BertForMaskedLM are not in the checkpoint and "
+                                                    r"would be initialised at random \(bert.encoder.layer.1.output"):
+        load_model(str(multi_head_bert), device="cpu")
