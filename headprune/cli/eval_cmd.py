@@ -46,19 +46,24 @@ def eval_command(ctx: click.Context, model: str, task_spec: str, heads: tuple, a
         _eval(model, task_spec, heads, ablation, limit, batch_size, out, placement, as_json)
 
 
-def _check_out(out: Path, task_spec: str, model: str) -> None:
-    """Refuse an --out that cannot be written, or that is one of the inputs (the task file, the model)."""
-    from headprune.core.io import check_writable_folder
-    from headprune.errors import ResultFileError
+def _check_out(out: Path, task_spec: str, model: object) -> None:
+    """Refuse an --out that cannot be written, or that is, holds or lies inside an input of this evaluation (the
+    model, the task's files); checked before the evaluation and again, with the loaded model's folder, before the
+    results are written.
 
+    Raises:
+        ResultFileError
+    """
+    from headprune.core.io import check_writable_folder
+    from headprune.core.paths import check_output_name, refuse_overlap
+    from headprune.exporter.destination import local_sources
+    from headprune.tasks import task_files
+
+    check_output_name(out)
     check_writable_folder(out.parent)
-    for given in (task_spec.split(":", 1)[0] if not Path(task_spec).exists() else task_spec, model):
-        try:
-            same = out.exists() and Path(given).exists() and out.samefile(given)
-        except OSError:
-            same = False
-        if same:
-            raise ResultFileError(f"--out {out} is an input of this evaluation ({given}); write the results elsewhere")
+    inputs = [*(("the model", path) for path in local_sources(model)),
+              *(("the task file", path) for path in task_files(task_spec))]
+    refuse_overlap(out, inputs, advice="write the results elsewhere")
 
 
 def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int | str,
@@ -85,6 +90,7 @@ def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | 
     result = evaluator.run(heads, mode=ablation, means=means, progress=sys.stderr.isatty(), label=task.name)
     seconds = time.perf_counter() - started
     if out is not None:
+        _check_out(out, task_spec, lm)  # the folder the model was read from (a Hub id's, a converted GGUF's)
         atomic_write_text(out, "".join(json.dumps({"id": r.id, "correct": r.correct, "margin": r.margin,
                                                    **({"text": r.text} if r.text is not None else {})}) + "\n"
                                        for r in result.results))  # generate kinds: what the model wrote

@@ -114,6 +114,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.core.io import check_writable_folder
     from headprune.core.record_json import to_json
     from headprune.report.markdown import verdict_line, write_outputs
+    from headprune.report.run_folder import check_run_destination, run_inputs
     from headprune.report.text import stage_times_line
     from headprune.scoring.execution import permit_code_execution
     from headprune.search.find import check_run_folder, find, resume_after_restart
@@ -128,6 +129,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
              if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
     with_protocol(settings, given=given)  # a protocol fixes its search: an option given against it is refused
     out = out or Path("runs") / f"{slug(model)}-{slug(task_spec)}"
+    inputs = run_inputs(model, [task_spec, heldout_task, *control])
+    check_run_destination(out, inputs)  # never on an input, nor in a folder of other files (again once locked)
     with permit_code_execution(allow_code_execution):
         _refuse_code_tasks(task_spec, heldout_task, *control)  # before any output or model exists
     resume, overwrite = resume_after_restart(out, distributed.restarted(), resume=resume, overwrite=overwrite)
@@ -135,15 +138,20 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     check_writable_folder(out)
     team = distributed.join(device)  # one process unless torchrun / accelerate launch started several
     lock = FolderLock(out, what="find")  # held by rank 0 until the outputs are written
+
+    def claim() -> frozenset[str]:  # the run files out holds once it is held: those its outputs may replace
+        lock.acquire()
+        return check_run_destination(out, inputs)
+
     try:
-        team.from_main(lambda: lock.acquire() and None)
+        present = team.from_main(claim)
         with permit_code_execution(allow_code_execution):
             result = find(model, task_spec, settings=settings, heldout_task=heldout_task, discovery=discovery,
                           heldout=heldout, control=control or None, out=out, resume=resume, overwrite=overwrite,
                           device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
                           trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team)
         if team.is_main:
-            write_outputs(result, out)
+            write_outputs(result, out, present=present)
     except KeyboardInterrupt:
         if team.is_main:
             click.echo(f"headprune: progress is saved in {out}/journal.jsonl; add --resume to continue", err=True)
