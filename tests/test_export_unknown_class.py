@@ -14,7 +14,7 @@ import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from helpers.cli import invoke
+from helpers.cli import headprune, invoke
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, verify_record
 from headprune.loading.models import load_model
@@ -115,9 +115,10 @@ def test_cli_export_of_the_unknown_class(multi_head_bert, tmp_path) -> None:
     assert "trust-remote-code" not in result.output
 
 
-def _unsafe_bin(folder, architecture: str) -> None:  # noqa: ANN001
+def _unsafe_bin(folder, architecture: str, protocol: int = 2) -> None:  # noqa: ANN001
     """Give ``folder`` a ``pytorch_model.bin`` whose unpickling would call a function (here a harmless one that
-    leaves a mark): what ``torch.load(weights_only=True)`` refuses."""
+    leaves a mark): what ``torch.load(weights_only=True)`` refuses. Written in pickle ``protocol`` (torch's own is
+    2; with another, torch warns in two lines before it refuses)."""
     import builtins  # noqa: F401 - what the pickle names
 
     class Marks:
@@ -127,7 +128,7 @@ def _unsafe_bin(folder, architecture: str) -> None:  # noqa: ANN001
     state = _tensors(folder)
     for path in [*folder.glob("*.safetensors"), *folder.glob("pytorch_model*")]:
         path.unlink()
-    torch.save({**state, "marks": Marks()}, folder / "pytorch_model.bin")
+    torch.save({**state, "marks": Marks()}, folder / "pytorch_model.bin", pickle_protocol=protocol)
     config = json.loads((folder / "config.json").read_text())
     config["architectures"] = [architecture]
     (folder / "config.json").write_text(json.dumps(config))
@@ -197,3 +198,16 @@ def test_missing_weights_are_refused_where_no_class_is_complete(multi_head_bert)
     with pytest.raises(UnsupportedModelError, match=r"1 weights of BertForMaskedLM are not in the checkpoint and "
                                                     r"would be initialised at random \(bert.encoder.layer.1.output"):
         load_model(str(multi_head_bert), device="cpu")
+
+
+@pytest.mark.parametrize("multi_head_bert", ["bin"], indirect=True)
+@pytest.mark.parametrize("architecture", ["BertForMaskedLMWithClassifiers", "BertForMaskedLM"])
+def test_a_pickle_of_another_protocol_is_refused_in_one_line(multi_head_bert, tmp_path, architecture) -> None:
+    """torch warns of a pickle protocol other than its own in two lines on stderr before it refuses the file: the
+    protocol goes into headprune's one line instead (a real process: pytest would catch the warning itself)."""
+    _unsafe_bin(multi_head_bert, architecture, protocol=4)
+    done = headprune("export", str(multi_head_bert), "--heads", "L1.H0", "--out", str(tmp_path / "never"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("headprune: error: "), done.stderr
+    assert "pickle protocol 4" in done.stderr and "UserWarning" not in done.stderr
+    assert not (tmp_path / "never").exists() and not (multi_head_bert / "ran").exists()
