@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import (HEAD_LIST, ablation_option, batch_option, model_argument, refuse_inapplicable,
-                                   run_options, task_option)
+from headprune.cli.options import (HEAD_LIST, ablation_option, batch_option, code_execution_rule, model_argument,
+                                   refuse_inapplicable, run_options, task_option)
 from headprune.heads import format_heads
 
 
@@ -28,21 +28,23 @@ from headprune.heads import format_heads
 @click.pass_context
 def eval_command(ctx: click.Context, model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None,
                  batch_size: int | str, out: Path | None, device: str, device_map: str | None, max_memory: str | None,
-                 dtype: str, trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:
+                 dtype: str, trust_remote_code: bool, allow_code_execution: bool, sandbox_mode: str | None,
+                 as_json: bool) -> None:
     """Score TASK on MODEL, example by example, with HEADS ablated.
 
     Code tasks run the model's generated code only with --allow-code-execution (untrusted code: use a
-    container or VM).
+    container or VM), in the sandbox mode it prints.
     """
     from headprune.scoring.execution import permit_code_execution
 
     refuse_inapplicable(ctx, ("ablation", bool(heads), "with --heads (the heads whose outputs it replaces)"),
-                        ("device", device_map is None, "without --device-map (which places the layers itself)"))
+                        ("device", device_map is None, "without --device-map (which places the layers itself)"),
+                        code_execution_rule(allow_code_execution))
     if out is not None:
         _check_out(out, task_spec, model)  # before the evaluation, not after it
     placement = {"device": device, "device_map": device_map, "max_memory": max_memory, "dtype": dtype,
                  "trust_remote_code": trust_remote_code}
-    with permit_code_execution(allow_code_execution):
+    with permit_code_execution(allow_code_execution, mode=sandbox_mode):
         _eval(model, task_spec, heads, ablation, limit, batch_size, out, placement, as_json)
 
 
