@@ -165,6 +165,19 @@ def test_a_file_added_to_a_previous_export_during_an_overwrite_is_kept(inputs, t
     assert read_record(staging).removed_heads == ("L1.H0",)
 
 
+def test_an_export_that_appeared_during_the_export_is_not_replaced_without_overwrite(inputs, tmp_path,
+                                                                                    monkeypatch) -> None:
+    """Another export copied to --out meanwhile is headprune's own kind of folder, but replacing it needs
+    --overwrite, as at the start (an export-settings refusal, not only a file error, keeps the new export too)."""
+    other, out = tmp_path / "other", tmp_path / "pruned"
+    assert invoke("export", str(inputs / "model"), "--heads", "L0.H1", "--out", str(other)).exit_code == 0
+    _appear_during(monkeypatch, lambda: shutil.copytree(other, out))
+    done = invoke("export", str(inputs / "model"), "--heads", "L1.H0", "--out", str(out), catch_exceptions=True)
+    staging = _kept(done)
+    assert "holds a previous export; give --overwrite to replace it" in done.stderr
+    assert contents(out) == contents(other) and read_record(staging).removed_heads == ("L1.H0",)
+
+
 def test_a_file_added_between_the_check_and_the_swap_is_swapped_back(tmp_path, monkeypatch) -> None:
     """The check passes, then a file appears before the swap: the folder taken out of place is checked again, and
     put back."""

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headprune.core.paths import check_output_name, exchange, rename_noreplace, shown
-from headprune.errors import InternalCheckError, KeptOutputError, ResultFileError
+from headprune.errors import HeadpruneError, InternalCheckError, KeptOutputError, ResultFileError
 
 OWNER_SUFFIX = ".owner"
 
@@ -198,10 +198,11 @@ def atomic_folder(target: Path, *, replace: bool = False, last: Sequence[str] = 
             if check is not None:
                 check(target)
             _move_into_place(staging, target, replace=replace, last=last, check=check)
-        except (OSError, ResultFileError) as error:
-            why = str(error) if isinstance(error, ResultFileError) else f"{error.strerror or error}"
+        except (OSError, HeadpruneError) as error:  # the check's refusal (an export's, a find run's), or the move's
+            why = str(error) if isinstance(error, HeadpruneError) else f"{error.strerror or error}"
             raise KeptOutputError(f"the new output was not moved into {shown(target)} ({why}); nothing there was "
-                                  f"replaced or removed, and it is kept in {staging}", settings=("out",)) from error
+                                  f"replaced or removed, and it is kept in {staging}",
+                                  settings=("out", *getattr(error, "settings", ()))) from error
 
 
 def _move_into_place(staging: Path, target: Path, *, replace: bool, last: Sequence[str],
