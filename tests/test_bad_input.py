@@ -246,6 +246,10 @@ CASES = [
     ("HEADPRUNE_MAX_SETS=0", lambda p: ["tasks"], {"HEADPRUNE_MAX_SETS": "0"}, "at least 1"),
     ("HEADPRUNE_MAX_LINE_CHARS=1e6", lambda p: ["tasks"], {"HEADPRUNE_MAX_LINE_CHARS": "1e6"}, "not an integer"),
     ("HEADPRUNE_CPU_LINEAR=mkl", lambda p: ["tasks"], {"HEADPRUNE_CPU_LINEAR": "mkl"}, "use one of auto, onednn"),
+    ("HEADPRUNE_SANDBOX_MODE=strong", lambda p: ["tasks"], {"HEADPRUNE_SANDBOX_MODE": "strong"},
+     "use one of auto, namespaces, process, plain"),
+    ("--sandbox-mode without code execution", lambda p: ["eval", p.good, "--task", p.ok_jsonl, "--sandbox-mode",
+                                                         "plain"], {}, "--sandbox-mode applies only with"),
     ("WORLD_SIZE=abc", lambda p: ["find", p.good, "--task", p.ok_jsonl, *SMALL_FIND], {"WORLD_SIZE": "abc"},
      "WORLD_SIZE='abc' is not an integer"),
     # options that cannot work, or do not apply

@@ -448,7 +448,7 @@ env_value = st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Cs",
                       st.sampled_from(["", " ", "0", "1", "-1", "1e3", "0x10", "inf", "nan", "2048"]))
 env_name = st.sampled_from(["HEADPRUNE_LAYER_CACHE_MB", "HEADPRUNE_DIST_TIMEOUT_MIN", "HEADPRUNE_MAX_TASK_MB",
                             "HEADPRUNE_MAX_LINE_CHARS", "HEADPRUNE_MAX_EXAMPLES", "HEADPRUNE_MAX_NEW_TOKENS",
-                            "HEADPRUNE_MAX_SETS", "HEADPRUNE_CPU_LINEAR"])
+                            "HEADPRUNE_MAX_SETS", "HEADPRUNE_CPU_LINEAR", "HEADPRUNE_SANDBOX_MODE"])
 
 
 @FUZZ
