@@ -18,7 +18,7 @@ from helpers import build_tiny
 
 
 @pytest.fixture(autouse=True)
-def _no_env_permission(monkeypatch) -> None:  # noqa: ANN001
+def _no_env_permission(monkeypatch, strongest_sandbox) -> None:  # noqa: ANN001
     monkeypatch.delenv("HF_ALLOW_CODE_EVAL", raising=False)
 
 
@@ -117,9 +117,10 @@ def code_file(tmp_path_factory) -> Path:  # noqa: ANN001
 def started(monkeypatch) -> list:  # noqa: ANN001
     """The processes the code runner starts (passed on to the real ``Popen``); the sandbox is probed first."""
     from headprune.scoring import sandbox
+    from headprune.scoring.execution import code_isolation
 
     with permit_code_execution():
-        sandbox.best_isolation()
+        code_isolation()  # as the runner chooses (the mode HEADPRUNE_SANDBOX_MODE names here)
     calls: list = []
     real = sandbox.subprocess.Popen
 
@@ -194,11 +195,11 @@ def test_cli_prints_the_sandbox_mode_and_refuses_one_that_cannot_contain_a_progr
     from headprune.scoring import sandbox
     from headprune.scoring.sandbox import Isolation
 
-    monkeypatch.delenv("HEADPRUNE_SANDBOX_MODE", raising=False)
     monkeypatch.setattr(sandbox, "_chosen", {})
     run = ["eval", str(tiny_folder), "--task", str(code_file), "--allow-code-execution"]
-    done = invoke(*run)
+    done = invoke(*run)  # in the strongest mode here, named (strongest_sandbox)
     assert done.exit_code == 0 and f"programs run in the {sandbox.best_isolation().mode} mode" in done.stderr
+    monkeypatch.delenv("HEADPRUNE_SANDBOX_MODE")
     monkeypatch.setattr(sandbox, "_chosen", {})
     monkeypatch.setattr(sandbox, "candidates", lambda: [Isolation()])  # no namespaces, Landlock or seccomp here
     refused = invoke(*run)
