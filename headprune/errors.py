@@ -73,6 +73,11 @@ class ResultFileError(HeadpruneError, ValueError):
     """A result, journal or export file or folder cannot be used (unwritable, from another model, corrupt)."""
 
 
+class KeptOutputError(ResultFileError):
+    """A finished output was not moved into place (its destination changed while it was written, or the move
+    failed): it stays in the staging folder the message names, and nothing at the destination was replaced."""
+
+
 class UnconfirmedSetError(HeadpruneError, ValueError):
     """An export of a head set whose held-out gain is not confirmed, without ``allow_unconfirmed``."""
 

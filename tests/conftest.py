@@ -41,6 +41,16 @@ def quiet_headprune():  # noqa: ANN201
     logger.setLevel(level)
 
 
+@pytest.fixture
+def strongest_sandbox(monkeypatch):  # noqa: ANN001, ANN201
+    """Names the strongest sandbox mode that runs here (HEADPRUNE_SANDBOX_MODE), as a user of a host without user
+    namespaces or Landlock must before code runs: for tests of code scoring, which hold in any mode. What each mode
+    holds, and the refusal of a weak mode left unnamed, are tested in test_sandbox.py and test_code_tasks.py."""
+    from headprune.scoring import sandbox
+
+    monkeypatch.setenv("HEADPRUNE_SANDBOX_MODE", sandbox.best_isolation().mode)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():  # noqa: ANN201
     return build_tokenizer()

@@ -67,6 +67,11 @@ def p(tmp_path_factory, tokenizer) -> Inputs:  # noqa: ANN001
         _variant(root, name, tokenizer, config)
     shutil.copytree(root / "good", root / "list_config")
     (root / "list_config" / "config.json").write_text("[1, 2]")
+    for name, record in (("record_string", "x"), ("record_pipeline", {"base_class": "pipeline"}),
+                         ("record_other_family", {"base_class": "GPT2LMHeadModel", "layers": [], "head_dim": 8,
+                                                  "paths": {}})):
+        _variant(root, name, tokenizer, {"headprune": record})
+    _pickled_code(root / "good", root / "pickle4")
     files = {
         "ok": "".join(_row(prompt=f"the film is {i}", choices=[" positive", " negative"], answer=i % 2)
                       for i in range(40)),
@@ -96,6 +101,31 @@ def p(tmp_path_factory, tokenizer) -> Inputs:  # noqa: ANN001
 
 
 SMALL_FIND = ["--discovery", "20", "--heldout", "20", "--nominees", "2", "--max-heads", "2", "--finalists", "1"]
+LONG = "x" * 5000  # a name no filesystem takes (NAME_MAX is 255 bytes)
+
+
+def _pickled_code(model: Path, folder: Path) -> None:
+    """``model`` with its weights as a ``pytorch_model.bin`` whose unpickling would run code, written in pickle
+    protocol 4 (torch warns in two lines of any protocol but its own 2 before it refuses the file)."""
+    from safetensors.torch import load_file
+
+    class Code:
+        def __reduce__(self):  # noqa: ANN204
+            return (exec, (f"open({str(folder / 'ran')!r}, 'w').close()",))
+
+    shutil.copytree(model, folder)
+    state = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    torch.save({**state, "code": Code()}, folder / "pytorch_model.bin", pickle_protocol=4)
+
+
+def _resumed(p: Inputs, *changes: str, model: str | None = None) -> list[str]:
+    """The fixture's find run copied and resumed with ``changes`` to its options (click keeps an option's last
+    value), or with the model given as ``model``."""
+    folder = Path(p.root) / f"resume-{len(list(Path(p.root).glob('resume-*')))}"
+    shutil.copytree(Path(p.root) / "run", folder)
+    (folder / "result.json").unlink()
+    return ["find", model or p.good, "--task", p.ok_jsonl, *SMALL_FIND, *changes, "--out", str(folder), "--resume"]
 
 
 def _journal(p: Inputs, edit) -> list[str]:  # noqa: ANN001
@@ -216,6 +246,10 @@ CASES = [
     ("HEADPRUNE_MAX_SETS=0", lambda p: ["tasks"], {"HEADPRUNE_MAX_SETS": "0"}, "at least 1"),
     ("HEADPRUNE_MAX_LINE_CHARS=1e6", lambda p: ["tasks"], {"HEADPRUNE_MAX_LINE_CHARS": "1e6"}, "not an integer"),
     ("HEADPRUNE_CPU_LINEAR=mkl", lambda p: ["tasks"], {"HEADPRUNE_CPU_LINEAR": "mkl"}, "use one of auto, onednn"),
+    ("HEADPRUNE_SANDBOX_MODE=strong", lambda p: ["tasks"], {"HEADPRUNE_SANDBOX_MODE": "strong"},
+     "use one of auto, namespaces, process, plain"),
+    ("--sandbox-mode without code execution", lambda p: ["eval", p.good, "--task", p.ok_jsonl, "--sandbox-mode",
+                                                         "plain"], {}, "--sandbox-mode applies only with"),
     ("WORLD_SIZE=abc", lambda p: ["find", p.good, "--task", p.ok_jsonl, *SMALL_FIND], {"WORLD_SIZE": "abc"},
      "WORLD_SIZE='abc' is not an integer"),
     # options that cannot work, or do not apply
@@ -263,6 +297,53 @@ CASES = [
     ("batch size 0", lambda p: ["eval", p.good, "--task", p.ok_jsonl, "--batch-size", "0"], {}, "positive number"),
     ("push without --repo-id", lambda p: ["push", p.good], {}, "Missing option '--repo-id'"),
     ("option without its value", lambda p: ["eval", p.good, "--task"], {}, "requires an argument"),
+    # paths longer than the system takes: exit 3 before (OSError: File name too long)
+    ("5000-character task path", lambda p: ["eval", p.good, "--task", f"{p.root}/{LONG}.jsonl"], {},
+     "a path is too long for this system (File name too long"),
+    ("5000-character model path", lambda p: ["eval", f"{p.root}/{LONG}", "--task", p.ok_jsonl], {},
+     "a path is too long for this system"),
+    ("5000-character control path", lambda p: ["find", p.good, "--task", p.ok_jsonl, "--control", LONG], {},
+     "a path is too long for this system"),
+    ("5000-character verify task", lambda p: ["export", p.good, "--heads", "L0.H0", "--verify-task", LONG], {},
+     "a path is too long for this system"),
+    ("5000-character push folder", lambda p: ["push", f"{p.root}/{LONG}", "--repo-id", "a/b", "--dry-run"], {},
+     "a path is too long for this system"),
+    ("eval --out of 5000 characters", lambda p: ["eval", p.good, "--task", p.ok_jsonl, "--out", LONG], {},
+     "an output's name may have here"),
+    ("find --out of 5000 characters", lambda p: ["find", p.good, "--task", p.ok_jsonl, "--out", LONG], {},
+     "an output's name may have here"),
+    ("export --out of 250 characters", lambda p: ["export", p.good, "--heads", "L0.H0", "--out", "y" * 250], {},
+     "has 250 bytes, more than the"),
+    # a malformed headprune record in config.json: exit 3 before (TypeError)
+    ("headprune record a string", lambda p: ["eval", p.record_string, "--task", p.ok_jsonl], {},
+     "headprune must be the record of a sliced headprune export (an object), not 'x'"),
+    ("headprune base_class a function", lambda p: ["eval", p.record_pipeline, "--task", p.ok_jsonl], {},
+     "headprune.base_class must name the transformers class of a llama model that headprune sliced (e.g. "
+     "LlamaForCausalLM), not 'pipeline'"),
+    ("headprune base_class of another family", lambda p: ["eval", p.record_other_family, "--task", p.ok_jsonl], {},
+     "not 'GPT2LMHeadModel'"),
+    # torch's two-line pickle-protocol warning: folded into the one line (a real process shows it: see
+    # tests/test_export_unknown_class.py)
+    ("pickle protocol 4 that runs code", lambda p: ["eval", p.pickle4, "--task", p.ok_jsonl], {},
+     "it is written with pickle protocol 4"),
+    # a task option given twice: the last value silently won before
+    ("arithmetic n given twice", lambda p: ["eval", p.good, "--task", "arithmetic:n=5,n=7"], {},
+     "task option n is given twice (n=5, n=7)"),
+    ("file option given twice", lambda p: ["eval", p.good, "--task", p.ok_jsonl + ":length_normalize=1,"
+                                                                             "length_normalize=0"], {},
+     "task option length_normalize is given twice"),
+    # resume refusals: the option and both values (split hashes, or a path twice, before)
+    ("resume with another --seed", lambda p: _resumed(p, "--seed", "3"), {}, "--seed 0 then, 3 now"),
+    ("resume with another --discovery", lambda p: _resumed(p, "--discovery", "15"), {},
+     "--discovery 20 then, other examples now (--discovery or --seed changed"),
+    ("resume with another --dtype", lambda p: _resumed(p, "--dtype", "bfloat16"), {},
+     "the environment differs from its own (--dtype float32 then, bfloat16 now)"),
+    ("resume with the model spelled otherwise", lambda p: _resumed(p, model=p.good + "/"), {},
+     "good/ now, as "),  # and "(the same folder: give it as then)": see the test below
+    # outputs on inputs (tests/test_outputs_off_inputs.py has one per command)
+    ("eval --out inside the model", lambda p: ["eval", p.good, "--task", p.ok_jsonl, "--limit", "2", "--out",
+                                               p.good + "/model.safetensors"], {}, "lies inside the model"),
+    ("find --out the model", lambda p: ["find", p.good, "--task", p.ok_jsonl, "--out", p.good], {}, "is the model"),
     # `~user` of no user: Path.expanduser raises there (exit 3 before); a shell leaves such a path as written.
     ("model under an unknown user's home", lambda p: ["eval", "~0", "--task", p.ok_jsonl], {}, "'~0' not found"),
     ("task under an unknown user's home", lambda p: ["eval", p.good, "--task", "~nosuchuser0/t.jsonl"], {},
@@ -341,3 +422,10 @@ def test_an_undefined_spearman_is_null_in_the_result(p, tmp_path, monkeypatch) -
     assert done.exit_code in (0, 1), done.output
     text = (tmp_path / "run" / "result.json").read_text()
     assert "NaN" not in text and json.loads(text)["prescreen"]["spearman_on_candidates"] is None
+
+
+def test_a_resume_names_a_model_path_once_per_spelling(p) -> None:  # noqa: ANN001
+    """The same folder given another way: both spellings, each once, and what to do (not two equal reprs)."""
+    done = invoke(*_resumed(p, model=p.good + "/"), catch_exceptions=True)
+    assert done.exit_code == 2
+    assert f"the model is given as {p.good}/ now, as {p.good} then (the same folder: give it as then)" in done.stderr

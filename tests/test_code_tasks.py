@@ -18,7 +18,7 @@ from helpers import build_tiny
 
 
 @pytest.fixture(autouse=True)
-def _no_env_permission(monkeypatch) -> None:  # noqa: ANN001
+def _no_env_permission(monkeypatch, strongest_sandbox) -> None:  # noqa: ANN001
     monkeypatch.delenv("HF_ALLOW_CODE_EVAL", raising=False)
 
 
@@ -117,9 +117,10 @@ def code_file(tmp_path_factory) -> Path:  # noqa: ANN001
 def started(monkeypatch) -> list:  # noqa: ANN001
     """The processes the code runner starts (passed on to the real ``Popen``); the sandbox is probed first."""
     from headprune.scoring import sandbox
+    from headprune.scoring.execution import code_isolation
 
     with permit_code_execution():
-        sandbox.best_isolation()
+        code_isolation()  # as the runner chooses (the mode HEADPRUNE_SANDBOX_MODE names here)
     calls: list = []
     real = sandbox.subprocess.Popen
 
@@ -185,3 +186,28 @@ def test_a_program_runs_once_per_run_and_a_condition_writing_it_again_gets_its_o
     programs = {program(example, text) for result in results for example, text in zip(task.examples, result.texts)}
     assert len(started) == len(programs) < len(conditions) * len(task.examples)  # each program ran once
     assert all(list(r.correct) == [True, False] for r in results)  # "right" passes and "wrong" fails every time
+
+
+def test_cli_prints_the_sandbox_mode_and_refuses_one_that_cannot_contain_a_program(tiny_folder, code_file,
+                                                                                   monkeypatch) -> None:
+    """--allow-code-execution says which mode programs run in; where the strongest mode here cannot keep the user's
+    files and HF_TOKEN unreadable (here: only the plain mode runs), nothing runs until --sandbox-mode names it."""
+    from headprune.scoring import sandbox
+    from headprune.scoring.sandbox import Isolation
+
+    monkeypatch.setattr(sandbox, "_chosen", {})
+    run = ["eval", str(tiny_folder), "--task", str(code_file), "--allow-code-execution"]
+    done = invoke(*run)  # in the strongest mode here, named (strongest_sandbox)
+    assert done.exit_code == 0 and f"programs run in the {sandbox.best_isolation().mode} mode" in done.stderr
+    monkeypatch.delenv("HEADPRUNE_SANDBOX_MODE")
+    monkeypatch.setattr(sandbox, "_chosen", {})
+    monkeypatch.setattr(sandbox, "candidates", lambda: [Isolation()])  # no namespaces, Landlock or seccomp here
+    refused = invoke(*run)
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1, refused.output
+    assert "the strongest sandbox here is the plain mode" in refused.stderr
+    assert "give --sandbox-mode plain (or HEADPRUNE_SANDBOX_MODE=plain) to run in it all the same" in refused.stderr
+    named = invoke(*run, "--sandbox-mode", "plain")
+    assert named.exit_code == 0 and "programs run in the plain mode (as asked), behind no kernel isolation" in \
+        named.stderr, named.output
+    unused = invoke("eval", str(tiny_folder), "--task", "sentiment:n=2", "--sandbox-mode", "plain")
+    assert unused.exit_code == 2 and "--sandbox-mode applies only with --allow-code-execution" in unused.stderr

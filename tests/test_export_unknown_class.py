@@ -14,7 +14,7 @@ import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from helpers.cli import invoke
+from helpers.cli import headprune, invoke
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, verify_record
 from headprune.loading.models import load_model
@@ -115,9 +115,10 @@ def test_cli_export_of_the_unknown_class(multi_head_bert, tmp_path) -> None:
     assert "trust-remote-code" not in result.output
 
 
-def _unsafe_bin(folder, architecture: str) -> None:  # noqa: ANN001
+def _unsafe_bin(folder, architecture: str, protocol: int = 2) -> None:  # noqa: ANN001
     """Give ``folder`` a ``pytorch_model.bin`` whose unpickling would call a function (here a harmless one that
-    leaves a mark): what ``torch.load(weights_only=True)`` refuses."""
+    leaves a mark): what ``torch.load(weights_only=True)`` refuses. Written in pickle ``protocol`` (torch's own is
+    2; with another, torch warns in two lines before it refuses)."""
     import builtins  # noqa: F401 - what the pickle names
 
     class Marks:
@@ -127,7 +128,7 @@ def _unsafe_bin(folder, architecture: str) -> None:  # noqa: ANN001
     state = _tensors(folder)
     for path in [*folder.glob("*.safetensors"), *folder.glob("pytorch_model*")]:
         path.unlink()
-    torch.save({**state, "marks": Marks()}, folder / "pytorch_model.bin")
+    torch.save({**state, "marks": Marks()}, folder / "pytorch_model.bin", pickle_protocol=protocol)
     config = json.loads((folder / "config.json").read_text())
     config["architectures"] = [architecture]
     (folder / "config.json").write_text(json.dumps(config))
@@ -143,4 +144,70 @@ def test_a_bin_that_needs_code_to_load_is_refused_and_never_run(multi_head_bert,
     assert result.exit_code == 2, result.output
     assert "weights_only=True) refuses it (Unsupported global" in result.output
     assert "never runs code from a weights file" in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "never").exists() and not (multi_head_bert / "ran").exists()
+
+
+@pytest.fixture(params=["safetensors", "bin"])
+def pretraining_bert(request, tmp_path, tokenizer):  # noqa: ANN001, ANN201
+    """A sound BERT checkpoint of a class of its own: the encoder, the pooler, the masked-LM head and three
+    classifier heads, and no next-sentence head (BertForPreTraining's, which it never had)."""
+    torch.manual_seed(12)
+    model = transformers.BertForPreTraining(tiny_config("bert", len(tokenizer)))
+    folder = tmp_path / "pretraining-bert"
+    save_folder(model, tokenizer, folder)
+    state = {name: tensor for name, tensor in _tensors(folder).items() if not name.startswith("cls.seq_relationship.")}
+    for i, name in enumerate(EXTRA_HEADS):
+        state[f"{name}_classifier.weight"] = torch.randn(2 + i, 32)
+        state[f"{name}_classifier.bias"] = torch.randn(2 + i)
+    (folder / "model.safetensors").unlink()
+    _save_weights(state, folder, request.param)
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["BertWithTopicHeads"]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_sound_checkpoint_is_stood_in_for_by_a_complete_class_and_exports_whole(pretraining_bert, tmp_path
+                                                                                 ) -> None:
+    """BertForPreTraining would use its pooler too, but two of its weights (the next-sentence head) are not in
+    the checkpoint: BertForMaskedLM, which the checkpoint holds whole, stands in, and the pooler and the three heads
+    are carried through bit for bit (refused before: 'would be initialised at random')."""
+    original = _tensors(pretraining_bert)
+    assert "bert.pooler.dense.weight" in original and not any("seq_relationship" in n for n in original)
+    lm = load_model(str(pretraining_bert), device="cpu")
+    assert lm.model_class.name == "BertForMaskedLM" and lm.model_class.stands_in_for == "BertWithTopicHeads"
+    out = tmp_path / "pruned"
+    record = export(str(pretraining_bert), "L0.H1,L1.H3", verify_task=choice_task(), device="cpu", out=out)
+    written = _tensors(out)
+    assert written.keys() == original.keys()  # every tensor, none made up
+    for name, tensor in original.items():
+        if ".attention.self." not in name and ".attention.output.dense." not in name:
+            assert torch.equal(written[name], tensor), name
+    assert {"bert.pooler.dense.weight", "bert.pooler.dense.bias"} <= set(record.passthrough)
+    assert len(record.passthrough) == 8 and record.verification.tensors.ok
+    verify_record(out)
+
+
+@pytest.mark.parametrize("multi_head_bert", ["safetensors"], indirect=True)
+def test_missing_weights_are_refused_where_no_class_is_complete(multi_head_bert) -> None:
+    """A checkpoint that lost a weight of its last layer: every class of the family would make it up, so the best
+    of them is named and refused, not loaded with a random tensor."""
+    state = _tensors(multi_head_bert)
+    del state["bert.encoder.layer.1.output.dense.weight"]
+    save_file(state, multi_head_bert / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UnsupportedModelError, match=r"1 weights of BertForMaskedLM are not in the checkpoint and "
+                                                    r"would be initialised at random \(bert.encoder.layer.1.output"):
+        load_model(str(multi_head_bert), device="cpu")
+
+
+@pytest.mark.parametrize("multi_head_bert", ["bin"], indirect=True)
+@pytest.mark.parametrize("architecture", ["BertForMaskedLMWithClassifiers", "BertForMaskedLM"])
+def test_a_pickle_of_another_protocol_is_refused_in_one_line(multi_head_bert, tmp_path, architecture) -> None:
+    """torch warns of a pickle protocol other than its own in two lines on stderr before it refuses the file: the
+    protocol goes into headprune's one line instead (a real process: pytest would catch the warning itself)."""
+    _unsafe_bin(multi_head_bert, architecture, protocol=4)
+    done = headprune("export", str(multi_head_bert), "--heads", "L1.H0", "--out", str(tmp_path / "never"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("headprune: error: "), done.stderr
+    assert "pickle protocol 4" in done.stderr and "UserWarning" not in done.stderr
     assert not (tmp_path / "never").exists() and not (multi_head_bert / "ran").exists()

@@ -108,7 +108,7 @@ def test_resume_refuses_another_model(tmp_path, tokenizer) -> None:
     task = random_choice_task(60)
     find(build_tiny("llama", tokenizer, seed=1), task, discovery=20, heldout=20, nominees=2, max_heads=2,
          finalists=1, out=tmp_path)
-    with pytest.raises(ResultFileError, match="different model"):
+    with pytest.raises(ResultFileError, match=r"the model tiny-llama has other weights than it had \(sha256:"):
         find(build_tiny("llama", tokenizer, seed=2), task, discovery=20, heldout=20, nominees=2, max_heads=2,
              finalists=1, out=tmp_path, resume=True)
 

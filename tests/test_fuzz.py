@@ -302,6 +302,41 @@ def test_fifos_and_devices_are_refused_without_blocking(tmp_path_factory, tiny_d
     assert "not a regular file" in done.stderr or (kind == "folder" and where == "export --heads")
 
 
+long_name = st.integers(230, 6000).map(lambda n: "x" * n)  # past what a name may have, with headprune's room
+long_path = st.one_of(long_name, st.lists(st.text("abc", min_size=100, max_size=200), min_size=42, max_size=60).map(
+    "/".join))  # each name short, the path past PATH_MAX (4,096 bytes)
+
+
+@FUZZ
+@given(path=long_path, where=st.sampled_from(["eval --task", "eval MODEL", "eval --out", "find --out", "find --control",
+                                              "export --out", "export --verify-task", "push DIR"]))
+def test_a_path_too_long_is_one_line_and_exit_2(tmp_path_factory, tiny_dir, path, where) -> None:  # noqa: ANN001
+    """A path the system cannot take, wherever it is given: one line, exit 2 (an OSError, exit 3, before)."""
+    folder = tmp_path_factory.mktemp("long")
+    path = str(folder / path)
+    model, task, out = str(tiny_dir), "sentiment:n=4", str(folder / "out")
+    args = {"eval --task": ["eval", model, "--task", path], "eval MODEL": ["eval", path, "--task", task],
+            "eval --out": ["eval", model, "--task", task, "--out", path],
+            "find --out": ["find", model, "--task", task, "--out", path],
+            "find --control": ["find", model, "--task", task, "--control", path, "--out", out],
+            "export --out": ["export", model, "--heads", "L0.H0", "--out", path],
+            "export --verify-task": ["export", model, "--heads", "L0.H0", "--verify-task", path, "--out", out],
+            "push DIR": ["push", path, "--repo-id", "a/b", "--dry-run"]}[where]
+    done = invoke(*args, catch_exceptions=True)
+    assert done.exit_code == 2, done.output[-2000:]
+    _refused_cleanly(done, Path(out))
+    assert len(done.stderr) < 600, "a long path is shown by its start and end"
+
+
+@FUZZ
+@given(name=st.sampled_from(["n", "digits", "shots", "seed"]), values=st.lists(st.integers(0, 9), min_size=2,
+                                                                               max_size=4))
+def test_a_task_option_given_twice_is_refused(name, values) -> None:  # noqa: ANN001
+    spec = "arithmetic:" + ",".join(f"{name}={value}" for value in values)
+    with pytest.raises(HeadpruneError, match=f"task option {name} is given twice"):
+        load_task(spec)
+
+
 config_value = st.one_of(st.integers(-3, 600), st.none(), st.booleans(), st.floats(allow_nan=True),
                          st.text(max_size=5), st.lists(st.integers(0, 4), max_size=3))
 config_field = st.sampled_from(["hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
@@ -325,6 +360,32 @@ def test_fuzzed_configs_load_or_are_one_line_and_exit_2(tmp_path_factory, tiny_d
         done = invoke("eval", str(folder), "--task", str(task), catch_exceptions=True)
     if done.exit_code != 0:
         _one_line(done, warnings=True)
+
+
+headprune_record = st.one_of(
+    json_value,
+    st.fixed_dictionaries({"base_class": st.sampled_from(["pipeline", "AutoModel", "LlamaForCausalLM", "GPT2Model",
+                                                          "PreTrainedModel", "__class__", "os", ""]) | st.text(
+        max_size=12)}, optional={"layers": json_value, "head_dim": json_value, "paths": json_value}),
+)
+
+
+@pytest.mark.slow  # each generated input loads a model through the command line
+@FEW
+@given(record=headprune_record)
+def test_fuzzed_headprune_records_are_one_line_and_exit_2(tmp_path_factory, tiny_dir, record) -> None:  # noqa: ANN001
+    """config.json's ``headprune`` key of any value: refused in one line (a TypeError, exit 3, before; a base class
+    of ``pipeline`` was subclassed as given)."""
+    folder = tmp_path_factory.mktemp("h") / "model"
+    shutil.copytree(tiny_dir, folder, copy_function=os.link)
+    config = json.loads((tiny_dir / "config.json").read_text())
+    (folder / "config.json").unlink()
+    (folder / "config.json").write_text(json.dumps({**config, "headprune": record}))
+    with _deadline():
+        done = invoke("eval", str(folder), "--task", "sentiment:n=4", catch_exceptions=True)
+    if record is not None:
+        assert done.exit_code == 2, done.output[-2000:]
+        _refused_cleanly(done)
 
 
 @pytest.fixture(scope="module")
@@ -387,7 +448,7 @@ env_value = st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Cs",
                       st.sampled_from(["", " ", "0", "1", "-1", "1e3", "0x10", "inf", "nan", "2048"]))
 env_name = st.sampled_from(["HEADPRUNE_LAYER_CACHE_MB", "HEADPRUNE_DIST_TIMEOUT_MIN", "HEADPRUNE_MAX_TASK_MB",
                             "HEADPRUNE_MAX_LINE_CHARS", "HEADPRUNE_MAX_EXAMPLES", "HEADPRUNE_MAX_NEW_TOKENS",
-                            "HEADPRUNE_MAX_SETS", "HEADPRUNE_CPU_LINEAR"])
+                            "HEADPRUNE_MAX_SETS", "HEADPRUNE_CPU_LINEAR", "HEADPRUNE_SANDBOX_MODE"])
 
 
 @FUZZ

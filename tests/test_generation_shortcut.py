@@ -122,7 +122,8 @@ def test_contract_compares_generated_texts() -> None:
 
 
 @pytest.mark.parametrize("solution", [False, True])
-def test_code_completions_stop_where_generate_with_stop_strings_would(tiny_causal, solution: bool) -> None:
+def test_code_completions_stop_where_generate_with_stop_strings_would(tiny_causal, solution: bool,  # noqa: ANN001
+                                                                      strongest_sandbox) -> None:
     """A code task's greedy decoding ends at its stop strings, as a harness passing them to ``generate`` does:
     the same completion as plain ``generate`` to ``max_new_tokens``, cut; and fewer model calls when every
     printable character stops a completion than when none does. With a reference solution teacher-forced, from

@@ -172,16 +172,16 @@ def test_find_holds_its_lock_until_its_outputs_are_written(inputs, tmp_path, mon
 
     out = tmp_path / "run"
     probes: list[subprocess.CompletedProcess] = []
-    replace = os.replace
+    move = headprune.core.io.rename_noreplace  # how a new file moves in: never onto one that appeared meanwhile
 
-    def replace_and_probe(source, target) -> None:  # noqa: ANN001
-        replace(source, target)
+    def move_and_probe(source, target) -> None:  # noqa: ANN001
+        move(source, target)
         if Path(target) == out / "result.json":
             probes.append(subprocess.run([sys.executable, "-c", "from headprune.core.folder_lock import FolderLock\n"
                                           f"FolderLock({str(out)!r}, what='export').acquire()"],
                                          capture_output=True, text=True))
 
-    monkeypatch.setattr(headprune.core.io.os, "replace", replace_and_probe)
+    monkeypatch.setattr(headprune.core.io, "rename_noreplace", move_and_probe)
     done = invoke("find", str(inputs / "model"), "--task", str(inputs / "t.jsonl"), *FIND, "--out", str(out))
     assert done.exit_code in (0, 1), done.output
     (probe,) = probes

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from headprune.errors import TaskError
 from headprune.scoring import sandbox
-from headprune.scoring.execution import permit_code_execution, run_program
+from headprune.scoring.execution import code_isolation, permit_code_execution, run_program
 from headprune.scoring.sandbox import Isolation
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the kernel walls tested here are Linux's")
@@ -88,11 +89,10 @@ def test_the_hook_alone_can_be_switched_off(isolations) -> None:  # noqa: ANN001
     assert not _run("import ctypes\n", Isolation()).passed  # the hook, armed, refuses it
 
 
-def test_the_token_is_out_of_reach(tmp_path, walled) -> None:  # noqa: ANN001
-    """HF_TOKEN in the runner's environment: the program's environment lacks it, and neither the environ, cmdline
-    nor memory of any process it can see (its ancestors included) holds it."""
-    secret = "hf_" + secrets.token_hex(16)
-    program = DISARM + r'''
+def _token_program() -> str:
+    """A program that escapes (exit 0) when it finds a Hub token (``hf_`` and 32 hex digits) in its own environment,
+    or in the environ, cmdline or memory of any process it can see, its ancestors included."""
+    return DISARM + r'''
 import os, re, sys
 found = ["own environment"] if any("HF_TOKEN" in key for key in os.environ) else []
 pattern = re.compile(rb"hf_[0-9a-f]{32}")
@@ -130,6 +130,13 @@ if found:
     sys.exit(0)
 sys.exit(1)
 '''
+
+
+def test_the_token_is_out_of_reach(tmp_path, walled) -> None:  # noqa: ANN001
+    """HF_TOKEN in the runner's environment: the program's environment lacks it, and neither the environ, cmdline
+    nor memory of any process it can see (its ancestors included) holds it."""
+    secret = "hf_" + secrets.token_hex(16)
+    program = _token_program()
     runner = ("import json, sys\nfrom headprune.scoring.execution import permit_code_execution, run_program\n"
               "from headprune.scoring.sandbox import Isolation\nwith permit_code_execution():\n"
               "    for fields in json.loads(sys.argv[1]):\n"
@@ -229,20 +236,14 @@ with permit_code_execution():
     assert _untouched(outside)
 
 
-def test_no_network_and_no_new_processes_even_with_the_hook_off(tmp_path, walled) -> None:  # noqa: ANN001
-    """A TCP listener and a Unix socket here receive nothing; no command runs."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    unix = socket.socket(socket.AF_UNIX)
-    unix.bind(str(tmp_path / "s"))
-    unix.listen()
-    unix.settimeout(0.2)
-    marker = tmp_path / "ran"
-    program = DISARM + f'''
+def _network_program(port: int, unix: Path, marker: Path) -> str:
+    """A program that escapes (exit 0) when it reaches a TCP listener on ``port`` or a Unix socket at ``unix``, or
+    runs a command (which would create ``marker``)."""
+    return DISARM + f'''
 import os, socket, subprocess, sys
 escaped = []
-for family, address in ((socket.AF_INET, ("127.0.0.1", {server.getsockname()[1]})),
-                        (socket.AF_UNIX, {str(tmp_path / "s")!r})):
+for family, address in ((socket.AF_INET, ("127.0.0.1", {port})),
+                        (socket.AF_UNIX, {str(unix)!r})):
     try:
         s = socket.socket(family)
         s.settimeout(2)
@@ -262,6 +263,18 @@ if escaped or os.path.exists({str(marker)!r}):
     sys.exit(0)
 sys.exit(1)
 '''
+
+
+def test_no_network_and_no_new_processes_even_with_the_hook_off(tmp_path, walled) -> None:  # noqa: ANN001
+    """A TCP listener and a Unix socket here receive nothing; no command runs."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(tmp_path / "s"))
+    unix.listen()
+    unix.settimeout(0.2)
+    marker = tmp_path / "ran"
+    program = _network_program(server.getsockname()[1], tmp_path / "s", marker)
     try:
         assert _escapes(program, walled) == []
         for listener in (server, unix):
@@ -375,16 +388,21 @@ def test_memory_and_output_are_bounded(isolations) -> None:  # noqa: ANN001
 
 
 def test_a_weaker_isolation_is_said(monkeypatch, caplog) -> None:  # noqa: ANN001
-    """Where only the plain mode runs, the runner says so (a warning naming what is missing), never silently."""
-    monkeypatch.setattr(sandbox, "_chosen", None)
+    """Where only the plain mode runs, the runner says so, never silently: left to choose, its refusal names what is
+    missing; named, a warning says the mode programs run in."""
+    monkeypatch.setattr(sandbox, "_chosen", {})
     monkeypatch.setattr(sandbox, "candidates", lambda: [Isolation(True, None, 0, False), Isolation()])
     real = sandbox.launch
     monkeypatch.setattr(sandbox, "launch", lambda source, isolation, **kw: (125, "headprune sandbox: cannot set up: "
                         "unshare: refused") if isolation.namespaces else real(source, isolation, **kw))
-    with caplog.at_level("WARNING", logger="headprune"):
-        chosen = sandbox.best_isolation()
-    assert chosen.mode == "plain" and "unshare: refused" in chosen.left_out[0]
-    assert "no kernel isolation" in caplog.text and "unshare: refused" in caplog.text
+    monkeypatch.delenv("HEADPRUNE_SANDBOX_MODE", raising=False)
+    with permit_code_execution(), pytest.raises(TaskError, match="plain mode .namespaces: headprune sandbox: cannot "
+                                                                 "set up: unshare: refused"):
+        code_isolation()
+    with caplog.at_level("WARNING", logger="headprune"), permit_code_execution(mode="plain"):
+        chosen = code_isolation()
+    assert chosen.mode == "plain" and "programs run in the plain mode (as asked), behind no kernel isolation" in \
+        caplog.text
 
 
 def test_no_capabilities_and_no_new_privileges(isolations) -> None:  # noqa: ANN001
@@ -400,3 +418,90 @@ print("caps", *struct.unpack("6I", data.raw), "nnp", libc.prctl(39, 0, 0, 0, 0),
     for isolation in isolations:
         outcome = _run(program, isolation)
         assert outcome.passed and outcome.detail == "caps 0 0 0 0 0 0 nnp 1", (isolation.describe(), outcome.detail)
+
+
+# Each sandbox mode forced the way a user forces it (HEADPRUNE_SANDBOX_MODE, which --sandbox-mode sets), chosen by
+# headprune's own selection in a process of its own, and the escapes above run through it; "without Landlock" is
+# the process mode on a kernel without Landlock (before 5.13, or turned off), which the runner pretends by a test
+# hook (landlock_abi() is 0). What each mode claims (README's table): "environment", HF_TOKEN out of reach in the
+# program's environment and headprune's own process; "files", the user's files unreadable and unchanged;
+# "network", no connection and no command; every mode claims the time limit.
+CLAIMS = {
+    "namespaces": ("environment", "files", "network"),
+    "process": ("environment", "files", "network"),
+    "process without Landlock": ("environment", "network"),
+    "plain": ("environment",),
+}
+MODE_RUNNER = """
+import json, sys
+from headprune.scoring import sandbox_kernel
+if sys.argv[1]:
+    sandbox_kernel.landlock_abi = lambda: 0  # the test hook: this kernel has no Landlock
+from headprune.scoring.execution import code_isolation, permit_code_execution, run_program
+with permit_code_execution():  # the mode is HEADPRUNE_SANDBOX_MODE's
+    print(json.dumps(code_isolation().mode), flush=True)
+    for source in json.loads(sys.argv[2]):
+        outcome = run_program(source, time_limit_s=2.0)
+        print(json.dumps([outcome.status, outcome.detail]), flush=True)
+"""
+
+
+@pytest.mark.parametrize("name", list(CLAIMS))
+def test_each_mode_forced_holds_what_it_claims(tmp_path, name) -> None:  # noqa: ANN001
+    mode, without = name.split(" ", 1)[0], " without " in name
+    secret = "hf_" + secrets.token_hex(16)
+    outside, marker = _outside(tmp_path / "outside"), tmp_path / "ran"
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(tmp_path / "s"))
+    unix.listen()
+    unix.settimeout(0.2)
+    programs = {"environment": _token_program(), "files": _files_escape(outside),
+                "network": _network_program(server.getsockname()[1], tmp_path / "s", marker),
+                "limits": DISARM + "while True:\n    pass\n"}
+    claimed = (*CLAIMS[name], "limits")
+    env = {**os.environ, "HF_TOKEN": secret, "HEADPRUNE_SANDBOX_MODE": mode}
+    try:
+        done = subprocess.run([sys.executable, "-c", MODE_RUNNER, "1" if without else "",
+                               json.dumps([programs[claim] for claim in claimed])], capture_output=True, text=True,
+                              env=env, timeout=180)
+        if done.returncode != 0 and "headprune sandbox:" in done.stderr:
+            pytest.skip(f"the {name} mode does not run on this machine: {done.stderr.strip().splitlines()[-1]}")
+        assert done.returncode == 0, done.stderr
+        chosen, *outcomes = [json.loads(line) for line in done.stdout.splitlines()]
+        assert chosen == mode and len(outcomes) == len(claimed)
+        for claim, (status, detail) in zip(claimed, outcomes):
+            if claim == "limits":
+                assert status == "timeout", (name, detail)
+            else:
+                assert status != "passed" and "ESCAPED" not in detail and secret not in detail, (name, claim, detail)
+        for listener in (server, unix):
+            with pytest.raises(TimeoutError):
+                listener.accept()
+    finally:
+        server.close()
+        unix.close()
+    assert _untouched(outside) and not marker.exists()
+
+
+@pytest.mark.parametrize("weakest", [Isolation(), Isolation(False, None, 0, True)], ids=["plain", "seccomp only"])
+def test_left_to_choose_a_mode_that_cannot_contain_a_program_is_refused_unless_named(monkeypatch,  # noqa: ANN001
+                                                                                     weakest) -> None:
+    """No namespaces and no Landlock (Ubuntu 24.04's AppArmor rule and an old kernel; a container; macOS): the
+    program could read the user's files and the shell's HF_TOKEN, so nothing runs unless that mode is named."""
+    monkeypatch.setattr(sandbox, "_chosen", {})
+    monkeypatch.setattr(sandbox, "candidates", lambda: [Isolation(True, None, 0, False), weakest])
+    real = sandbox.launch
+    monkeypatch.setattr(sandbox, "launch", lambda source, isolation, **kw: (125, "headprune sandbox: cannot set up: "
+                        "unshare: refused") if isolation.namespaces else real(source, isolation, **kw))
+    monkeypatch.delenv("HEADPRUNE_SANDBOX_MODE", raising=False)
+    with permit_code_execution(), pytest.raises(TaskError, match=rf"the strongest sandbox here is the {weakest.mode} "
+                                                                 rf"mode \(namespaces: .*unshare: refused.*give "
+                                                                 rf"sandbox_mode {weakest.mode} "):
+        run_program("pass")
+    with permit_code_execution(mode=weakest.mode):
+        assert run_program("pass").passed
+    monkeypatch.setenv("HEADPRUNE_SANDBOX_MODE", weakest.mode)  # the same, for HF_ALLOW_CODE_EVAL=1 users
+    with permit_code_execution():
+        assert run_program("pass").passed

@@ -102,7 +102,11 @@ def test_templates_of_untrusted_tasks_render_in_a_sandbox(tmp_path) -> None:  # 
     template = (f"{{{{ cycler.__init__.__globals__.os.open({str(marker)!r}, 65) }}}}{{{{question}}}}")
     path = _task(folder, "hp_jinja")
     path.write_text(path.read_text().replace('doc_to_text: "{{question}}"', f'doc_to_text: "{template}"'))
-    with pytest.raises(TaskError, match="building its prompts failed|SecurityError|unsafe"):
+    done = invoke("eval", str(tmp_path / "no-model"), "--task", f"lm-eval:{path}", catch_exceptions=True)
+    assert done.exit_code == 2 and done.stderr.count("\n") == 1, done.stderr  # no dataset progress bars before it
+    assert "Jinja's sandbox refuses" in done.stderr and "--trust-remote-code only for a task file you trust" in \
+        done.stderr and "dataset could not be loaded" not in done.stderr
+    with pytest.raises(TaskError, match="its template does what Jinja's sandbox refuses .access to attribute"):
         load_task(f"lm-eval:{path}")
     assert not marker.exists()
     load_task(f"lm-eval:{path}", trust_remote_code=True)

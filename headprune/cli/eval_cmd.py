@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from headprune.cli.options import (HEAD_LIST, ablation_option, batch_option, model_argument, refuse_inapplicable,
-                                   run_options, task_option)
+from headprune.cli.options import (HEAD_LIST, ablation_option, batch_option, code_execution_rule, model_argument,
+                                   refuse_inapplicable, run_options, task_option)
 from headprune.heads import format_heads
 
 
@@ -28,37 +28,44 @@ from headprune.heads import format_heads
 @click.pass_context
 def eval_command(ctx: click.Context, model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None,
                  batch_size: int | str, out: Path | None, device: str, device_map: str | None, max_memory: str | None,
-                 dtype: str, trust_remote_code: bool, allow_code_execution: bool, as_json: bool) -> None:
+                 dtype: str, trust_remote_code: bool, allow_code_execution: bool, sandbox_mode: str | None,
+                 as_json: bool) -> None:
     """Score TASK on MODEL, example by example, with HEADS ablated.
 
     Code tasks run the model's generated code only with --allow-code-execution (untrusted code: use a
-    container or VM).
+    container or VM), in the sandbox mode it prints.
     """
     from headprune.scoring.execution import permit_code_execution
 
     refuse_inapplicable(ctx, ("ablation", bool(heads), "with --heads (the heads whose outputs it replaces)"),
-                        ("device", device_map is None, "without --device-map (which places the layers itself)"))
+                        ("device", device_map is None, "without --device-map (which places the layers itself)"),
+                        code_execution_rule(allow_code_execution))
     if out is not None:
         _check_out(out, task_spec, model)  # before the evaluation, not after it
     placement = {"device": device, "device_map": device_map, "max_memory": max_memory, "dtype": dtype,
                  "trust_remote_code": trust_remote_code}
-    with permit_code_execution(allow_code_execution):
+    with permit_code_execution(allow_code_execution, mode=sandbox_mode):
         _eval(model, task_spec, heads, ablation, limit, batch_size, out, placement, as_json)
 
 
-def _check_out(out: Path, task_spec: str, model: str) -> None:
-    """Refuse an --out that cannot be written, or that is one of the inputs (the task file, the model)."""
-    from headprune.core.io import check_writable_folder
-    from headprune.errors import ResultFileError
+def _check_out(out: Path, task_spec: str, model: object) -> None:
+    """Refuse an --out that cannot be written, or that is, holds or lies inside an input of this evaluation (the
+    model, the task's files); checked before the evaluation and again, with the loaded model's folder, before the
+    results are written.
 
+    Raises:
+        ResultFileError
+    """
+    from headprune.core.io import check_writable_folder
+    from headprune.core.paths import check_output_name, refuse_overlap
+    from headprune.exporter.destination import local_sources
+    from headprune.tasks import task_files
+
+    check_output_name(out)
     check_writable_folder(out.parent)
-    for given in (task_spec.split(":", 1)[0] if not Path(task_spec).exists() else task_spec, model):
-        try:
-            same = out.exists() and Path(given).exists() and out.samefile(given)
-        except OSError:
-            same = False
-        if same:
-            raise ResultFileError(f"--out {out} is an input of this evaluation ({given}); write the results elsewhere")
+    inputs = [*(("the model", path) for path in local_sources(model)),
+              *(("the task file", path) for path in task_files(task_spec))]
+    refuse_overlap(out, inputs, advice="write the results elsewhere")
 
 
 def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int | str,
@@ -85,6 +92,7 @@ def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | 
     result = evaluator.run(heads, mode=ablation, means=means, progress=sys.stderr.isatty(), label=task.name)
     seconds = time.perf_counter() - started
     if out is not None:
+        _check_out(out, task_spec, lm)  # the folder the model was read from (a Hub id's, a converted GGUF's)
         atomic_write_text(out, "".join(json.dumps({"id": r.id, "correct": r.correct, "margin": r.margin,
                                                    **({"text": r.text} if r.text is not None else {})}) + "\n"
                                        for r in result.results))  # generate kinds: what the model wrote

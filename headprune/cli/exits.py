@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 
 import click
@@ -53,3 +54,14 @@ def message(error: HeadpruneError, ctx: click.Context | None) -> str:
         if name in flags:
             text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", flags[name], text)
     return text
+
+
+def bad_path(error: BaseException) -> str | None:
+    """The one-line message of an error no input check caught but that is bad input all the same: a path longer
+    than the system allows (``File name too long``), wherever it was first used; None for any other error."""
+    from headprune.core.paths import shown
+
+    if not isinstance(error, OSError) or error.errno != errno.ENAMETOOLONG:
+        return None
+    name = f": {shown(error.filename)}" if error.filename is not None else ""
+    return f"a path is too long for this system ({error.strerror}{name}); give a shorter one"

@@ -88,13 +88,15 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
     # Its help (what --help says) names the registered formats: see the decorator.
     from headprune.core.io import check_writable_folder
     from headprune.core.record_json import to_json
-    from headprune.exporter.destination import check_destination, local_sources
+    from headprune.exporter.destination import check_destination, export_inputs
     from headprune.exporter.pipeline import export
+    from headprune.exporter.resolve import read_result
 
     refuse_inapplicable(click.get_current_context(), *((option.name, fmt == owner, f"with --format {owner}")
                                                        for owner, option in format_options()))
     out = out or Path("exports") / f"{slug(model)}-pruned{'' if fmt == DEFAULT_FORMAT else '-' + fmt}"
-    check_destination(out, sources=local_sources(model), overwrite=overwrite)  # before even a write probe
+    read = export_inputs(model, heads_spec, verify_task, read_result(heads_spec))  # the model, the run, the tasks
+    check_destination(out, sources=read, overwrite=overwrite)  # before even a write probe
     check_writable_folder(out.parent)
     record = export(model, heads_spec, set_rank=set_rank, format=fmt, layout=layout, ablation=ablation,
                     verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,

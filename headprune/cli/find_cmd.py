@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from headprune.cli.options import (ablation_option, batch_option, model_argument, refuse_inapplicable, run_options,
-                                   slug, task_option)
+from headprune.cli.options import (ablation_option, batch_option, code_execution_rule, model_argument,
+                                   refuse_inapplicable, run_options, slug, task_option)
 from headprune.core.choices import OBJECTIVES, PREFER, PROTOCOLS, RANK_KEYS, SCREENS, SEARCHES
 from headprune.search.settings import (DEFAULT_BEAM_WIDTH, DEFAULT_CANDIDATES, DEFAULT_DISCOVERY, DEFAULT_HELDOUT,
                                        DEFAULT_MAX_DROP, DEFAULT_PATIENCE, PROTOCOL_PRESETS, FindSettings,
@@ -21,14 +21,12 @@ DEFAULTS = FindSettings()  # the options' defaults are the settings' own
 
 
 def _refuse_code_tasks(*specs: str | None) -> None:
-    """Tasks whose kind runs generated code (code tasks, from JSONL files) need code execution allowed: say so
-    before anything is loaded."""
-    from headprune.scoring.execution import code_execution_allowed, require_code_execution
+    """Tasks whose kind runs generated code (code tasks, from JSONL files) need code execution allowed and a sandbox
+    that holds (or one named): say so, and which mode programs will run in, before anything is loaded."""
+    from headprune.scoring.execution import require_code_execution
     from headprune.tasks import PREFIX, load_task
     from headprune.tasks.kinds import kind_spec
 
-    if code_execution_allowed():
-        return
     for spec in specs:
         if spec and not spec.startswith(PREFIX) and kind_spec(load_task(spec).kind).runs_code:
             require_code_execution(spec)
@@ -100,7 +98,7 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
                  heldout: int, control: tuple[str, ...], out: Path | None, resume: bool, overwrite: bool, device: str,
                  device_map: str | None, max_memory: str | None, dtype: str, trust_remote_code: bool,
-                 allow_code_execution: bool, as_json: bool, **options: object) -> None:
+                 allow_code_execution: bool, sandbox_mode: str | None, as_json: bool, **options: object) -> None:
     """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, a large
     one whose removal TASK does not notice), and test it on held-out data.
 
@@ -114,6 +112,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.core.io import check_writable_folder
     from headprune.core.record_json import to_json
     from headprune.report.markdown import verdict_line, write_outputs
+    from headprune.report.run_folder import check_run_destination, run_inputs
     from headprune.report.text import stage_times_line
     from headprune.scoring.execution import permit_code_execution
     from headprune.search.find import check_run_folder, find, resume_after_restart
@@ -123,27 +122,35 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                         ("control_limit", bool(control), "with --control"),
                         *((name, settings.objective == "improve", improve_only)
                           for name in ("nominees", "max_heads", "extend", "finalists")),
-                        ("device", device_map is None, "without --device-map (which places the layers itself)"))
+                        ("device", device_map is None, "without --device-map (which places the layers itself)"),
+                        code_execution_rule(allow_code_execution))
     given = [name for name in PROTOCOL_PRESETS.get(settings.protocol or "", {})
              if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
     with_protocol(settings, given=given)  # a protocol fixes its search: an option given against it is refused
     out = out or Path("runs") / f"{slug(model)}-{slug(task_spec)}"
-    with permit_code_execution(allow_code_execution):
+    inputs = run_inputs(model, [task_spec, heldout_task, *control])
+    check_run_destination(out, inputs)  # never on an input, nor in a folder of other files (again once locked)
+    with permit_code_execution(allow_code_execution, mode=sandbox_mode):
         _refuse_code_tasks(task_spec, heldout_task, *control)  # before any output or model exists
     resume, overwrite = resume_after_restart(out, distributed.restarted(), resume=resume, overwrite=overwrite)
     check_run_folder(out, resume=resume, overwrite=overwrite)  # before even a write probe (again once locked)
     check_writable_folder(out)
     team = distributed.join(device)  # one process unless torchrun / accelerate launch started several
     lock = FolderLock(out, what="find")  # held by rank 0 until the outputs are written
+
+    def claim() -> frozenset[str]:  # the run files out holds once it is held: those its outputs may replace
+        lock.acquire()
+        return check_run_destination(out, inputs)
+
     try:
-        team.from_main(lambda: lock.acquire() and None)
-        with permit_code_execution(allow_code_execution):
+        present = team.from_main(claim)
+        with permit_code_execution(allow_code_execution, mode=sandbox_mode):
             result = find(model, task_spec, settings=settings, heldout_task=heldout_task, discovery=discovery,
                           heldout=heldout, control=control or None, out=out, resume=resume, overwrite=overwrite,
                           device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
                           trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team)
         if team.is_main:
-            write_outputs(result, out)
+            write_outputs(result, out, present=present)
     except KeyboardInterrupt:
         if team.is_main:
             click.echo(f"headprune: progress is saved in {out}/journal.jsonl; add --resume to continue", err=True)

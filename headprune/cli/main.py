@@ -69,6 +69,9 @@ class HeadpruneGroup(click.Group):
         except Exception as error:  # noqa: BLE001 - the one place that turns bugs into a message
             if _debug():
                 raise
+            if exits.bad_path(error) is not None:
+                click.echo(redact_credentials(f"headprune: error: {exits.bad_path(error)}"), err=True)
+                ctx.exit(exits.BAD_INPUT)
             click.echo(redact_credentials(f"headprune: internal error: {type(error).__name__}: {error} "
                                           "(set HEADPRUNE_DEBUG=1 for the traceback)"), err=True)
             ctx.exit(exits.INTERNAL)

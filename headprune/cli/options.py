@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from headprune.core.choices import ABLATIONS, DEVICE_MAPS, LOAD_DTYPES
+from headprune.core.choices import ABLATIONS, DEVICE_MAPS, LOAD_DTYPES, SANDBOX_MODES
 from headprune.errors import HeadSpecError, SettingsError
 from headprune.heads import Head, parse_heads
 
@@ -47,6 +47,11 @@ allow_code_execution_option = click.option(
          "the code is untrusted; each program runs isolated (on Linux: its own namespaces, seccomp, Landlock; "
          "no environment, network or files of yours) with time and memory limits; elsewhere the walls are "
          "weaker. Untrusted models are best run in a container or VM.")
+sandbox_mode_option = click.option(
+    "--sandbox-mode", type=click.Choice(SANDBOX_MODES), default=None,
+    help="With --allow-code-execution: the walls programs run behind [default: HEADPRUNE_SANDBOX_MODE, else auto]. "
+         "auto takes the strongest here and refuses to run where even that cannot keep your files and HF_TOKEN "
+         "unreadable (plain; process without Landlock); a mode named runs in it (README: what each holds).")
 ablation_option = click.option(
     "--ablation", type=click.Choice(ABLATIONS), default="zero", show_default=True,
     help="Replace an ablated head's output by zeros, or by its mean over the task's inputs.",
@@ -95,7 +100,8 @@ def run_options(command):  # noqa: ANN001, ANN201
     """The options of a command that runs a model on a task (find, eval): where it runs, in what precision,
     what it may execute, and JSON output; in this order in ``--help``."""
     for option in reversed((device_option, device_map_option, max_memory_option, dtype_option,
-                            trust_remote_code_option, allow_code_execution_option, json_option)):
+                            trust_remote_code_option, allow_code_execution_option, sandbox_mode_option,
+                            json_option)):
         command = option(command)
     return command
 
@@ -112,3 +118,11 @@ def refuse_inapplicable(ctx: click.Context, *rules: tuple[str, bool, str]) -> No
         if not applies and ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
                                                                ParameterSource.ENVIRONMENT):
             raise SettingsError(f"{name} applies only {when}; it would be ignored here", settings=(name,))
+
+
+def code_execution_rule(allow_code_execution: bool) -> tuple[str, bool, str]:
+    """:func:`refuse_inapplicable`'s rule for ``--sandbox-mode``: it applies only where code may run."""
+    from headprune.scoring.execution import code_execution_allowed
+
+    return ("sandbox_mode", allow_code_execution or code_execution_allowed(),
+            "with --allow-code-execution (or HF_ALLOW_CODE_EVAL=1)")

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import pickle
 import re
+import warnings
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -25,6 +27,7 @@ from headprune.errors import UnsupportedModelError
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_NAME = "pytorch_model.bin"
 PICKLE_INDEX = "pytorch_model.bin.index.json"
+_PROTOCOL_WARNING = re.compile(r"Detected pickle protocol (\d+) in the checkpoint")
 
 
 def has_weights(folder: Path) -> bool:
@@ -88,28 +91,52 @@ def load_pickle(path: Path) -> dict[str, torch.Tensor]:
         UnsupportedModelError: the pickle needs more than tensors and plain containers (it would run code), it is
             damaged, or it holds something other than a flat dict of tensors.
     """
-    try:
+    with pickle_protocols() as protocols:
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as error:
-            if "mmap" not in str(error):
-                raise
-            state = torch.load(path, map_location="cpu", weights_only=True)  # the legacy format cannot be mapped
-    except pickle.UnpicklingError as error:
-        raise refused(path, error) from error
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile) as error:
-        raise UnsupportedModelError(f"{path}: cannot read the weights ({_first_line(error)})") from error
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as error:
+                if "mmap" not in str(error):
+                    raise
+                state = torch.load(path, map_location="cpu", weights_only=True)  # the legacy format cannot be mapped
+        except pickle.UnpicklingError as error:
+            raise refused(path, error, protocols) from error
+        except (RuntimeError, EOFError, OSError, zipfile.BadZipFile) as error:
+            raise UnsupportedModelError(f"{path}: cannot read the weights ({_first_line(error)})") from error
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                               for k, v in state.items()):
         raise UnsupportedModelError(f"{path}: not a state dict (a flat mapping of names to tensors)")
     return state
 
 
-def refused(path: Path, error: pickle.UnpicklingError) -> UnsupportedModelError:
+@contextmanager
+def pickle_protocols() -> Iterator[list[int]]:
+    """Inside the block, torch's warning that a pickle was written with a protocol other than 2 (two lines on
+    stderr, which its weights-only reader may then refuse) is not printed: its protocol is collected for the one
+    line of a refusal (:func:`refused`). Every other warning is shown as usual."""
+    protocols: list[int] = []
+    with warnings.catch_warnings():  # restores showwarning however the block ends
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+            found = _PROTOCOL_WARNING.search(str(message))
+            if found:
+                protocols.append(int(found.group(1)))
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield protocols
+
+
+def refused(path: Path, error: pickle.UnpicklingError, protocols: Sequence[int] = ()) -> UnsupportedModelError:
     """The one-line error for a pickle that ``torch.load(weights_only=True)`` refuses (by headprune or by
-    transformers' own loading), with the unpickler's reason instead of its advice to load it unsafely."""
+    transformers' own loading), with the unpickler's reason instead of its advice to load it unsafely, and the
+    pickle protocol where torch warned of it (collected by :func:`pickle_protocols`)."""
     found = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\s+Please use|\n\n|$)", str(error), re.DOTALL)
     why = found.group(1).strip() if found and found.group(1).strip() else _first_line(error)
+    if protocols:
+        why += f"; it is written with pickle protocol {protocols[0]}, which that reader takes only in part"
     return UnsupportedModelError(
         f"{path}: torch.load(weights_only=True) refuses it ({why}): it is not a plain state dict of tensors (it "
         "needs code to load, or it is damaged), and headprune never runs code from a weights file; convert it to "

@@ -26,10 +26,15 @@ EXPORT_FORMATS = ("safetensors", "onnx", "gguf")
 EXPORT_LAYOUTS = ("sliced", "dense")
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
 
+# Code tasks: the walls generated programs run behind (headprune.scoring.sandbox); auto takes the strongest here and
+# refuses one that cannot keep HF_TOKEN and the user's files unreadable, which must then be named
+SANDBOX_MODES = ("auto", "namespaces", "process", "plain")
+
 # Loading a model (headprune.core.devices): precisions by torch name, and accelerate's placements
 DTYPES = ("float32", "bfloat16", "float16")
 LOAD_DTYPES = ("auto", *DTYPES)
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
 __all__ = ["ABLATIONS", "DEVICE_MAPS", "DTYPES", "EXPORT_FORMATS", "EXPORT_LAYOUTS", "GGUF_TYPES", "LOAD_DTYPES",
-           "OBJECTIVES", "PREFER", "PROTOCOLS", "RANK_KEYS", "SCREENS", "SEARCHES", "TASK_KINDS"]
+           "OBJECTIVES", "PREFER", "PROTOCOLS", "RANK_KEYS", "SANDBOX_MODES", "SCREENS", "SEARCHES",
+           "TASK_KINDS"]

@@ -9,7 +9,6 @@ permissions (the umask decides, as for any file the user makes), never the priva
 
 from __future__ import annotations
 
-import errno
 import glob
 import json
 import os
@@ -19,11 +18,12 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from headprune.errors import InternalCheckError, ResultFileError
+from headprune.core.paths import check_output_name, exchange, rename_noreplace, shown
+from headprune.errors import HeadpruneError, InternalCheckError, KeptOutputError, ResultFileError
 
 OWNER_SUFFIX = ".owner"
 
@@ -144,10 +144,17 @@ def temporary_folder(target: Path) -> Iterator[Path]:
         os.mkdir(folder, 0o777)  # the umask applies (tempfile.mkdtemp would make it 0700)
     except OSError as error:
         raise ResultFileError(f"cannot write to {target}: {error.strerror or error}") from error
+    kept = False
     try:
         yield folder
+    except KeptOutputError:
+        kept = True  # the folder holds a finished output that could not go into place: the user's now
+        raise
     finally:
-        _remove_owned(owner)
+        if kept:
+            owner.unlink(missing_ok=True)  # no longer announced as headprune's: no later run removes it
+        else:
+            _remove_owned(owner)
 
 
 def _remove_owned(owner: Path) -> bool:
@@ -165,7 +172,8 @@ def _remove_owned(owner: Path) -> bool:
 
 
 @contextmanager
-def atomic_folder(target: Path, *, replace: bool = False, last: Sequence[str] = ()) -> Iterator[Path]:
+def atomic_folder(target: Path, *, replace: bool = False, last: Sequence[str] = (),
+                  check: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Yield a temporary folder beside ``target``; on success its files become ``target``, on failure it goes.
 
     Args:
@@ -174,48 +182,70 @@ def atomic_folder(target: Path, *, replace: bool = False, last: Sequence[str] = 
             in one step where the system can, then the old one removed); otherwise, and into an empty ``target``,
             the new files are moved into the existing folder, each by rename.
         last: names moved last into an existing folder (a record that says the rest is complete).
+        check: the rule ``target`` must still meet, called on it right before the move (and, when a folder is
+            replaced, on the folder taken out of place, before it is removed): what raises leaves the new folder
+            where it is, replaces and removes nothing, and becomes a :class:`KeptOutputError` naming it. Each move
+            also refuses to replace a path that appeared since (``rename_noreplace``).
+
+    Raises:
+        KeptOutputError: the check refused, or the move failed: the new output stays in its staging folder.
     """
     target = Path(target)
     with temporary_folder(target) as staging:
         yield staging
         try:
             give_normal_permissions(staging)
-            if not target.exists():
-                staging.rename(target)
-            elif replace and any(target.iterdir()):
-                if not _exchange(staging, target):  # the old folder is now where staging was, and goes with it
-                    old = staging.with_name(staging.name + ".old")
-                    target.rename(old)
-                    try:
-                        staging.rename(target)
-                    except OSError:
-                        old.rename(target)  # the previous folder back in place
-                        raise
+            if check is not None:
+                check(target)
+            _move_into_place(staging, target, replace=replace, last=last, check=check)
+        except (OSError, HeadpruneError) as error:  # the check's refusal (an export's, a find run's), or the move's
+            why = str(error) if isinstance(error, HeadpruneError) else f"{error.strerror or error}"
+            raise KeptOutputError(f"the new output was not moved into {shown(target)} ({why}); nothing there was "
+                                  f"replaced or removed, and it is kept in {staging}",
+                                  settings=("out", *getattr(error, "settings", ()))) from error
+
+
+def _move_into_place(staging: Path, target: Path, *, replace: bool, last: Sequence[str],
+                     check: Callable[[Path], None] | None) -> None:
+    """The final move of :func:`atomic_folder`.
+
+    Raises:
+        OSError, or what ``check`` raises on the folder taken out of place (then put back).
+    """
+    if not target.exists():
+        rename_noreplace(staging, target)
+    elif replace and any(target.iterdir()):
+        old = staging.with_name(staging.name + ".old")
+        if exchange(staging, target):  # the old folder is now where staging was; back if it is not as checked
+            _still_as_checked(staging, check, undo=lambda: exchange(staging, target))
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            target.rename(old)
+            _still_as_checked(old, check, undo=lambda: rename_noreplace(old, target))
+            try:
+                rename_noreplace(staging, target)
+            except OSError:
+                rename_noreplace(old, target)  # the previous folder back in place
+                raise
+    else:
+        for item in sorted(staging.iterdir(), key=lambda p: p.name in last):
+            destination = target / item.name
+            if destination.exists() and not destination.is_symlink():
+                os.replace(item, destination)  # a file the check allowed to be replaced
             else:
-                for item in sorted(staging.iterdir(), key=lambda p: p.name in last):
-                    os.replace(item, target / item.name)
-        except OSError as error:
-            raise ResultFileError(f"cannot move the new files into {target}: {error.strerror or error}") from error
+                rename_noreplace(item, destination)
 
 
-def _exchange(first: Path, second: Path) -> bool:
-    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system cannot."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
+def _still_as_checked(old: Path, check: Callable[[Path], None] | None, *, undo: Callable[[], object]) -> None:
+    """Check the folder just taken out of place once more (something may have been added between the check and
+    the move); put it back where it was when it fails."""
+    if check is None:
+        return
     try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):  # a C library without renameat2 (glibc before 2.28, musl before 1.2.5)
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_cwd, exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE
-    if renameat2(at_cwd, os.fsencode(first), at_cwd, os.fsencode(second), exchange) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):  # a filesystem or kernel without exchange
-        return False
-    raise OSError(code, os.strerror(code), str(second))
+        check(old)
+    except BaseException:
+        undo()
+        raise
 
 
 def clean_leftovers(target: Path) -> list[str]:
@@ -281,6 +311,7 @@ def check_writable_folder(folder: Path) -> None:
     """Fail early, with a clear message, when ``folder`` cannot be created or written (tried for real, in the
     nearest folder that exists: nothing is created here, so bad input found later leaves nothing behind)."""
     folder = Path(folder)
+    check_output_name(folder)
     if folder.exists() and not folder.is_dir():
         raise ResultFileError(f"{folder} exists and is not a folder")
     existing = folder.absolute()

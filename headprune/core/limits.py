@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from headprune.core.choices import SANDBOX_MODES
 from headprune.errors import HeadpruneError, SettingsError
 
 # name -> (default, what it bounds): `headprune` refuses work beyond these before starting it.
@@ -33,6 +34,7 @@ NUMBERS: dict[str, tuple[float, float, float, bool]] = {
 # Words read from the environment: name -> the values it takes (the first is the default).
 WORDS: dict[str, tuple[str, ...]] = {
     "HEADPRUNE_CPU_LINEAR": ("auto", "onednn", "torch"),
+    "HEADPRUNE_SANDBOX_MODE": SANDBOX_MODES,  # --sandbox-mode's default (headprune.scoring.execution)
 }
 
 

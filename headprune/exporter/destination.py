@@ -4,17 +4,20 @@ headprune's own.
 An export replaces its folder as a whole (once the new one is verified), so ``out`` must be a folder nothing of
 value can be lost from: one that does not exist yet, an empty one (used as it is: the files are moved into it, and
 the folder itself, perhaps a mount point or one with its own permissions, stays), or a previous headprune export
-(recognised by its record, holding nothing the record does not list) with ``overwrite``. Refused: the source
-model's folder and any folder inside it or holding it, a folder holding a find run, a filesystem root or the home
-folder, a symbolic link, and a folder of other files.
+(recognised by its record, holding nothing the record does not list) with ``overwrite``. Refused: anything the
+export reads (the source model, the find run it exports and that run's task files, the verification task) and any
+folder inside one or holding one, a folder holding a find run, a filesystem root or the home folder, a symbolic
+link, a name too long to write beside, and a folder of other files. The same rule is checked again right before the
+verified export is moved into place (``atomic_folder``'s check): a folder that changed meanwhile is left as it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from headprune.core.io import refuse_unsafe_output, user_path
+from headprune.core.paths import check_output_name, refuse_overlap
 from headprune.errors import ExportSettingsError, ResultFileError
 from headprune.exporter.export_record import RECORD_NAME, read_record
 from headprune.search.find_result import RESULT_NAME
@@ -33,8 +36,35 @@ def local_sources(model: object) -> list[Path]:
         return []
 
 
-def check_destination(out: Path, *, sources: Iterable[Path] = (), overwrite: bool = False) -> None:
+def export_inputs(model: object, heads: object = None, verify_task: object = None,
+                  result: object = None) -> list[tuple[str, Path]]:
+    """What an export reads on this machine, as ``(what, path)``: the source model (a spec or a loaded model), a
+    result given as a path and the find run it belongs to (its folder, or the folder of a ``result.json`` or of a
+    result beside a journal), the task files of that result, and the verification task."""
+    from headprune.tasks import task_files
+
+    inputs = [("the source model", path) for path in local_sources(model)]
+    try:
+        path = user_path(str(heads)) if isinstance(heads, (str, Path)) and str(heads).strip() else None
+        if path is not None and path.is_file():
+            inputs.append(("the find result it exports", path))
+            path = path.parent if path.name == RESULT_NAME or (path.parent / JOURNAL_NAME).exists() else None
+        if path is not None and path.is_dir():
+            inputs.append(("the find run it exports", path))
+    except OSError:  # a name too long: nothing is read from it
+        pass
+    for task in (getattr(result, "task", None), getattr(result, "heldout_task", None)):
+        inputs += [("a task of the find run it exports", path) for path in task_files(getattr(task, "spec", None))]
+    if isinstance(verify_task, (str, Path)):
+        inputs += [("the verification task", path) for path in task_files(verify_task)]
+    return inputs
+
+
+def check_destination(out: Path, *, sources: Iterable[tuple[str, Path]] = (), overwrite: bool = False) -> None:
     """Refuse an ``out`` folder an export must not write (see the module's rules).
+
+    Args:
+        sources: what the export reads, ``(what, path)`` (:func:`export_inputs`).
 
     Raises:
         ResultFileError: a folder that is not headprune's to replace. ExportSettingsError: a previous export,
@@ -42,29 +72,37 @@ def check_destination(out: Path, *, sources: Iterable[Path] = (), overwrite: boo
     """
     out = Path(out)
     refuse_unsafe_output(out)
+    check_output_name(out)
     if out.is_symlink():  # replacing it would replace the link, and leave what it points to
         raise ResultFileError(f"{out} is a symbolic link; give the folder it points to", settings=("out",))
-    target = user_path(out).resolve()
-    for source in sources:
-        source = Path(source).resolve()
-        if target == source or target.is_relative_to(source) or source.is_relative_to(target):
-            where = ("is" if target == source else "lies inside" if target.is_relative_to(source) else "holds")
-            raise ResultFileError(f"{out} {where} the source model ({source}); export into a folder of its own",
-                                  settings=("out",))
-    if not out.exists():
-        return
-    if not out.is_dir():
+    refuse_overlap(out, sources, advice="export into a folder of its own")
+    if out.exists():
+        check_contents(out, overwrite=overwrite)
+
+
+def check_contents(folder: Path, *, overwrite: bool, shown_as: Path | None = None) -> None:
+    """Refuse an existing ``folder`` an export must not replace: not a folder, a find run, a folder of other files,
+    or a previous export without ``overwrite`` (an empty folder passes).
+
+    Args:
+        shown_as: the name the messages give the folder (the destination, for a folder taken out of its place).
+
+    Raises:
+        ResultFileError, ExportSettingsError: as :func:`check_destination`.
+    """
+    out = shown_as or folder
+    if not folder.is_dir():
         raise ResultFileError(f"{out} exists and is not a folder", settings=("out",))
-    run = [name for name in (JOURNAL_NAME, RESULT_NAME) if (out / name).exists()]
+    run = [name for name in (JOURNAL_NAME, RESULT_NAME) if (folder / name).exists()]
     if run:
         raise ResultFileError(f"{out} holds a find run ({', '.join(run)}); export into a folder of its own",
                               settings=("out",))
-    if not any(out.iterdir()):
+    if not any(folder.iterdir()):
         return  # empty: nothing to lose
-    if not (out / RECORD_NAME).is_file():
+    if not (folder / RECORD_NAME).is_file():
         raise ResultFileError(f"{out} exists and is not a headprune export (no {RECORD_NAME}); export into a new or "
                               "empty folder", settings=("out",))
-    strangers = unrecorded(out)
+    strangers = unrecorded(folder)
     if strangers:
         raise ResultFileError(f"{out} holds files its export did not write ({', '.join(strangers[:3])}"
                               f"{' ...' if len(strangers) > 3 else ''}); move them away, or export elsewhere",
@@ -72,6 +110,21 @@ def check_destination(out: Path, *, sources: Iterable[Path] = (), overwrite: boo
     if not overwrite:
         raise ExportSettingsError(f"{out} holds a previous export; give overwrite to replace it (the new one is "
                                   "verified before the old one goes)", settings=("overwrite", "out"))
+
+
+def final_check(out: Path, *, sources: Iterable[tuple[str, Path]], overwrite: bool) -> Callable[[Path], None]:
+    """The rule :func:`headprune.core.io.atomic_folder` checks right before the verified export moves into place:
+    ``out`` as at the start (another process may have made it, or put files in it, meanwhile: the folder lock binds
+    headprune processes only), and the previous export it replaces once more after it is taken out of place."""
+    sources = list(sources)
+
+    def check(path: Path) -> None:
+        if Path(path) == Path(out):
+            check_destination(out, sources=sources, overwrite=overwrite)
+        else:
+            check_contents(Path(path), overwrite=overwrite, shown_as=Path(out))
+
+    return check
 
 
 def unrecorded(folder: Path) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +20,7 @@ from headprune.core.folder_lock import FolderLock
 from headprune.core.io import atomic_folder, temporary_folder
 from headprune.core.record_json import to_json
 from headprune.errors import ExportSettingsError, VerificationError
-from headprune.exporter.destination import check_destination, local_sources
+from headprune.exporter.destination import check_destination, export_inputs, final_check
 from headprune.exporter.export_record import (RECORD_NAME, Counts, ExportRecord, FindOrigin, SourceInfo, Verification,
                                               file_hashes, public_name, weight_bytes)
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
@@ -121,26 +121,28 @@ def export(
     result = read_result(heads)
     _check_result_options(result, set_rank, allow_unconfirmed)
     check_ablation(result, ablation, verify_task)  # every option is checked before the model is touched
-    out = Path(out)
-    check_destination(out, sources=local_sources(model), overwrite=overwrite)  # and the folder, before it is locked
+    out, inputs = Path(out), export_inputs(model, heads, verify_task, result)
+    check_destination(out, sources=inputs, overwrite=overwrite)  # and the folder, before it is locked
     with FolderLock(out, what="export"):
-        check_destination(out, sources=local_sources(model), overwrite=overwrite)  # held now: look again
+        check_destination(out, sources=inputs, overwrite=overwrite)  # held now: look again
         return _export(fmt, model, heads, result, set_rank=set_rank, ablation=ablation, verify_task=verify_task,
                        verify_limit=verify_limit, tolerance=tolerance, out=out, batch_size=batch_size,
                        device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                       allow_unconfirmed=allow_unconfirmed, overwrite=overwrite)
+                       allow_unconfirmed=allow_unconfirmed, overwrite=overwrite, inputs=inputs)
 
 
 def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, result: FindResult | None, *,
             set_rank: int, ablation: str, verify_task: str | Task | None, verify_limit: int, tolerance: float | None,
             out: Path, batch_size: int | str, device: str, dtype: str | None, trust_remote_code: bool,
-            allow_unconfirmed: bool, overwrite: bool) -> ExportRecord:
-    """The export once its options are checked and its folder is held: load, plan, build, write, verify."""
+            allow_unconfirmed: bool, overwrite: bool, inputs: list) -> ExportRecord:
+    """The export once its options are checked and its folder is held: load, plan, build, write, verify; the
+    folder is checked once more before the move (``inputs``: what it reads, for the rule)."""
     started = time.perf_counter()
     quiet_transformers()
     lm = load_model(model, dtype=dtype or "checkpoint", device=device,
                     trust_remote_code=trust_remote_code) if isinstance(model, str) else model
-    check_destination(out, sources=local_sources(model) + local_sources(lm), overwrite=overwrite)  # the files read
+    inputs = inputs + export_inputs(lm)  # the files read (a Hub id's, a GGUF's converted folder)
+    check_destination(out, sources=inputs, overwrite=overwrite)
     fmt.check_model(lm)
     removed, result = resolve_heads(result or heads, lm, set_rank)
     if result is not None and not allow_unconfirmed:
@@ -155,7 +157,8 @@ def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, resul
         public_name(result.task.name), set_rank, result.finalists[set_rank - 1].heldout,
         result.compression.verdict if result.compression is not None and set_rank == 1 else None)
     log.info("export: removing %d heads (%s, %s); writing %s", len(removed), job.layout, fmt.name, out)
-    return _write_verified(fmt, job, out, origin=origin, remeasured=remeasured, started=started)
+    return _write_verified(fmt, job, out, origin=origin, remeasured=remeasured, started=started,
+                           check=final_check(out, sources=inputs, overwrite=overwrite))
 
 
 def _format_options(given: Mapping[str, str] | None, **keywords: str | None) -> dict[str, str]:
@@ -227,13 +230,15 @@ def _build(fmt: ExportFormat, lm: LoadedModel, removed: tuple[Head, ...], plans:
 
 
 def _write_verified(fmt: ExportFormat, job: Job, out: Path, *, origin: FindOrigin | None, remeasured: bool,
-                    started: float) -> ExportRecord:
-    """Write into a staging folder, verify, record; the folder replaces ``out`` only when everything passed."""
+                    started: float, check: Callable[[Path], None]) -> ExportRecord:
+    """Write into a staging folder, verify, record; the folder replaces ``out`` only when everything passed and
+    ``out`` still passes ``check`` (else the verified export stays in the staging folder, which the error names)."""
     from headprune.exporter.card import render_card
 
     # Staging and scratch sit beside out (a killed export's are removed by the next run on out); the new folder
     # replaces out only once verified, its record moved last where files go into an existing empty folder.
-    with atomic_folder(out, replace=True, last=(RECORD_NAME,)) as staging, temporary_folder(out) as scratch:
+    with atomic_folder(out, replace=True, last=(RECORD_NAME,), check=check) as staging, \
+            temporary_folder(out) as scratch:
         written = fmt.write(job, staging, scratch)
         try:
             verification = _verify(fmt, job, written, staging, remeasured)

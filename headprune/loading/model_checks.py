@@ -55,6 +55,52 @@ def check_config_file(folder: Path) -> None:
                                         f"{value!r:.60}")
 
 
+def sliced_record(config: PretrainedConfig, folder: Path) -> dict | None:
+    """The ``headprune`` record of a sliced export's config.json (None where there is none), checked against what
+    headprune writes there before any of it is used: an object whose ``base_class`` is a transformers model class of
+    the config's own model type (the class an export was sliced from), with its layers and head size.
+
+    Raises:
+        UnsupportedModelError: naming the field (a class name is never looked up unchecked: ``getattr(transformers,
+            name)`` may be any of its functions).
+    """
+    import transformers
+
+    record = getattr(config, "headprune", None)
+    if record is None:
+        return None
+    where = f"{folder}: config.json: headprune"
+    if not isinstance(record, dict):
+        raise UnsupportedModelError(f"{where} must be the record of a sliced headprune export (an object), not "
+                                    f"{record!r:.60}")
+    name = record.get("base_class")
+    try:
+        found = getattr(transformers, name) if isinstance(name, str) and name.isidentifier() else None
+    except Exception:  # noqa: BLE001 - a lazy import transformers cannot complete: no class of ours either
+        found = None
+    if not (isinstance(found, type) and issubclass(found, transformers.PreTrainedModel)
+            and getattr(found.config_class, "model_type", None) == config.model_type):
+        raise UnsupportedModelError(f"{where}.base_class must name the transformers class of a {config.model_type} "
+                                    f"model that headprune sliced (e.g. {_example_class(config.model_type)}), not "
+                                    f"{name!r:.60}")
+    layers, head_dim = record.get("layers"), record.get("head_dim")
+    if not isinstance(layers, list) or not all(isinstance(layer, dict) for layer in layers):
+        raise UnsupportedModelError(f"{where}.layers must be a list of per-layer records, not {layers!r:.60}")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1 or not isinstance(
+            record.get("paths"), dict):
+        raise UnsupportedModelError(f"{where}: head_dim must be a whole number of at least 1 and paths an object "
+                                    f"(head_dim {head_dim!r:.30}, paths {record.get('paths')!r:.30})")
+    return record
+
+
+def _example_class(model_type: str) -> str:
+    from transformers.models.auto import modeling_auto
+
+    entry = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type) or modeling_auto.MODEL_MAPPING_NAMES.get(
+        model_type) or "LlamaForCausalLM"
+    return entry[0] if isinstance(entry, (tuple, list)) else entry
+
+
 def shape_mismatches(folder: Path, class_name: str, config: PretrainedConfig) -> str:
     """``name: checkpoint (a, b) vs config (c, d)`` for the first tensors whose shapes disagree (read from the
     safetensors headers and the class built on the meta device: nothing is loaded), or ``""`` when they cannot be
@@ -121,4 +167,4 @@ def check_loaded(spec: str, chosen: ModelClass, unused: tuple[str, ...], missing
                     len(missing), chosen.name, _few(missing))
 
 
-__all__ = ["POSITIVE_FIELDS", "check_config_file", "check_loaded", "shape_mismatches"]
+__all__ = ["POSITIVE_FIELDS", "check_config_file", "check_loaded", "shape_mismatches", "sliced_record"]

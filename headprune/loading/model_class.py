@@ -137,21 +137,34 @@ def checkpoint_tensor_names(folder: Path) -> frozenset[str]:
     return names
 
 
-def class_tensor_names(class_name: str, config: PretrainedConfig) -> frozenset[str]:
-    """The state-dict names of a transformers class built from ``config`` (on the meta device: no memory)."""
+def class_tensor_groups(class_name: str, config: PretrainedConfig) -> tuple[frozenset[str], ...]:
+    """The state-dict names of a transformers class built from ``config`` (on the meta device: no memory), one set
+    per tensor: the names of weights the class ties together (a masked-LM decoder and the input embeddings) share a
+    set, since a checkpoint stores a tied weight once, under either name."""
     import torch
     import transformers
 
     with torch.device("meta"):
         model = getattr(transformers, class_name)(config)
-    return frozenset(model.state_dict())
+    tied: dict[int, set[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        tied.setdefault(id(parameter), set()).add(name)
+    named = {name for names in tied.values() for name in names}
+    return tuple(frozenset(names) for names in tied.values()) + tuple(
+        frozenset({name}) for name in model.state_dict() if name not in named)  # persistent buffers
 
 
 def best_match(config: PretrainedConfig, name: str, tensor_names: frozenset[str], *, encoder: bool
                ) -> ModelClass:
-    """The family's head class whose tensors cover most of the checkpoint's (then: the fewest of its own
-    missing, then an encoder's own heads before a causal LM head, then the order of :data:`_HEADS`), standing
-    in for ``name``, which transformers lacks.
+    """The family's head class that stands in for ``name``, which transformers lacks: among the classes whose every
+    weight the checkpoint holds, the one that uses most of its tensors (the rest are carried through as they are);
+    only where no class is complete, the one that uses most (then: the fewest of its own missing), which loading
+    then refuses for the weights it would make up. Ties go to an encoder's own heads before a causal LM head, then
+    to the order of :data:`_HEADS`.
+
+    A class with a head the checkpoint never had (BERT's pre-training class, whose next-sentence head a masked-LM
+    checkpoint with a pooler lacks) would use one tensor more than the complete masked-LM class and leave two made
+    up: completeness comes first.
 
     Raises:
         UnsupportedModelError: no class of the family uses any of the checkpoint's tensors.
@@ -164,15 +177,16 @@ def best_match(config: PretrainedConfig, name: str, tensor_names: frozenset[str]
         for candidate in entry if isinstance(entry, (tuple, list)) else (entry,):
             if not candidate or not hasattr(transformers, candidate):
                 continue
-            own = class_tensor_names(candidate, config)
-            used, missing = len(own & tensor_names), len(own - tensor_names)
+            own = class_tensor_groups(candidate, config)
+            used = sum(len(names & tensor_names) for names in own)
+            missing = sum(1 for names in own if not names & tensor_names)  # a tied weight counts once
             causal_on_encoder = encoder and head == "causal-lm"  # BertLMHeadModel has BertForMaskedLM's tensors
-            scored.append(((-used, missing, causal_on_encoder, order),
+            scored.append(((missing > 0, -used, missing, causal_on_encoder, order), used,
                            ModelClass(candidate, head, auto_class, False, name)))
-    if not scored or -min(scored, key=lambda item: item[0])[0][0] == 0:
+    if not scored or max(used for _, used, _ in scored) == 0:
         raise UnsupportedModelError(f"the checkpoint's class {name} is not part of transformers, ships no code "
                                     f"(no auto_map), and no {config.model_type} class uses its tensors")
-    return min(scored, key=lambda item: item[0])[1]
+    return min(scored, key=lambda item: item[0])[2]
 
 
 def _auto_for_remote(auto_map: dict) -> str | None:

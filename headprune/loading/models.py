@@ -23,7 +23,7 @@ from huggingface_hub.errors import StrictDataclassError  # transformers' configs
 from safetensors import SafetensorError
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from headprune.core.checkpoint_files import refused
+from headprune.core.checkpoint_files import pickle_protocols, refused
 from headprune.core.extras import require
 from headprune.core.hashing import hash_weights, sha256_file
 from headprune.core.io import user_path
@@ -31,7 +31,7 @@ from headprune.errors import ModelNotFoundError, SearchSettingsError, Unsupporte
 from headprune.heads import HeadGrid
 from headprune.loading.adapters import Adapter, adapter_for, supported_model_types
 from headprune.loading.gguf_source import BUILTIN_MODELS, builtin_gguf, write_marker
-from headprune.loading.model_checks import check_config_file, check_loaded, shape_mismatches
+from headprune.loading.model_checks import check_config_file, check_loaded, shape_mismatches, sliced_record
 from headprune.loading.model_class import ModelClass, checkpoint_tensor_names, model_class, task_head_of
 
 log = logging.getLogger("headprune")
@@ -191,7 +191,7 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     dtype = checkpoint_dtype(config) if dtype == "checkpoint" else resolve_dtype(dtype, target)
     adapter = adapter_for(config)
     adapter.check_config(config, f"{folder}: config.json")
-    sliced = getattr(config, "headprune", None)
+    sliced = sliced_record(config, folder)
     if sliced is not None:
         from headprune.surgery.remote_modeling import headpruned_class
 
@@ -206,12 +206,13 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     placement = {} if device_map is None else {
         "device_map": device_map, "max_memory": max_memory, "offload_folder": _offload_folder()}
     try:
-        model, info = from_pretrained(folder, dtype=dtype, output_loading_info=True, **placement)
+        with pickle_protocols() as protocols:  # torch's warning about one goes into the refusal's line
+            model, info = from_pretrained(folder, dtype=dtype, output_loading_info=True, **placement)
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except OSError as error:
         raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
     except pickle.UnpicklingError as error:  # a pytorch_model.bin that transformers' weights-only loading refuses
-        raise refused(folder, error) from error
+        raise refused(folder, error, protocols) from error
     except (SafetensorError, ValueError) as error:  # a corrupt or truncated weight file, shapes that disagree
         raise UnsupportedModelError(f"{spec}: cannot load the weights ({str(error).splitlines()[0][:200]})") from error
     except RuntimeError as error:  # transformers' size-mismatch error points at a report it does not show here

@@ -3,6 +3,7 @@ compress objective's) and the run's output folder (the figures: ``plots``)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 from headprune.report.compress import compression_line, render_compression
@@ -91,14 +92,23 @@ def render_markdown(result: FindResult) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(result: FindResult, folder: Path) -> None:
+def write_outputs(result: FindResult, folder: Path, *, present: Collection[str] | None = None) -> None:
     """result.json, report.md, screen.png (controls.png with controls; tradeoff.png for compress), written to
-    a staging folder and moved into ``folder`` (result.json last)."""
+    a staging folder and moved into ``folder`` (result.json last), once ``folder`` is checked again as at the run's
+    start (``headprune.report.run_folder``; ``present``: the run files it held then).
+
+    Raises:
+        KeptOutputError: the folder changed while the run ran (or the move failed): the outputs stay in their
+            staging folder, which the message names, and nothing in ``folder`` is replaced.
+    """
     from headprune.core.io import atomic_folder
     from headprune.report.plots import save_control_tradeoff, save_heatmap, save_tradeoff
+    from headprune.report.run_folder import check_run_destination, result_inputs
     from headprune.search.find_result import RESULT_NAME
 
-    with atomic_folder(folder, last=(RESULT_NAME,)) as staging:
+    inputs = result_inputs(result)
+    with atomic_folder(folder, last=(RESULT_NAME,),
+                       check=lambda target: check_run_destination(target, inputs, present=present)) as staging:
         result.save(staging / RESULT_NAME)
         (staging / "report.md").write_text(render_markdown(result), encoding="utf-8")
         save_heatmap(result, staging / "screen.png")

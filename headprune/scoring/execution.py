@@ -38,14 +38,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from headprune.core.limits import word
 from headprune.errors import TaskError
-from headprune.scoring.sandbox import SETUP_FAILED, Isolation, best_isolation, launch
+from headprune.scoring.sandbox import SETUP_FAILED, Isolation, announce, best_isolation, launch
 
 ENV_VAR = "HF_ALLOW_CODE_EVAL"  # lm-evaluation-harness's and Hugging Face evaluate's switch
+MODE_VAR = "HEADPRUNE_SANDBOX_MODE"  # the sandbox mode where --sandbox-mode is not given
 TIME_LIMIT_S = 10.0
 MEMORY_LIMIT_BYTES = 1 << 30
 
 _permitted = False
+_mode: str | None = None  # --sandbox-mode, inside permit_code_execution
 
 
 @dataclass(frozen=True)
@@ -63,23 +66,62 @@ def code_execution_allowed() -> bool:
 
 
 @contextmanager
-def permit_code_execution(allowed: bool = True) -> Iterator[None]:
-    """Allow running generated code inside the ``with`` block (the CLI's ``--allow-code-execution``)."""
-    global _permitted
-    before = _permitted
-    _permitted = before or allowed
+def permit_code_execution(allowed: bool = True, *, mode: str | None = None) -> Iterator[None]:
+    """Allow running generated code inside the ``with`` block (the CLI's ``--allow-code-execution``), in the
+    sandbox ``mode`` when given (``--sandbox-mode``; else ``HEADPRUNE_SANDBOX_MODE``, else ``auto``)."""
+    global _permitted, _mode
+    before = _permitted, _mode
+    _permitted, _mode = before[0] or allowed, mode if mode is not None else before[1]
     try:
         yield
     finally:
-        _permitted = before
+        _permitted, _mode = before
+
+
+def sandbox_mode() -> str:
+    """The sandbox mode asked for: ``auto`` (the strongest here, refused when it cannot contain a program) or a
+    mode by name (one of ``headprune.core.choices.SANDBOX_MODES``).
+
+    Raises:
+        SettingsError: HEADPRUNE_SANDBOX_MODE names no mode.
+    """
+    return _mode or word(MODE_VAR)
+
+
+def code_isolation() -> Isolation:
+    """The walls generated programs run behind, chosen once per process and logged with their mode: the mode asked
+    for, or (``auto``) the strongest this machine offers, which must keep the user's files and every process's
+    environment (HF_TOKEN) out of the program's reach.
+
+    Raises:
+        TaskError: the mode asked for cannot run a program here; or, left to choose, the strongest mode here cannot
+            contain a program (plain; process without Landlock) and was not named.
+    """
+    mode = sandbox_mode()
+    try:
+        isolation = best_isolation(None if mode == "auto" else mode)
+    except OSError as error:
+        raise TaskError(str(error)) from None
+    if mode == "auto" and not isolation.contains:
+        missing = "; ".join(isolation.left_out)[:200] or "this system has no user namespaces or Landlock"
+        raise TaskError(f"code execution: the strongest sandbox here is the {isolation.mode} mode ({missing}), in "
+                        "which a program could read your files and your shell's HF_TOKEN; give sandbox_mode "
+                        f"{isolation.mode} (or {MODE_VAR}={isolation.mode}) to run in it all the same, or run in a "
+                        "container or VM", settings=("sandbox_mode",))
+    announce(isolation, asked=mode != "auto")
+    return isolation
 
 
 def require_code_execution(task_name: str) -> None:
-    """Raises:
-        TaskError: code execution is not allowed."""
+    """Check, before anything is loaded, that generated code may run here: allowed, and a sandbox that holds (or
+    one named) is available (:func:`code_isolation`, which logs the mode in use).
+
+    Raises:
+        TaskError: code execution is not allowed, or no acceptable sandbox."""
     if not code_execution_allowed():
         raise TaskError(f"task {task_name!r} runs generated code: it runs only with --allow-code-execution "
                         f"(or {ENV_VAR}=1), and generated code is untrusted: use a container or VM")
+    code_isolation()
 
 
 def run_program(source: str, *, time_limit_s: float = TIME_LIMIT_S, memory_bytes: int = MEMORY_LIMIT_BYTES,
@@ -87,16 +129,15 @@ def run_program(source: str, *, time_limit_s: float = TIME_LIMIT_S, memory_bytes
     """Run ``source`` in a separate, isolated, limited interpreter; passed when it exits 0 within the time limit.
 
     Args:
-        isolation: the walls to run behind; default the strongest this machine offers (``best_isolation``).
+        isolation: the walls to run behind; default the mode asked for, or the strongest that contains a program
+            (:func:`code_isolation`).
 
     Raises:
-        TaskError: code execution is not allowed, or no program can run here at all.
+        TaskError: code execution is not allowed, or no acceptable sandbox (:func:`code_isolation`).
     """
-    require_code_execution("code")
-    try:
-        isolation = isolation or best_isolation()
-    except OSError as error:
-        raise TaskError(str(error)) from None
+    if not code_execution_allowed():
+        require_code_execution("code")
+    isolation = isolation or code_isolation()
     code, last = launch(source, isolation, time_limit_s=time_limit_s, memory_bytes=memory_bytes)
     if code is None:
         return Outcome(False, "timeout", f"killed after {time_limit_s:g} s")

@@ -10,12 +10,16 @@ The runner tries the strongest isolation first and keeps the first that runs a p
                 seccomp (no sockets, no new processes, sessions or signals).
     plain       neither works (or not Linux: macOS): an empty environment, limits, its own session, the audit hook.
 
+A mode can be asked for by name (``--sandbox-mode``; ``best_isolation(mode)``); left to choose, headprune refuses to
+run programs in a mode that cannot keep the user's files and HF_TOKEN unreadable (``Isolation.contains``: plain, or
+process without Landlock) unless that mode is named (``headprune.scoring.execution``).
+
 The first two add seccomp (x86_64, aarch64) and Landlock wherever the kernel offers them; on Linux every mode
 drops every capability and sets ``no_new_privs``; run as root, the program runs as a private uid where that uid
 can read Python (else as uid 0 without capabilities). When the program shares headprune's uid with neither
 namespaces nor Landlock, headprune marks itself non-dumpable while the program runs, so that its ``/proc``
 entries (environment, memory) are closed to it. The mode in force, and why stronger ones were not, is logged
-at the first program (a warning when weaker than namespaces with seccomp).
+before the first program (:func:`announce`; a warning when weaker than namespaces with seccomp).
 """
 
 from __future__ import annotations
@@ -62,6 +66,13 @@ class Isolation:
     @property
     def mode(self) -> str:
         return "namespaces" if self.namespaces else "process" if self.landlock or self.seccomp else "plain"
+
+    @property
+    def contains(self) -> bool:
+        """Whether the program can read neither the user's files outside its folder nor any process's environment
+        (HF_TOKEN in the user's shell): its own view of the files and processes (namespaces), or Landlock's
+        allow-list of the system's and Python's files (which leaves /proc out)."""
+        return self.namespaces or bool(self.landlock)
 
     @property
     def shares_parent_view(self) -> bool:
@@ -192,27 +203,46 @@ def candidates() -> list[Isolation]:
     return found + [Isolation(False, uid) for uid in uids]
 
 
-_chosen: Isolation | None = None
+_chosen: dict[str | None, Isolation] = {}  # by the mode asked for (None: the strongest), probed once per process
 
 
-def best_isolation() -> Isolation:
-    """The strongest isolation that runs a probe program here (probed once per process); its statement is
-    logged, as a warning when it is weaker than the namespaces mode."""
-    global _chosen
-    if _chosen is not None:
-        return _chosen
+def best_isolation(mode: str | None = None) -> Isolation:
+    """The strongest isolation that runs a probe program here, of ``mode`` (``namespaces``, ``process``, ``plain``)
+    when given (probed once per process; :func:`announce` says which).
+
+    Raises:
+        OSError: no isolation (of ``mode``) runs a program here; the message says what was tried and why not.
+    """
+    if mode in _chosen:
+        return _chosen[mode]
     left_out = []
-    for candidate in candidates():
+    wanted = [candidate for candidate in candidates() if mode is None or candidate.mode == mode]
+    if not wanted:
+        needs = {"namespaces": "Linux", "process": "Linux with Landlock or a seccomp filter"}.get(mode, "")
+        raise OSError(f"headprune sandbox: the {mode} mode needs {needs}, which this machine does not offer")
+    for candidate in wanted:
         started = time.perf_counter()
         code, last = launch(PROBE, candidate, time_limit_s=10.0, memory_bytes=1 << 30)
         if code == 0:
-            _chosen = replace(candidate, left_out=tuple(left_out))
+            _chosen[mode] = replace(candidate, left_out=tuple(left_out))
             break
         left_out.append(f"{candidate.mode}{'' if candidate.uid is None else ' as a private uid'}: "
                         f"{last or f'exit {code}'} ({time.perf_counter() - started:.2f} s)")
     else:
-        raise OSError("headprune sandbox: no way to run a program here: " + "; ".join(left_out))
-    say = log.info if _chosen.namespaces and _chosen.seccomp else log.warning
-    say("code execution: programs run behind %s%s", _chosen.describe(),
-        f" (not available: {'; '.join(left_out)})" if left_out else "")
-    return _chosen
+        raise OSError(f"headprune sandbox: no way to run a program {f'in the {mode} mode ' if mode else ''}here: "
+                      + "; ".join(left_out))
+    return _chosen[mode]
+
+
+_announced: list[Isolation] = []  # the isolations said, by identity (a new probe is said again)
+
+
+def announce(isolation: Isolation, *, asked: bool) -> None:
+    """Log, once per chosen isolation, the mode programs run in and its walls (a warning when weaker than the
+    namespaces mode with seccomp), with the stronger ones that were not available and why."""
+    if any(said is isolation for said in _announced):
+        return
+    _announced.append(isolation)
+    say = log.info if isolation.namespaces and isolation.seccomp else log.warning
+    say("code execution: programs run in the %s mode%s, behind %s%s", isolation.mode, " (as asked)" if asked else "",
+        isolation.describe(), f" (not available: {'; '.join(isolation.left_out)})" if isolation.left_out else "")

@@ -62,24 +62,9 @@ class Journal:
         except (IndexError, KeyError, TypeError, ValueError, RecursionError):
             raise ResultFileError(f"cannot resume: {self.path} is not a headprune journal", settings=("resume",)
                                   ) from None
-        if recorded.get("model_hash") != settings.get("model_hash"):
-            raise ResultFileError(f"cannot resume: {self.path.parent} was made for a different model "
-                                  f"({recorded.get('model')}, {str(recorded.get('model_hash'))[:19]}...)")
-        if recorded.get("selection") != settings.get("selection"):  # 0.2's journals have none
-            then = recorded.get("selection") or "0.2's rule (heads admitted on the check half)"
-            raise ResultFileError(f"cannot resume: {self.path} was written under {then}, this headprune selects by "
-                                  f"{settings.get('selection')}; the two cannot be mixed: start again with --overwrite",
-                                  settings=("resume",))
-        then, now = recorded.get("environment") or {}, settings.get("environment") or {}
-        moved = [k for k in now if then.get(k) != now[k]]
-        if moved:  # results are reproducible only with the same software and hardware settings
-            details = ", ".join(f"{k}: {then.get(k, 'not recorded')} then, {now[k]} now" for k in moved)
-            raise ResultFileError(f"cannot resume: the environment differs from the interrupted run's ({details})",
-                                  settings=("resume",))
-        changed = sorted(k for k in set(recorded) | set(settings) if recorded.get(k) != settings.get(k))
-        if changed:
-            details = ", ".join(f"{k}: {recorded.get(k)!r} then, {settings.get(k)!r} now" for k in changed[:3])
-            raise ResultFileError(f"cannot resume: settings differ from the interrupted run ({details})")
+        refusal = _resume_refusal(self.path.parent, recorded, settings, lines[1:])
+        if refusal is not None:
+            raise refusal
         for number, line in enumerate(lines[1:], start=2):
             entry = _entry(line)
             if entry is None and number == len(lines):
@@ -146,6 +131,67 @@ class Journal:
             handle.write(json.dumps(entry) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def _resume_refusal(folder: Path, then: dict, now: dict, lines: list[str]) -> ResultFileError | None:
+    """Why a run's journal cannot be continued with these settings, or None: each difference named by its option
+    (``seed``, which the command line shows as ``--seed``) with both values; a model by its path, once where it is
+    the same path; example sets that differ by the options and files they are drawn from."""
+    if then.get("model_hash") != now.get("model_hash"):
+        weights = f"{str(then.get('model_hash'))[:19]}... then, {str(now.get('model_hash'))[:19]}... now"
+        if then.get("model") == now.get("model"):
+            return ResultFileError(f"cannot continue the run in {folder}: the model {now.get('model')} has other "
+                                   f"weights than it had ({weights})")
+        return ResultFileError(f"cannot continue the run in {folder}: it was made for a different model "
+                               f"({then.get('model')} then, {now.get('model')} now; weights {weights})")
+    if then.get("selection") != now.get("selection"):  # 0.2's journals have none
+        rule = then.get("selection") or "0.2's rule (heads admitted on the check half)"
+        return ResultFileError(f"cannot continue the run in {folder}: it was written under {rule}, this headprune "
+                               f"selects by {now.get('selection')}; the two cannot be mixed: start again with "
+                               "overwrite", settings=("overwrite",))
+    before, after = then.get("environment") or {}, now.get("environment") or {}
+    moved = [key for key in after if before.get(key) != after[key]]
+    if moved:  # results are reproducible only with the same software and hardware settings
+        details = ", ".join(f"{key} {before.get(key, 'not recorded')} then, {after[key]} now" for key in moved)
+        return ResultFileError(f"cannot continue the run in {folder}: the environment differs from its own "
+                               f"({details})", settings=tuple(moved))
+    changed = sorted(key for key in set(then) | set(now) if then.get(key) != now.get(key))
+    if not changed:
+        return None
+    # Example sets are journalled as hashes of what was drawn: named by the count then, and what draws them.
+    drawn = {"task": ("discovery", "discovery", ("discovery", "seed"), "the task or its file"),
+             "heldout": ("heldout", "heldout", ("heldout_task", "heldout", "seed"), "a task's file"),
+             "controls": ("control_limit", "control:0", ("control", "control_limit"), "a file's content")}
+    parts = [_model_part(then.get(key), now.get(key)) if key == "model" else
+             f"{key} {_value(then.get(key))} then, {_value(now.get(key))} now" for key in changed if key not in drawn]
+    if "seed" not in changed:  # a new seed draws new sets: said by the seed itself
+        for key in [key for key in drawn if key in changed][:1]:  # discovery's draw moves the held-out one too
+            option, split, options, files = drawn[key]
+            parts.append(f"{option} {_examples(lines, split) or 'other examples'} then, other examples now "
+                         f"({', '.join(options[:-1])} or {options[-1]} changed, or {files})")
+    named = tuple(key for key in changed if key not in drawn) + tuple(
+        option for key in changed if key in drawn for option in drawn[key][2])
+    return ResultFileError(f"cannot continue the run in {folder}: {'; '.join(parts[:3])}", settings=named)
+
+
+def _model_part(then: object, now: object) -> str:
+    """The model as it was given then and now (the same weights: another spelling of the same folder, or a copy)."""
+    same = isinstance(then, str) and isinstance(now, str) and os.path.realpath(then) == os.path.realpath(now)
+    return (f"the model is given as {now} now, as {then} then ({'the same folder' if same else 'the same weights'}: "
+            "give it as then)")
+
+
+def _value(value: object) -> str:
+    return "not set" if value is None else str(value)
+
+
+def _examples(lines: list[str], split: str) -> int | None:
+    """How many examples of ``split`` the journal's conditions were scored on (None when it holds none)."""
+    for line in lines:
+        entry = _entry(line)
+        if entry is not None and entry["key"].startswith(f"{split}|") and "correct" in entry:
+            return len(entry["correct"])
+    return None
 
 
 def _checksum(entry: dict) -> str:

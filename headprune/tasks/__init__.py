@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from headprune.core.io import user_path
+from headprune.core.paths import shown
 from headprune.errors import TaskError
 from headprune.tasks.answers import named_rule
 from headprune.tasks.base import TASK_KINDS, Example, Task, TaskKind, has_accuracy, parse_options
@@ -46,7 +47,8 @@ def load_task(spec: str | Path, *, trust_remote_code: bool = False) -> Task:
         return BUILTIN_TASKS[base](options)
     path = user_path(base)
     if not path.exists():
-        raise TaskError(f"unknown task {base!r}: not a built-in ({', '.join(BUILTIN_TASKS)}) and no such file")
+        raise TaskError(f"unknown task {shown(repr(base))}: not a built-in ({', '.join(BUILTIN_TASKS)}) and no such "
+                        "file")
     flag = options.pop("length_normalize", "false").lower()
     if flag not in ("1", "true", "yes", "0", "false", "no"):
         raise TaskError(f"option length_normalize={flag[:20]!r} must be true or false")
@@ -82,11 +84,29 @@ def portable_spec(spec: str | Path) -> str:
     return prefix + ",".join(absolute(name) for name in names.split(",")) + sep + options
 
 
+def task_files(spec: str | Path | None) -> list[Path]:
+    """The files on this machine a task spec reads (a JSONL file, lm-eval YAML task files), for the checks that keep
+    an output off its inputs; built-in and Hub names read none. Nothing is loaded."""
+    if spec is None or isinstance(spec, Task) or not str(spec).strip():
+        return []
+    text = str(spec)
+    body = text[len(PREFIX):] if text.startswith(PREFIX) else text
+    if not text.startswith(PREFIX) and (text in BUILTIN_TASKS or text.partition(":")[0] in BUILTIN_TASKS):
+        return []  # a built-in wins over a file of its name (load_task)
+    try:
+        if user_path(body).exists():  # the whole spec is one path (it may contain ':')
+            return [user_path(body)]
+        names = body.partition(":")[0].split(",") if text.startswith(PREFIX) else [body.partition(":")[0]]
+        return [user_path(name.strip()) for name in names if name.strip() and user_path(name.strip()).exists()]
+    except OSError:  # a name too long for the system: no file was read from it
+        return []
+
+
 def describe_builtin_tasks() -> list[tuple[str, str, str]]:
     """``(name, kind, summary)`` of each built-in task."""
     return [(name, kind, summary) for name, (kind, summary) in BUILTIN_SUMMARIES.items()]
 
 
 __all__ = ["PREFIX", "KINDS", "TASK_KINDS", "Example", "Task", "TaskKind", "TaskKindSpec", "describe_builtin_tasks",
-           "has_accuracy", "kind_spec", "load_task", "load_jsonl_task", "portable_spec", "write_jsonl_task",
-           "BUILTIN_TASKS"]
+           "has_accuracy", "kind_spec", "load_task", "load_jsonl_task", "portable_spec", "task_files",
+           "write_jsonl_task", "BUILTIN_TASKS"]

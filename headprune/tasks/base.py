@@ -24,7 +24,8 @@ TaskKind = str  # a registered kind's name (headprune.tasks.kinds; listed in cor
 
 def parse_options(text: str) -> dict[str, str]:
     """``key=value,...`` -> a dict (the options part of a task spec). An ``answer=regex:PATTERN`` option must come
-    last and takes the rest of the text, commas included (a pattern may contain them)."""
+    last and takes the rest of the text, commas included (a pattern may contain them). An option given twice is
+    refused (which of its values counts would be a guess)."""
     options: dict[str, str] = {}
     head, marker, pattern = text.partition("answer=regex:")
     if marker:
@@ -35,6 +36,9 @@ def parse_options(text: str) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise TaskError(f"task option {item!r} is not key=value")
+        if key.strip() in options:
+            raise TaskError(f"task option {key.strip()} is given twice ({key.strip()}={options[key.strip()][:40]}, "
+                            f"{key.strip()}={value.strip()[:40]}): give it once")
         options[key.strip()] = value.strip()
     return options
 

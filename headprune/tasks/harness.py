@@ -36,7 +36,7 @@ from headprune.core.io import user_path
 from headprune.errors import MissingExtraError, TaskError
 from headprune.tasks.answers import AnswerRule
 from headprune.tasks.base import Example, Task, parse_options
-from headprune.tasks.harness_python import require_trust, sandboxed_templates, task_python
+from headprune.tasks.harness_python import require_trust, sandbox_refusal, sandboxed_templates, task_python
 
 PREFIX = "lm-eval:"
 _METRICS = ("acc", "acc_norm", "acc_bytes")
@@ -90,8 +90,7 @@ def load_harness_task(spec: str, *, trust_remote_code: bool = False) -> Task:
     settings = [(t.length_normalize, t.length_unit, t.until, t.max_new_tokens, t.answer) for t in built]
     if len(set(settings)) > 1:
         raise TaskError(f"lm-eval tasks {', '.join(names)} are scored differently (metric, until, length or "
-                        "answer filter); "
-                        "give them apart")
+                        "answer filter); give them apart")
     first = built[0]
     examples = tuple(example for task in built for example in task.examples)
     return Task(spec, first.kind, examples, length_normalize=first.length_normalize,
@@ -111,6 +110,9 @@ def _harness_tasks(names: list[str], *, trust_remote_code: bool) -> list[tuple[s
     except ImportError:
         raise MissingExtraError("lm-eval tasks need lm_eval, not installed: pip install 'headprune[lm-eval]'") from None
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its per-task notices are not headprune's output
+    import datasets
+
+    datasets.disable_progress_bars()  # "Generating test split" bars: headprune's refusals and progress are its own
     paths = [user_path(n) for n in names if n.endswith((".yaml", ".yml"))]
     for path in paths:
         if not path.is_file():
@@ -169,6 +171,9 @@ def _yaml_task_name(path: Path) -> str:
 
 def _load_error(name: str, error: Exception) -> TaskError:
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    refusal = sandbox_refusal(name, error)  # a template the sandbox stopped, met while loading the dataset
+    if refusal is not None:
+        return refusal
     if "not found" in text.lower() and "task" in text.lower() or isinstance(error, KeyError):
         return TaskError(f"lm-eval has no task {name!r} ({text})")
     return TaskError(
@@ -191,7 +196,7 @@ def _convert(name: str, task: object, *, metric: str | None, split: str | None, 
     try:
         task.build_all_requests()  # type: ignore[attr-defined]
     except Exception as error:  # noqa: BLE001 -- templates and few-shot samplers raise anything
-        raise TaskError(f"lm-eval task {name!r}: building its prompts failed ({type(error).__name__}: {error})"
+        raise sandbox_refusal(name, error) or TaskError(f"lm-eval task {name!r}: building its prompts failed ({type(error).__name__}: {error})"
                         ) from error
     by_doc: dict[int, list] = {}
     for instance in task.instances:  # type: ignore[attr-defined]

@@ -189,3 +189,20 @@ def sandboxed_templates(active: bool = True) -> Iterator[None]:
         yield
     finally:
         utils.env = original
+
+
+def sandbox_refusal(name: str, error: BaseException) -> TaskError | None:
+    """The one-line refusal of a task whose template Jinja's sandbox stopped (a ``SecurityError`` anywhere in the
+    chain that loading or building its prompts raised), instead of the dataset or prompt failure it surfaces as;
+    None for any other error."""
+    from jinja2.exceptions import SecurityError
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, SecurityError):
+            return TaskError(f"lm-eval task {name!r}: its template does what Jinja's sandbox refuses ({error}); the "
+                             f"templates of task files not trusted render in the sandbox so that none reaches Python; "
+                             f"give {TRUST} only for a task file you trust", settings=(TRUST,))
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

@@ -1,0 +1,135 @@
+"""Paths of outputs: never on an input, short enough for the names headprune puts beside them, and moved into place
+without replacing what appeared there meanwhile.
+
+An output (``find``'s, ``eval``'s or ``export``'s ``--out``) may not be an input of the same command, hold one, or
+lie inside one (a model folder, a task or control file, the find run an export reads): writing it would replace or
+mix into what the command reads (:func:`refuse_overlap`). Its name leaves room for the temporary and lock names
+headprune writes beside it (:func:`check_output_name`), so that a name the filesystem cannot hold is refused before
+any work, not at the end. The final moves go through :func:`rename_noreplace` and :func:`exchange` (Linux
+``renameat2``): a move never replaces a path that appeared since it was checked.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from headprune.errors import ResultFileError
+
+# Characters headprune adds to an output's name beside it: ".NAME.tmp-PID-RANDOM.owner" (28 with a 7-digit pid),
+# ".NAME.headprune.holder" and its atomic temporary (28).
+NAME_ROOM = 32
+SHOWN_CHARS = 120  # of a path in a message: the start and the end, a 5,000-character path stays readable
+
+
+def shown(path: str | os.PathLike) -> str:
+    """``path`` for a message: as it is, or its start and end around ``...`` when it is long."""
+    text = os.fspath(path)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    half = SHOWN_CHARS // 2
+    return f"{text[:half]}...{text[-half:]} ({len(text):,} characters)"
+
+
+def _limit(folder: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError, AttributeError):  # not a POSIX system, or a folder that cannot say
+        return default
+
+
+def check_output_name(path: Path) -> None:
+    """Refuse an output path the filesystem could not hold together with the names headprune writes beside it:
+    any name in it longer than the filesystem allows, its own name longer than that less :data:`NAME_ROOM`, or a
+    path longer than the system's path limit less the same room. Nothing is created.
+
+    Raises:
+        ResultFileError
+    """
+    absolute = Path(os.path.abspath(path))
+    existing = absolute
+    while not os.path.isdir(existing) and existing != existing.parent:
+        existing = existing.parent
+    name_max, path_max = _limit(existing, "PC_NAME_MAX", 255), _limit(existing, "PC_PATH_MAX", 4096)
+    for index, part in enumerate(absolute.parts[1:], start=1):
+        allowed = name_max - (NAME_ROOM if index == len(absolute.parts) - 1 else 0)
+        if len(os.fsencode(part)) > allowed:
+            raise ResultFileError(f"{shown(path)}: the name {shown(part)} has {len(os.fsencode(part)):,} bytes, "
+                                  f"more than the {allowed} an output's name may have here (the filesystem allows "
+                                  f"{name_max}; headprune adds its temporary names beside it)", settings=("out",))
+    if len(os.fsencode(str(absolute))) > path_max - NAME_ROOM:
+        raise ResultFileError(f"{shown(path)}: the path has {len(os.fsencode(str(absolute))):,} bytes, more than the "
+                              f"{path_max - NAME_ROOM} an output may have here", settings=("out",))
+
+
+def refuse_overlap(out: Path, inputs: Iterable[tuple[str, Path]], *, advice: str = "write it elsewhere") -> None:
+    """Refuse an output that is an input, holds one or lies inside one (compared as resolved paths: links and
+    ``..`` are followed; inputs that do not exist are passed over).
+
+    Args:
+        out: the output file or folder.
+        inputs: ``(what, path)`` pairs: ``("the source model", folder)``, ``("the task file", path)``.
+        advice: the end of the message.
+
+    Raises:
+        ResultFileError
+    """
+    target = Path(os.path.abspath(os.path.expanduser(out))).resolve()
+    for what, source in inputs:
+        try:
+            if not Path(source).exists():
+                continue
+            source = Path(source).resolve()
+        except OSError:  # a name too long, a loop of links: not a path anything was read from
+            continue
+        if target == source or target.is_relative_to(source) or source.is_relative_to(target):
+            where = "is" if target == source else "lies inside" if target.is_relative_to(source) else "holds"
+            raise ResultFileError(f"{shown(out)} {where} {what} ({shown(source)}); {advice}", settings=("out",))
+
+
+def rename_noreplace(source: Path, target: Path) -> None:
+    """Move ``source`` to ``target`` only if ``target`` does not exist, in one step where the system can (Linux
+    ``renameat2(RENAME_NOREPLACE)``); elsewhere checked just before an ordinary rename.
+
+    Raises:
+        FileExistsError: ``target`` exists (nothing moved). OSError: the move failed.
+    """
+    if _renameat2(source, target, 1) is None:  # RENAME_NOREPLACE unavailable here
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
+        os.rename(source, target)
+
+
+def exchange(first: Path, second: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system cannot."""
+    return _renameat2(first, second, 2) is not None
+
+
+def _renameat2(first: Path, second: Path, flags: int) -> bool | None:
+    """``renameat2(first, second, flags)``: True when done, None where the system or filesystem lacks it.
+
+    Raises:
+        OSError: it refused (FileExistsError for an existing target with RENAME_NOREPLACE).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # a C library without renameat2 (glibc before 2.28, musl before 1.2.5)
+        return None
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_cwd = -100  # AT_FDCWD
+    if renameat2(at_cwd, os.fsencode(first), at_cwd, os.fsencode(second), flags) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):  # a filesystem or kernel without it
+        return None
+    raise OSError(code, os.strerror(code), str(second))
+
+
+__all__ = ["NAME_ROOM", "check_output_name", "exchange", "refuse_overlap", "rename_noreplace", "shown"]

@@ -1,0 +1,227 @@
+"""No output lands on an input, and the last move checks again.
+
+Every command's ``--out`` that is, holds or lies inside what the command reads (the model folder, a task, held-out or
+control file, the find run an export reads) is refused in one line, exit 2, before anything runs, and the input is
+byte for byte what it was. Right before the final move (an export's swap, find's outputs moving into their folder)
+the destination is checked again under the rule of the start: a folder another process made or changed meanwhile
+(the folder lock binds headprune processes only) is left as it is, and the new output stays in its staging folder,
+named in the one line. Before these checks, ``eval --out MODEL/model.safetensors`` replaced the weights with two
+result lines, ``find MODEL --out MODEL`` wrote among the model's files, and the swap deleted a folder that appeared
+while the export ran.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from headprune.core.io import atomic_folder, clean_leftovers
+from headprune.errors import KeptOutputError, ResultFileError
+from headprune.exporter import read_record, verify_record
+from headprune.tasks import write_jsonl_task
+from helpers import build_tiny, random_choice_task, save_folder
+from helpers.cli import invoke
+
+FIND = ["--discovery", "24", "--heldout", "16", "--nominees", "2", "--max-heads", "2", "--finalists", "1",
+        "--batch-size", "8"]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
+    """A model folder (with a report.md of its own, as a model card folder may have), task and control files, and a
+    find run."""
+    folder = tmp_path_factory.mktemp("inputs")
+    save_folder(build_tiny("llama", tokenizer, seed=4).model, tokenizer, folder / "model")
+    (folder / "model" / "report.md").write_text("the model's own report")
+    (folder / "tasks").mkdir()
+    write_jsonl_task(random_choice_task(40, seed=1), folder / "tasks" / "t.jsonl")
+    (folder / "controls").mkdir()
+    write_jsonl_task(random_choice_task(20, seed=2), folder / "controls" / "control.jsonl")
+    done = invoke("find", str(folder / "model"), "--task", str(folder / "tasks" / "t.jsonl"), *FIND, "--out",
+                  str(folder / "run"))
+    assert done.exit_code in (0, 1), done.output
+    return folder
+
+
+def contents(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with its bytes (None for a folder)."""
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_bytes() for p in sorted(root.rglob("*"))}
+
+
+def refused(result, fragment: str) -> None:  # noqa: ANN001
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("headprune: error: "), result.stderr
+    assert fragment in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("out", "fragment"), [
+    ("model/model.safetensors", "lies inside the model"),
+    ("model/results.jsonl", "lies inside the model"),
+    ("tasks/t.jsonl", "is the task file"),
+])
+def test_eval_never_writes_on_its_inputs(inputs, out, fragment) -> None:
+    before = contents(inputs)
+    done = invoke("eval", str(inputs / "model"), "--task", str(inputs / "tasks" / "t.jsonl"), "--limit", "2",
+                  "--out", str(inputs / out), catch_exceptions=True)
+    refused(done, fragment)
+    assert contents(inputs) == before
+
+
+@pytest.mark.parametrize(("out", "extra", "fragment"), [
+    ("model", [], "is the model"),
+    ("model/run", [], "lies inside the model"),
+    ("tasks", [], "holds a task file of the run"),
+    ("controls", ["--control", "controls/control.jsonl"], "holds a task file of the run"),
+    (".", [], "holds the model"),
+])
+def test_find_never_writes_on_its_inputs(inputs, monkeypatch, out, extra, fragment) -> None:
+    monkeypatch.chdir(inputs)
+    before = contents(inputs)
+    done = invoke("find", "model", "--task", "tasks/t.jsonl", *extra, *FIND, "--out", out, catch_exceptions=True)
+    refused(done, fragment)
+    assert contents(inputs) == before
+
+
+def test_find_refuses_a_folder_of_other_files(inputs, tmp_path) -> None:
+    """A folder that is no find run may hold a report.md or result.json of its own: find's would replace it."""
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "report.md").write_text("mine")
+    done = invoke("find", str(inputs / "model"), "--task", str(inputs / "tasks" / "t.jsonl"), *FIND, "--out",
+                  str(out), catch_exceptions=True)
+    refused(done, "holds files find does not write (report.md)")
+    assert contents(out) == {"report.md": b"mine"}
+
+
+@pytest.mark.parametrize(("out", "extra", "fragment"), [
+    ("run/pruned", [], "lies inside the find run it exports"),
+    ("controls", ["--verify-task", "controls/control.jsonl"], "holds the verification task"),
+    ("tasks", [], "holds a task of the find run it exports"),
+])
+def test_export_never_writes_on_what_it_reads(inputs, monkeypatch, out, extra, fragment) -> None:
+    monkeypatch.chdir(inputs)
+    before = contents(inputs)
+    done = invoke("export", "model", "--heads", "run/result.json", "--allow-unconfirmed", *extra, "--out", out,
+                  catch_exceptions=True)
+    refused(done, fragment)
+    assert contents(inputs) == before
+
+
+def _appear_during(monkeypatch, action) -> None:  # noqa: ANN001
+    """Run ``action`` while the output is being written (when its model card or report is rendered), as another
+    process would act between the checks of the start and the final move."""
+    import headprune.exporter.card as card
+    import headprune.report.markdown as markdown
+
+    for module, name in ((card, "render_card"), (markdown, "render_markdown")):
+        real = getattr(module, name)
+
+        def rendered(*args, _real=real, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            action()
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, rendered)
+
+
+def _kept(result) -> Path:  # noqa: ANN001
+    """The staging folder the one line names (after the run's progress lines)."""
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("headprune: error: ")]
+    assert errors == result.stderr.splitlines()[-1:], result.stderr  # one line, the last
+    assert "nothing there was replaced or removed, and it is kept in " in errors[0], errors
+    return Path(errors[0].rsplit("it is kept in ", 1)[1])
+
+
+def test_a_folder_made_during_the_export_is_left_and_the_export_kept(inputs, tmp_path, monkeypatch) -> None:
+    out = tmp_path / "pruned"
+
+    def user() -> None:  # mkdir -p out && cp notes out/
+        out.mkdir(exist_ok=True)
+        (out / "notes.txt").write_text("the user's notes")
+
+    _appear_during(monkeypatch, user)
+    done = invoke("export", str(inputs / "model"), "--heads", "L0.H1", "--out", str(out), catch_exceptions=True)
+    staging = _kept(done)
+    assert "exists and is not a headprune export" in done.stderr
+    assert contents(out) == {"notes.txt": b"the user's notes"}
+    assert verify_record(staging).removed_heads == ("L0.H1",)  # the verified export, whole
+    clean_leftovers(out)  # the next run on the folder: the kept folder is not announced as headprune's any more
+    assert staging.is_dir()
+
+
+def test_a_file_added_to_a_previous_export_during_an_overwrite_is_kept(inputs, tmp_path, monkeypatch) -> None:
+    out = tmp_path / "pruned"
+    assert invoke("export", str(inputs / "model"), "--heads", "L0.H1", "--out", str(out)).exit_code == 0
+    before = contents(out)
+    _appear_during(monkeypatch, lambda: (out / "notes.txt").write_text("added meanwhile"))
+    done = invoke("export", str(inputs / "model"), "--heads", "L1.H0", "--out", str(out), "--overwrite",
+                  catch_exceptions=True)
+    staging = _kept(done)
+    assert "holds files its export did not write (notes.txt)" in done.stderr
+    assert contents(out) == {**before, "notes.txt": b"added meanwhile"}  # the previous export and the notes
+    assert read_record(staging).removed_heads == ("L1.H0",)
+
+
+def test_an_export_that_appeared_during_the_export_is_not_replaced_without_overwrite(inputs, tmp_path,
+                                                                                    monkeypatch) -> None:
+    """Another export copied to --out meanwhile is headprune's own kind of folder, but replacing it needs
+    --overwrite, as at the start (an export-settings refusal, not only a file error, keeps the new export too)."""
+    other, out = tmp_path / "other", tmp_path / "pruned"
+    assert invoke("export", str(inputs / "model"), "--heads", "L0.H1", "--out", str(other)).exit_code == 0
+    _appear_during(monkeypatch, lambda: shutil.copytree(other, out))
+    done = invoke("export", str(inputs / "model"), "--heads", "L1.H0", "--out", str(out), catch_exceptions=True)
+    staging = _kept(done)
+    assert "holds a previous export; give --overwrite to replace it" in done.stderr
+    assert contents(out) == contents(other) and read_record(staging).removed_heads == ("L1.H0",)
+
+
+def test_a_file_added_between_the_check_and_the_swap_is_swapped_back(tmp_path, monkeypatch) -> None:
+    """The check passes, then a file appears before the swap: the folder taken out of place is checked again, and
+    put back."""
+    import headprune.core.io as io
+
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "mine.txt").write_text("old")
+    swap, swaps = io.exchange, []
+
+    def late_writer(first, second) -> bool:  # noqa: ANN001
+        if not swaps:  # before the swap (not before the swap back)
+            (target / "late.txt").write_text("appeared after the check")
+        swaps.append(second)
+        return swap(first, second)
+
+    monkeypatch.setattr(io, "exchange", late_writer)
+    only_mine = lambda folder: None if {p.name for p in folder.iterdir()} == {"mine.txt"} else (  # noqa: E731
+        _ for _ in ()).throw(ResultFileError(f"{folder} changed"))
+    with pytest.raises(KeptOutputError, match="it is kept in") as caught:
+        with atomic_folder(target, replace=True, check=only_mine) as staging:
+            (staging / "new.txt").write_text("new")
+    assert contents(target) == {"late.txt": b"appeared after the check", "mine.txt": b"old"}
+    kept = Path(str(caught.value).rsplit("it is kept in ", 1)[1])
+    assert contents(kept) == {"new.txt": b"new"} and len(swaps) == 2
+
+
+def test_a_report_that_appeared_during_find_is_left_and_the_outputs_kept(inputs, tmp_path, monkeypatch) -> None:
+    out = tmp_path / "run"
+    _appear_during(monkeypatch, lambda: (out / "report.md").write_text("a report of the user's"))
+    done = invoke("find", str(inputs / "model"), "--task", str(inputs / "tasks" / "t.jsonl"), *FIND, "--out",
+                  str(out), catch_exceptions=True)
+    staging = _kept(done)
+    assert "report.md, which find did not write and which appeared while it ran" in done.stderr
+    assert (out / "report.md").read_text() == "a report of the user's" and not (out / "result.json").exists()
+    assert json.loads((staging / "result.json").read_text())["finalists"]
+
+
+def test_a_new_run_in_a_fresh_folder_still_writes_everything(inputs, tmp_path) -> None:
+    """The checks leave the ordinary run alone: outputs written, and again with --overwrite."""
+    out = tmp_path / "run"
+    for extra in ([], ["--overwrite"]):
+        done = invoke("find", str(inputs / "model"), "--task", str(inputs / "tasks" / "t.jsonl"), *FIND, "--out",
+                      str(out), *extra, catch_exceptions=True)
+        assert done.exit_code in (0, 1), done.output
+        assert {"journal.jsonl", "result.json", "report.md", "screen.png"} == {p.name for p in out.iterdir()}
+    shutil.rmtree(out)
