@@ -1,4 +1,4 @@
-"""find's selection error rates and power on counts-only models, through its own search code (seconds per thousand runs).
+"""find's selection error rates and power on counts-only models, through its own search code (seconds a thousand runs).
 
 Two tables, each comparing find's rule with earlier ones through the same code (``headprune.search.simulation``):
 

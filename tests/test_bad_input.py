@@ -335,7 +335,7 @@ CASES = [
     # resume refusals: the option and both values (split hashes, or a path twice, before)
     ("resume with another --seed", lambda p: _resumed(p, "--seed", "3"), {}, "--seed 0 then, 3 now"),
     ("resume with another --discovery", lambda p: _resumed(p, "--discovery", "15"), {},
-     "--discovery 20 then, other examples now (--discovery or --seed changed"),
+     "--discovery 20 then, 15 now"),
     ("resume with another --dtype", lambda p: _resumed(p, "--dtype", "bfloat16"), {},
      "the environment differs from its own (--dtype float32 then, bfloat16 now)"),
     ("resume with the model spelled otherwise", lambda p: _resumed(p, model=p.good + "/"), {},

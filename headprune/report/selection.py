@@ -40,7 +40,8 @@ def selection_section(result: FindResult) -> list[str]:
               "the next, so the chance of confirming a set that does not improve stays at most alpha): "
               "the exact McNemar test of each candidate; the proposal's passes to its kept heads when they also "
               "improve held-out at the same level.", "",
-              "| candidate | heads | share of alpha | level | rescued | damaged | p | rejects |", "|---|---|---|---|---|---|---|---|"]
+              "| candidate | heads | share of alpha | level | rescued | damaged | p | rejects |",
+              "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {t.candidate} | `{','.join(t.heads)}` | {t.share:g} | {t.level:g} | {t.rescued} | {t.damaged} | "
               f"{t.p_value:.3g} | {'yes' if t.rejected else 'no'} |" for t in sel.tests]
     chosen = {"proposal": "the proposal's kept heads", "single": "the single head",

@@ -17,18 +17,21 @@ and at 2,000 discovery examples two real heads of +0.6 points each were both kep
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from headprune.core.devices import dtype_name
+from headprune.evaluation.contract import tolerance
 from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
 from headprune.search.conditions import condition_key
 from headprune.search.paired import compare
 from headprune.search.parsimony import HeadContribution, HeadSet, contributions, drop_one
-from headprune.search.stages import Evaluated, Stages
+from headprune.search.stages import Evaluated, Stages, single_order
 
 log = logging.getLogger("headprune")
 
@@ -137,12 +140,6 @@ def choose_by_admission(stages: Stages, *, singles: str | None = None) -> tuple[
     """The discovery side of the rule of 0.2 on ``stages`` (baseline in): its finalists, primary first, and every set
     evaluated. ``singles``: how single heads are ranked (:func:`headprune.search.stages.single_order`; ``"key"``:
     find's ranking key alone, as before 0.2)."""
-    import itertools
-
-    from headprune.core.devices import dtype_name
-    from headprune.evaluation.contract import tolerance
-    from headprune.search.stages import single_order
-
     settings, rank = stages.settings, stages.search_rank
     stages.split_discovery()
     screened, _ = stages.screen()

@@ -63,7 +63,8 @@ class Conditions:
         identity = {"model": lm.name, "model_hash": lm.weight_hash, "task": split.discovery.content_hash(),
                     "heldout": split.heldout.content_hash(), "controls": [c.content_hash() for c in controls],
                     "dtype": dtype_name(lm.dtype), **to_json(settings), "environment": run_environment(lm),
-                    "selection": SELECTION_RULE}
+                    "selection": SELECTION_RULE, "sizes": {"discovery": len(split.discovery),
+                                                           "heldout": len(split.heldout)}}
         batch = settings.batch_size
         # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs. Every input is
         # checked against the model (lengths, then finite outputs) before a journal is written.

@@ -155,21 +155,26 @@ def _resume_refusal(folder: Path, then: dict, now: dict, lines: list[str]) -> Re
         details = ", ".join(f"{key} {before.get(key, 'not recorded')} then, {after[key]} now" for key in moved)
         return ResultFileError(f"cannot continue the run in {folder}: the environment differs from its own "
                                f"({details})", settings=tuple(moved))
-    changed = sorted(key for key in set(then) | set(now) if then.get(key) != now.get(key))
+    changed = sorted(key for key in set(then) | set(now) if then.get(key) != now.get(key) and key != "sizes")
     if not changed:
         return None
+    sizes, resized = (then.get("sizes") or {}, now.get("sizes") or {}), []
+    for split in ("discovery", "heldout"):  # example counts (journals of 0.2 recorded none)
+        if split in sizes[0] and sizes[0][split] != sizes[1].get(split):
+            resized.append((split, f"{split} {sizes[0][split]} then, {sizes[1].get(split)} now"))
     # Example sets are journalled as hashes of what was drawn: named by the count then, and what draws them.
     drawn = {"task": ("discovery", "discovery", ("discovery", "seed"), "the task or its file"),
              "heldout": ("heldout", "heldout", ("heldout_task", "heldout", "seed"), "a task's file"),
              "controls": ("control_limit", "control:0", ("control", "control_limit"), "a file's content")}
     parts = [_model_part(then.get(key), now.get(key)) if key == "model" else
              f"{key} {_value(then.get(key))} then, {_value(now.get(key))} now" for key in changed if key not in drawn]
-    if "seed" not in changed:  # a new seed draws new sets: said by the seed itself
+    parts += [said for _, said in resized]
+    if "seed" not in changed and not resized:  # a new seed or size draws new sets: said by the seed or size
         for key in [key for key in drawn if key in changed][:1]:  # discovery's draw moves the held-out one too
             option, split, options, files = drawn[key]
             parts.append(f"{option} {_examples(lines, split) or 'other examples'} then, other examples now "
                          f"({', '.join(options[:-1])} or {options[-1]} changed, or {files})")
-    named = tuple(key for key in changed if key not in drawn) + tuple(
+    named = tuple(key for key in changed if key not in drawn) + tuple(split for split, _ in resized) + tuple(
         option for key in changed if key in drawn for option in drawn[key][2])
     return ResultFileError(f"cannot continue the run in {folder}: {'; '.join(parts[:3])}", settings=named)
 

@@ -122,5 +122,5 @@ def needed(heads: HeadSet) -> list[HeadSet]:
     return [heads, *drop_one(heads)]
 
 
-__all__ = ["FIRST_SHARE", "SUPPORT_P", "Counts", "Proposal", "contributions", "heldout_counts", "kept", "needed", "propose",
-           "support"]
+__all__ = ["FIRST_SHARE", "SUPPORT_P", "Counts", "Proposal", "contributions", "heldout_counts", "kept", "needed",
+           "propose", "support"]

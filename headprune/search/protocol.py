@@ -1,11 +1,12 @@
 """``find --protocol cel``: the research protocol of "Can Capability Enhancement be Localized?" as a preset.
 
 What the released research code runs, and what the preset (``settings.PROTOCOL_PRESETS``) fixes: every query
-head ablated alone, exactly (``screen exact``); the 10 best as nominees; every pair and triple of them (45 + 120 = 165 sets); no growth beyond
-triples (``extend 0``); 10 finalists; the intact model run twice and required to agree (headprune's determinism
-check, which runs it again in another batch order); the frozen sets re-run on discovery to confirm their numbers
-before held-out is read (:func:`reconfirm`); held-out data for the report only. Its 2,000 discovery examples are
-find's default; its held-out size is find's default 1,000; both can be given (the suite runs the protocol tiny).
+head ablated alone, exactly (``screen exact``); the 10 best as nominees; every pair and triple of them (45 + 120 =
+165 sets); no growth beyond triples (``extend 0``); 10 finalists; the intact model run twice and required to agree
+(headprune's determinism check, which runs it again in another batch order); the frozen sets re-run on discovery to
+confirm their numbers before held-out is read (:func:`reconfirm`); held-out data for the report only. Its 2,000
+discovery examples are find's default; its held-out size is find's default 1,000; both can be given (the suite runs
+the protocol tiny).
 
 What headprune layers on, and where it differs (docs/find.md): discovery is split into a search half that ranks
 sets and a check half that, with held-out, tests each head of the proposed set (``headprune.search.membership``);

@@ -82,7 +82,6 @@ def main(argv: list[str] | None = None) -> None:
     sample = [Head(layer, (layer * 7) % grid.num_heads) for layer in layers]
     print(f"{args.model} x {args.task}, {len(task)} examples, {len(sample)} sampled heads of {grid.total}; "
           f"torch threads {torch.get_num_threads()}")
-
     variants = {
         "scored logits only": dict(share_prefix=False, reuse_layers=False),
         "+ shared prefix": dict(share_prefix=True, reuse_layers=False),
