@@ -63,8 +63,9 @@ def _pct(value: float | None) -> str:
 
 
 def passengers(record: dict[str, Any], view: str = "defaults") -> str:
-    """scripts/passengers.py: ``defaults`` (find's defaults, each cell against 0.2's rule in parentheses),
-    ``searches`` (the worst cell of each size and search setting), ``compress`` (the budget table)."""
+    """scripts/passengers.py: ``defaults`` (find's defaults, each cell against 0.2's rule in parentheses; any
+    other search setting by its name), ``readme`` (the same at null flips of 0.3%), ``searches`` (the worst cell of
+    each size and search setting), ``compress`` (the budget table)."""
     rules, rows = record["rules"], record["improve"]
     now, before = rules[0], (rules[1] if len(rules) > 1 else None)
 
@@ -88,13 +89,14 @@ def passengers(record: dict[str, Any], view: str = "defaults") -> str:
                             pair(two, "confirmed_all"), pair(pair_, "all_kept")])
         return _table(["discovery/held-out", "search", "passengers, worst cell", "false confirmations, worst cell",
                        "2 real heads: both kept", "both kept, confirmed", "interacting pair: both kept"], out)
-    gain = lambda value: f"{value:+.2f}"  # noqa: E731
+    gain = lambda value: f"{round(value, 2) + 0.0:+.2f}"  # noqa: E731  (no "-0.00")
+    search, flips = ("defaults", {0.003}) if view == "readme" else (view, None)  # readme: null heads flip 0.3%
     return _table(["discovery/held-out", "real heads", "null heads flip", "passengers", "false confirmations",
                    "all real heads kept", "all kept, confirmed", "confirmed true gain, points"],
                   [[r["size"], r["real"], _pct(r["flip"]), pair(r, "passenger"), pair(r, "false_confirmed"),
                     "-" if r["real"] == "0" else pair(r, "all_kept"),
                     "-" if r["real"] == "0" else pair(r, "confirmed_all"), pair(r, "confirmed_gain", gain)]
-                   for r in rows if r["search"] == view])
+                   for r in rows if r["search"] == search and (flips is None or r["flip"] in flips)])
 
 
 RENDERERS: dict[str, Callable[..., str]] = {"kinds": kinds, "passengers": passengers}
