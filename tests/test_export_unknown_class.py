@@ -50,6 +50,20 @@ def _save_weights(state: dict[str, torch.Tensor], folder, storage: str) -> None:
         (folder / "pytorch_model.bin.index.json").write_text(json.dumps(index))
 
 
+def _with_heads_of_its_own(folder, state: dict, weights: str, architecture: str):  # noqa: ANN001, ANN202
+    """``folder`` saved again with ``state`` plus three classifier heads of its own, as ``weights`` (safetensors or
+    pickles), under the class name ``architecture`` (one transformers lacks)."""
+    for i, name in enumerate(EXTRA_HEADS):
+        state[f"{name}_classifier.weight"] = torch.randn(2 + i, 32)
+        state[f"{name}_classifier.bias"] = torch.randn(2 + i)
+    (folder / "model.safetensors").unlink()
+    _save_weights(state, folder, weights)
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = [architecture]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 @pytest.fixture(params=["safetensors", "bin", "bin-shards"])
 def multi_head_bert(request, tmp_path, tokenizer):  # noqa: ANN001, ANN201
     """A BERT masked-LM saved with three extra classifier heads, under a class name transformers lacks, its weights
@@ -58,16 +72,7 @@ def multi_head_bert(request, tmp_path, tokenizer):  # noqa: ANN001, ANN201
     model = transformers.BertForMaskedLM(tiny_config("bert", len(tokenizer)))
     folder = tmp_path / "multi-head-bert"
     save_folder(model, tokenizer, folder)
-    state = _tensors(folder)
-    for i, name in enumerate(EXTRA_HEADS):
-        state[f"{name}_classifier.weight"] = torch.randn(2 + i, 32)
-        state[f"{name}_classifier.bias"] = torch.randn(2 + i)
-    (folder / "model.safetensors").unlink()
-    _save_weights(state, folder, request.param)
-    config = json.loads((folder / "config.json").read_text())
-    config["architectures"] = ["BertForMaskedLMWithClassifiers"]
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
+    return _with_heads_of_its_own(folder, _tensors(folder), request.param, "BertForMaskedLMWithClassifiers")
 
 
 def test_the_best_matching_class_stands_in_and_says_so(multi_head_bert, caplog) -> None:
@@ -156,15 +161,7 @@ def pretraining_bert(request, tmp_path, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path / "pretraining-bert"
     save_folder(model, tokenizer, folder)
     state = {name: tensor for name, tensor in _tensors(folder).items() if not name.startswith("cls.seq_relationship.")}
-    for i, name in enumerate(EXTRA_HEADS):
-        state[f"{name}_classifier.weight"] = torch.randn(2 + i, 32)
-        state[f"{name}_classifier.bias"] = torch.randn(2 + i)
-    (folder / "model.safetensors").unlink()
-    _save_weights(state, folder, request.param)
-    config = json.loads((folder / "config.json").read_text())
-    config["architectures"] = ["BertWithTopicHeads"]
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
+    return _with_heads_of_its_own(folder, state, request.param, "BertWithTopicHeads")
 
 
 def test_a_sound_checkpoint_is_stood_in_for_by_a_complete_class_and_exports_whole(pretraining_bert, tmp_path

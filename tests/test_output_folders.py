@@ -22,7 +22,7 @@ from headprune.core.io import process_started
 from headprune.exporter import RECORD_NAME, read_record, verify_record
 from headprune.tasks import write_jsonl_task
 from helpers import break_slicing, build_tiny, random_choice_task, save_folder
-from helpers.cli import invoke
+from helpers.cli import assert_refused, invoke
 
 FIND = ["--discovery", "24", "--heldout", "16", "--nominees", "2", "--max-heads", "2", "--finalists", "1",
         "--batch-size", "8"]
@@ -50,12 +50,6 @@ def snapshot(root: Path) -> dict[str, tuple]:
 
 def export(inputs: Path, out: Path, *args: str, heads: str = "L0.H1"):  # noqa: ANN201
     return invoke("export", str(inputs / "model"), "--heads", heads, "--out", str(out), *args, catch_exceptions=True)
-
-
-def assert_refused(result, fragment: str) -> None:  # noqa: ANN001
-    assert result.exit_code == 2, result.output
-    assert result.output.count("\n") == 1 and result.output.startswith("headprune: error: "), result.output
-    assert fragment in result.output, result.output
 
 
 @pytest.mark.parametrize(("where", "fragment"), [

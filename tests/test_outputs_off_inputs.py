@@ -23,7 +23,7 @@ from headprune.errors import KeptOutputError, ResultFileError
 from headprune.exporter import read_record, verify_record
 from headprune.tasks import write_jsonl_task
 from helpers import build_tiny, random_choice_task, save_folder
-from helpers.cli import invoke
+from helpers.cli import assert_refused, invoke
 
 FIND = ["--discovery", "24", "--heldout", "16", "--nominees", "2", "--max-heads", "2", "--finalists", "1",
         "--batch-size", "8"]
@@ -52,9 +52,7 @@ def contents(root: Path) -> dict[str, bytes | None]:
 
 
 def refused(result, fragment: str) -> None:  # noqa: ANN001
-    assert result.exit_code == 2, result.output
-    assert result.stderr.count("\n") == 1 and result.stderr.startswith("headprune: error: "), result.stderr
-    assert fragment in result.stderr, result.stderr
+    assert_refused(result, fragment, stream="stderr")
 
 
 @pytest.mark.parametrize(("out", "fragment"), [

@@ -265,14 +265,21 @@ sys.exit(1)
 '''
 
 
-def test_no_network_and_no_new_processes_even_with_the_hook_off(tmp_path, walled) -> None:  # noqa: ANN001
-    """A TCP listener and a Unix socket here receive nothing; no command runs."""
+def _listeners(tmp_path):  # noqa: ANN001, ANN202
+    """A TCP listener on the loopback and a Unix socket at ``tmp_path/s``, each giving up after 0.2 s: what a
+    program that reaches the network would reach."""
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(0.2)
     unix = socket.socket(socket.AF_UNIX)
     unix.bind(str(tmp_path / "s"))
     unix.listen()
     unix.settimeout(0.2)
+    return server, unix
+
+
+def test_no_network_and_no_new_processes_even_with_the_hook_off(tmp_path, walled) -> None:  # noqa: ANN001
+    """A TCP listener and a Unix socket here receive nothing; no command runs."""
+    server, unix = _listeners(tmp_path)
     marker = tmp_path / "ran"
     program = _network_program(server.getsockname()[1], tmp_path / "s", marker)
     try:
@@ -451,12 +458,7 @@ def test_each_mode_forced_holds_what_it_claims(tmp_path, name) -> None:  # noqa:
     mode, without = name.split(" ", 1)[0], " without " in name
     secret = "hf_" + secrets.token_hex(16)
     outside, marker = _outside(tmp_path / "outside"), tmp_path / "ran"
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    unix = socket.socket(socket.AF_UNIX)
-    unix.bind(str(tmp_path / "s"))
-    unix.listen()
-    unix.settimeout(0.2)
+    server, unix = _listeners(tmp_path)
     programs = {"environment": _token_program(), "files": _files_escape(outside),
                 "network": _network_program(server.getsockname()[1], tmp_path / "s", marker),
                 "limits": DISARM + "while True:\n    pass\n"}

@@ -20,6 +20,15 @@ def invoke(*args: str, catch_exceptions: bool = False) -> Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=catch_exceptions)
 
 
+def assert_refused(result: Result, fragment: str, *, stream: str = "output") -> None:
+    """A refusal as users see it: exit 2 and one line ``headprune: error: ...`` holding ``fragment``, on
+    ``stream`` (``output``: stdout and stderr together, ``stderr``: stderr alone)."""
+    text = getattr(result, stream)
+    assert result.exit_code == 2, result.output
+    assert text.count("\n") == 1 and text.startswith("headprune: error: "), text
+    assert fragment in text, text
+
+
 def headprune(*args: str, processes: int = 1, timeout: float = 600) -> subprocess.CompletedProcess:
     """``headprune ARGS`` as a separate process (one thread, like a user's shell), or ``processes`` processes
     under torchrun: for what only a real process shows (a kill, a second process, exit status, stdout)."""
