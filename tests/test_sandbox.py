@@ -8,6 +8,8 @@ so ``passed`` is the escape, and the side effects are checked from outside as we
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import json
 import os
 import secrets
@@ -265,31 +267,31 @@ sys.exit(1)
 '''
 
 
-def _listeners(tmp_path):  # noqa: ANN001, ANN202
-    """A TCP listener on the loopback and a Unix socket at ``tmp_path/s``, each giving up after 0.2 s: what a
-    program that reaches the network would reach."""
+@contextmanager
+def _listening(tmp_path):  # noqa: ANN001, ANN202
+    """A TCP listener on the loopback and a Unix socket at ``tmp_path/s`` (what a program that reaches the network
+    would reach), yielded as the block's; after it, each must have received nothing (0.2 s to show it)."""
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(0.2)
     unix = socket.socket(socket.AF_UNIX)
-    unix.bind(str(tmp_path / "s"))
-    unix.listen()
-    unix.settimeout(0.2)
-    return server, unix
-
-
-def test_no_network_and_no_new_processes_even_with_the_hook_off(tmp_path, walled) -> None:  # noqa: ANN001
-    """A TCP listener and a Unix socket here receive nothing; no command runs."""
-    server, unix = _listeners(tmp_path)
-    marker = tmp_path / "ran"
-    program = _network_program(server.getsockname()[1], tmp_path / "s", marker)
     try:
-        assert _escapes(program, walled) == []
+        unix.bind(str(tmp_path / "s"))
+        unix.listen()
+        unix.settimeout(0.2)
+        yield server, unix
         for listener in (server, unix):
             with pytest.raises(TimeoutError):
                 listener.accept()
     finally:
         server.close()
         unix.close()
+
+
+def test_no_network_and_no_new_processes_even_with_the_hook_off(tmp_path, walled) -> None:  # noqa: ANN001
+    """A TCP listener and a Unix socket here receive nothing; no command runs."""
+    marker = tmp_path / "ran"
+    with _listening(tmp_path) as (server, _):
+        assert _escapes(_network_program(server.getsockname()[1], tmp_path / "s", marker), walled) == []
     assert not marker.exists()
 
 
@@ -458,13 +460,12 @@ def test_each_mode_forced_holds_what_it_claims(tmp_path, name) -> None:  # noqa:
     mode, without = name.split(" ", 1)[0], " without " in name
     secret = "hf_" + secrets.token_hex(16)
     outside, marker = _outside(tmp_path / "outside"), tmp_path / "ran"
-    server, unix = _listeners(tmp_path)
-    programs = {"environment": _token_program(), "files": _files_escape(outside),
-                "network": _network_program(server.getsockname()[1], tmp_path / "s", marker),
-                "limits": DISARM + "while True:\n    pass\n"}
-    claimed = (*CLAIMS[name], "limits")
-    env = {**os.environ, "HF_TOKEN": secret, "HEADPRUNE_SANDBOX_MODE": mode}
-    try:
+    with _listening(tmp_path) as (server, _):
+        programs = {"environment": _token_program(), "files": _files_escape(outside),
+                    "network": _network_program(server.getsockname()[1], tmp_path / "s", marker),
+                    "limits": DISARM + "while True:\n    pass\n"}
+        claimed = (*CLAIMS[name], "limits")
+        env = {**os.environ, "HF_TOKEN": secret, "HEADPRUNE_SANDBOX_MODE": mode}
         done = subprocess.run([sys.executable, "-c", MODE_RUNNER, "1" if without else "",
                                json.dumps([programs[claim] for claim in claimed])], capture_output=True, text=True,
                               env=env, timeout=180)
@@ -478,12 +479,6 @@ def test_each_mode_forced_holds_what_it_claims(tmp_path, name) -> None:  # noqa:
                 assert status == "timeout", (name, detail)
             else:
                 assert status != "passed" and "ESCAPED" not in detail and secret not in detail, (name, claim, detail)
-        for listener in (server, unix):
-            with pytest.raises(TimeoutError):
-                listener.accept()
-    finally:
-        server.close()
-        unix.close()
     assert _untouched(outside) and not marker.exists()
 
 
