@@ -51,7 +51,8 @@ def _refuse_code_tasks(*specs: str | None) -> None:
               help="Steps growing the best set from a screen taken with it removed (partners: heads that help once "
                    "it is gone), each while the added head earns its place on discovery's search half.")
 @click.option("--finalists", type=int, default=DEFAULTS.finalists, show_default=True,
-              help="F: best sets scored on held-out.")
+              help="F: sets scored on held-out: the primary set, then the other candidates and the best other "
+                   "sets (exploratory).")
 @click.option("--control", multiple=True, metavar="TASK",
               help="A second task measured for the finalists (the trade); repeat for several.")
 @click.option("--control-limit", type=click.IntRange(min=1), default=DEFAULTS.control_limit, show_default=True,
