@@ -50,7 +50,19 @@ def _gguf_info(path):  # noqa: ANN001, ANN202
     import gguf
 
     reader = gguf.GGUFReader(str(path))
-    return reader, {key: field.contents() for key, field in reader.fields.items()}
+    return reader, {key: _field_value(field, gguf.GGUFValueType) for key, field in reader.fields.items()}
+
+
+def _field_value(field, kinds):  # noqa: ANN001, ANN202
+    """A metadata field's value, decoded from its parts (ReaderField.contents() is newer than gguf 0.14, the floor)."""
+
+    def one(index: int, kind):  # noqa: ANN001, ANN202
+        part = field.parts[index]
+        return bytes(part).decode("utf-8") if kind == kinds.STRING else part[0].item()
+
+    if field.types[0] == kinds.ARRAY:
+        return [one(index, field.types[-1]) for index in field.data]
+    return one(field.data[0], field.types[0])
 
 
 # L0.H1 leaves layer 0 with an uneven group (keep-zeroed); L1.H0 + L1.H1 remove a whole KV group of the llama.
