@@ -210,12 +210,15 @@ def test_gguf_types_verify_a_float32_copy_and_report_their_own_agreement(models,
     assert typed is not None and typed.done and not typed.gated and typed.file_type == gguf_type
     assert typed.prompts == info.runtime.prompts
     assert 0 < info.read_back_max_abs_diff < 0.05  # the stored type's rounding, read back
-    reader, meta = _gguf_info(tmp_path / "g" / "model.gguf")
+    name = f"model-{gguf_type.upper()}.gguf"  # the type in the name, as llama.cpp users name files
+    quantized = info.quantized  # gated on the float32 file; the task on it and on the original in the same type
+    assert info.file == name and quantized.max_abs_diff <= quantized.allowed and quantized.original is not None
+    reader, meta = _gguf_info(tmp_path / "g" / name)
     assert meta["general.file_type"] == gguf_export.FILE_TYPES[gguf_type]
     types = {t.name: t.tensor_type.name for t in reader.tensors}
     assert types["blk.0.attn_norm.weight"] == "F32"
     assert types["blk.0.attn_q.weight"] == gguf_type.upper()
-    assert sorted(p.name for p in (tmp_path / "g").iterdir()) == ["README.md", "headprune_export.json", "model.gguf"]
+    assert sorted(p.name for p in (tmp_path / "g").iterdir()) == ["README.md", "headprune_export.json", name]
 
 
 def test_sliced_gguf_is_smaller_than_dense(models, tmp_path) -> None:

@@ -24,7 +24,7 @@ ABLATIONS = ("zero", "mean")
 # export (headprune.exporter): formats are the registry's keys (headprune.exporter.formats), most portable first
 EXPORT_FORMATS = ("safetensors", "onnx", "gguf")
 EXPORT_LAYOUTS = ("sliced", "dense")
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k")  # K-quants: llama.cpp's quantizer
 
 # Loading a model (headprune.core.devices): precisions by torch name, and accelerate's placements
 DTYPES = ("float32", "bfloat16", "float16")
