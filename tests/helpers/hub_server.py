@@ -55,13 +55,15 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:  # keep test output clean
             pass
 
-        def _answer(self, status: int, body: object, error: str | None = None) -> None:
+        def _answer(self, status: int, body: object, error: str | None = None, code: str | None = None) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             if error:
                 self.send_header("X-Error-Message", error)
+            if code:  # the Hub's error code (huggingface_hub raises RevisionNotFoundError on RevisionNotFound)
+                self.send_header("X-Error-Code", code)
             self.end_headers()
             self.wfile.write(data)
 
@@ -74,14 +76,16 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 self._answer(404, {"error": "Repository not found"}, "Repository not found")
                 return None
             revision = unquote(revision)
+            history = repo.setdefault("history", {})  # a commit stays readable once a branch has moved on
             for files in repo["branches"].values():
-                sha = branch_sha(files)
-                if revision == sha:
-                    return sha, files
+                history[branch_sha(files)] = dict(files)
+            if revision in history:
+                return revision, history[revision]
             if revision in repo["branches"]:
                 files = repo["branches"][revision]
                 return branch_sha(files), files
-            self._answer(404, {"error": f"Invalid rev id: {revision}"}, f"Invalid rev id: {revision}")
+            self._answer(404, {"error": f"Invalid rev id: {revision}"}, f"Invalid rev id: {revision}",
+                         "RevisionNotFound")
             return None
 
         def do_HEAD(self) -> None:  # noqa: N802 - the http.server naming
