@@ -107,10 +107,15 @@ def test_find_records_the_commit_and_export_reads_it_or_refuses_a_moved_branch(h
     moved = invoke("export", "alice/cue", "--heads", str(run), "--revision", "main", "--out", str(tmp_path / "o2"))
     assert moved.exit_code == 2 and "made for a different model" in moved.output
 
-    # Offline, with the commit cached: export of the result reads it without the Hub.
+    # Offline, with the commit cached: export reads it without the Hub; the cache also knows main moved (the
+    # attempt above read it), so without --revision it is refused offline too.
+    from headprune.errors import ExportSettingsError
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     before = len(hub.state.requests)
-    offline = export("alice/cue", run, verify_task=cue_task(), verify_limit=40, out=tmp_path / "o3")
+    with pytest.raises(ExportSettingsError, match="main now reads commit"):
+        export("alice/cue", run, verify_task=cue_task(), verify_limit=40, out=tmp_path / "o3")
+    offline = export("alice/cue", run, verify_task=cue_task(), verify_limit=40, revision=commit, out=tmp_path / "o3")
     assert offline.source.revision == commit and len(hub.state.requests) == before
 
 

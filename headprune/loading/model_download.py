@@ -208,7 +208,12 @@ def from_hub(repo_id: str, *, trust_remote_code: bool = False, revision: str | N
         wanted = small_files(listing, trust_remote_code=trust_remote_code)
         log.info("%s: downloading %d of the repository's %d files (what a load reads) at commit %s", repo_id,
                  len(wanted), len(listing), commit)
-        folder = Path(snapshot_download(repo_id, revision=commit, allow_patterns=wanted, endpoint=_endpoint()))
+        # By the revision's name, so that the cache records where the branch or tag pointed (a later load of it
+        # then needs no Hub), and checked to be the commit listed.
+        folder = Path(snapshot_download(repo_id, revision=revision or "main", allow_patterns=wanted,
+                                        endpoint=_endpoint()))
+        if commit_of(folder) not in (None, commit):
+            raise ModelNotFoundError(f"{revision or 'main'} moved to another commit while it was read; run again")
         indexes = [index for _, index in WEIGHT_LAYOUTS if index in wanted]
         if indexes:
             shards = shards_of(folder / indexes[0])
