@@ -212,7 +212,7 @@ def test_gguf_types_verify_a_float32_copy_and_report_their_own_agreement(models,
     assert 0 < info.read_back_max_abs_diff < 0.05  # the stored type's rounding, read back
     name = f"model-{gguf_type.upper()}.gguf"  # the type in the name, as llama.cpp users name files
     quantized = info.quantized  # gated on the float32 file; the task on it and on the original in the same type
-    assert info.file == name and quantized.max_abs_diff <= quantized.allowed and quantized.original is not None
+    assert info.file == name and quantized.rms_diff <= quantized.allowed and quantized.original is not None
     reader, meta = _gguf_info(tmp_path / "g" / name)
     assert meta["general.file_type"] == gguf_export.FILE_TYPES[gguf_type]
     types = {t.name: t.tensor_type.name for t in reader.tensors}

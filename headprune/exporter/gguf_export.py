@@ -292,6 +292,7 @@ class GgufFiles:
     notes: tuple[str, ...]
     types: dict[str, str]  # tensor name -> its GGML type in the written file
     original_path: Path | None = None  # the original (every head, the stock architecture) in the same type
+    stored: dict[str, np.ndarray] | None = None  # a lossy file's tensors as read back, de-quantised
 
 
 def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folder: Path, scratch: Path,
@@ -310,7 +311,8 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     name = f"{Path(str(lm.name)).name} (headprune)"
     path = folder / file_name(gguf_type)
     types = write_gguf(path, artifact, plan, tensors, write_tokenizer, name=name, gguf_type=gguf_type)
-    count, diff = read_back(path, tensors)
+    stored: dict[str, np.ndarray] = {}  # what a lossy file holds, de-quantised: its logit gate's reference
+    count, diff = read_back(path, tensors, stored if gguf_type != "f32" else None)
     f32_path, exact, original = path, diff, None
     if gguf_type != "f32":
         f32_path = scratch / "verify-f32.gguf"
@@ -332,4 +334,6 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if arch == "deci":
         notes.append("sliced: llama.cpp's deci architecture (per-layer head counts); stock llama-architecture "
                      "tools that assume equal layers do not apply")
-    return GgufFiles(path, f32_path, plan, tensors, description, chat, count, diff, tuple(notes), types, original)
+    return GgufFiles(path, f32_path, plan, tensors, description, chat, count, diff, tuple(notes), types, original,
+                     stored or None)
+

@@ -6,11 +6,15 @@ quantized original (every head, the stock architecture, the same type, :func:`gg
 quantized pruned file, and their paired change is tested as find tests a gain (exact McNemar test, score
 interval), beside the float figures of the export's task check.
 
-The logit gate's tolerance is derived from the quantization itself: the largest difference the same type makes on
-the original model (its quantized GGUF in llama.cpp against the original in torch, which its float32 GGUF matches to
-about 1e-6), relative to the largest |logit|, times :data:`QUANT_FACTOR`; never below the float32 GGUF tolerance.
-A file whose quantized weights are wrong (bytes of another type, a tensor from another layer) moves the logits far
-beyond what rounding to the type does and is refused; the rounding itself passes.
+The logit gate's tolerance is derived from the quantization itself, of this file on this model: the root mean
+square difference its rounded weights make to the logits when computed exactly (torch in float32, on the tensors as
+read back from the file by gguf-py, against the unrounded model), times :data:`QUANT_FACTOR`; llama.cpp's run of
+the file must be within that of its float32 GGUF over every real token of the verification inputs. A root mean
+square, not the largest difference: the largest of millions of logits moves with the tail (on SmolLM2-135M
+q4_k_m it was 2.3x the original's for a 3-head prune while the root mean square was 0.95x), and a heavy prune is
+legitimately more sensitive to rounding (67 heads: 4.9x the original's, in torch and in llama.cpp alike), which a
+tolerance taken from the original model would refuse. Bytes that are not the rounding of the pruned weights are
+refused before this, when the file is read back (:data:`gguf_read.ROUNDING`).
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from typing import Any
 from headprune.errors import VerificationError
 from headprune.search.stats import Verdict, verdict
 
-# The pruned model's quantization noise against the original's: the same rounding on mostly the same weights; its
-# largest value over thousands of logits varies by tens of percent between two models, so twice the original's.
-QUANT_FACTOR = 2.0
+# llama.cpp also rounds the activations it multiplies (to 8 bits for quantized weights, 16 for f16): measured on
+# SmolLM2-135M, its root mean square difference to the float32 file was 0.95x to 1.75x torch's on the rounded
+# weights alone (q4_k_m and q8_0; the original, a 3-head and a 67-head prune).
+QUANT_FACTOR = 3.0
 LEVEL_ALPHA = 0.05  # the paired change's interval: 95%
 
 
@@ -37,11 +42,11 @@ class QuantCheck:
     bytes: int  # the written file
     original_bytes: int  # the original written in the same type
     float_bytes: int  # the float32 GGUF of the pruned model
-    max_abs_diff: float  # the quantized file against the float32 file, over the verification inputs, in llama.cpp
+    rms_diff: float  # llama.cpp: root mean square |quantized - float32 file| over the real tokens' logits
+    reference_rms: float  # torch: the same over the file's rounded weights against the unrounded model
+    allowed: float  # QUANT_FACTOR x reference_rms
+    max_abs_diff: float  # llama.cpp: the largest |quantized - float32 file| (reported)
     max_abs_logit: float
-    reference_diff: float  # relative: the same type's largest difference on the original model
-    tolerance: float  # relative: max(float32 GGUF tolerance, QUANT_FACTOR x reference_diff)
-    allowed: float  # tolerance x max(1, max_abs_logit)
     tokens: int  # real tokens compared
     task: str = ""
     metric: str = "accuracy"  # or "mean_nll" (a text task: no answers to compare)
@@ -51,52 +56,79 @@ class QuantCheck:
     change: Verdict | None = None  # paired: the quantized original (before) against the quantized pruned (after)
 
 
-def _logit_diff(want: Any, have: Any, batches: list) -> tuple[float, float, int]:
-    """Largest |have - want| and largest |want| over the real tokens of ``batches``; the tokens compared."""
-    worst = scale = 0.0
-    tokens = 0
+def _differences(want: Any, have: Any, batches: list) -> tuple[float, float, float, int]:
+    """Root mean square and largest |have - want| and largest |want| over the real tokens' logits of ``batches``;
+    the tokens compared."""
+    worst = scale = squares = 0.0
+    tokens = count = 0
     for ids, mask, extra in batches:
         a = want(input_ids=ids, attention_mask=mask, **extra).logits.float().cpu()
         b = have(input_ids=ids, attention_mask=mask, **extra).logits.float().cpu()
         real = mask.bool().cpu()
-        worst = max(worst, float((a[real] - b[real]).abs().max()))
+        diff = a[real] - b[real]
+        worst = max(worst, float(diff.abs().max()))
         scale = max(scale, float(a[real].abs().max()))
+        squares += float(diff.double().square().sum())
+        count += diff.numel()
         tokens += int(real.sum())
-    return worst, scale, tokens
+    return (squares / max(1, count)) ** 0.5, worst, scale, tokens
+
+
+def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
+    """A copy of ``artifact`` holding a lossy file's de-quantised tensors (q/k rows back in Hugging Face order)."""
+    import copy
+
+    import gguf
+    import torch
+
+    from headprune.exporter.gguf_export import unpermute
+
+    arch_enum = next(a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == plan.arch)
+    names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
+    model = copy.deepcopy(artifact)
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+            if new not in stored:  # rotary frequencies, a tied output
+                continue
+            data = torch.from_numpy(stored[new]).reshape(tensor.shape)
+            permuted = plan.permuted and (".attn_q." in new or ".attn_k." in new)
+            tensor.copy_(unpermute(data, plan.head_dim) if permuted else data)
+    return model.eval()
 
 
 def check_quantized(job: Any, files: Any, f32_runner: Any, typed_runner: Any, original_runner: Any, *,
-                    gguf_type: str, float_tolerance: float) -> QuantCheck:
+                    gguf_type: str) -> QuantCheck:
     """Gate the quantized file on its float32 file and measure the task on it and on the quantized original.
 
     Raises:
-        VerificationError: the quantized file's logits differ from the float32 file's by more than the quantization
-            explains; nothing is written.
+        VerificationError: llama.cpp's logits of the quantized file differ from the float32 file's by more than the
+            file's rounding explains; nothing is written.
     """
+    import torch
+
     from headprune.evaluation import Evaluator
     from headprune.exporter.export_record import weight_bytes
-
-    import torch
 
     lm, task = job.lm, job.task
     batches = list(Evaluator(lm, task, share_prefix=False, batch_size=job.batch_size).reference_batches())
     with torch.inference_mode():
-        ref_diff, ref_scale, _ = _logit_diff(lm.model, original_runner, batches)
-        diff, scale, tokens = _logit_diff(f32_runner, typed_runner, batches)
-    reference = ref_diff / max(1.0, ref_scale)
-    tolerance = max(float_tolerance, QUANT_FACTOR * reference)
-    allowed = tolerance * max(1.0, scale)
-    if not diff <= allowed:
+        rounded = with_stored(job.artifact, files.plan, files.stored)
+        reference, _, _, _ = _differences(job.artifact, rounded, batches)
+        del rounded
+        rms, diff, scale, tokens = _differences(f32_runner, typed_runner, batches)
+    allowed = QUANT_FACTOR * reference
+    if not rms <= allowed:
         raise VerificationError(
-            f"in llama.cpp, the {gguf_type} file's logits differ from the float32 file's by {diff:.3g} (allowed "
-            f"{allowed:.3g}: tolerance {tolerance:.3g} = {QUANT_FACTOR:g} x the {reference:.3g} that {gguf_type} "
-            f"makes on the original, x largest |logit| {scale:.3g}); nothing was written")
+            f"in llama.cpp, the {gguf_type} file's logits differ from the float32 file's by {rms:.3g} (root mean "
+            f"square; allowed {allowed:.3g}: {QUANT_FACTOR:g} x the {reference:.3g} its rounded weights make in torch); "
+            "nothing was written")
     counts: dict[str, int] = {}
     for name in files.types.values():
         counts[name] = counts.get(name, 0) + 1
     check = QuantCheck(gguf_type, dict(sorted(counts.items())), weight_bytes(files.path),
-                       weight_bytes(files.original_path), weight_bytes(files.f32_path), diff, scale, reference,
-                       tolerance, allowed, tokens)
+                       weight_bytes(files.original_path), weight_bytes(files.f32_path), rms, reference, allowed, diff,
+                       scale, tokens)
     return _with_task(check, job, typed_runner, original_runner)
 
 
@@ -125,9 +157,9 @@ def summary(check: QuantCheck) -> list[str]:
     """What the CLI prints of a quantized check (plain text)."""
     lines = [f"{check.gguf_type}: {check.bytes:,} bytes (float32 {check.float_bytes:,}; the original in {check.gguf_type} "
              f"{check.original_bytes:,}); tensor types {_types(check)}",
-             f"{check.gguf_type} gate in llama.cpp: max |logit diff| to the float32 GGUF {check.max_abs_diff:.2e} <= "
-             f"{check.allowed:.2e} (tolerance {check.tolerance:.2e} = {QUANT_FACTOR:g} x {check.reference_diff:.2e}, "
-             f"what {check.gguf_type} does to the original)"]
+             f"{check.gguf_type} gate in llama.cpp: logits to the float32 GGUF {check.rms_diff:.3g} root mean square <= "
+             f"{check.allowed:.3g} ({QUANT_FACTOR:g} x {check.reference_rms:.3g}, what its rounded weights do in torch); "
+             f"largest difference {check.max_abs_diff:.3g}"]
     return lines + ([_task_line(check)] if check.task else [])
 
 
@@ -151,9 +183,9 @@ def card_lines(check: QuantCheck) -> list[str]:
     lines = [f"- `{check.gguf_type}` file: {check.bytes:,} bytes (float32 {check.float_bytes:,}; the original model in "
              f"`{check.gguf_type}` {check.original_bytes:,}); tensor types: {_types(check)}. Made by llama.cpp's own "
              "quantizer (`ggml_quantize_chunk`) where the type is a K-quant.",
-             f"- In llama.cpp, its logits differ from the float32 GGUF's by at most {check.max_abs_diff:.2e} over "
-             f"{check.tokens:,} tokens (allowed {check.allowed:.1e}: {QUANT_FACTOR:g} x the {check.reference_diff:.1e} of "
-             f"the largest |logit| that `{check.gguf_type}` changes on the original model)."]
+             f"- In llama.cpp, its logits differ from the float32 GGUF's by {check.rms_diff:.3g} root mean square over "
+             f"{check.tokens:,} tokens (allowed {check.allowed:.3g}: {QUANT_FACTOR:g} x the {check.reference_rms:.3g} its "
+             f"rounded weights make in torch; largest difference {check.max_abs_diff:.3g})."]
     if check.task:
         lines.append(f"- Task after quantization: {_task_line(check)}. Whether a gain survives quantization is this "
                      "measurement, beside the float figures above.")

@@ -160,8 +160,7 @@ class Gguf(ExportFormat):
         runner = written.runner
         original = LlamaCppModel(written.files.original_path, n_ctx=runner.n_ctx, eos=runner.eos)
         written.closers.append(original)
-        return check_quantized(job, written.files, runner, typed_runner, original,
-                               gguf_type=self.chosen["gguf_type"], float_tolerance=job.tolerance)
+        return check_quantized(job, written.files, runner, typed_runner, original, gguf_type=self.chosen["gguf_type"])
 
     @classmethod
     def summary_lines(cls, record: ExportRecord) -> list[str]:
