@@ -131,5 +131,5 @@ def read_back(path: Path, expected: dict[str, torch.Tensor], values: dict[str, n
                                         f"{diff / max(scale, 1e-30):.3g} of its largest |value|, more than {kind.name}'s "
                                         f"rounding allows ({ROUNDING.get(kind.name, 0.0):g}); nothing was written")
             if values is not None:
-                values[name] = np.asarray(data, dtype=np.float32)
+                values[name] = np.array(data, dtype=np.float32)  # a writable copy (torch shares it)
     return len(expected), worst
