@@ -119,7 +119,7 @@ def test_the_python_api_routes_gguf_type_into_the_format_options_and_refuses_it_
         export("absent", "L0.H0", format="safetensors", gguf_type="q8_0", out=tmp_path / "o")
     with pytest.raises(ExportSettingsError, match="^gguf_type applies only with format gguf"):
         export("absent", "L0.H0", format="onnx", format_options={"gguf_type": "f16"}, out=tmp_path / "o")
-    with pytest.raises(ExportSettingsError, match="^gguf_type must be one of f32, f16, bf16, q8_0, not 'q4'"):
+    with pytest.raises(ExportSettingsError, match="^gguf_type must be one of f32, f16, bf16, q8_0, q4_k_m, q5_k_m, q6_k, not 'q4'"):
         export("absent", "L0.H0", format="gguf", format_options={"gguf_type": "q4"}, out=tmp_path / "o")
     with pytest.raises(ExportSettingsError, match=r"^gguf_type is given twice \('f16', and 'q8_0'"):
         export("absent", "L0.H0", format="gguf", gguf_type="f16", format_options={"gguf_type": "q8_0"},

@@ -14,6 +14,7 @@ import torch
 from helpers import build_tiny, choice_task, generate_task, save_folder, text_task
 
 from helpers.cli import invoke
+from helpers.gguf_file import gguf_metadata
 from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record, runtimes, verify_record
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
 from headprune.heads import parse_heads
@@ -46,25 +47,6 @@ def models(tokenizer):  # noqa: ANN001, ANN201
     return built
 
 
-def _gguf_info(path):  # noqa: ANN001, ANN202
-    import gguf
-
-    reader = gguf.GGUFReader(str(path))
-    return reader, {key: _field_value(field, gguf.GGUFValueType) for key, field in reader.fields.items()}
-
-
-def _field_value(field, kinds):  # noqa: ANN001, ANN202
-    """A metadata field's value, decoded from its parts (ReaderField.contents() is newer than gguf 0.14, the floor)."""
-
-    def one(index: int, kind):  # noqa: ANN001, ANN202
-        part = field.parts[index]
-        return bytes(part).decode("utf-8") if kind == kinds.STRING else part[0].item()
-
-    if field.types[0] == kinds.ARRAY:
-        return [one(index, field.types[-1]) for index in field.data]
-    return one(field.data[0], field.types[0])
-
-
 # L0.H1 leaves layer 0 with an uneven group (keep-zeroed); L1.H0 + L1.H1 remove a whole KV group of the llama.
 HEADS = "L0.H1,L1.H0,L1.H1"
 
@@ -88,7 +70,7 @@ def test_gguf_decodes_like_the_masked_original_in_llama_cpp(models, family, layo
     assert diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, scale)
     assert info.read_back_max_abs_diff == 0.0 and info.tensors_read_back > 0
     # The file: architecture, per-layer head counts, key length, tokenizer.
-    _, meta = _gguf_info(tmp_path / "g" / "model.gguf")
+    _, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
     arch = meta["general.architecture"]
     assert arch == info.architecture == ("deci" if layout == "sliced" else "qwen2" if family == "qwen2" else "llama")
     heads = meta[f"{arch}.attention.head_count"]
@@ -222,12 +204,15 @@ def test_gguf_types_verify_a_float32_copy_and_report_their_own_agreement(models,
     assert typed is not None and typed.done and not typed.gated and typed.file_type == gguf_type
     assert typed.prompts == info.runtime.prompts
     assert 0 < info.read_back_max_abs_diff < 0.05  # the stored type's rounding, read back
-    reader, meta = _gguf_info(tmp_path / "g" / "model.gguf")
+    name = f"model-{gguf_type.upper()}.gguf"  # the type in the name, as llama.cpp users name files
+    quantized = info.quantized  # gated on the float32 file; the task on it and on the original in the same type
+    assert info.file == name and quantized.rms_diff <= quantized.allowed and quantized.original is not None
+    reader, meta = gguf_metadata(tmp_path / "g" / name)
     assert meta["general.file_type"] == gguf_export.FILE_TYPES[gguf_type]
     types = {t.name: t.tensor_type.name for t in reader.tensors}
     assert types["blk.0.attn_norm.weight"] == "F32"
     assert types["blk.0.attn_q.weight"] == gguf_type.upper()
-    assert sorted(p.name for p in (tmp_path / "g").iterdir()) == ["README.md", "headprune_export.json", "model.gguf"]
+    assert sorted(p.name for p in (tmp_path / "g").iterdir()) == ["README.md", "headprune_export.json", name]
 
 
 def test_sliced_gguf_is_smaller_than_dense(models, tmp_path) -> None:
@@ -242,7 +227,7 @@ def test_sliced_gguf_is_smaller_than_dense(models, tmp_path) -> None:
 def test_dense_gguf_zeroes_the_removed_heads_output_columns(models, tmp_path) -> None:
     lm = models["llama"]
     export(lm, "L0.H2", format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "d")
-    reader, _ = _gguf_info(tmp_path / "d" / "model.gguf")
+    reader, _ = gguf_metadata(tmp_path / "d" / "model.gguf")
     wo = next(t for t in reader.tensors if t.name == "blk.0.attn_output.weight")
     data = np.array(wo.data).reshape(32, 4 * 8)  # (out, in): head 2 is input columns 16..23
     assert not data[:, 16:24].any() and data[:, :16].any()

@@ -54,6 +54,40 @@ def test_push_to_a_branch_and_token_from_the_environment(hub, export_dir, monkey
     assert ("POST", "/api/models/alice/m/branch/experiment") in hub.state.requests
 
 
+def test_create_pr_opens_a_pull_request_on_the_owners_repo(hub, export_dir) -> None:
+    # bob owns the repo; alice's token may not commit to it, only open a pull request (huggingface_hub's create_pr).
+    hub.state.add_repo("bob/model", {"README.md": b"bob's card"})
+    refused = invoke("push", str(export_dir), "--repo-id", "bob/model", "--token", VALID_TOKEN)
+    assert refused.exit_code == 2 and "belongs to someone else" in refused.output
+    before = len(hub.state.requests)
+    result = invoke("push", str(export_dir), "--repo-id", "bob/model", "--token", VALID_TOKEN, "--create-pr")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"opened a pull request on bob/model: {hub.url}/bob/model/discussions/1"
+    assert hub.state.pull_requests == [{"repo_id": "bob/model", "num": 1, "branch": "refs/pr/1"}]
+    (commit,) = hub.state.commits
+    assert commit["branch"] == "refs/pr/1"
+    branches = hub.state.repos["bob/model"]["branches"]
+    assert branches["main"] == {"README.md": b"bob's card"}  # main untouched until the owner merges
+    local = {str(p.relative_to(export_dir)): p.read_bytes() for p in export_dir.rglob("*") if p.is_file()}
+    assert branches["refs/pr/1"] == local
+    sent = hub.state.requests[before:]  # the owner's repo is neither created nor branched
+    assert ("POST", "/api/repos/create") not in sent and not any("/branch/" in path for _, path in sent)
+    again = invoke("push", str(export_dir), "--repo-id", "bob/model", "--token", VALID_TOKEN, "--create-pr", "--json")
+    assert json.loads(again.stdout) == {"repo_id": "bob/model", "pr_url": f"{hub.url}/bob/model/discussions/2"}
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--repo-id", "bob/missing"], "a pull request needs a repo that exists"),
+    (["--repo-id", "bob/model", "--revision", "dev"], "cannot be combined with --create-pr"),
+    (["--repo-id", "bob/model", "--private"], "a pull request goes to a repo that exists"),
+])
+def test_create_pr_refusals_are_one_line(hub, export_dir, args, fragment) -> None:
+    hub.state.add_repo("bob/model", {})
+    result = invoke("push", str(export_dir), *args, "--token", VALID_TOKEN, "--create-pr")
+    assert result.exit_code == 2 and fragment in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and hub.state.commits == []
+
+
 def test_dry_run_touches_no_network(hub, export_dir) -> None:
     result = invoke("push", str(export_dir), "--repo-id", "alice/m", "--dry-run", "--json")
     assert result.exit_code == 0, result.output

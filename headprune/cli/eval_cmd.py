@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from headprune.cli.options import (HEAD_LIST, ablation_option, batch_option, code_execution_rule, model_argument,
-                                   refuse_inapplicable, run_options, task_option)
+                                   refuse_inapplicable, revision_option, run_options, task_option)
 from headprune.heads import format_heads
 
 
@@ -24,12 +24,13 @@ from headprune.heads import format_heads
 @batch_option
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write per-example results (id, correct, margin; text for generate tasks) as JSONL.")
+@revision_option
 @run_options
 @click.pass_context
 def eval_command(ctx: click.Context, model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None,
                  batch_size: int | str, out: Path | None, device: str, device_map: str | None, max_memory: str | None,
                  dtype: str, trust_remote_code: bool, allow_code_execution: bool, sandbox_mode: str | None,
-                 as_json: bool) -> None:
+                 as_json: bool, revision: str | None) -> None:
     """Score TASK on MODEL, example by example, with HEADS ablated.
 
     Code tasks run the model's generated code only with --allow-code-execution (untrusted code: use a
@@ -43,7 +44,7 @@ def eval_command(ctx: click.Context, model: str, task_spec: str, heads: tuple, a
     if out is not None:
         _check_out(out, task_spec, model)  # before the evaluation, not after it
     placement = {"device": device, "device_map": device_map, "max_memory": max_memory, "dtype": dtype,
-                 "trust_remote_code": trust_remote_code}
+                 "trust_remote_code": trust_remote_code, "revision": revision}
     with permit_code_execution(allow_code_execution, mode=sandbox_mode):
         _eval(model, task_spec, heads, ablation, limit, batch_size, out, placement, as_json)
 

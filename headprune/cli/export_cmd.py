@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from headprune.cli.options import (ablation_option, batch_option, device_option, json_option, model_argument,
-                                   refuse_inapplicable, slug, trust_remote_code_option)
+                                   refuse_inapplicable, revision_option, slug, trust_remote_code_option)
 from headprune.core.choices import DTYPES, EXPORT_FORMATS, EXPORT_LAYOUTS
 from headprune.exporter.formats import REGISTRY, format_class, format_options
 
@@ -79,12 +79,14 @@ def _with_format_options(command):  # noqa: ANN001, ANN201
 @click.option("--max-shard-size", default=None, metavar="SIZE",
               help="Safetensors exports larger than this (5GB, 500MB, bytes) are written in shards with an index "
                    "[default: transformers' save_pretrained default].")
+@revision_option
 @trust_remote_code_option
 @json_option
 def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed: bool, fmt: str, layout: str,
                    ablation: str, verify_task: str | None, verify_limit: int, tolerance: float | None,
                    batch_size: int | str, out: Path | None, device: str, dtype: str | None, max_shard_size: str | None,
-                   overwrite: bool, trust_remote_code: bool, as_json: bool, **chosen: str) -> None:
+                   overwrite: bool, trust_remote_code: bool, as_json: bool, revision: str | None,
+                   **chosen: str) -> None:
     # Its help (what --help says) names the registered formats: see the decorator.
     from headprune.core.io import check_writable_folder
     from headprune.core.record_json import to_json
@@ -102,7 +104,7 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
                     verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,
                     batch_size=batch_size, device=device, dtype=dtype,
                     trust_remote_code=trust_remote_code, allow_unconfirmed=allow_unconfirmed,
-                    max_shard_size=max_shard_size, overwrite=overwrite,
+                    max_shard_size=max_shard_size, overwrite=overwrite, revision=revision,
                     format_options={option.name: chosen[option.name] for option in format_class(fmt).takes})
     if as_json:
         # Each format that records details has them under its name (null for the others), as before schema 4.
@@ -126,6 +128,7 @@ def export_summary(record: ExportRecord, out: str) -> list[str]:
                 f"{task.task} (n={task.n}): original {_metric(task.intact, task.metric)}, masked "
                 f"{_metric(task.masked, task.metric)}, exported {_metric(task.exported, task.metric)}"
                 if task is not None else f"on a built-in text sample ({logits.examples} texts); no task re-measured"),
+            *([f"layout: {record.layout_note}"] if record.layout_note else []),
             *shown.summary_lines(record), f"wrote {out}  (load with {shown.load_hint(record, out)})"]
 
 

@@ -11,7 +11,7 @@ import click
 from click.core import ParameterSource
 
 from headprune.cli.options import (ablation_option, batch_option, code_execution_rule, model_argument,
-                                   refuse_inapplicable, run_options, slug, task_option)
+                                   refuse_inapplicable, revision_option, run_options, slug, task_option)
 from headprune.core.choices import OBJECTIVES, PREFER, PROTOCOLS, RANK_KEYS, SCREENS, SEARCHES
 from headprune.search.settings import (DEFAULT_BEAM_WIDTH, DEFAULT_CANDIDATES, DEFAULT_DISCOVERY, DEFAULT_HELDOUT,
                                        DEFAULT_MAX_DROP, DEFAULT_PATIENCE, PROTOCOL_PRESETS, FindSettings,
@@ -94,12 +94,14 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out.")
 @click.option("--overwrite", is_flag=True, help="Start afresh in an --out that holds an earlier run (replaces its "
               "journal and results); without it, or --resume, such a folder is refused.")
+@revision_option
 @run_options
 @click.pass_context
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
                  heldout: int, control: tuple[str, ...], out: Path | None, resume: bool, overwrite: bool, device: str,
                  device_map: str | None, max_memory: str | None, dtype: str, trust_remote_code: bool,
-                 allow_code_execution: bool, sandbox_mode: str | None, as_json: bool, **options: object) -> None:
+                 allow_code_execution: bool, sandbox_mode: str | None, as_json: bool, revision: str | None,
+                 **options: object) -> None:
     """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, a large
     one whose removal TASK does not notice), and test it on held-out data.
 
@@ -149,7 +151,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
             result = find(model, task_spec, settings=settings, heldout_task=heldout_task, discovery=discovery,
                           heldout=heldout, control=control or None, out=out, resume=resume, overwrite=overwrite,
                           device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
-                          trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team)
+                          trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team,
+                          revision=revision)
         if team.is_main:
             write_outputs(result, out, present=present)
     except KeyboardInterrupt:

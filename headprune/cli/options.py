@@ -57,6 +57,9 @@ ablation_option = click.option(
     help="Replace an ablated head's output by zeros, or by its mean over the task's inputs.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+revision_option = click.option(
+    "--revision", default=None, metavar="BRANCH|TAG|COMMIT",
+    help="For a Hub id: the revision to read [default: main]; the commit read is recorded.")
 class BatchSizeType(click.ParamType):
     """A positive number of sequences, or ``auto``."""
 

@@ -24,7 +24,7 @@ ABLATIONS = ("zero", "mean")
 # export (headprune.exporter): formats are the registry's keys (headprune.exporter.formats), most portable first
 EXPORT_FORMATS = ("safetensors", "onnx", "gguf")
 EXPORT_LAYOUTS = ("sliced", "dense")
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m", "q5_k_m", "q6_k")  # K-quants: llama.cpp's quantizer
 
 # Code tasks: the walls generated programs run behind (headprune.scoring.sandbox); auto takes the strongest here and
 # refuses one that cannot keep HF_TOKEN and the user's files unreadable, which must then be named

@@ -71,8 +71,10 @@ def render_card(record: ExportRecord) -> str:
     lines = _front_matter(card_metadata(record)) + ["", claim_line(record)]
     lines += ["", f"# {source.name}, {len(removed)} attention heads removed", "",
               f"Made with {headprune_link()}: the attention heads "
-              f"`{','.join(removed)}` of `{source.name}` were removed ({layout} layout, {record.ablation} "
-              "ablation), and the result was verified against the original model with those heads masked.", "",
+              f"`{','.join(removed)}` of `{source.name}`"
+              + (f" (commit `{source.revision}`)" if source.revision else "")
+              + f" were removed ({layout} layout, {record.ablation} ablation), and the result was verified against the "
+              "original model with those heads masked.", "",
               "| | original | pruned |", "|---|---|---|",
               f"| parameters | {record.parameters.before:,} | {record.parameters.after:,} |",
               f"| weight bytes | {record.bytes.before:,} | {record.bytes.after:,} |", ""]
@@ -107,6 +109,8 @@ def render_card(record: ExportRecord) -> str:
         lines.append(f"- Run in {runtime.runtime}: greedy decoding of {runtime.prompts} task prompts gives the masked "
                      f"original's tokens on {runtime.identical} ({runtime.tokens} tokens compared)." if runtime.done
                      else f"- Not run in its runtime: {runtime.reason}.")
+    if record.layout_note:
+        lines.append(f"- Layout written: {record.layout_note}.")
     lines += format_class(record.format).card_lines(record)
     if record.origin is not None and record.origin.non_inferiority is not None:
         lines += _compression_lines(record.origin) + [_metadata_note(record)]

@@ -33,6 +33,7 @@ class SourceInfo:
     family: str
     hub_id: str | None = None
     license: str | None = None
+    revision: str | None = None  # the Hub commit the weights were read at (None: not a Hub snapshot)
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,7 @@ class ExportRecord:
     # model_class does not use, written through unchanged.
     stands_in_for: str | None = None
     passthrough: tuple[str, ...] = ()
+    layout_note: str = ""  # where the format chose the layout: which it wrote and why (ONNX: GenAI's key/value heads)
     schema_version: int = SCHEMA_VERSION
 
     def save(self, folder: Path) -> None:

@@ -34,6 +34,7 @@ import torch
 
 from headprune.core.choices import GGUF_TYPES
 from headprune.errors import ExportSettingsError, UnsupportedModelError
+from headprune.exporter.gguf_quant import K_QUANTS, typer
 from headprune.exporter.gguf_read import read_back
 from headprune.exporter.gguf_tokenizer import tokenizer_writer
 
@@ -170,12 +171,20 @@ def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any
         return data.astype(np.float16), qt.F16
 
 
-FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32}  # gguf.LlamaFileType: ALL_F32, MOSTLY_F16, ...
+# gguf.LlamaFileType: ALL_F32, MOSTLY_F16, ...; the K-quants' are gguf_quant's.
+FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32, **{t: ftype for t, (ftype, _) in K_QUANTS.items()}}
+
+
+def file_name(gguf_type: str) -> str:
+    """The export's GGUF file: ``model.gguf`` in float32, else with its type as llama.cpp names it
+    (``model-Q4_K_M.gguf``, ``model-F16.gguf``)."""
+    return GGUF_NAME if gguf_type == "f32" else f"model-{gguf_type.upper()}.gguf"
 
 
 def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: dict[str, torch.Tensor],
-               tokenizer_writer: Any, *, name: str, gguf_type: str) -> None:
-    """Write one GGUF file: metadata as llama.cpp's converter writes it, the tokenizer, the tensors."""
+               tokenizer_writer: Any, *, name: str, gguf_type: str) -> dict[str, str]:
+    """Write one GGUF file: metadata as llama.cpp's converter writes it, the tokenizer, the tensors; returns each
+    tensor's GGML type."""
     import gguf
 
     config = artifact.config
@@ -209,17 +218,25 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
         writer.add_rope_scaling_factor(float(rope["factor"]))
         writer.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
     writer.add_file_type(FILE_TYPES[gguf_type])
-    if gguf_type == "q8_0":
+    if gguf_type not in ("f32", "f16", "bf16"):
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     tokenizer_writer(writer)
     extra = {"rope_freqs.weight": _llama3_rope_factors(rope, plan.head_dim)} if kind == "llama3" else {}
+    if gguf_type in K_QUANTS:  # llama.cpp's own quantizer and its choice of each tensor's type
+        typed, _ = typer(tensors, gguf_type, arch=plan.arch, head_count=plan.head_count,
+                         head_count_kv=plan.head_count_kv)
+    else:
+        typed = lambda tensor_name, data: _typed(tensor_name, data, gguf_type)  # noqa: E731
+    types = {}
     for tensor_name, data in {**tensors, **extra}.items():
-        array, raw = _typed(tensor_name, data.numpy(), gguf_type)
+        array, raw = typed(tensor_name, data.numpy())
         writer.add_tensor(tensor_name, array, raw_dtype=raw)
+        types[tensor_name] = raw.name
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    return types
 
 
 def _llama3_rope_factors(rope: dict, dim: int) -> torch.Tensor:
@@ -261,7 +278,8 @@ def not_run(reason: str, gguf_type: str) -> Any:
 
 @dataclass
 class GgufFiles:
-    """A GGUF export's files: the one written, the float32 one the runtime gate runs, and what they hold."""
+    """A GGUF export's files: the one written, the float32 one the runtime gate runs, and what they hold; for a
+    lossy type, the original model written in the same type (in scratch), which the quantized check runs."""
 
     path: Path
     f32_path: Path
@@ -272,6 +290,9 @@ class GgufFiles:
     read_back: int
     read_back_diff: float
     notes: tuple[str, ...]
+    types: dict[str, str]  # tensor name -> its GGML type in the written file
+    original_path: Path | None = None  # the original (every head, the stock architecture) in the same type
+    stored: dict[str, np.ndarray] | None = None  # a lossy file's tensors as read back, de-quantised
 
 
 def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folder: Path, scratch: Path,
@@ -288,14 +309,20 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     tensors = gguf_tensors(artifact, plan)
     write_tokenizer, description, chat = tokenizer_writer(lm, int(artifact.config.vocab_size), scratch)
     name = f"{Path(str(lm.name)).name} (headprune)"
-    path = folder / GGUF_NAME
-    write_gguf(path, artifact, plan, tensors, write_tokenizer, name=name, gguf_type=gguf_type)
-    count, diff = read_back(path, tensors)
-    f32_path, exact = path, diff
+    path = folder / file_name(gguf_type)
+    types = write_gguf(path, artifact, plan, tensors, write_tokenizer, name=name, gguf_type=gguf_type)
+    stored: dict[str, np.ndarray] = {}  # what a lossy file holds, de-quantised: its logit gate's reference
+    count, diff = read_back(path, tensors, stored if gguf_type != "f32" else None)
+    f32_path, exact, original = path, diff, None
     if gguf_type != "f32":
         f32_path = scratch / "verify-f32.gguf"
         write_gguf(f32_path, artifact, plan, tensors, write_tokenizer, name=name, gguf_type="f32")
         _, exact = read_back(f32_path, tensors)
+        # The original as a user would otherwise deploy it: every head, the stock architecture, the same type.
+        stock = gguf_plan(lm, "qwen2" if arch == "qwen2" else "llama", plans)
+        original = scratch / f"original-{gguf_type.upper()}.gguf"
+        write_gguf(original, lm.model, stock, gguf_tensors(lm.model, stock), write_tokenizer,
+                   name=f"{Path(str(lm.name)).name}", gguf_type=gguf_type)
     if exact != 0.0:
         raise VerificationError(f"the float32 GGUF file does not hold the pruned tensors exactly (largest "
                                 f"difference {exact:.3g}); nothing was written")
@@ -307,4 +334,6 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if arch == "deci":
         notes.append("sliced: llama.cpp's deci architecture (per-layer head counts); stock llama-architecture "
                      "tools that assume equal layers do not apply")
-    return GgufFiles(path, f32_path, plan, tensors, description, chat, count, diff, tuple(notes))
+    return GgufFiles(path, f32_path, plan, tensors, description, chat, count, diff, tuple(notes), types, original,
+                     stored or None)
+

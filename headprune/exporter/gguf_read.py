@@ -80,14 +80,30 @@ def read_gguf(path: Path, *, tensors: bool = True) -> tuple[dict, dict, int]:
     return fields, {k: (shape, kind, start + off, n) for k, (shape, kind, off, n) in infos.items()}, start
 
 
-def read_back(path: Path, expected: dict[str, torch.Tensor]) -> tuple[int, float]:
-    """Every tensor of the file against the one written (de-quantised): how many, and the largest absolute
-    difference (0 for float32, which must be bit-identical).
+# The largest |stored - written| a stored type's rounding allows, as a share of the tensor's largest |value|, from
+# the block formats: F16 and BF16 keep 11 and 8 significant bits; Q8_0 rounds to scale/2 (scale = block max / 127);
+# Q5_0 and Q6_K are signed with one step more below zero than above (block max / 16 and / 32 at the clamped end);
+# Q5_1, Q4_K and Q5_K keep a minimum and 5 or 4 bits, the K-quants with 6-bit scales of their sub-blocks. Each bound
+# is about twice the worst case of its format (measured on SmolLM2-135M: Q8_0 0.004, Q6_K 0.016, Q4_K 0.019, Q5_0
+# 0.059); a tensor whose bytes are another's, or garbage, is off by the order of its largest value.
+ROUNDING = {"F16": 1e-3, "BF16": 8e-3, "Q8_0": 1e-2, "Q6_K": 5e-2, "Q5_K": 8e-2, "Q5_1": 8e-2, "Q5_0": 8e-2,
+            "Q4_K": 0.15}
+
+
+def read_back(path: Path, expected: dict[str, torch.Tensor], values: dict[str, np.ndarray] | None = None
+              ) -> tuple[int, float]:
+    """Every tensor of the file against the one written (de-quantised by gguf-py, independently of llama.cpp): how
+    many, and the largest absolute difference (0 for float32, which must be bit-identical). ``values``, when given,
+    receives each de-quantised tensor.
 
     Raises:
         UnsupportedModelError: a tensor is missing, extra, or has another shape.
+        VerificationError: a stored tensor differs from the written one by more than its type's rounding
+            (:data:`ROUNDING`).
     """
     from gguf.quants import dequantize
+
+    from headprune.errors import VerificationError
 
     _, found, _ = read_gguf(path)
     if set(found) != set(expected):
@@ -106,9 +122,14 @@ def read_back(path: Path, expected: dict[str, torch.Tensor]) -> tuple[int, float
             if tuple(data.shape) != tuple(want.shape):
                 raise UnsupportedModelError(f"GGUF tensor {name}: shape {tuple(data.shape)}, expected "
                                             f"{tuple(want.shape)}")
-            if kind.name == "F32":
-                if not np.array_equal(data, want.numpy()):
-                    worst = max(worst, float(np.abs(data - want.numpy()).max()))
-            elif data.size:
-                worst = max(worst, float(np.abs(data.astype(np.float32) - want.numpy()).max()))
+            wanted = want.numpy()
+            diff = float(np.abs(data.astype(np.float32) - wanted).max()) if data.size else 0.0
+            worst = max(worst, diff)
+            scale = float(np.abs(wanted).max()) if wanted.size else 0.0
+            if kind.name != "F32" and diff > ROUNDING.get(kind.name, 0.0) * scale:
+                raise VerificationError(f"the GGUF file's {kind.name} tensor {name} differs from the pruned weights by "
+                                        f"{diff / max(scale, 1e-30):.3g} of its largest |value|, more than {kind.name}'s "
+                                        f"rounding allows ({ROUNDING.get(kind.name, 0.0):g}); nothing was written")
+            if values is not None:
+                values[name] = np.array(data, dtype=np.float32)  # a writable copy (torch shares it)
     return len(expected), worst

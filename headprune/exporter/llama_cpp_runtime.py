@@ -99,7 +99,8 @@ def _llama_cpp_python() -> Binding:
     """llama-cpp-python's own ctypes module (its declarations match the build it ships)."""
     module = importlib.import_module("llama_cpp.llama_cpp")
     newest = _newest()
-    missing = [name for name in newest.FUNCTIONS if not hasattr(module, name)]
+    # Its module binds llama.cpp's llama_* functions; the ggml quantizers (K-quants) are xllamacpp's only.
+    missing = [name for name in newest.FUNCTIONS if name.startswith("llama_") and not hasattr(module, name)]
     if missing:
         raise MissingExtraError(f"llama-cpp-python {metadata.version('llama-cpp-python')} has no {missing[0]}; "
                                 "headprune needs a newer one (pip install -U llama-cpp-python)")

@@ -8,8 +8,9 @@ Language models of the families ONNX Runtime GenAI runs (:data:`GENAI_TYPES`) ar
 key/value cache instead, in the layout Optimum and ONNX Runtime GenAI use: inputs ``past_key_values.{i}.key``
 / ``.value`` (``batch, kv_heads, past, head_dim``; an empty past for the first step), outputs ``logits`` and
 ``present.{i}.key`` / ``.value``, with a ``genai_config.json`` beside it, so ``onnxruntime_genai.Model(folder)``
-loads and generates. GenAI needs one key/value head count for every layer: a sliced model whose layers kept
-different counts is refused (the dense layout keeps them all).
+loads and generates. Each layer's ``past_key_values.{i}`` input has that layer's key/value head count, which an
+ONNX Runtime GenAI with per-layer counts reads (whether the installed one does is :mod:`genai_probe`'s question;
+the ONNX format writes the dense layout where it does not).
 """
 
 from __future__ import annotations
@@ -113,16 +114,11 @@ def kv_heads(model: nn.Module) -> list[int]:
 
 def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad: int, bos: int | None) -> dict:
     """Write ``model`` as a decoder with a key/value cache (``model.onnx``) and its ``genai_config.json``;
-    returns the GenAI config.
-
-    Raises:
-        UnsupportedModelError: layers with different key/value head counts (GenAI needs one count).
+    returns the GenAI config. Layers may keep different key/value head counts: each layer's past and present
+    tensors have its own (``num_key_value_heads`` in the config is the largest).
     """
     config = model.config
     counts = kv_heads(model)
-    if len(set(counts)) != 1:
-        raise UnsupportedModelError(f"ONNX Runtime GenAI needs the same number of key/value heads in every layer; "
-                                    f"this sliced layout keeps {counts}: use layout dense for ONNX")
     layers, head_dim = len(counts), int(getattr(config, "head_dim", None) or
                                         config.hidden_size // config.num_attention_heads)
     wrapper = _WithCache(model, layers).eval()
@@ -130,7 +126,7 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
     ids = torch.randint(2, 50, (batch, width))
     mask = torch.ones(batch, past_len + width, dtype=torch.long)
     positions = torch.arange(past_len, past_len + width).expand(batch, width)
-    past = tuple(torch.randn(batch, counts[0], past_len, head_dim) for _ in range(2 * layers))
+    past = tuple(torch.randn(batch, counts[i // 2], past_len, head_dim) for i in range(2 * layers))
     b, s, t, p = (torch.export.Dim(n) for n in ("batch", "sequence", "total_sequence", "past_sequence"))
     inputs = ["input_ids", "attention_mask", "position_ids"] + [
         f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
@@ -151,7 +147,7 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
             "decoder": {
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
                 "filename": ONNX_NAME, "head_size": head_dim, "hidden_size": config.hidden_size,
-                "num_attention_heads": config.num_attention_heads, "num_key_value_heads": counts[0],
+                "num_attention_heads": config.num_attention_heads, "num_key_value_heads": max(counts),
                 "num_hidden_layers": layers,
                 "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask", "position_ids": "position_ids",
                            "past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"},

@@ -24,8 +24,8 @@ from headprune.exporter.destination import check_destination, export_inputs, fin
 from headprune.exporter.export_record import (RECORD_NAME, Counts, ExportRecord, FindOrigin, SourceInfo, Verification,
                                               file_hashes, public_name, weight_bytes)
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
-from headprune.exporter.resolve import (HeadsLike, check_ablation, read_result, refuse_unconfirmed, resolve_heads,
-                                        verification_inputs)
+from headprune.exporter.resolve import (HeadsLike, check_ablation, pinned_revision, read_result, refuse_unconfirmed,
+                                        resolve_heads, verification_inputs)
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, load_model, quiet_transformers
 from headprune.search.find_result import FindResult
@@ -72,6 +72,7 @@ def export(
     max_shard_size: int | str | None = None,
     overwrite: bool = False,
     format_options: Mapping[str, str] | None = None,
+    revision: str | None = None,
 ) -> ExportRecord:
     """Remove ``heads`` from ``model`` and write a verified checkpoint to ``out``.
 
@@ -106,6 +107,8 @@ def export(
         overwrite: replace a previous headprune export in ``out``.
         format_options: the options only the chosen format takes, by name (its class's ``takes``; ``gguf``:
             ``gguf_type``); an option of another format is refused.
+        revision: for a Hub id, the branch, tag or commit to read (default: the commit the find result read,
+            refused when the Hub id's main has moved since; else main). The card names the commit read.
 
     Returns:
         The record written as ``headprune_export.json``.
@@ -121,6 +124,7 @@ def export(
     result = read_result(heads)
     _check_result_options(result, set_rank, allow_unconfirmed)
     check_ablation(result, ablation, verify_task)  # every option is checked before the model is touched
+    revision = pinned_revision(model, result, revision)
     out, inputs = Path(out), export_inputs(model, heads, verify_task, result)
     check_destination(out, sources=inputs, overwrite=overwrite)  # and the folder, before it is locked
     with FolderLock(out, what="export"):
@@ -128,19 +132,19 @@ def export(
         return _export(fmt, model, heads, result, set_rank=set_rank, ablation=ablation, verify_task=verify_task,
                        verify_limit=verify_limit, tolerance=tolerance, out=out, batch_size=batch_size,
                        device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                       allow_unconfirmed=allow_unconfirmed, overwrite=overwrite, inputs=inputs)
+                       allow_unconfirmed=allow_unconfirmed, overwrite=overwrite, inputs=inputs, revision=revision)
 
 
 def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, result: FindResult | None, *,
             set_rank: int, ablation: str, verify_task: str | Task | None, verify_limit: int, tolerance: float | None,
             out: Path, batch_size: int | str, device: str, dtype: str | None, trust_remote_code: bool,
-            allow_unconfirmed: bool, overwrite: bool, inputs: list) -> ExportRecord:
+            allow_unconfirmed: bool, overwrite: bool, inputs: list, revision: str | None) -> ExportRecord:
     """The export once its options are checked and its folder is held: load, plan, build, write, verify; the
     folder is checked once more before the move (``inputs``: what it reads, for the rule)."""
     started = time.perf_counter()
     quiet_transformers()
-    lm = load_model(model, dtype=dtype or "checkpoint", device=device,
-                    trust_remote_code=trust_remote_code) if isinstance(model, str) else model
+    lm = load_model(model, dtype=dtype or "checkpoint", device=device, trust_remote_code=trust_remote_code,
+                    revision=revision) if isinstance(model, str) else model
     inputs = inputs + export_inputs(lm)  # the files read (a Hub id's, a GGUF's converted folder)
     check_destination(out, sources=inputs, overwrite=overwrite)
     fmt.check_model(lm)
@@ -303,10 +307,12 @@ def _record(fmt: ExportFormat, job: Job, staging: Path, verification: Verificati
                      weight_bytes(staging, fmt.weight_suffixes)),
         verification=verification, origin=origin, seconds=round(time.perf_counter() - started, 2),
         format_details=to_json(details) if details is not None else {},
-        stands_in_for=lm.model_class.stands_in_for if lm.model_class else None, passthrough=fmt.passthrough)
+        stands_in_for=lm.model_class.stands_in_for if lm.model_class else None, passthrough=fmt.passthrough,
+        layout_note=fmt.layout_note)
 
 
 def _source_info(lm: LoadedModel) -> SourceInfo:
+    from headprune.loading.model_download import commit_of
     from headprune.loading.models import builtin_hub_id
 
     hub_id, license_ = builtin_hub_id(lm.name), None
@@ -317,7 +323,8 @@ def _source_info(lm: LoadedModel) -> SourceInfo:
                 license_ = line.split(":", 1)[1].strip().strip("\"'")
             if line.startswith("base_model:") and not hub_id:
                 hub_id = line.split(":", 1)[1].strip().strip("\"'") or None
-    return SourceInfo(public_name(str(lm.name)), lm.weight_hash, lm.adapter.family, hub_id, license_)
+    return SourceInfo(public_name(str(lm.name)), lm.weight_hash, lm.adapter.family, hub_id, license_,
+                      commit_of(lm.folder))
 
 
 def changed_prefixes(lm: LoadedModel, layers: Sequence[int]) -> list[str]:

@@ -197,3 +197,28 @@ def verification_inputs(lm: LoadedModel, result: FindResult | None, verify_task:
     if ablation == "mean":  # a find result: exactly the means find used; heads given by hand: the verify task's
         means = find_means(lm, result, splits) if result is not None else evaluator.head_means()
     return task, means, remeasured
+
+
+def pinned_revision(model: object, result: FindResult | None, revision: str | None) -> str | None:
+    """The revision export reads of a Hub id: what was asked (``revision``), else the commit find read, checked
+    against what the Hub id reads now: a branch that has moved since find is refused rather than exported under a
+    result measured on another commit.
+
+    Raises:
+        ExportSettingsError: the Hub id's default revision now reads another commit than find did.
+        ModelNotFoundError: the Hub has no such revision.
+    """
+    from headprune.errors import ExportSettingsError
+    from headprune.loading.model_download import current_commit
+    from headprune.loading.models import builtin_hub_id
+
+    found = result.model.revision if result is not None else None
+    if revision is not None or found is None or not isinstance(model, str) or builtin_hub_id(model) != model:
+        return revision  # asked for (checked against find's weights once loaded), or nothing pinned
+    now = current_commit(model)
+    if now is not None and now != found:
+        raise ExportSettingsError(
+            f"{model}: main now reads commit {now[:12]}, not the commit {found[:12]} find read; give --revision "
+            f"{found} to export the model find measured (or --revision main: its weights are checked against find's)",
+            settings=("revision",))
+    return found

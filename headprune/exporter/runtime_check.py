@@ -40,10 +40,11 @@ def task_texts(task: Any) -> list[str]:
 
 def compare_greedy(lm: Any, heads: Any, runner: Any, prompts: list[list[int]], *, steps: int, mode: str,
                    means: torch.Tensor | None, tolerance: float, runtime: str, file_type: str, gated: bool,
-                   texts: list[str]) -> Any:
+                   texts: list[str], reference: dict | None = None) -> Any:
     """Greedy decoding of each prompt in a runtime (``runner.greedy``) and in the hook-masked original, token by
     token, with the largest logit difference over every compared step (up to and including the first step whose
     tokens differ); ``texts`` are tokenized by the runtime (``runner.tokenize``) and by the model's tokenizer.
+    ``reference`` keeps the masked original's decoding of each prompt for another runtime's comparison.
     """
     from headprune.exporter.export_record import RuntimeCheck
     from headprune.surgery.ablation import ablated
@@ -52,8 +53,11 @@ def compare_greedy(lm: Any, heads: Any, runner: Any, prompts: list[list[int]], *
     identical = ties = mismatches = tokens = 0
     worst = scale = 0.0
     for prompt in prompts:
-        with ablated(lm, heads, mode=mode, means=means):  # type: ignore[arg-type]
-            want, want_logits = torch_greedy(lm, prompt, steps, eos)
+        reference = {} if reference is None else reference
+        if (tuple(prompt), steps) not in reference:
+            with ablated(lm, heads, mode=mode, means=means):  # type: ignore[arg-type]
+                reference[tuple(prompt), steps] = torch_greedy(lm, prompt, steps, eos)
+        want, want_logits = reference[tuple(prompt), steps]
         got, got_logits = runner.greedy(prompt, steps)
         outcome = "identical" if want == got else "mismatch"
         for step, (a, b) in enumerate(zip(want, got)):

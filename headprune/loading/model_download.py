@@ -11,6 +11,10 @@ repository fetches all of it. headprune lists the repository and fetches, from i
   names; only where the repository has no safetensors weights, ``pytorch_model.bin`` or its index and shards;
 - ``*.py`` only with ``trust_remote_code`` (the code a remote class runs).
 
+A ``revision`` (branch, tag or commit; default: the repository's main branch) is resolved to its commit first and
+everything is read at that commit, so one load never mixes two commits; the commit read is the snapshot folder's
+name in the cache (:func:`commit_of`), which find records and export checks (:func:`current_commit`).
+
 The endpoint is ``HF_ENDPOINT`` read at call time, as for ``push``.
 """
 
@@ -123,23 +127,61 @@ def _complete(folder: Path) -> bool:
     return False
 
 
-def _cached(repo_id: str) -> Path | None:
-    """The cached snapshot of ``repo_id``'s main revision when it is complete for a load, else ``None``."""
+def _cached(repo_id: str, revision: str | None = None) -> Path | None:
+    """The cached snapshot of ``repo_id`` at ``revision`` (a branch or tag as the cache last saw it, or a commit;
+    default main) when it is complete for a load, else ``None``."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:  # asking for config.json only: the cache may rightly lack the files headprune never downloads
-        folder = Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=["config.json"]))
+        folder = Path(snapshot_download(repo_id, revision=revision, local_files_only=True,
+                                        allow_patterns=["config.json"]))
     except (LocalEntryNotFoundError, OSError, ValueError):
         return None
     return folder if _complete(folder) else None
 
 
-def from_hub(repo_id: str, *, trust_remote_code: bool = False) -> Path:
-    """A local folder for ``repo_id``: the cached snapshot, or a download of only what a load reads.
+def commit_of(folder: Path) -> str | None:
+    """The Hub commit a model folder holds: a snapshot of the Hugging Face cache is named by its commit
+    (``.../models--OWNER--NAME/snapshots/COMMIT``); ``None`` for any other folder."""
+    folder = Path(folder)
+    name = folder.name
+    if folder.parent.name == "snapshots" and len(name) == 40 and all(c in "0123456789abcdef" for c in name):
+        return name
+    return None
+
+
+def current_commit(repo_id: str, revision: str | None = None) -> str | None:
+    """The commit a load of ``repo_id`` at ``revision`` would read now: the cached snapshot's (a load reads the cache
+    first), else the Hub's; ``None`` when neither can tell (offline and not cached, or the Hub unreachable).
 
     Raises:
-        ModelNotFoundError: not cached, and offline, unreachable, not a model repository, or no loadable weights.
+        ModelNotFoundError: the Hub has no such revision.
+    """
+    cached = _cached(repo_id, revision)
+    if cached is not None:
+        return commit_of(cached)
+    if _offline():
+        return None
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RevisionNotFoundError
+
+    try:
+        with _quiet_retries():
+            return HfApi(endpoint=_endpoint()).model_info(repo_id, revision=revision or "main").sha
+    except RevisionNotFoundError:
+        raise ModelNotFoundError(f"{repo_id}: the Hub has no revision {revision!r} (a branch, tag or commit)") from None
+    except (HfHubHTTPError, OSError, *_transport_errors()):
+        return None
+
+
+def from_hub(repo_id: str, *, trust_remote_code: bool = False, revision: str | None = None) -> Path:
+    """A local folder for ``repo_id`` at ``revision`` (a branch, tag or commit; default main): the cached
+    snapshot, or a download of only what a load reads, all at the one commit the revision names.
+
+    Raises:
+        ModelNotFoundError: not cached, and offline, unreachable, not a model repository, no such revision, or no
+            loadable weights.
     """
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
@@ -149,21 +191,29 @@ def from_hub(repo_id: str, *, trust_remote_code: bool = False) -> Path:
     except HFValidationError:
         raise ModelNotFoundError(f"{repo_id}: not a local folder or file, and not a Hub repository id (NAME or "
                                  "OWNER/NAME of letters, digits, '-', '_' and '.', at most 96 characters)") from None
-    folder = _cached(repo_id)
+    at = "" if revision is None else f" at {revision}"
+    folder = _cached(repo_id, revision)
     if folder is not None:
         return folder
     if _offline():
-        raise ModelNotFoundError(f"{repo_id}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
+        raise ModelNotFoundError(f"{repo_id}{at}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
     from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RevisionNotFoundError
 
     try:
         with _quiet_retries():
-            listing = HfApi(endpoint=_endpoint()).list_repo_files(repo_id)
+            api = HfApi(endpoint=_endpoint())
+            commit = api.model_info(repo_id, revision=revision or "main").sha  # every file from this one commit
+            listing = api.list_repo_files(repo_id, revision=commit)
         wanted = small_files(listing, trust_remote_code=trust_remote_code)
-        log.info("%s: downloading %d of the repository's %d files (what a load reads)", repo_id, len(wanted),
-                 len(listing))
-        folder = Path(snapshot_download(repo_id, allow_patterns=wanted, endpoint=_endpoint()))
+        log.info("%s: downloading %d of the repository's %d files (what a load reads) at commit %s", repo_id,
+                 len(wanted), len(listing), commit)
+        # By the revision's name, so that the cache records where the branch or tag pointed (a later load of it
+        # then needs no Hub), and checked to be the commit listed.
+        folder = Path(snapshot_download(repo_id, revision=revision or "main", allow_patterns=wanted,
+                                        endpoint=_endpoint()))
+        if commit_of(folder) not in (None, commit):
+            raise ModelNotFoundError(f"{revision or 'main'} moved to another commit while it was read; run again")
         indexes = [index for _, index in WEIGHT_LAYOUTS if index in wanted]
         if indexes:
             shards = shards_of(folder / indexes[0])
@@ -171,9 +221,12 @@ def from_hub(repo_id: str, *, trust_remote_code: bool = False) -> Path:
             if missing:
                 raise ModelNotFoundError(f"{indexes[0]} names shards the repository does not have "
                                          f"({', '.join(missing[:3])})")
-            folder = Path(snapshot_download(repo_id, allow_patterns=[*wanted, *shards], endpoint=_endpoint()))
+            folder = Path(snapshot_download(repo_id, revision=commit, allow_patterns=[*wanted, *shards],
+                                            endpoint=_endpoint()))
     except ModelNotFoundError as error:
-        raise ModelNotFoundError(f"{repo_id}: {error}") from None
+        raise ModelNotFoundError(f"{repo_id}{at}: {error}") from None
+    except RevisionNotFoundError:
+        raise ModelNotFoundError(f"{repo_id}: the Hub has no revision {revision!r} (a branch, tag or commit)") from None
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError, *_transport_errors()) as error:
         raise ModelNotFoundError(
             f"{repo_id}: not in the local Hugging Face cache and the Hub cannot be reached "
@@ -182,4 +235,4 @@ def from_hub(repo_id: str, *, trust_remote_code: bool = False) -> Path:
     return folder
 
 
-__all__ = ["from_hub", "shards_of", "small_files"]
+__all__ = ["commit_of", "current_commit", "from_hub", "shards_of", "small_files"]

@@ -103,13 +103,20 @@ class LoadedModel:
         return self._weight_hash
 
 
-def resolve_model(spec: str, *, trust_remote_code: bool = False) -> Path:
+def resolve_model(spec: str, *, trust_remote_code: bool = False, revision: str | None = None) -> Path:
     """Turn a model specification into a local Hugging Face folder (converting GGUF on first use; a Hub id
-    not in the cache downloads only the files a load reads, see :mod:`headprune.loading.model_download`).
+    not in the cache downloads only the files a load reads, at ``revision``: see
+    :mod:`headprune.loading.model_download`).
 
     Raises:
         ModelNotFoundError: nothing loadable is there (with what was tried).
+        SettingsError: a revision for a model that is no Hub id.
     """
+    if revision is not None and not (_looks_like_hub_id(spec) and not user_path(spec).exists()):
+        from headprune.errors import SettingsError
+
+        raise SettingsError(f"revision applies to a Hub id (OWNER/NAME); {spec} is a local folder, file or built-in "
+                            "model", settings=("revision",))
     if spec in BUILTIN_MODELS:
         return _convert_gguf(builtin_gguf(spec))
     path = user_path(spec)
@@ -124,7 +131,7 @@ def resolve_model(spec: str, *, trust_remote_code: bool = False) -> Path:
     if _looks_like_hub_id(spec):
         from headprune.loading.model_download import from_hub
 
-        return from_hub(spec, trust_remote_code=trust_remote_code)
+        return from_hub(spec, trust_remote_code=trust_remote_code, revision=revision)
     raise ModelNotFoundError(
         f"model {spec!r} not found: give a local folder, a .gguf file, a Hub id (OWNER/NAME), "
         f"or one of the built-ins ({', '.join(BUILTIN_MODELS)})"
@@ -155,7 +162,7 @@ def quiet_transformers() -> None:
 
 def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: str | torch.device | None = "auto",
                trust_remote_code: bool = False, device_map: str | None = None,
-               max_memory: str | dict | None = None) -> LoadedModel:
+               max_memory: str | dict | None = None, revision: str | None = None) -> LoadedModel:
     """Load a model with its own task head, and its tokenizer, for evaluation (eval mode).
 
     The class is the one the checkpoint's ``architectures`` names (see :mod:`headprune.loading.model_class`), so no
@@ -173,6 +180,8 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
         device_map: ``auto``, ``balanced``, ``balanced_low_0`` or ``sequential``: spread the layers over the
             visible GPUs (then the CPU, then disk) the way transformers and accelerate do (big-model dispatch),
             instead of ``device``; ``max_memory`` (``"0=20GiB,1=20GiB,cpu=64GiB"`` or a dict) caps each.
+        revision: for a Hub id, the branch, tag or commit to read (default main); the commit read is the
+            snapshot folder's name (``model_download.commit_of(lm.folder)``).
 
     Raises:
         ModelNotFoundError, UnsupportedModelError, SearchSettingsError.
@@ -186,7 +195,7 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
         raise SearchSettingsError("max_memory needs device_map (e.g. auto)", settings=("max_memory", "device_map"))
     target = resolve_device(device if device_map is None else "auto")
     quiet_transformers()
-    folder = resolve_model(spec, trust_remote_code=trust_remote_code)
+    folder = resolve_model(spec, trust_remote_code=trust_remote_code, revision=revision)
     config = load_config(folder)
     dtype = checkpoint_dtype(config) if dtype == "checkpoint" else resolve_dtype(dtype, target)
     adapter = adapter_for(config)

@@ -49,7 +49,7 @@ def find(
     control: TaskLike | Sequence[TaskLike] | None = None, out: Path | None = None, resume: bool = False,
     overwrite: bool = False, progress: bool = False, device: str = "auto", dtype: str = "auto",
     trust_remote_code: bool = False, device_map: str | None = None, max_memory: str | dict | None = None,
-    team: Team | None = None, **options: object,
+    team: Team | None = None, revision: str | None = None, **options: object,
 ) -> FindResult:
     """Find a small head set whose removal improves ``task``, and test it on held-out data.
 
@@ -93,6 +93,8 @@ def find(
         trust_remote_code: allow a checkpoint whose class only its own code defines, and lm-eval task files that
             run Python (``!function``, ``class:``).
         device_map, max_memory: spread a model too large for one GPU over several (see ``load_model``).
+        revision: for a Hub id, the branch, tag or commit to read (default main); ``result.json`` records the
+            commit read (``model.revision``).
         team: the processes of a data-parallel run (``headprune.core.distributed.join()``); each evaluates a share
             of every stage's conditions, rank 0 alone writes the journal. Default: this process alone.
 
@@ -113,7 +115,7 @@ def find(
     try:
         return _run(model, task, heldout_task, control, settings, discovery, heldout, out=out, resume=resume,
                     progress=progress, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                    device_map=device_map, max_memory=max_memory, team=team, started=started)
+                    device_map=device_map, max_memory=max_memory, team=team, started=started, revision=revision)
     finally:
         if lock is not None:
             lock.release()
@@ -167,12 +169,14 @@ def check_run_folder(out: Path, *, resume: bool, overwrite: bool) -> None:
 def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None,
          control: TaskLike | Sequence[TaskLike] | None, settings, discovery: int, heldout: int, *,  # noqa: ANN001
          out: Path | None, resume: bool, progress: bool, device: str, dtype: str, trust_remote_code: bool,
-         device_map: str | None, max_memory: str | dict | None, team: Team, started: float) -> FindResult:
+         device_map: str | None, max_memory: str | dict | None, team: Team, started: float,
+         revision: str | None = None) -> FindResult:
     """The run itself, once the settings are checked and the folder is held."""
     inputs = load_inputs(task, heldout_task, control, settings, discovery, heldout,
                          trust_remote_code=trust_remote_code)
     lm = load_model(model, dtype=dtype, device=team.device(device), trust_remote_code=trust_remote_code,
-                    device_map=device_map, max_memory=max_memory) if isinstance(model, str) else model
+                    device_map=device_map, max_memory=max_memory,
+                    revision=revision) if isinstance(model, str) else model
     if team.parallel:
         log.info("data-parallel: %d processes share every stage's conditions", team.world)
     check_layout(lm.grid, settings.prefer)

@@ -40,6 +40,7 @@ class ModelInfo:
     heads: int
     kv_heads: int
     head_dim: int
+    revision: str | None = None  # the Hub commit the weights were read at (None: not a Hub snapshot)
 
     @property
     def total_heads(self) -> int:

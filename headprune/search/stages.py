@@ -18,6 +18,7 @@ import numpy as np
 
 from headprune.evaluation import EvalResult, Evaluator
 from headprune.heads import Head
+from headprune.loading.model_download import commit_of
 from headprune.loading.models import LoadedModel
 from headprune.search.conditions import Conditions, condition_key
 from headprune.search.determinism import check_determinism
@@ -241,7 +242,8 @@ class Stages:
         names = self.conditions.control_names
         return FindResult(
             model=ModelInfo(lm.name, lm.weight_hash, lm.adapter.family, lm.model.config.model_type,
-                            lm.grid.num_layers, lm.grid.num_heads, lm.grid.num_kv_heads, lm.grid.head_dim),
+                            lm.grid.num_layers, lm.grid.num_heads, lm.grid.num_kv_heads, lm.grid.head_dim,
+                            commit_of(lm.folder)),
             task=TaskInfo(inputs.task.name, inputs.task.kind, len(inputs.task), inputs.task.content_hash(),
                           inputs.specs["task"], dict(inputs.task.settings), split.discovery.content_hash()),
             heldout_task=TaskInfo(split.heldout.name, split.heldout.kind, len(split.heldout),

@@ -182,8 +182,9 @@ def build_llama_cpp(lm: LoadedModel, prunes: dict, folder: Path, options: dict, 
             entries.append(_failed(name, error))
             continue
         entries.append(Entry(name, f"sliced ({record.format_details['architecture']})", record.parameters.after,
-                             weight_bytes(out / gguf_export.GGUF_NAME), _kv_bytes(lm.grid, record, kv, not flash_attn),
-                             None, _llama_cpp(out / gguf_export.GGUF_NAME, n_ctx, threads, flash_attn)))
+                             weight_bytes(out / gguf_export.file_name(gguf_type)),
+                             _kv_bytes(lm.grid, record, kv, not flash_attn), None,
+                             _llama_cpp(out / gguf_export.file_name(gguf_type), n_ctx, threads, flash_attn)))
     return entries
 
 
@@ -288,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     parser.add_argument("--warmup", type=int, default=2, help="prompts each model runs before timing")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--runtimes", default=",".join(RUNTIMES))
-    parser.add_argument("--gguf-type", default="f32", help="the GGUF files' tensor type (f32, f16, bf16, q8_0)")
+    parser.add_argument("--gguf-type", default="f32",
+                        help="the GGUF files' tensor type (f32, f16, bf16, q8_0, q4_k_m, q5_k_m, q6_k)")
     parser.add_argument("--flash-attn", action="store_true", help="llama.cpp with flash attention")
     parser.add_argument("--verify-limit", type=int, default=8, help="examples each export verifies on")
     add_json_option(parser, "export")

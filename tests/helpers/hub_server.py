@@ -1,6 +1,7 @@
 """A small local server that answers the Hugging Face Hub API calls of create_repo, create_branch and
-create_commit, and the downloads' repo_info, list_repo_tree and file resolve (HEAD and GET), the way the Hub
-does, and records what arrived. Started by the tests, on 127.0.0.1 only.
+create_commit (with ``create_pr=1``: a pull request, ``refs/pr/N`` branched from main, which a token may open on a
+repo of another owner), and the downloads' repo_info, list_repo_tree and file resolve (HEAD and GET), the way the
+Hub does, and records what arrived. Started by the tests, on 127.0.0.1 only.
 
 Behaviour knobs: ``token_owner`` (the user a valid token belongs to; other namespaces get 403),
 ``fail`` (path fragment -> status code to answer), ``drop`` (path fragment whose requests are cut off
@@ -28,6 +29,7 @@ class HubState:
         self.fail: dict[str, int] = {}
         self.drop: set[str] = set()
         self.card_metadata: list[dict] = []  # parsed front matter of every validated model card
+        self.pull_requests: list[dict] = []  # {"repo_id", "num", "branch"} of every pull request opened
 
     def add_repo(self, repo_id: str, files: dict[str, bytes], *, private: bool = False) -> None:
         """A repository whose main branch holds ``files`` (path -> bytes), as if pushed earlier."""
@@ -53,13 +55,15 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:  # keep test output clean
             pass
 
-        def _answer(self, status: int, body: object, error: str | None = None) -> None:
+        def _answer(self, status: int, body: object, error: str | None = None, code: str | None = None) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             if error:
                 self.send_header("X-Error-Message", error)
+            if code:  # the Hub's error code (huggingface_hub raises RevisionNotFoundError on RevisionNotFound)
+                self.send_header("X-Error-Code", code)
             self.end_headers()
             self.wfile.write(data)
 
@@ -72,14 +76,16 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 self._answer(404, {"error": "Repository not found"}, "Repository not found")
                 return None
             revision = unquote(revision)
+            history = repo.setdefault("history", {})  # a commit stays readable once a branch has moved on
             for files in repo["branches"].values():
-                sha = branch_sha(files)
-                if revision == sha:
-                    return sha, files
+                history[branch_sha(files)] = dict(files)
+            if revision in history:
+                return revision, history[revision]
             if revision in repo["branches"]:
                 files = repo["branches"][revision]
                 return branch_sha(files), files
-            self._answer(404, {"error": f"Invalid rev id: {revision}"}, f"Invalid rev id: {revision}")
+            self._answer(404, {"error": f"Invalid rev id: {revision}"}, f"Invalid rev id: {revision}",
+                         "RevisionNotFound")
             return None
 
         def do_HEAD(self) -> None:  # noqa: N802 - the http.server naming
@@ -128,9 +134,12 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
 
         def do_POST(self) -> None:  # noqa: N802 - the http.server naming
+            from urllib.parse import parse_qs, urlsplit
+
             length = int(self.headers.get("Content-Length", 0))
             body = self.rfile.read(length)
             path = self.path.split("?")[0]
+            create_pr = parse_qs(urlsplit(self.path).query).get("create_pr") == ["1"]
             state.requests.append(("POST", path))
             if any(fragment in path for fragment in state.drop):
                 self.connection.shutdown(2)  # cut off without an answer
@@ -154,7 +163,7 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 self._answer(404, {"error": "not found"})
                 return
             repo_id, action, revision = match.groups()
-            if repo_id.split("/")[0] != state.token_owner:
+            if repo_id.split("/")[0] != state.token_owner and not create_pr:  # anyone may open a pull request
                 self._answer(403, {"error": "You don't have the rights to write to this repo"}, "Forbidden")
                 return
             if repo_id not in state.repos:
@@ -171,6 +180,8 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 files = json.loads(body)["files"]
                 self._answer(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
                                               "oid": None} for f in files]})
+            elif create_pr:
+                self._pull_request(repo_id, revision, body, branches)
             else:
                 self._commit(repo_id, revision, body, branches)
 
@@ -204,7 +215,20 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             state.repos[repo_id] = {"private": private, "branches": {"main": {}}}
             self._answer(200, {"url": f"http://{self.headers['Host']}/{repo_id}", "name": repo_id})
 
-        def _commit(self, repo_id: str, revision: str, body: bytes, branches: dict) -> None:
+        def _pull_request(self, repo_id: str, revision: str, body: bytes, branches: dict) -> None:
+            """A pull request: a ``refs/pr/N`` branch from main holding the commit, as the Hub makes one."""
+            if revision != "main":
+                self._answer(400, {"error": "Pull requests are opened against main"}, "Bad request")
+                return
+            num = len(state.pull_requests) + 1
+            branch = f"refs/pr/{num}"
+            branches[branch] = dict(branches["main"])
+            state.pull_requests.append({"repo_id": repo_id, "num": num, "branch": branch})
+            self._commit(repo_id, branch, body, branches,
+                         pr_url=f"http://{self.headers['Host']}/{repo_id}/discussions/{num}")
+
+        def _commit(self, repo_id: str, revision: str, body: bytes, branches: dict, pr_url: str | None = None
+                    ) -> None:
             from urllib.parse import unquote
 
             branch = unquote(revision)
@@ -220,7 +244,7 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             state.commits.append({"repo_id": repo_id, "branch": branch, "summary": header["summary"],
                                   "files": files, "content_type": self.headers.get("Content-Type")})
             self._answer(200, {"commitUrl": f"http://{self.headers['Host']}/{repo_id}/commit/{oid}",
-                               "commitOid": oid, "success": True})
+                               "commitOid": oid, "success": True, "pullRequestUrl": pr_url})
 
     return Handler
 

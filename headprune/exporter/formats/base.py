@@ -119,6 +119,7 @@ class ExportFormat:
         self.chosen = {option.name: options.format_options.get(option.name, option.default)
                        for option in self.takes}  # this format's options, defaults filled in
         self.passthrough: tuple[str, ...] = ()
+        self.layout_note = ""  # why the layout written is what it is, where the format chose (layout_for)
 
     def check_options(self) -> None:
         """Refuse options this format cannot take; the model is not loaded yet.
@@ -150,7 +151,8 @@ class ExportFormat:
         self.passthrough = passthrough_tensors(lm, self.name, self.writes_through)
 
     def layout_for(self, lm: LoadedModel, plans: Sequence[Any]) -> str:
-        """The layout the artifact is built in (the one asked for, unless the format cannot run it)."""
+        """The layout the artifact is built in (the one asked for, unless the format cannot run it; a format that
+        decides sets ``layout_note`` to what it wrote and why, which the record, the CLI and the card give)."""
         return self.options.layout
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:

@@ -1,9 +1,12 @@
 """GGUF: one file for llama.cpp (Llama-style models: dense as the stock ``llama``/``qwen2`` architecture, sliced
 as ``deci``), run in llama.cpp itself before it is written.
 
-The file is written and read back by :mod:`headprune.exporter.gguf_export`. The verification runs a float32
-file (the written one, or a float32 copy when the written type is lossy) in llama.cpp; without llama.cpp it
-runs the torch model the file was written from and the record says the file was not run. An installed llama.cpp
+The file is written and read back by :mod:`headprune.exporter.gguf_export` (K-quants by llama.cpp's own quantizer,
+:mod:`headprune.exporter.gguf_quant`). The verification runs a float32 file (the written one, or a float32 copy when
+the written type is lossy) in llama.cpp; a lossy file is then gated on that float32 file with a tolerance derived
+from its type, and the task is run on it and on the original in the same type
+(:mod:`headprune.exporter.gguf_quant_check`). Without llama.cpp it runs the torch model the file was written from and
+the record says the file was not run (K-quants, which llama.cpp makes, are refused). An installed llama.cpp
 that headprune cannot run (an xllamacpp release it has no declarations for) is refused before anything is done.
 The record's ``format_details`` is a :class:`GgufInfo`: what the CLI prints and the card says of the file.
 """
@@ -19,6 +22,7 @@ from headprune.core.choices import GGUF_TYPES
 from headprune.exporter.export_record import ExportRecord, RuntimeCheck
 from headprune.exporter.formats.base import (ExportFormat, FormatOption, Job, Written, refuse_unless_float32,
                                              register)
+from headprune.exporter.gguf_quant_check import QuantCheck
 
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.loading.models import LoadedModel
@@ -50,6 +54,7 @@ class GgufInfo:
     runtime: RuntimeCheck  # the float32 file (the written one, or a verification copy for other types)
     typed_runtime: RuntimeCheck | None = None  # the written file when it is not float32
     notes: tuple[str, ...] = ()
+    quantized: QuantCheck | None = None  # a lossy file against its float32 one, and the task on it and the original
 
 
 @register
@@ -60,18 +65,23 @@ class Gguf(ExportFormat):
     extra = "gguf"
     tolerance = GGUF_TOLERANCE
     kv_map = False  # llama.cpp repeats key/value heads evenly: no query-to-key/value map
-    takes = (FormatOption("gguf_type", GGUF_TYPES, "f32", "With --format gguf: the file's tensor type (a float32 "
-                          "copy is the one verified in llama.cpp)."),)
+    takes = (FormatOption("gguf_type", GGUF_TYPES, "f32", "With --format gguf: the file's tensor type; K-quants "
+                          "(q4_k_m, q5_k_m, q6_k) are made by llama.cpp's quantizer. A float32 copy is verified in "
+                          "llama.cpp, and a lossy file is gated on it and has the task run on it and on the original "
+                          "in the same type."),)
     details_type = GgufInfo
     weight_suffixes = (".gguf",)
 
     def check_options(self) -> None:
         from headprune.exporter.gguf_export import check_type, llama_cpp_version
+        from headprune.exporter.gguf_quant import K_QUANTS, quantizer_library
 
         super().check_options()
         check_type(self.chosen["gguf_type"])
         refuse_unless_float32(self.options.dtype, FLOAT32_ONLY)
         llama_cpp_version()  # an installed llama.cpp headprune cannot run (another xllamacpp release): exit 2 now
+        if self.chosen["gguf_type"] in K_QUANTS:
+            quantizer_library()  # only llama.cpp makes K-quants: without its quantizer, exit 2 now
 
     def check_model(self, lm: LoadedModel) -> None:
         from headprune.exporter.gguf_export import check_supported
@@ -117,14 +127,14 @@ class Gguf(ExportFormat):
         lm, files, gguf_type = job.lm, written.files, self.chosen["gguf_type"]
         texts = task_texts(job.task)[:job.greedy_prompts]
         prompts = [list(lm.tokenizer(text)["input_ids"]) for text in texts]
-        typed = None
+        typed = quantized = None
         if not written.closers:  # llama.cpp was not available
             check = gguf_export.not_run(self.reason, "f32")
             typed = None if gguf_type == "f32" else gguf_export.not_run(self.reason, gguf_type)
         else:
             runner = written.runner
             options = dict(steps=job.greedy_steps, mode=job.ablation, means=job.means, tolerance=job.tolerance,
-                           runtime=self.runtime, texts=texts)
+                           runtime=self.runtime, texts=texts, reference={})  # the original decoded once for both
             check = compare_greedy(lm, job.removed, runner, prompts, file_type="f32", gated=True, **options)
             gate(check, job.tolerance, "llama.cpp")
             if gguf_type != "f32":
@@ -132,10 +142,25 @@ class Gguf(ExportFormat):
                 written.closers.append(typed_runner)
                 typed = compare_greedy(lm, job.removed, typed_runner, prompts, file_type=gguf_type, gated=False,
                                        **options)
+                quantized = self._quantized(job, written, typed_runner)
         info = GgufInfo(files.plan.arch, gguf_type, files.path.name, files.plan.head_count, files.plan.head_count_kv,
                         files.tokenizer, files.chat_template, files.read_back, files.read_back_diff, check, typed,
-                        files.notes)
+                        files.notes, quantized)
         return None, info
+
+    def _quantized(self, job: Job, written: Written, typed_runner: Any) -> QuantCheck:
+        """The lossy file gated on the float32 one, and the task on it and on the original in the same type.
+
+        Raises:
+            VerificationError: the lossy file's logits differ by more than its type explains.
+        """
+        from headprune.exporter.gguf_quant_check import check_quantized
+        from headprune.exporter.runtimes import LlamaCppModel
+
+        runner = written.runner
+        original = LlamaCppModel(written.files.original_path, n_ctx=runner.n_ctx, eos=runner.eos)
+        written.closers.append(original)
+        return check_quantized(job, written.files, runner, typed_runner, original, gguf_type=self.chosen["gguf_type"])
 
     @classmethod
     def summary_lines(cls, record: ExportRecord) -> list[str]:
@@ -150,15 +175,20 @@ class Gguf(ExportFormat):
         if typed is not None and typed.done:
             lines.append(f"{info.gguf_type} file (lossy, reported, not gated): {typed.identical} of {typed.prompts} "
                          f"prompts give the same greedy tokens ({typed.mismatches} diverge)")
+        if info.quantized is not None:
+            from headprune.exporter.gguf_quant_check import summary
+
+            lines += summary(info.quantized)
         return lines
 
     @classmethod
     def load_hint(cls, record: ExportRecord, out: str) -> str:
         info = cls.details(record)
         checked = info.runtime.runtime if info is not None else ""
+        file = info.file if info is not None else "model.gguf"
         if "llama-cpp-python" in checked:
-            return f'llama_cpp.Llama("{out}/model.gguf"), as checked in {checked}'
-        return f"llama-cli or llama-server -m {out}/model.gguf, or xllamacpp.Server" + (
+            return f'llama_cpp.Llama("{out}/{file}"), as checked in {checked}'
+        return f"llama-cli or llama-server -m {out}/{file}, or xllamacpp.Server" + (
             f"; checked in {checked}" if checked else "; not run in llama.cpp here")
 
     @classmethod
@@ -182,6 +212,10 @@ class Gguf(ExportFormat):
                          f"{check.mismatches} mismatches; {check.tokens} tokens, largest logit difference "
                          f"{check.max_abs_logit_diff:.2e}); llama.cpp's tokenizer agrees on {check.tokenizer_agree} "
                          f"of {check.tokenizer_texts} task texts.")
+        if info.quantized is not None:
+            from headprune.exporter.gguf_quant_check import card_lines
+
+            lines += card_lines(info.quantized)
         return lines + [f"- Note: {note}." for note in info.notes]
 
     @classmethod

@@ -52,12 +52,19 @@ class Onnx(ExportFormat):
         refuse_unless_float32(lm.dtype, FLOAT32_ONLY)
 
     def layout_for(self, lm: LoadedModel, plans: Sequence[Any]) -> str:
-        """The dense layout where GenAI could not run the sliced one (key/value head counts that differ)."""
+        """The sliced layout where layers keep different key/value head counts only when the installed ONNX Runtime
+        GenAI runs them (:func:`genai_probe.per_layer_kv_heads`, which runs it); else the dense one, and why."""
+        from headprune.exporter.genai_probe import per_layer_kv_heads
+
         counts = [len(p.kv_heads) for p in plans]
         if self.options.layout == "sliced" and _generates(lm) and len(set(counts)) > 1:
-            log.warning("export: ONNX Runtime GenAI needs one key/value head count in every layer, and this sliced "
-                        "layout would keep %s; exporting the dense layout instead (same shapes, heads silenced)",
-                        counts)
+            runs, why = per_layer_kv_heads()
+            if runs:
+                self.layout_note = f"sliced with per-layer key/value heads {counts}: {why}"
+                return "sliced"
+            self.layout_note = (f"dense, not the sliced layout asked for, whose layers would keep {counts} key/value "
+                                f"heads: {why}")
+            log.warning("export: writing the %s", self.layout_note)
             return "dense"
         return self.options.layout
 

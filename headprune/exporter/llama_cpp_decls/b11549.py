@@ -114,6 +114,10 @@ FUNCTIONS = {  # name: (result, arguments)
     "llama_get_memory": (ctypes.c_void_p, [ctypes.c_void_p]),  # llama_memory_t llama_get_memory ( const struct llama_context * ctx )
     "llama_memory_clear": (None, [ctypes.c_void_p, ctypes.c_bool]),  # void llama_memory_clear ( llama_memory_t mem , bool data )
     "llama_tokenize": (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32, ctypes.c_bool, ctypes.c_bool]),  # int32_t llama_tokenize ( const struct llama_vocab * vocab , const char * text , int32_t text_len , llama_token * tokens , int32_t n_tokens_max , bool add_special , bool parse_special )
+    "ggml_quantize_chunk": (ctypes.c_size_t, [ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_float)]),  # size_t ggml_quantize_chunk ( enum ggml_type type , const float * src , void * dst , int64_t start , int64_t nrows , int64_t n_per_row , const float * imatrix )
+    "ggml_validate_row_data": (ctypes.c_bool, [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]),  # bool ggml_validate_row_data ( enum ggml_type type , const void * data , size_t nbytes )
+    "ggml_row_size": (ctypes.c_size_t, [ctypes.c_int, ctypes.c_int64]),  # size_t ggml_row_size ( enum ggml_type type , int64_t ne )
+    "ggml_blck_size": (ctypes.c_int64, [ctypes.c_int]),  # int64_t ggml_blck_size ( enum ggml_type type )
 }
 
 CONSTANTS = {  # the enums these declarations use
