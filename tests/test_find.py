@@ -194,7 +194,11 @@ def test_cli_find_reports_cost_and_progress_without_a_terminal(handmade_files, t
     assert result.exit_code in (0, 1), result.output
     lines = result.stderr.splitlines()
     planned = next(line for line in lines if "planned:" in line)
-    assert "4 screen, 3 joint and 2 held-out/control conditions" in planned and "estimated at most" in planned
+    assert "4 screen, 3 joint, 6 extend, 4 membership and 7 held-out/control conditions at most" in planned
+    assert "estimated at most" in planned
+    ran = {line.split(": ")[1]: int(line.split(": ")[2].split()[0]) for line in lines
+           if line.startswith("headprune: ") and line.endswith(" conditions") and line.count(": ") == 2}
+    assert ran["screen"] == 4 and ran.get("extend", 0) <= 6 and ran.get("membership", 0) <= 4, ran  # at most
     assert any(line.startswith("headprune: screen: 4 conditions") for line in lines)
     assert any(line.startswith("headprune: joint: 3 conditions done in") for line in lines)
 

@@ -70,7 +70,7 @@ STAGE_LABELS = {
     "screen": "screen (single heads)",
     "joint": "joint search",
     "parsimony": "parsimony (0.2: admission on the check half)",
-    "membership": "membership (the proposal on the check half)",
+    "membership": "membership (each head of the proposal, check half and held-out)",
     "reconfirm": "re-confirmation on discovery (--protocol cel)",
     "compress": "compress search",
     "heldout": "held-out and controls",

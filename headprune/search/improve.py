@@ -126,24 +126,27 @@ def finalists_order(stages: Stages, choice: Choice, chosen: Chosen) -> list[Head
 
 
 def announce_cost(stages: Stages) -> None:
-    """Before paying for it: the planned conditions, the measured time of one, and the estimated total."""
+    """Before paying for it: the planned conditions (at most), the measured time of one, and the estimated total."""
     settings, conditions = stages.settings, stages.conditions
     screen = settings.candidates if settings.screen != "exact" else stages.lm.grid.total
     joint_sets = expected_joint_evaluations(min(settings.nominees, screen), settings.max_heads)
-    finals = settings.finalists * (1 + len(conditions.control_names))
+    extend = settings.extend * 2 * settings.nominees  # the partners scored at the best set, per step
+    membership = 1 + settings.max_heads + settings.extend  # the proposal and each of it without one head
+    # Held-out: the membership sets, the single head and the finalists; each finalist on each control.
+    finals = membership + 1 + settings.finalists + settings.finalists * len(conditions.control_names)
+    planned = (f"{screen} screen, {joint_sets} joint, {extend} extend, {membership} membership and {finals} "
+               f"held-out/control conditions at most")
     each = conditions.seconds.get("discovery")
     if each is None:  # resumed: the baseline came from the journal
-        log.info("planned: %d screen, %d joint and %d held-out/control conditions (resuming: %d in the journal)",
-                 screen, joint_sets, finals, len(conditions.journal))
+        log.info("planned: %s (resuming: %d in the journal)", planned, len(conditions.journal))
         return
     held = conditions.seconds.get("heldout", each)
     # An intact run goes through every layer; ablated discovery runs start at the lowest ablated layer,
     # so this is an upper bound.
     world = conditions.team.world
-    total = (each * (screen + joint_sets + settings.extend * 2 * settings.nominees) + held * finals) / world
-    log.info("planned: %d screen, %d joint and %d held-out/control conditions; %.1f s per discovery condition "
-             "measured; estimated at most %s in all%s", screen, joint_sets, finals, each, duration(total),
-             f" on {world} processes" if world > 1 else "")
+    total = (each * (screen + joint_sets + extend + membership) + held * finals) / world
+    log.info("planned: %s; %.1f s per discovery condition measured; estimated at most %s in all%s", planned, each,
+             duration(total), f" on {world} processes" if world > 1 else "")
     if settings.screen == "exact" and stages.lm.device.type == "cpu" and each * screen / world > 3600:
         log.warning("the exact screen alone is estimated at %s on the CPU; faster: --screen attribution "
                     "(one pass, then --candidates exactly), --screen halving, a GPU, or more processes "
