@@ -2,7 +2,8 @@
 # Set everything up and run the main job on the default model (smollm2-135m): find a head set whose removal
 # improves arithmetic, test it on held-out data, measure what it costs sentiment (--control), export the pruned
 # model (sliced safetensors) and verify it. Measured on 2 quiet CPU cores: set-up from a fresh clone with an
-# empty pip cache 2 min 1 s (nothing compiles); find, export and verify 2 min 50 s (find 72 s; 0.2.0, Zen 5).
+# empty pip cache 2 min 1 s (nothing compiles); find, export and verify 2 min 9 s (find 96.5 s; Intel Xeon,
+# AVX-512, docs/install.md).
 # Arithmetic is a generation task: every condition decodes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
