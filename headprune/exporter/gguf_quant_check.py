@@ -19,11 +19,15 @@ refused before this, when the file is read back (:data:`gguf_read.ROUNDING`).
 
 from __future__ import annotations
 
+import logging
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from headprune.errors import VerificationError
 from headprune.search.stats import Verdict, verdict
+
+log = logging.getLogger("headprune")
 
 # llama.cpp also rounds the activations it multiplies (to 8 bits for quantized weights, 16 for f16): measured on
 # SmolLM2-135M, its root mean square difference to the float32 file was 0.95x to 1.75x torch's on the rounded
@@ -112,6 +116,8 @@ def check_quantized(job: Any, files: Any, f32_runner: Any, typed_runner: Any, or
 
     lm, task = job.lm, job.task
     batches = list(Evaluator(lm, task, share_prefix=False, batch_size=job.batch_size).reference_batches())
+    log.info("export: %s gate: llama.cpp's logits against the float32 GGUF's at every token of %d examples, and "
+             "torch's on the rounded weights", gguf_type, len(task))
     with torch.inference_mode():
         rounded = with_stored(job.artifact, files.plan, files.stored)
         reference, _, _, _ = _differences(job.artifact, rounded, batches)
@@ -142,8 +148,11 @@ def _with_task(check: QuantCheck, job: Any, typed_runner: Any, original_runner: 
     lm, task = job.lm, job.task
     runs = []
     for name, runner in (("original", original_runner), ("pruned", typed_runner)):
+        log.info("export: %s in llama.cpp on the %s %s (%d examples)", task.name, check.gguf_type,
+                 "original" if name == "original" else "pruned model", len(task))
         model = LoadedModel(f"gguf-{name}", lm.folder, runner, lm.tokenizer, lm.adapter, lm.grid, lm.model_class)
-        runs.append(Evaluator(model, task, batch_size=job.batch_size, share_prefix=False).run())
+        runs.append(Evaluator(model, task, batch_size=job.batch_size, share_prefix=False).run(
+            progress=sys.stderr.isatty(), label=f"{check.gguf_type} {name}"))
     before, after = runs
     if not task.has_accuracy:
         return replace(check, task=task.name, metric="mean_nll", n=len(task), original=before.mean_nll,
