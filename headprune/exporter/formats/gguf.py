@@ -31,8 +31,10 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("headprune")
 
 # Float32 llama.cpp against torch: 1e-7 to 3e-7 on the tiny models, 1.7e-6 on SmolLM2-135M sliced (8 heads
-# removed, logits up to 40); a 0.1% error in one weight does 1e-4 to 5e-4 (see pipeline's note on the tolerances).
-GGUF_TOLERANCE = 2e-5
+# removed, logits up to 40), 2.2e-5 at its greedy steps with 67 heads removed on an AVX-512 Xeon (llama.cpp's kernels
+# are chosen by the CPU); a 0.1% error in one weight does 1e-4 to 5e-4 (see pipeline's note on the tolerances), so
+# ONNX's 5e-5 serves here too: twice the largest runtime difference seen, half the smallest error.
+GGUF_TOLERANCE = 5e-5
 FLOAT32_ONLY = "GGUF export is verified in float32; give dtype float32 (gguf_type sets the file's own type)"
 
 
