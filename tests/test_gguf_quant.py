@@ -158,11 +158,8 @@ def test_a_file_llama_cpp_reads_otherwise_than_written_is_refused(wide, tmp_path
         return written
 
     monkeypatch.setattr(Gguf, "write", corrupted)
-    with pytest.raises(VerificationError, match=r"q4_k_m file's logits differ from the float32 file's by .* \(root "
-                                                r"mean square; allowed .*: 3 x the .* its rounded weights make in torch"):
-        export(wide, HEADS, format="gguf", layout="sliced", verify_task=choice_task(), out=tmp_path / "g",
-               gguf_type="q4_k_m")
-    assert not (tmp_path / "g").exists()
+    _refused(wide, tmp_path / "g", r"q4_k_m file's logits differ from the float32 file's by .* \(root mean square; "
+                                   r"allowed .*: 3 x the .* its rounded weights make in torch")
 
 
 def test_bytes_that_are_not_the_weights_rounded_are_refused_when_read_back(wide, tmp_path, monkeypatch) -> None:
@@ -174,11 +171,15 @@ def test_bytes_that_are_not_the_weights_rounded_are_refused_when_read_back(wide,
         return quantize(binding, data[::-1] if data.shape == (256, 512) else data, type_name)
 
     monkeypatch.setattr(gguf_quant, "quantize", reversed_rows)
-    with pytest.raises(VerificationError, match=r"GGUF file's Q4_K tensor blk\.0\.ffn_down\.weight differs from the "
-                                                r"pruned weights by .* more than Q4_K's rounding allows \(0\.15\)"):
-        export(wide, HEADS, format="gguf", layout="sliced", verify_task=choice_task(), out=tmp_path / "g",
-               gguf_type="q4_k_m")
-    assert not (tmp_path / "g").exists()
+    _refused(wide, tmp_path / "g", r"GGUF file's Q4_K tensor blk\.0\.ffn_down\.weight differs from the pruned "
+                                   r"weights by .* more than Q4_K's rounding allows \(0\.15\)")
+
+
+def _refused(wide, out, match: str) -> None:  # noqa: ANN001
+    """A sliced q4_k_m export of ``wide`` is refused with ``match`` and writes nothing."""
+    with pytest.raises(VerificationError, match=match):
+        export(wide, HEADS, format="gguf", layout="sliced", verify_task=choice_task(), out=out, gguf_type="q4_k_m")
+    assert not out.exists()
 
 
 def test_cli_prints_sizes_the_gate_and_the_task_after_quantization(wide, tmp_path) -> None:
