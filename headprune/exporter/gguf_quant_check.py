@@ -127,8 +127,8 @@ def check_quantized(job: Any, files: Any, f32_runner: Any, typed_runner: Any, or
     if not rms <= allowed:
         raise VerificationError(
             f"in llama.cpp, the {gguf_type} file's logits differ from the float32 file's by {rms:.3g} (root mean "
-            f"square; allowed {allowed:.3g}: {QUANT_FACTOR:g} x the {reference:.3g} its rounded weights make in torch); "
-            "nothing was written")
+            f"square; allowed {allowed:.3g}: {QUANT_FACTOR:g} x the {reference:.3g} its rounded weights make in "
+            "torch); nothing was written")
     counts: dict[str, int] = {}
     for name in files.types.values():
         counts[name] = counts.get(name, 0) + 1
@@ -164,11 +164,12 @@ def _with_task(check: QuantCheck, job: Any, typed_runner: Any, original_runner: 
 
 def summary(check: QuantCheck) -> list[str]:
     """What the CLI prints of a quantized check (plain text)."""
-    lines = [f"{check.gguf_type}: {check.bytes:,} bytes (float32 {check.float_bytes:,}; the original in {check.gguf_type} "
+    kind = check.gguf_type
+    lines = [f"{kind}: {check.bytes:,} bytes (float32 {check.float_bytes:,}; the original in {kind} "
              f"{check.original_bytes:,}); tensor types {_types(check)}",
-             f"{check.gguf_type} gate in llama.cpp: logits to the float32 GGUF {check.rms_diff:.3g} root mean square <= "
-             f"{check.allowed:.3g} ({QUANT_FACTOR:g} x {check.reference_rms:.3g}, what its rounded weights do in torch); "
-             f"largest difference {check.max_abs_diff:.3g}"]
+             f"{kind} gate in llama.cpp: logits to the float32 GGUF {check.rms_diff:.3g} root mean square <= "
+             f"{check.allowed:.3g} ({QUANT_FACTOR:g} x {check.reference_rms:.3g}, what its rounded weights do in "
+             f"torch); largest difference {check.max_abs_diff:.3g}"]
     return lines + ([_task_line(check)] if check.task else [])
 
 
@@ -193,8 +194,9 @@ def card_lines(check: QuantCheck) -> list[str]:
              f"`{check.gguf_type}` {check.original_bytes:,}); tensor types: {_types(check)}. Made by llama.cpp's own "
              "quantizer (`ggml_quantize_chunk`) where the type is a K-quant.",
              f"- In llama.cpp, its logits differ from the float32 GGUF's by {check.rms_diff:.3g} root mean square over "
-             f"{check.tokens:,} tokens (allowed {check.allowed:.3g}: {QUANT_FACTOR:g} x the {check.reference_rms:.3g} its "
-             f"rounded weights make in torch; largest difference {check.max_abs_diff:.3g})."]
+             f"{check.tokens:,} tokens (allowed {check.allowed:.3g}: {QUANT_FACTOR:g} x the "
+             f"{check.reference_rms:.3g} its rounded weights make in torch; largest difference "
+             f"{check.max_abs_diff:.3g})."]
     if check.task:
         lines.append(f"- Task after quantization: {_task_line(check)}. Whether a gain survives quantization is this "
                      "measurement, beside the float figures above.")

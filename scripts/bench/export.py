@@ -2,8 +2,8 @@
 model in torch (transformers), ONNX Runtime GenAI and llama.cpp, for a realistic and a heavy prune.
 
 Each prune is exported with ``headprune.exporter.export`` (the CLI's code path, verified on a few examples):
-sliced safetensors for torch, ``--format onnx`` for ONNX Runtime GenAI (sliced where the installed GenAI runs layers with different key/value
-head counts, else the dense fallback; the table says which layout each runtime got)
+sliced safetensors for torch, ``--format onnx`` for ONNX Runtime GenAI (sliced where the installed GenAI runs
+layers with different key/value head counts, else the dense fallback; the table says which layout each runtime got)
 and ``--format gguf --layout sliced`` for llama.cpp. The baseline in each runtime is the original model
 converted by the same writer (``export_decoder`` for ONNX, ``gguf_export.write_files`` as the stock ``llama``
 architecture for GGUF), run in the same process on the same prompts. Prompts are real task prompts, one at a
