@@ -162,11 +162,11 @@ def test_find_refuses_a_folder_with_a_run_unless_told_to_resume_or_overwrite(inp
 
 def test_find_holds_its_lock_until_its_outputs_are_written(inputs, tmp_path, monkeypatch) -> None:
     """While the last output (result.json, moved into place last) lands, another process cannot take the folder."""
-    import headprune.core.io
+    import headprune.core.paths
 
     out = tmp_path / "run"
     probes: list[subprocess.CompletedProcess] = []
-    move = headprune.core.io.rename_noreplace  # how a new file moves in: never onto one that appeared meanwhile
+    move = headprune.core.paths.rename_noreplace  # how a new file moves in: never onto one that appeared meanwhile
 
     def move_and_probe(source, target) -> None:  # noqa: ANN001
         move(source, target)
@@ -175,7 +175,7 @@ def test_find_holds_its_lock_until_its_outputs_are_written(inputs, tmp_path, mon
                                           f"FolderLock({str(out)!r}, what='export').acquire()"],
                                          capture_output=True, text=True))
 
-    monkeypatch.setattr(headprune.core.io, "rename_noreplace", move_and_probe)
+    monkeypatch.setattr(headprune.core.paths, "rename_noreplace", move_and_probe)
     done = invoke("find", str(inputs / "model"), "--task", str(inputs / "t.jsonl"), *FIND, "--out", str(out))
     assert done.exit_code in (0, 1), done.output
     (probe,) = probes

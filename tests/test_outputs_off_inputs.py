@@ -55,17 +55,21 @@ def refused(result, fragment: str) -> None:  # noqa: ANN001
     assert_refused(result, fragment, stream="stderr")
 
 
+def refused_leaving_intact(inputs: Path, fragment: str, *args: str) -> None:
+    """``headprune ARGS`` is refused with ``fragment``, and every file under ``inputs`` keeps its bytes."""
+    before = contents(inputs)
+    refused(invoke(*args, catch_exceptions=True), fragment)
+    assert contents(inputs) == before
+
+
 @pytest.mark.parametrize(("out", "fragment"), [
     ("model/model.safetensors", "lies inside the model"),
     ("model/results.jsonl", "lies inside the model"),
     ("tasks/t.jsonl", "is the task file"),
 ])
 def test_eval_never_writes_on_its_inputs(inputs, out, fragment) -> None:
-    before = contents(inputs)
-    done = invoke("eval", str(inputs / "model"), "--task", str(inputs / "tasks" / "t.jsonl"), "--limit", "2",
-                  "--out", str(inputs / out), catch_exceptions=True)
-    refused(done, fragment)
-    assert contents(inputs) == before
+    refused_leaving_intact(inputs, fragment, "eval", str(inputs / "model"), "--task", str(inputs / "tasks" / "t.jsonl"),
+                           "--limit", "2", "--out", str(inputs / out))
 
 
 @pytest.mark.parametrize(("out", "extra", "fragment"), [
@@ -77,10 +81,7 @@ def test_eval_never_writes_on_its_inputs(inputs, out, fragment) -> None:
 ])
 def test_find_never_writes_on_its_inputs(inputs, monkeypatch, out, extra, fragment) -> None:
     monkeypatch.chdir(inputs)
-    before = contents(inputs)
-    done = invoke("find", "model", "--task", "tasks/t.jsonl", *extra, *FIND, "--out", out, catch_exceptions=True)
-    refused(done, fragment)
-    assert contents(inputs) == before
+    refused_leaving_intact(inputs, fragment, "find", "model", "--task", "tasks/t.jsonl", *extra, *FIND, "--out", out)
 
 
 def test_find_refuses_a_folder_of_other_files(inputs, tmp_path) -> None:
@@ -101,11 +102,8 @@ def test_find_refuses_a_folder_of_other_files(inputs, tmp_path) -> None:
 ])
 def test_export_never_writes_on_what_it_reads(inputs, monkeypatch, out, extra, fragment) -> None:
     monkeypatch.chdir(inputs)
-    before = contents(inputs)
-    done = invoke("export", "model", "--heads", "run/result.json", "--allow-unconfirmed", *extra, "--out", out,
-                  catch_exceptions=True)
-    refused(done, fragment)
-    assert contents(inputs) == before
+    refused_leaving_intact(inputs, fragment, "export", "model", "--heads", "run/result.json", "--allow-unconfirmed",
+                           *extra, "--out", out)
 
 
 def _appear_during(monkeypatch, action) -> None:  # noqa: ANN001
@@ -179,12 +177,12 @@ def test_an_export_that_appeared_during_the_export_is_not_replaced_without_overw
 def test_a_file_added_between_the_check_and_the_swap_is_swapped_back(tmp_path, monkeypatch) -> None:
     """The check passes, then a file appears before the swap: the folder taken out of place is checked again, and
     put back."""
-    import headprune.core.io as io
+    import headprune.core.paths as paths
 
     target = tmp_path / "out"
     target.mkdir()
     (target / "mine.txt").write_text("old")
-    swap, swaps = io.exchange, []
+    swap, swaps = paths.exchange, []
 
     def late_writer(first, second) -> bool:  # noqa: ANN001
         if not swaps:  # before the swap (not before the swap back)
@@ -192,7 +190,7 @@ def test_a_file_added_between_the_check_and_the_swap_is_swapped_back(tmp_path, m
         swaps.append(second)
         return swap(first, second)
 
-    monkeypatch.setattr(io, "exchange", late_writer)
+    monkeypatch.setattr(paths, "exchange", late_writer)
     only_mine = lambda folder: None if {p.name for p in folder.iterdir()} == {"mine.txt"} else (  # noqa: E731
         _ for _ in ()).throw(ResultFileError(f"{folder} changed"))
     with pytest.raises(KeptOutputError, match="it is kept in") as caught:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
@@ -17,7 +18,18 @@ from headprune.search.settings import (DEFAULT_BEAM_WIDTH, DEFAULT_CANDIDATES, D
                                        DEFAULT_MAX_DROP, DEFAULT_PATIENCE, PROTOCOL_PRESETS, FindSettings,
                                        with_protocol)
 
+if TYPE_CHECKING:  # pragma: no cover
+    from headprune.core.folder_lock import FolderLock
+
 DEFAULTS = FindSettings()  # the options' defaults are the settings' own
+
+
+def _claim(lock: FolderLock, out: Path, inputs: list) -> frozenset[str]:
+    """Hold ``out``; then the run files it holds, those find's outputs may replace (refused as at the start)."""
+    from headprune.report.run_folder import check_run_destination
+
+    lock.acquire()
+    return check_run_destination(out, inputs)
 
 
 def _refuse_code_tasks(*specs: str | None) -> None:
@@ -140,13 +152,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     check_writable_folder(out)
     team = distributed.join(device)  # one process unless torchrun / accelerate launch started several
     lock = FolderLock(out, what="find")  # held by rank 0 until the outputs are written
-
-    def claim() -> frozenset[str]:  # the run files out holds once it is held: those its outputs may replace
-        lock.acquire()
-        return check_run_destination(out, inputs)
-
     try:
-        present = team.from_main(claim)
+        present = team.from_main(lambda: _claim(lock, out, inputs))
         with permit_code_execution(allow_code_execution, mode=sandbox_mode):
             result = find(model, task_spec, settings=settings, heldout_task=heldout_task, discovery=discovery,
                           heldout=heldout, control=control or None, out=out, resume=resume, overwrite=overwrite,

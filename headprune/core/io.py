@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from headprune.core.paths import check_output_name, exchange, rename_noreplace, shown
+from headprune.core.paths import check_output_name, move_into_place, shown
 from headprune.errors import HeadpruneError, InternalCheckError, KeptOutputError, ResultFileError
 
 OWNER_SUFFIX = ".owner"
@@ -197,55 +197,12 @@ def atomic_folder(target: Path, *, replace: bool = False, last: Sequence[str] = 
             give_normal_permissions(staging)
             if check is not None:
                 check(target)
-            _move_into_place(staging, target, replace=replace, last=last, check=check)
+            move_into_place(staging, target, replace=replace, last=last, check=check)
         except (OSError, HeadpruneError) as error:  # the check's refusal (an export's, a find run's), or the move's
             why = str(error) if isinstance(error, HeadpruneError) else f"{error.strerror or error}"
             raise KeptOutputError(f"the new output was not moved into {shown(target)} ({why}); nothing there was "
                                   f"replaced or removed, and it is kept in {staging}",
                                   settings=("out", *getattr(error, "settings", ()))) from error
-
-
-def _move_into_place(staging: Path, target: Path, *, replace: bool, last: Sequence[str],
-                     check: Callable[[Path], None] | None) -> None:
-    """The final move of :func:`atomic_folder`.
-
-    Raises:
-        OSError, or what ``check`` raises on the folder taken out of place (then put back).
-    """
-    if not target.exists():
-        rename_noreplace(staging, target)
-    elif replace and any(target.iterdir()):
-        old = staging.with_name(staging.name + ".old")
-        if exchange(staging, target):  # the old folder is now where staging was; back if it is not as checked
-            _still_as_checked(staging, check, undo=lambda: exchange(staging, target))
-            shutil.rmtree(staging, ignore_errors=True)
-        else:
-            target.rename(old)
-            _still_as_checked(old, check, undo=lambda: rename_noreplace(old, target))
-            try:
-                rename_noreplace(staging, target)
-            except OSError:
-                rename_noreplace(old, target)  # the previous folder back in place
-                raise
-    else:
-        for item in sorted(staging.iterdir(), key=lambda p: p.name in last):
-            destination = target / item.name
-            if destination.exists() and not destination.is_symlink():
-                os.replace(item, destination)  # a file the check allowed to be replaced
-            else:
-                rename_noreplace(item, destination)
-
-
-def _still_as_checked(old: Path, check: Callable[[Path], None] | None, *, undo: Callable[[], object]) -> None:
-    """Check the folder just taken out of place once more (something may have been added between the check and
-    the move); put it back where it was when it fails."""
-    if check is None:
-        return
-    try:
-        check(old)
-    except BaseException:
-        undo()
-        raise
 
 
 def clean_leftovers(target: Path) -> list[str]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from headprune.errors import ResultFileError
@@ -108,6 +109,50 @@ def exchange(first: Path, second: Path) -> bool:
     return _renameat2(first, second, 2) is not None
 
 
+def move_into_place(staging: Path, target: Path, *, replace: bool, last: Sequence[str],
+                     check: Callable[[Path], None] | None) -> None:
+    """The final move of ``staging`` to ``target`` (``headprune.core.io.atomic_folder``): renamed into place,
+    exchanged with the folder it replaces, or its files moved into the existing folder (``last`` last).
+
+    Raises:
+        OSError, or what ``check`` raises on the folder taken out of place (then put back).
+    """
+    if not target.exists():
+        rename_noreplace(staging, target)
+    elif replace and any(target.iterdir()):
+        old = staging.with_name(staging.name + ".old")
+        if exchange(staging, target):  # the old folder is now where staging was; back if it is not as checked
+            _still_as_checked(staging, check, undo=lambda: exchange(staging, target))
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            target.rename(old)
+            _still_as_checked(old, check, undo=lambda: rename_noreplace(old, target))
+            try:
+                rename_noreplace(staging, target)
+            except OSError:
+                rename_noreplace(old, target)  # the previous folder back in place
+                raise
+    else:
+        for item in sorted(staging.iterdir(), key=lambda p: p.name in last):
+            destination = target / item.name
+            if destination.exists() and not destination.is_symlink():
+                os.replace(item, destination)  # a file the check allowed to be replaced
+            else:
+                rename_noreplace(item, destination)
+
+
+def _still_as_checked(old: Path, check: Callable[[Path], None] | None, *, undo: Callable[[], object]) -> None:
+    """Check the folder just taken out of place once more (something may have been added between the check and
+    the move); put it back where it was when it fails."""
+    if check is None:
+        return
+    try:
+        check(old)
+    except BaseException:
+        undo()
+        raise
+
+
 def _renameat2(first: Path, second: Path, flags: int) -> bool | None:
     """``renameat2(first, second, flags)``: True when done, None where the system or filesystem lacks it.
 
@@ -132,4 +177,5 @@ def _renameat2(first: Path, second: Path, flags: int) -> bool | None:
     raise OSError(code, os.strerror(code), str(second))
 
 
-__all__ = ["NAME_ROOM", "check_output_name", "exchange", "refuse_overlap", "rename_noreplace", "shown"]
+__all__ = ["NAME_ROOM", "check_output_name", "exchange", "move_into_place", "refuse_overlap", "rename_noreplace",
+           "shown"]

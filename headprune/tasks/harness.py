@@ -36,7 +36,8 @@ from headprune.core.io import user_path
 from headprune.errors import MissingExtraError, TaskError
 from headprune.tasks.answers import AnswerRule
 from headprune.tasks.base import Example, Task, parse_options
-from headprune.tasks.harness_python import require_trust, sandbox_refusal, sandboxed_templates, task_python
+from headprune.tasks.harness_python import (read_task_file, require_trust, sandbox_refusal, sandboxed_templates,
+                                            task_python)
 
 PREFIX = "lm-eval:"
 _METRICS = ("acc", "acc_norm", "acc_bytes")
@@ -153,17 +154,7 @@ def _leaves(tree: dict) -> list[tuple[str, object]]:
 
 def _yaml_task_name(path: Path) -> str:
     """The ``task:`` name in a YAML task file (read with every ``!tag``, such as ``!function``, left unresolved)."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_multi_constructor("!", lambda loader, tag, node: None)
-    try:
-        config = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506 - a SafeLoader
-    except Exception as error:  # noqa: BLE001
-        raise TaskError(f"cannot read lm-eval task file ({error})", path=str(path)) from error
-    name = config.get("task") if isinstance(config, dict) else None
+    name = read_task_file(path).get("task")
     if not isinstance(name, str):
         raise TaskError("lm-eval task file has no 'task:' name", path=str(path))
     return name
@@ -196,8 +187,8 @@ def _convert(name: str, task: object, *, metric: str | None, split: str | None, 
     try:
         task.build_all_requests()  # type: ignore[attr-defined]
     except Exception as error:  # noqa: BLE001 -- templates and few-shot samplers raise anything
-        raise sandbox_refusal(name, error) or TaskError(f"lm-eval task {name!r}: building its prompts failed ({type(error).__name__}: {error})"
-                        ) from error
+        raise sandbox_refusal(name, error) or TaskError(
+            f"lm-eval task {name!r}: building its prompts failed ({type(error).__name__}: {error})") from error
     by_doc: dict[int, list] = {}
     for instance in task.instances:  # type: ignore[attr-defined]
         by_doc.setdefault(instance.doc_id, []).append(instance)
