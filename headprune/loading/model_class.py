@@ -15,7 +15,7 @@ from pathlib import Path
 
 from transformers import PretrainedConfig
 
-from headprune.errors import UnsupportedModelError
+from headprune.errors import ModelNotFoundError, UnsupportedModelError
 
 # (head, auto class, name of the mapping in transformers.models.auto.modeling_auto), most specific first.
 _HEADS: tuple[tuple[str, str, str], ...] = (
@@ -187,6 +187,27 @@ def best_match(config: PretrainedConfig, name: str, tensor_names: frozenset[str]
         raise UnsupportedModelError(f"the checkpoint's class {name} is not part of transformers, ships no code "
                                     f"(no auto_map), and no {config.model_type} class uses its tensors")
     return min(scored, key=lambda item: item[0])[2]
+
+
+def loading_class(config: PretrainedConfig, folder: Path, sliced: dict | None, *, encoder: bool,
+                  trust_remote_code: bool) -> tuple[ModelClass, Callable]:
+    """The class a checkpoint in ``folder`` loads as, and its ``from_pretrained``: a sliced headprune export's
+    rebuilt class (``sliced``: its record), else the class the checkpoint names (:func:`model_class`).
+
+    Raises:
+        ModelNotFoundError: a sliced export without safetensors weights. UnsupportedModelError: see
+            :func:`model_class`.
+    """
+    if sliced is None:
+        chosen = model_class(config, encoder=encoder, trust_remote_code=trust_remote_code,
+                             tensor_names=lambda: checkpoint_tensor_names(folder))
+        return chosen, chosen.loader(trust_remote_code=trust_remote_code)
+    from headprune.surgery.remote_modeling import headpruned_class
+
+    if not any(folder.glob("*.safetensors")):
+        raise ModelNotFoundError(f"{folder}: a sliced export without safetensors weights (an ONNX export?)")
+    chosen = ModelClass(sliced["base_class"], *task_head_of(config.model_type, sliced["base_class"]), True)
+    return chosen, headpruned_class(sliced["base_class"]).from_pretrained
 
 
 def _auto_for_remote(auto_map: dict) -> str | None:

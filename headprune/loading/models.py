@@ -32,7 +32,7 @@ from headprune.heads import HeadGrid
 from headprune.loading.adapters import Adapter, adapter_for, supported_model_types
 from headprune.loading.gguf_source import BUILTIN_MODELS, builtin_gguf, write_marker
 from headprune.loading.model_checks import check_config_file, check_loaded, shape_mismatches, sliced_record
-from headprune.loading.model_class import ModelClass, checkpoint_tensor_names, model_class, task_head_of
+from headprune.loading.model_class import ModelClass, loading_class, task_head_of
 
 log = logging.getLogger("headprune")
 
@@ -201,17 +201,8 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     adapter = adapter_for(config)
     adapter.check_config(config, f"{folder}: config.json")
     sliced = sliced_record(config, folder)
-    if sliced is not None:
-        from headprune.surgery.remote_modeling import headpruned_class
-
-        if not any(folder.glob("*.safetensors")):
-            raise ModelNotFoundError(f"{folder}: a sliced export without safetensors weights (an ONNX export?)")
-        chosen = ModelClass(sliced["base_class"], *task_head_of(config.model_type, sliced["base_class"]), True)
-        from_pretrained = headpruned_class(sliced["base_class"]).from_pretrained
-    else:
-        chosen = model_class(config, encoder=adapter.is_encoder, trust_remote_code=trust_remote_code,
-                             tensor_names=lambda: checkpoint_tensor_names(folder))
-        from_pretrained = chosen.loader(trust_remote_code=trust_remote_code)
+    chosen, from_pretrained = loading_class(config, folder, sliced, encoder=adapter.is_encoder,
+                                            trust_remote_code=trust_remote_code)
     placement = {} if device_map is None else {
         "device_map": device_map, "max_memory": max_memory, "offload_folder": _offload_folder()}
     try:
