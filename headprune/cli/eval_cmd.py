@@ -21,6 +21,12 @@ from headprune.heads import format_heads
 @click.option("--heads", type=HEAD_LIST, default="", help="Heads to ablate, e.g. L0.H1,L3.H2.")
 @ablation_option
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Score only the first N examples.")
+@click.option("--margin", type=float, default=None, metavar="M",
+              help="With --heads: also score the intact model and test TASK as find --guard does: the heads' removal "
+                   "costs at most M accuracy points (or M nats of mean NLL for a text task); on fresh examples, a "
+                   "check of a find claim.")
+@click.option("--alpha", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="With --margin: the test's level (one-sided at alpha/2, as find's).")
 @batch_option
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write per-example results (id, correct, margin; text for generate tasks) as JSONL.")
@@ -28,7 +34,7 @@ from headprune.heads import format_heads
 @run_options
 @click.pass_context
 def eval_command(ctx: click.Context, model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None,
-                 batch_size: int | str, out: Path | None, device: str, device_map: str | None, max_memory: str | None,
+                 margin: float | None, alpha: float, batch_size: int | str, out: Path | None, device: str, device_map: str | None, max_memory: str | None,
                  dtype: str, trust_remote_code: bool, allow_code_execution: bool, sandbox_mode: str | None,
                  as_json: bool, revision: str | None) -> None:
     """Score TASK on MODEL, example by example, with HEADS ablated.
@@ -39,14 +45,21 @@ def eval_command(ctx: click.Context, model: str, task_spec: str, heads: tuple, a
     from headprune.scoring.execution import permit_code_execution
 
     refuse_inapplicable(ctx, ("ablation", bool(heads), "with --heads (the heads whose outputs it replaces)"),
+                        ("margin", bool(heads), "with --heads (the set whose cost it tests)"),
+                        ("alpha", margin is not None, "with --margin"),
                         ("device", device_map is None, "without --device-map (which places the layers itself)"),
                         code_execution_rule(allow_code_execution))
     if out is not None:
         _check_out(out, task_spec, model)  # before the evaluation, not after it
     placement = {"device": device, "device_map": device_map, "max_memory": max_memory, "dtype": dtype,
                  "trust_remote_code": trust_remote_code, "revision": revision}
+    if margin is not None and not (margin > 0 and margin < float("inf")):
+        from headprune.errors import SettingsError
+
+        raise SettingsError(f"margin must be a positive number, got {margin}", settings=("margin",))
     with permit_code_execution(allow_code_execution, mode=sandbox_mode):
-        _eval(model, task_spec, heads, ablation, limit, batch_size, out, placement, as_json)
+        _eval(model, task_spec, heads, ablation, limit, batch_size, out, placement, as_json,
+              guard=None if margin is None else (margin, alpha))
 
 
 def _check_out(out: Path, task_spec: str, model: object) -> None:
@@ -70,7 +83,7 @@ def _check_out(out: Path, task_spec: str, model: object) -> None:
 
 
 def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | None, batch_size: int | str,
-          out: Path | None, placement: dict, as_json: bool) -> None:
+          out: Path | None, placement: dict, as_json: bool, guard: tuple[float, float] | None = None) -> None:
     from headprune.core.io import atomic_write_text
     from headprune.core.record_json import to_json
     from headprune.evaluation import Evaluator
@@ -101,6 +114,15 @@ def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | 
                **{k: v for k, v in to_json(result.summary()).items() if v is not None},
                "heads": [str(h) for h in heads], "ablation": ablation,
                "seconds": round(seconds, 3)}
+    effect = None
+    if guard is not None:  # the intact model too, and find --guard's test of the change
+        from headprune.search.guards import Guard, GuardEffect, margin_for
+
+        metric = "accuracy" if result.has_accuracy else "mean_nll"
+        intact = evaluator.run((), mode=ablation, means=None, progress=sys.stderr.isatty(), label=f"{task.name} intact")
+        effect = GuardEffect.measure(Guard(task.name, metric, margin_for(metric, guard[0]), 0), intact, result,
+                                     alpha=guard[1])
+        summary["guard"] = to_json(effect)
     if as_json:
         click.echo(json.dumps(summary))
         return
@@ -108,3 +130,7 @@ def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | 
               else f"mean NLL {result.mean_nll:.4f}")
     click.echo(f"{task.name} on {model}, heads ablated: {format_heads(heads)} ({ablation}): {metric}, "
                f"n={result.n}, {seconds:.1f} s")
+    if effect is not None:
+        from headprune.report.guards import guard_clause
+
+        click.echo(guard_clause(effect))

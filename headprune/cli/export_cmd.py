@@ -51,8 +51,9 @@ def _with_format_options(command):  # noqa: ANN001, ANN201
 @model_argument
 @click.option("--heads", "heads_spec", required=True, metavar="RESULT.json|HEADS",
               help="A find result (result.json or its folder) or heads like L0.H1,L3.H2.")
-@click.option("--set", "set_rank", type=click.IntRange(min=1), default=1, show_default=True,
-              help="With a result: which finalist (1 = the primary set).")
+@click.option("--pick", "--set", "set_rank", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With a result: which finalist by its rank (1 = the primary set; another is a point of the front in "
+                   "report.md, exported with --allow-unconfirmed, its figures exploratory).")
 @click.option("--allow-unconfirmed", is_flag=True,
               help="Export a finalist whose held-out gain is not confirmed (its model card says so first).")
 @click.option("--format", "fmt", type=click.Choice(EXPORT_FORMATS), default=DEFAULT_FORMAT,

@@ -69,6 +69,12 @@ def _refuse_code_tasks(*specs: str | None) -> None:
               help="A second task measured for the finalists (the trade); repeat for several.")
 @click.option("--control-limit", type=click.IntRange(min=1), default=DEFAULTS.control_limit, show_default=True,
               help="Control examples used.")
+@click.option("--guard", multiple=True, metavar="TASK[:margin=M]",
+              help="A task the shipped set must not hurt, by more than M accuracy points (default 5) or, for a text "
+                   "task such as the built-in 'general', M nats of mean NLL (default 0.05): it steers the search, and "
+                   "the claim needs it non-inferior on held-out guard examples; repeat for several.")
+@click.option("--guard-limit", type=click.IntRange(min=30), default=DEFAULTS.guard_limit, show_default=True,
+              help="Examples used per guard: a third for the search, the rest for the verdict.")
 @click.option("--alpha", type=float, default=DEFAULTS.alpha, show_default=True,
               help="Significance level of the verdict (compress: its non-inferiority test is one-sided at alpha/2).")
 @click.option("--rank-by", type=click.Choice(RANK_KEYS), default=DEFAULTS.rank_by, show_default=True,
@@ -110,7 +116,7 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @run_options
 @click.pass_context
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
-                 heldout: int, control: tuple[str, ...], out: Path | None, resume: bool, overwrite: bool, device: str,
+                 heldout: int, control: tuple[str, ...], guard: tuple[str, ...], out: Path | None, resume: bool, overwrite: bool, device: str,
                  device_map: str | None, max_memory: str | None, dtype: str, trust_remote_code: bool,
                  allow_code_execution: bool, sandbox_mode: str | None, as_json: bool, revision: str | None,
                  **options: object) -> None:
@@ -131,10 +137,13 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.report.text import stage_times_line
     from headprune.scoring.execution import permit_code_execution
     from headprune.search.find import check_run_folder, find, resume_after_restart
+    from headprune.search.guards import parse_guard
 
     improve_only = "with --objective improve (compress grows its own set from the screen)"
     refuse_inapplicable(ctx, ("candidates", settings.screen != "exact", "with --screen attribution or halving"),
                         ("control_limit", bool(control), "with --control"),
+                        ("guard_limit", bool(guard), "with --guard"),
+                        ("guard", settings.objective == "improve", improve_only),
                         *((name, settings.objective == "improve", improve_only)
                           for name in ("nominees", "max_heads", "extend", "finalists")),
                         ("device", device_map is None, "without --device-map (which places the layers itself)"),
@@ -143,10 +152,11 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
              if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
     with_protocol(settings, given=given)  # a protocol fixes its search: an option given against it is refused
     out = out or Path("runs") / f"{slug(model)}-{slug(task_spec)}"
-    inputs = run_inputs(model, [task_spec, heldout_task, *control])
+    guards = [parse_guard(g).task for g in guard]  # a bad margin is refused before anything is read
+    inputs = run_inputs(model, [task_spec, heldout_task, *control, *guards])
     check_run_destination(out, inputs)  # never on an input, nor in a folder of other files (again once locked)
     with permit_code_execution(allow_code_execution, mode=sandbox_mode):
-        _refuse_code_tasks(task_spec, heldout_task, *control)  # before any output or model exists
+        _refuse_code_tasks(task_spec, heldout_task, *control, *guards)  # before any output or model exists
     resume, overwrite = resume_after_restart(out, distributed.restarted(), resume=resume, overwrite=overwrite)
     check_run_folder(out, resume=resume, overwrite=overwrite)  # before even a write probe (again once locked)
     check_writable_folder(out)
@@ -156,7 +166,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
         present = team.from_main(lambda: _claim(lock, out, inputs))
         with permit_code_execution(allow_code_execution, mode=sandbox_mode):
             result = find(model, task_spec, settings=settings, heldout_task=heldout_task, discovery=discovery,
-                          heldout=heldout, control=control or None, out=out, resume=resume, overwrite=overwrite,
+                          heldout=heldout, control=control or None, guard=guard or None, out=out, resume=resume, overwrite=overwrite,
                           device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
                           trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team,
                           revision=revision)

@@ -21,7 +21,7 @@ def publishes_heldout(record: ExportRecord) -> bool:
     origin = record.origin
     if origin is None:
         return False
-    if origin.verdict.confirmed:
+    if origin.confirmed:
         return True
     return origin.non_inferiority is not None and origin.rank == 1 and origin.non_inferiority.accepted
 
@@ -131,6 +131,7 @@ def render_card(record: ExportRecord) -> str:
                          f"exact McNemar test p = {v.p_value:.3g}, confirmed when p < {v.size:g} and the gain is "
                          f"positive{gate}): " + ("**confirmed**." if v.confirmed
                                                  else "**not confirmed** (no improvement is claimed)."))
+        lines += _guard_lines(record.origin)
         lines.append(_metadata_note(record))
     lines += ["", "## How to load", ""] + format_class(record.format).card_usage(record)
     changed = [f"L{p.layer}: {p.layout}" for p in record.layers if p.layout != "unchanged"]
@@ -153,14 +154,41 @@ def claim_line(record: ExportRecord) -> str:
         return (f"**Not shown non-inferior**: held-out `{record.origin.task}` accuracy may be more than "
                 f"{100 * ni.margin:g} points below the original ({100 * ni.level:g}% score CI lower end "
                 f"{low:+.1f} points); exported with --allow-unconfirmed.")
-    if v.confirmed:
+    guards = record.origin.guards
+    if record.origin.confirmed:
+        kept = "" if not guards else ", and it is no worse than the margin on " + ", ".join(
+            f"`{g.task}`" for g in guards)
         return (f"**Confirmed**: the head set find chose on discovery improves `{record.origin.task}` on held-out "
-                f"data ({v.difference * 100:+.1f} points, p = {v.p_value:.3g}).")
+                f"data ({v.difference * 100:+.1f} points, p = {v.p_value:.3g}){kept}.")
     if v.role == "exploratory":
-        return (f"**Unconfirmed (exploratory)**: finalist {record.origin.rank}, exported with --allow-unconfirmed; "
-                f"Bonferroni-adjusted p = {v.adjusted_p:.3g}. No improvement is claimed.")
+        return (f"**Unconfirmed (exploratory)**: finalist {record.origin.rank}, picked by hand after its held-out "
+                f"numbers were seen, so they are exploratory; exported with --allow-unconfirmed; Bonferroni-adjusted "
+                f"p = {v.adjusted_p:.3g}. No improvement is claimed.")
+    if v.confirmed:  # the gain held, a guard did not
+        missed = [f"`{g.task}`" for g in guards if not g.held]
+        return (f"**Unconfirmed**: the gain on `{record.origin.task}` is confirmed ({v.difference * 100:+.1f} points), "
+                f"but {'no candidate kept the guards on discovery' if not record.origin.guards_kept else 'the guard ' + ', '.join(missed) + ' was not shown to hold'}; "
+                "exported with --allow-unconfirmed. No claim is made.")
     return (f"**Unconfirmed**: find's held-out verdict did not confirm a gain ({v.difference * 100:+.1f} points, "
             f"p = {v.p_value:.3g}); exported with --allow-unconfirmed. No improvement is claimed.")
+
+
+def _guard_lines(origin: FindOrigin) -> list[str]:
+    """What this set does to each guard of the find run (what must not break), with its test."""
+    if not origin.guards:
+        return []
+    lines = ["", "Guards (tasks this model must not be worse at, by more than a margin, on held-out examples the "
+             "search never saw):", ""]
+    for g in origin.guards:
+        low, high = g.interval
+        change = (f"accuracy {g.before:.2%} -> {g.after:.2%} ({g.difference:+.2%}, {100 * g.level:.3g}% interval "
+                  f"[{low:+.2%}, {high:+.2%}]), margin -{100 * g.margin:g} points" if g.metric == "accuracy" else
+                  f"mean NLL {g.before:.4f} -> {g.after:.4f} ({g.difference:+.4f} nats, {100 * g.level:.3g}% interval "
+                  f"[{low:+.4f}, {high:+.4f}]), margin +{g.margin:g} nats")
+        state = ("**held**" if g.held else "exploratory (not a claim)" if g.role == "exploratory"
+                 else "**not shown to hold**")
+        lines.append(f"- `{g.task}` (n={g.n}): {change}; {g.test}, one-sided at {g.alpha / g.family / 2:g}: {state}.")
+    return lines
 
 
 def _compression_lines(origin: FindOrigin) -> list[str]:

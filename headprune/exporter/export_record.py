@@ -15,6 +15,7 @@ from headprune.core.hashing import sha256_file
 from headprune.core.io import user_path
 from headprune.core.record_json import from_json, to_json
 from headprune.errors import ResultFileError
+from headprune.search.guards import GuardEffect
 from headprune.search.stats import NonInferiority, Verdict
 from headprune.surgery.plan import LayerPlan
 
@@ -128,6 +129,18 @@ class FindOrigin:
     rank: int
     verdict: Verdict
     non_inferiority: NonInferiority | None = None
+    guards: tuple[GuardEffect, ...] = ()  # find --guard: the finalist's change on each guard's held-out examples
+    guards_kept: bool = True  # with guards: a candidate kept them on discovery (else the set is the best trade)
+
+    @property
+    def guards_held(self) -> bool:
+        """No guards, or every guard held (the primary set's claim: ``headprune.search.guards``)."""
+        return not self.guards or (self.guards_kept and all(g.held for g in self.guards))
+
+    @property
+    def confirmed(self) -> bool:
+        """The claim held: the task's gain confirmed and, with guards, every guard non-inferior."""
+        return self.verdict.confirmed and self.guards_held
 
 
 @dataclass(frozen=True)

@@ -159,7 +159,8 @@ def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, resul
                  tolerance=tolerance if tolerance is not None else fmt.tolerance)
     origin = None if result is None else FindOrigin(
         public_name(result.task.name), set_rank, result.finalists[set_rank - 1].heldout,
-        result.compression.verdict if result.compression is not None and set_rank == 1 else None)
+        result.compression.verdict if result.compression is not None and set_rank == 1 else None,
+        result.finalists[set_rank - 1].guards, result.guarding is None or result.guarding.kept)
     log.info("export: removing %d heads (%s, %s); writing %s", len(removed), job.layout, fmt.name, out)
     return _write_verified(fmt, job, out, origin=origin, remeasured=remeasured, started=started,
                            check=final_check(out, sources=inputs, overwrite=overwrite))

@@ -80,8 +80,14 @@ def refuse_unconfirmed(result: FindResult, set_rank: int) -> None:
         UnconfirmedSetError
     """
     verdict = result.finalists[set_rank - 1].heldout
-    if verdict.confirmed:
+    if verdict.confirmed and result.guards_held:
         return
+    if verdict.confirmed:  # the task's gain held, a guard did not
+        missed = [g.task for g in result.finalists[0].guards if not g.held]
+        why = ("no candidate set kept the guards on discovery (this is the best trade found)" if not missed else
+               f"the guard{'s' if len(missed) > 1 else ''} {', '.join(missed)} did not hold on held-out data")
+        raise UnconfirmedSetError(f"the primary set's gain is confirmed, but {why}; give allow_unconfirmed to export "
+                                  "it anyway (its model card then says so)", settings=("allow_unconfirmed",))
     if set_rank == 1 and result.compression is not None:  # find --objective compress: non-inferiority
         tested = result.compression.verdict
         if tested.accepted:
@@ -91,8 +97,8 @@ def refuse_unconfirmed(result: FindResult, set_rank: int) -> None:
             f"end {100 * tested.interval[0]:+.1f} points, margin -{100 * tested.margin:g}); give allow_unconfirmed to "
             "export it anyway (its model card then says so)", settings=("allow_unconfirmed",))
     if verdict.role == "exploratory":
-        why = (f"finalist {set_rank} is exploratory (not the set find chose on discovery; Holm-adjusted "
-               f"p = {verdict.adjusted_p:.3g})")
+        why = (f"finalist {set_rank} is exploratory (not the set find chose on discovery; Bonferroni-adjusted "
+               f"p = {verdict.adjusted_p:.3g}); its figures were read after the held-out look")
     else:
         why = (f"the primary set is not confirmed on held-out data ({verdict.difference * 100:+.1f} points, "
                f"p = {verdict.p_value:.3g})")

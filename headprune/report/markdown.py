@@ -8,6 +8,7 @@ from pathlib import Path
 
 from headprune.report.compress import compression_line, render_compression
 from headprune.report.examples import examples_section
+from headprune.report.guards import guards_line, guards_section
 from headprune.report.selection import selection_section
 from headprune.report.text import (control_level, control_text, interval_text, level_text, pct, prescreen_note,
                                    stage_times_table, verdict_sentence)
@@ -25,7 +26,7 @@ def verdict_line(result: FindResult) -> str:
     """The terminal's last line: the primary set and its held-out verdict."""
     if result.compression is not None:
         return compression_line(result.compression)
-    return f"primary set {','.join(result.finalists[0].heads)}: {verdict_sentence(result.verdict)}"
+    return f"primary set {','.join(result.finalists[0].heads)}: {verdict_sentence(result.verdict)}{guards_line(result)}"
 
 
 def render_markdown(result: FindResult) -> str:
@@ -61,6 +62,9 @@ def render_markdown(result: FindResult) -> str:
     if not v.confirmed:
         lines += ["No improvement is claimed: the held-out data did not confirm the discovery gain at "
                   f"level {v.size:g}.", ""]
+    elif not result.guards_held:
+        lines += ["No improvement is claimed: the task's gain is confirmed, but not every guard held (below).", ""]
+    lines += guards_section(result)
     lines += selection_section(result)
     controls = result.control_tasks
     lines += ["## Finalists (the primary set, then the other candidates and the best other sets on discovery)", "",
@@ -93,7 +97,8 @@ def render_markdown(result: FindResult) -> str:
 
 
 def write_outputs(result: FindResult, folder: Path, *, present: Collection[str] | None = None) -> None:
-    """result.json, report.md, screen.png (controls.png with controls; tradeoff.png for compress), written to
+    """result.json, report.md, screen.png (controls.png with controls, front.png with guards; tradeoff.png for
+    compress), written to
     a staging folder and moved into ``folder`` (result.json last), once ``folder`` is checked again as at the run's
     start (``headprune.report.run_folder``; ``present``: the run files it held then).
 
@@ -102,7 +107,7 @@ def write_outputs(result: FindResult, folder: Path, *, present: Collection[str] 
             staging folder, which the message names, and nothing in ``folder`` is replaced.
     """
     from headprune.core.io import atomic_folder
-    from headprune.report.plots import save_control_tradeoff, save_heatmap, save_tradeoff
+    from headprune.report.plots import save_control_tradeoff, save_front, save_heatmap, save_tradeoff
     from headprune.report.run_folder import check_run_destination, result_inputs
     from headprune.search.find_result import RESULT_NAME
 
@@ -114,6 +119,8 @@ def write_outputs(result: FindResult, folder: Path, *, present: Collection[str] 
         save_heatmap(result, staging / "screen.png")
         if result.control_tasks and result.compression is None:
             save_control_tradeoff(result, staging / "controls.png")
+        if result.guard_tasks:
+            save_front(result, staging / "front.png")
         if result.compression is not None:
             save_tradeoff(result, staging / "tradeoff.png")
 

@@ -182,6 +182,40 @@ def save_control_tradeoff(result: FindResult, path: Path) -> None:
     _save(control_tradeoff_figure(result), path)
 
 
+def front_figure(result: FindResult) -> Figure:
+    """Each finalist's held-out change on the task (x) against its change on each guard (y, higher is better), with
+    both intervals; the guard's margin dashed; the non-dominated finalists (the front) filled, the others hollow."""
+    from headprune.report.guards import front_points
+
+    plt = _pyplot()
+    points = front_points(result)
+    fig, axes = plt.subplots(1, len(result.guard_tasks), figsize=(5.0 * len(result.guard_tasks), 4.2), squeeze=False)
+    for index, (ax, guard) in enumerate(zip(axes[0], result.guard_tasks)):
+        accuracy = guard.metric == "accuracy"
+        for p in points:
+            y, low, high = p.guards[index]
+            x, x_low, x_high = p.task
+            ax.errorbar([x], [y], xerr=[[x - x_low], [x_high - x]], yerr=[[y - low], [high - y]], fmt="o",
+                        capsize=3, elinewidth=0.9, color="tab:blue" if p.front else "0.55",
+                        markerfacecolor="tab:blue" if p.front else "white")
+            ax.annotate(str(p.rank), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        ax.axhline(-100 * guard.margin if accuracy else -guard.margin, color="black", lw=0.8, ls="--",
+                   label=f"margin ({'-' if accuracy else 'NLL +'}{100 * guard.margin if accuracy else guard.margin:g})")
+        ax.axhline(0, color="grey", lw=0.6)
+        ax.axvline(0, color="grey", lw=0.6)
+        ax.set_xlabel(f"held-out change on {result.task.name} (accuracy points)")
+        ax.set_ylabel(f"{guard.task.name}: " + ("accuracy change, points" if accuracy else "minus the NLL change"))
+        ax.set_title("the front: filled = no finalist better on every axis\n(bars: intervals; labels: rank)", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def save_front(result: FindResult, path: Path) -> None:
+    """``front.png``: :func:`front_figure`, saved."""
+    _save(front_figure(result), path)
+
+
 def save_tradeoff(result: FindResult, path: Path) -> None:
     """Heads removed against discovery accuracy for every set the compress search evaluated."""
     plt = _pyplot()

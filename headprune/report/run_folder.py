@@ -25,7 +25,7 @@ from headprune.search.find_result import RESULT_NAME, FindResult
 from headprune.search.journal import JOURNAL_NAME
 from headprune.tasks import task_files
 
-RUN_FILES = (JOURNAL_NAME, RESULT_NAME, "report.md", "screen.png", "controls.png", "tradeoff.png")
+RUN_FILES = (JOURNAL_NAME, RESULT_NAME, "report.md", "screen.png", "controls.png", "front.png", "tradeoff.png")
 # The journal's atomic rewrite (core.io.atomic_write_text: ".NAME.RANDOM"), which a killed run can leave behind.
 _TEMPORARY = re.compile(r"\.journal\.jsonl\.[0-9a-f]{8}")
 ADVICE = "give find a new or empty folder of its own"
@@ -42,7 +42,8 @@ def run_inputs(model: object, tasks: Iterable[str | None]) -> list[tuple[str, Pa
 
 def result_inputs(result: FindResult) -> list[tuple[str, Path]]:
     """:func:`run_inputs` of a finished run, read from its record."""
-    specs = [result.task.spec, result.heldout_task.spec, *(control.spec for control in result.control_tasks)]
+    specs = [result.task.spec, result.heldout_task.spec, *(control.spec for control in result.control_tasks),
+             *(guard.task.spec for guard in result.guard_tasks)]
     return run_inputs(result.model.name, specs)
 
 

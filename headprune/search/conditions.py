@@ -30,7 +30,7 @@ from headprune.search.determinism import run_environment
 from headprune.search.find_result import FindSettings
 from headprune.search.journal import Journal
 from headprune.search.selection import RULE as SELECTION_RULE
-from headprune.search.split import Split
+from headprune.search.split import GuardInput, Split
 from headprune.tasks import Task
 
 log = logging.getLogger("headprune")
@@ -54,8 +54,10 @@ class Conditions:
 
     @classmethod
     def start(cls, lm: LoadedModel, split: Split, controls: Sequence[Task], settings: FindSettings, *,
-              out: Path | None, resume: bool, progress: bool, team: Team | None = None) -> Conditions:
-        """Open (or resume) the journal for these inputs and build one evaluator per set.
+              out: Path | None, resume: bool, progress: bool, team: Team | None = None,
+              guards: Sequence[GuardInput] = ()) -> Conditions:
+        """Open (or resume) the journal for these inputs and build one evaluator per set (a guard's discovery and
+        held-out examples are two sets, ``guard-discovery:i`` and ``guard-heldout:i``).
 
         In a data-parallel run rank 0 owns the journal file and the other processes get its entries.
         """
@@ -65,6 +67,9 @@ class Conditions:
                     "dtype": dtype_name(lm.dtype), **to_json(settings), "environment": run_environment(lm),
                     "selection": SELECTION_RULE, "sizes": {"discovery": len(split.discovery),
                                                            "heldout": len(split.heldout)}}
+        if guards:  # only then: a journal of a run without guards resumes as before
+            identity["guards"] = [{"task": g.task.content_hash(), "discovery": g.split.discovery.content_hash(),
+                                   "margin": g.margin} for g in guards]
         batch = settings.batch_size
         # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs. Every input is
         # checked against the model (lengths, then finite outputs) before a journal is written.
@@ -72,6 +77,9 @@ class Conditions:
                       "heldout": Evaluator(lm, split.heldout, batch_size=batch)}
         for index, control in enumerate(controls):
             evaluators[f"control:{index}"] = Evaluator(lm, control, batch_size=batch)
+        for index, guard in enumerate(guards):
+            evaluators[f"guard-discovery:{index}"] = Evaluator(lm, guard.split.discovery, batch_size=batch)
+            evaluators[f"guard-heldout:{index}"] = Evaluator(lm, guard.split.heldout, batch_size=batch)
         evaluators["discovery"].check_finite()
         opened: list[Journal] = []  # rank 0's, with the file and its lock; the others get its entries
 

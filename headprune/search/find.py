@@ -29,6 +29,7 @@ from headprune.search.compress import compress
 from headprune.search.conditions import Conditions
 from headprune.search.determinism import one_kernel
 from headprune.search.find_result import RESULT_NAME, FindResult
+from headprune.search.guards import Guard
 from headprune.search.improve import expected_joint_evaluations, improve
 from headprune.search.journal import JOURNAL_NAME
 from headprune.search.settings import (DEFAULT_DISCOVERY, DEFAULT_HELDOUT, RANK_KEYS, SCREENS, SETTING_NAMES,
@@ -46,7 +47,8 @@ OBJECTIVE_RUNS: Registry[str, Callable[[Stages, Inputs], FindResult]] = Registry
 def find(
     model: str | LoadedModel, task: TaskLike, *, settings: FindSettings | None = None,
     heldout_task: TaskLike | None = None, discovery: int = DEFAULT_DISCOVERY, heldout: int = DEFAULT_HELDOUT,
-    control: TaskLike | Sequence[TaskLike] | None = None, out: Path | None = None, resume: bool = False,
+    control: TaskLike | Sequence[TaskLike] | None = None, guard: str | Sequence[str] | None = None,
+    out: Path | None = None, resume: bool = False,
     overwrite: bool = False, progress: bool = False, device: str = "auto", dtype: str = "auto",
     trust_remote_code: bool = False, device_map: str | None = None, max_memory: str | dict | None = None,
     team: Team | None = None, revision: str | None = None, **options: object,
@@ -64,6 +66,10 @@ def find(
         heldout_task: a separate task for held-out examples (default: split ``task``).
         discovery, heldout: split sizes.
         control: second tasks measured for the finalists (the trade-off).
+        guard: tasks the shipped set must not hurt, each ``TASK[:margin=M]`` (M in accuracy points, or nats of mean
+            NLL for a text task such as ``general``; defaults 5 points and 0.05 nats): they steer the search and
+            join the claim, a non-inferiority test each on guard examples the search never saw
+            (``headprune.search.guards``); at most ``guard_limit`` examples each, a third read by the search.
         seed: split and bootstrap seed.
         ablation: ``zero`` or ``mean`` (means over the discovery inputs).
         nominees: M, the best single heads kept for the joint search.
@@ -110,10 +116,14 @@ def find(
     team = team or Team()
     resume, overwrite = resume_after_restart(out, team.restarted, resume=resume, overwrite=overwrite)
     check_settings(settings, resume=resume, out=out)
+    if guard and settings.objective != "improve":
+        raise SearchSettingsError("guard: only with objective improve (compress has its own budget, max_drop)",
+                                  settings=("guard", "objective"))
     check_placement(device_map, team.parallel)
     lock = _claim(out, team, resume=resume, overwrite=overwrite)
     try:
-        return _run(model, task, heldout_task, control, settings, discovery, heldout, out=out, resume=resume,
+        return _run(model, task, heldout_task, control, settings, discovery, heldout, guard=guard, out=out,
+                    resume=resume,
                     progress=progress, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
                     device_map=device_map, max_memory=max_memory, team=team, started=started, revision=revision)
     finally:
@@ -170,10 +180,10 @@ def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None
          control: TaskLike | Sequence[TaskLike] | None, settings, discovery: int, heldout: int, *,  # noqa: ANN001
          out: Path | None, resume: bool, progress: bool, device: str, dtype: str, trust_remote_code: bool,
          device_map: str | None, max_memory: str | dict | None, team: Team, started: float,
-         revision: str | None = None) -> FindResult:
+         revision: str | None = None, guard: str | Sequence[str] | None = None) -> FindResult:
     """The run itself, once the settings are checked and the folder is held."""
     inputs = load_inputs(task, heldout_task, control, settings, discovery, heldout,
-                         trust_remote_code=trust_remote_code)
+                         trust_remote_code=trust_remote_code, guard=guard)
     lm = load_model(model, dtype=dtype, device=team.device(device), trust_remote_code=trust_remote_code,
                     device_map=device_map, max_memory=max_memory,
                     revision=revision) if isinstance(model, str) else model
@@ -184,8 +194,9 @@ def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None
     check_plan_size(settings)  # the joint search's size, before anything is computed
     with one_kernel(team):
         conditions = Conditions.start(lm, inputs.split, inputs.controls, settings, out=out, resume=resume,
-                                      progress=progress, team=team)
+                                      progress=progress, team=team, guards=inputs.guards)
         stages = Stages(lm, conditions, settings)
+        stages.guards = tuple(Guard(g.task.name, g.metric, g.margin, index) for index, g in enumerate(inputs.guards))
         stages.timings["setup"] = time.perf_counter() - started
         result = OBJECTIVE_RUNS[settings.objective](stages, inputs)
     stages.timings["total"] = time.perf_counter() - started

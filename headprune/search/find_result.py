@@ -20,6 +20,7 @@ from headprune.evaluation.results import Summary
 from headprune.heads import Head, parse_heads
 from headprune.search.effects import ControlEffect
 from headprune.search.generations import Generations
+from headprune.search.guards import GuardEffect, Guarding, claim_holds
 from headprune.search.paired import Paired
 from headprune.search.parsimony import HeadContribution, Parsimony
 from headprune.search.selection import Selection
@@ -110,6 +111,17 @@ class Finalist:
     heldout: Verdict
     controls: tuple[ControlEffect, ...] = ()
     contributions: tuple[HeadContribution, ...] = ()  # each head against the set without it (parsimony)
+    guards: tuple[GuardEffect, ...] = ()  # each guard on its held-out examples (the primary's: the claim)
+
+
+@dataclass(frozen=True)
+class GuardTask:
+    """A guard as find used it (``headprune.search.guards``): the task, its metric and margin (an accuracy fraction,
+    or nats of mean NLL)."""
+
+    task: TaskInfo
+    metric: str
+    margin: float
 
 
 @dataclass(frozen=True)
@@ -208,6 +220,8 @@ class FindResult:
     selection: Selection | None = None  # objective improve: how the primary set was chosen (held-out tests)
     reconfirmed: int | None = None  # protocol cel: sets run again on discovery from scratch, all in agreement
     generations: Generations | None = None  # generate tasks: held-out texts of the baseline and every finalist
+    guard_tasks: tuple[GuardTask, ...] = ()  # find --guard: tasks the primary set must not hurt
+    guarding: Guarding | None = None  # with guards: the candidate sets checked on their discovery examples
 
     @property
     def primary(self) -> tuple[Head, ...]:
@@ -220,8 +234,17 @@ class FindResult:
         return self.finalists[0].heldout
 
     @property
+    def guards_held(self) -> bool:
+        """No guards, or a candidate kept them on discovery and the primary set is non-inferior on each of them on
+        held-out guard examples (``headprune.search.guards``: the claim is an intersection-union test)."""
+        if self.guarding is None:
+            return True
+        return claim_holds(True, self.guarding.kept, self.finalists[0].guards)
+
+    @property
     def confirmed(self) -> bool:
-        return self.verdict.confirmed
+        """The task's improvement is confirmed and, with guards, every guard held."""
+        return self.verdict.confirmed and self.guards_held
 
     @property
     def accepted(self) -> bool:

@@ -21,6 +21,7 @@ from headprune.core.progress import duration
 from headprune.evaluation.contract import tolerance
 from headprune.heads import Head
 from headprune.search.find_result import FindResult, Prescreen
+from headprune.search.guard_search import GuardCheck
 from headprune.search.membership import Proposal, needed, propose
 from headprune.search.paired import compare
 from headprune.search.parsimony import HeadSet
@@ -45,6 +46,7 @@ class Choice:
     single: Head  # the best single head on all of discovery
     measure: str  # what the membership tests count: "accuracy" (answers) or "margin"
     tolerance: float  # of a margin change, in the run's dtype
+    guard: GuardCheck | None = None  # with guards: the candidate sets checked on their discovery examples
 
 
 def improve(stages: Stages, inputs: Inputs) -> FindResult:
@@ -61,8 +63,12 @@ def improve(stages: Stages, inputs: Inputs) -> FindResult:
     kept = tuple(c for c in chosen.selection.contributions if c.earned)
     from_proposal = chosen.heads == tuple(map(Head.parse, chosen.selection.kept))  # not the single head's
     records[0] = replace(records[0], heldout=chosen.verdict, contributions=kept if from_proposal else ())
+    guarding = None
+    if choice.guard is not None:
+        candidates = [choice.proposal.heads] if choice.proposal is not None else []
+        guarding = choice.guard.record([*candidates, (choice.single,)])
     return replace(stages.record(inputs, choice.screened, choice.prescreen, choice.nominees, choice.evaluated,
-                                 records), selection=chosen.selection, reconfirmed=reconfirmed)
+                                 records), selection=chosen.selection, reconfirmed=reconfirmed, guarding=guarding)
 
 
 def choose(stages: Stages) -> Choice:
@@ -75,21 +81,24 @@ def choose(stages: Stages) -> Choice:
     measure = "margin" if settings.rank_by == "margin" else "accuracy"
     slack = tolerance(dtype_name(stages.lm.dtype))
     evaluated: Evaluated = {}
+    guard = GuardCheck(stages) if stages.guards else None
     with stages.timed("joint"):
-        nominees = joint(stages, screened, evaluated, measure=measure, tolerance=slack)
+        nominees = joint(stages, screened, evaluated, measure=measure, tolerance=slack, guard=guard)
     with stages.timed("membership"):
-        single = single_order(screened, stages.rank, settings.rank_by)[0]
+        singles = [(head,) for head in single_order(screened, stages.rank, settings.rank_by)]
+        single = (guard.choose(singles, "single") if guard is not None else singles[0])[0]
         several = [heads for heads in evaluated if len(heads) > 1]
         proposal = None
         if several:
-            heads = min(several, key=stages.search_rank)
+            heads = (guard.choose(sorted(several, key=stages.search_rank), "proposal") if guard is not None
+                     else min(several, key=stages.search_rank))
             sets = needed(heads)
             results = stages.results(sets, "membership")
             evaluated.update({s: compare(stages.base["discovery"], r) for s, r in zip(sets, results)
                               if s not in evaluated})
             proposal = propose(heads, results, search=folds.search, check=folds.check, measure=measure,
                                tolerance=slack)
-    return Choice(screened, prescreen, nominees, evaluated, proposal, single, measure, slack)
+    return Choice(screened, prescreen, nominees, evaluated, proposal, single, measure, slack, guard)
 
 
 def choose_on_heldout(stages: Stages, choice: Choice) -> Chosen:
@@ -153,9 +162,11 @@ def announce_cost(stages: Stages) -> None:
                     "(torchrun --nproc-per-node N -m headprune find ...)", duration(each * screen / world))
 
 
-def joint(stages: Stages, screened: Screened, evaluated: Evaluated, *, measure: str, tolerance: float) -> list[Head]:
+def joint(stages: Stages, screened: Screened, evaluated: Evaluated, *, measure: str, tolerance: float,
+          guard: GuardCheck | None = None) -> list[Head]:
     """On the search half: every subset of the nominees of size 2..K, then ``extend`` steps of growth from a screen
-    at the best set (``headprune.search.partners``). ``evaluated`` gains every set; returns the nominees."""
+    at the best set (with guards: the best that keeps them, ``headprune.search.guards``; ``headprune.search.partners``).
+    ``evaluated`` gains every set; returns the nominees."""
     settings, rank = stages.settings, stages.search_rank
     ranked = sorted((head for head, _, _ in screened), key=lambda head: rank((head,)))
     nominees = ranked[: settings.nominees]
@@ -163,7 +174,8 @@ def joint(stages: Stages, screened: Screened, evaluated: Evaluated, *, measure: 
                for c in itertools.combinations(nominees, size)]
     evaluated.update({(head,): paired for head, paired, _ in screened if head in nominees})
     evaluated.update(stages.evaluate(subsets, "joint"))
-    best = min([(h,) for h in nominees] + subsets, key=rank)
+    candidates = [(h,) for h in nominees] + subsets
+    best = guard.choose(sorted(candidates, key=rank), "growth") if guard is not None else min(candidates, key=rank)
     extend(stages, best, evaluated, measure=measure, tolerance=tolerance)
     return nominees
 

@@ -51,6 +51,7 @@ class FindSettings:
     screen: str = "exact"
     candidates: int | None = None  # pre-screens only
     control_limit: int = 500
+    guard_limit: int = 600  # examples per guard: a third for the search, the rest for the verdict
     objective: str = "improve"  # "improve" (the protocol) or "compress" (a large set within max_drop)
     max_drop: float | None = None  # compress: accuracy points discovery may lose
     prefer: str | None = None  # compress: grow by single "heads" or whole key/value "groups"
@@ -139,6 +140,9 @@ def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | 
     if settings.max_heads > settings.nominees:
         _refuse(f"max_heads ({settings.max_heads}) is larger than nominees ({settings.nominees})",
                 "max_heads", "nominees")
+    if settings.guard_limit < 30:
+        _refuse(f"guard_limit must be at least 30 (a third for the search, the rest for the verdict), got "
+                f"{settings.guard_limit}", "guard_limit")
     if resume and out is None:
         _refuse("resume needs out (the folder of the interrupted run)", "resume", "out")
     check_objective(settings)

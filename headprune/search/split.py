@@ -94,6 +94,21 @@ def split_task(task: Task, *, discovery: int, heldout: int, seed: int, heldout_t
 
 
 @dataclass(frozen=True)
+class GuardInput:
+    """A guard of one find run (``headprune.search.guards``): its task, split into the examples the search reads
+    and those held out for the verdict, its margin in the metric's unit, and how to load it again."""
+
+    task: Task
+    split: Split
+    margin: float
+    spec: str | None
+
+    @property
+    def metric(self) -> str:
+        return "accuracy" if self.task.has_accuracy else "mean_nll"
+
+
+@dataclass(frozen=True)
 class Inputs:
     """The tasks of one find run, loaded and split."""
 
@@ -101,11 +116,14 @@ class Inputs:
     split: Split
     controls: tuple[Task, ...]
     specs: dict[str, str | None]
+    guards: tuple[GuardInput, ...] = ()
 
 
 def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike | Sequence[TaskLike] | None,
-                settings: FindSettings, discovery: int, heldout: int, *, trust_remote_code: bool = False) -> Inputs:
-    """Load the task, its held-out source and controls (each capped at ``control_limit``), and split.
+                settings: FindSettings, discovery: int, heldout: int, *, trust_remote_code: bool = False,
+                guard: str | Sequence[str] | None = None) -> Inputs:
+    """Load the task, its held-out source and controls (each capped at ``control_limit``), the guards (each
+    ``TASK[:margin=M]``, capped at ``guard_limit``), and split.
 
     Raises:
         TaskError: the task has no accuracy; and the loading and splitting errors.
@@ -122,4 +140,37 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
     controls = () if control is None else (control,) if isinstance(control, (str, Path, Task)) else tuple(control)
     loaded = tuple((c if isinstance(c, Task) else load(c)).first(settings.control_limit) for c in controls)
     split = split_task(task, discovery=discovery, heldout=heldout, seed=settings.seed, heldout_task=held)
-    return Inputs(task, split, loaded, specs)
+    guards = () if guard is None else (guard,) if isinstance(guard, str) else tuple(guard)
+    guarded = tuple(load_guard(g, task, settings, load) for g in guards)
+    names = [g.task.name for g in guarded]
+    if len(set(names)) < len(names):
+        raise SearchSettingsError(f"guard {next(n for n in names if names.count(n) > 1)!r} is given twice",
+                                  settings=("guard",))
+    return Inputs(task, split, loaded, specs, guarded)
+
+
+def load_guard(text: str, task: Task, settings: FindSettings, load: functools.partial) -> GuardInput:
+    """One guard: its task loaded and capped at ``guard_limit`` examples, of which a third (the search's) and the
+    rest (the verdict's) are split apart by content, as the task is.
+
+    Raises:
+        SearchSettingsError: the guard is the task itself, or has too few examples; TaskError: it cannot be loaded.
+    """
+    from headprune.search.guards import GUARD_DISCOVERY_SHARE, margin_for, parse_guard
+
+    spec = parse_guard(text)
+    guard = load(spec.task)
+    own = {example.content_key() for example in task.examples}
+    if any(example.content_key() in own for example in guard.examples):
+        raise SearchSettingsError(f"guard {spec.task!r} holds examples of the task itself: a guard is another task "
+                                  "the set must not hurt", settings=("guard",))
+    pool = len(_unique(guard, {})[0])
+    total = min(pool, settings.guard_limit)
+    first = round(total * GUARD_DISCOVERY_SHARE)
+    if min(first, total - first) < MIN_SPLIT_SIZE:
+        raise SearchSettingsError(f"guard {spec.task!r} has {pool} distinct examples (guard_limit "
+                                  f"{settings.guard_limit}); a guard needs at least {3 * MIN_SPLIT_SIZE}: a third "
+                                  "for the search, the rest for the verdict", settings=("guard", "guard_limit"))
+    split = split_task(guard, discovery=first, heldout=total - first, seed=settings.seed)
+    metric = "accuracy" if guard.has_accuracy else "mean_nll"
+    return GuardInput(guard, split, margin_for(metric, spec.margin), portable_spec(spec.task))

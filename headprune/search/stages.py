@@ -28,6 +28,7 @@ from headprune.search.find_result import (
     Finalist,
     FindResult,
     FindSettings,
+    GuardTask,
     ModelInfo,
     Prescreen,
     ScreenRow,
@@ -37,6 +38,8 @@ from headprune.search.find_result import (
 )
 from headprune.search.folds import Folds
 from headprune.search.generations import heldout_generations
+from headprune.search.guard_search import heldout_effects
+from headprune.search.guards import Guard
 from headprune.search.paired import Paired, compare
 from headprune.search.score import score_intervals
 from headprune.search.split import Inputs
@@ -104,6 +107,7 @@ class Stages:
         self.timings: dict[str, float] = {}
         self.folds: Folds | None = None  # improve: discovery's search and check halves (headprune.search.folds)
         self.search_half: Evaluated = {}  # with folds: every evaluated set on the search half
+        self.guards: tuple[Guard, ...] = ()  # tasks the shipped set must not hurt (headprune.search.guards)
 
     def split_discovery(self) -> Folds:
         """From now on, rank on the search half too (:mod:`headprune.search.folds`); after :meth:`baseline`.
@@ -222,6 +226,7 @@ class Stages:
             heldout = conditions.many("heldout", frozen, "held-out")
             names = conditions.control_names
             controls = [conditions.many(name, frozen, name) for name in names]
+            guarded = heldout_effects(self, frozen)
             records = []
             for rank, (heads, after) in enumerate(zip(frozen, heldout), start=1):
                 test = verdict(self.base["heldout"].correct, after.correct, alpha=alpha)
@@ -230,7 +235,8 @@ class Stages:
                 effects = tuple(ControlEffect.measure(self.base[name], results[rank - 1], alpha=alpha,
                                                       family=len(names))
                                 for name, results in zip(names, controls))
-                records.append(Finalist(rank, tuple(str(h) for h in heads), evaluated[heads], test, effects))
+                records.append(Finalist(rank, tuple(str(h) for h in heads), evaluated[heads], test, effects,
+                                        guards=guarded[rank - 1]))
         return records
 
     def record(self, inputs: Inputs, screened: Screened, prescreen: Prescreen | None, nominees: list[Head],
@@ -249,6 +255,9 @@ class Stages:
             heldout_task=TaskInfo(split.heldout.name, split.heldout.kind, len(split.heldout),
                                   split.heldout.content_hash(), inputs.specs["heldout"]),
             control_tasks=tuple(TaskInfo(c.name, c.kind, len(c), c.content_hash()) for c in inputs.controls),
+            guard_tasks=tuple(GuardTask(TaskInfo(g.task.name, g.task.kind, len(g.split.discovery) + len(g.split.heldout),
+                                                 g.task.content_hash(), g.spec), g.metric, g.margin)
+                              for g in inputs.guards),
             split=SplitInfo(self.settings.seed, len(split.discovery), len(split.heldout), split.source,
                             split.duplicates_dropped, split.conflicts_dropped,
                             *(self.folds.sizes if self.folds is not None else (None, None))),

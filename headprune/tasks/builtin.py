@@ -9,12 +9,15 @@
                 with a two-shot prompt ``Review: ...\\nSentiment: negative|positive`` whose shots are short
                 sentences drawn from the same data (negative first) and excluded from the examples. Choices ``" negative"``/``" positive"``.
                 Options: ``n`` (default: all 8,528), ``shots`` (2), ``seed`` (0).
+``general``     text kind. 240 short general English texts installed with headprune (``tasks/data``), the sample
+                ``find --guard general`` measures drift on. Options: ``n`` (default: all).
 """
 
 from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -139,11 +142,30 @@ def sentiment(options: dict[str, str]) -> Task:
                 settings=settings)
 
 
+GENERAL_TEXTS = Path(__file__).parent / "data" / "general.jsonl"
+
+
+def general(options: dict[str, str]) -> Task:
+    """240 short texts of general English written for headprune (``tasks/data/general.jsonl``, installed with it):
+    twelve genres, 20 each, interleaved (science and history facts, instructions, fiction, dialogue, letters,
+    reviews, local news, arithmetic explained, everyday advice, computing, opinion), 45-80 words each. A ``text``
+    task: the mean token NLL, what ``--guard general`` measures the drift from the original on."""
+    n = _int_option(options, "n", 0, 1, limit("HEADPRUNE_MAX_EXAMPLES"))
+    _no_leftovers("general", options, "n")
+    rows = [json.loads(line) for line in GENERAL_TEXTS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = [row["text"] for row in rows][: n or None]
+    examples = tuple(Example(f"general-{i}", text=text) for i, text in enumerate(texts))
+    return Task("general", "text", examples, settings={"n": len(examples)},
+                description=f"{len(examples)} short general English texts in 12 genres, mean token NLL")
+
+
 BUILTIN_TASKS: Registry[str, Callable[[dict[str, str]], Task]] = Registry(
-    "built-in task", {"arithmetic": arithmetic, "sentiment": sentiment})
+    "built-in task", {"arithmetic": arithmetic, "sentiment": sentiment, "general": general})
 
 BUILTIN_SUMMARIES: dict[str, tuple[str, str]] = {
     "arithmetic": ("generate", "a op b = ? with few-shot prefix, scored on the first number written; options n, digits, ops (+-*), shots, "
                    "seed, answer (first-number|line|regex:PATTERN)"),
     "sentiment": ("choice", "Rotten Tomatoes sentences, 2-shot, ' negative' vs ' positive'; options n, shots, seed"),
+    "general": ("text", "240 short general English texts (12 genres), mean token NLL: the --guard general sample; "
+                "option n"),
 }

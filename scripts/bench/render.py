@@ -99,7 +99,20 @@ def passengers(record: dict[str, Any], view: str = "defaults") -> str:
                    for r in rows if r["search"] == search and (flips is None or r["flip"] in flips)])
 
 
-RENDERERS: dict[str, Callable[..., str]] = {"kinds": kinds, "passengers": passengers}
+def guards(record: dict[str, Any], view: str = "") -> str:
+    """scripts/guard_rates.py: per size and family, the share of runs that claim a set truly breaking the guard,
+    and the share that ship a good set (confirmed, a true gain, the guard truly kept), without the guard in
+    parentheses."""
+    def pair(row: dict, key: str) -> str:
+        return f"{_pct(row['guarded'][key])} ({_pct(row['unguarded'][key])})"
+
+    return _table(["discovery/held-out", "family", "guard margin, points", "broken guard claimed",
+                   "good set shipped"],
+                  [[r["size"], r["family"], f"{r['margin']:g}", pair(r, "false_guard_claim"), pair(r, "good_ship")]
+                   for r in record["results"]])
+
+
+RENDERERS: dict[str, Callable[..., str]] = {"kinds": kinds, "passengers": passengers, "guards": guards}
 
 
 def render(path: Path | str) -> str:

@@ -1,0 +1,298 @@
+"""Guards: tasks the shipped set must not hurt (``find --guard TASK[:margin=M]``), and the claim that they held.
+
+Removing heads that carry a conflicting feature helps one task and hurts another (the theory find builds on), so a
+user names what must not break. A guard differs from a control (``--control``, which only measures) in two ways:
+
+- **It takes part in the search.** Its examples are split like the task's: a third for discovery (the search reads
+  them), the rest held out (only the verdict reads them). Candidate sets are checked on the guard's discovery
+  examples in the order the search ranks them, and the first that keeps every guard (:func:`keeps`: its discovery
+  change, judged at the held-out size, passes the held-out test) is proposed ahead of better sets that break one;
+  the same for the best single head (``headprune.search.improve``). Where none of the ``GUARD_TRIES`` best sets
+  keeps the guards, the set that breaks them least is the *best trade*, and the run says so and confirms nothing.
+- **It is part of the claim.** The primary set's claim is "the task improves (its exact test at its level) **and**
+  each guard is non-inferior at its margin on guard examples the search never saw". That claim is an
+  intersection-union test (Berger 1982): it is false when any one of its parts is false, and then it is made only if
+  that part's own test rejected wrongly, which happens with at most that test's level. So each part is tested at the
+  full level, with no split of alpha: the task at its own (one-sided at most ``alpha / 2``), each guard one-sided
+  at ``alpha / 2``. The primary set is chosen without reading the guards' held-out examples (they are read only
+  after it is fixed), so their test holds after selection.
+
+The guard tests:
+
+- an **accuracy** guard (margin ``M`` points): Tango's score test of ``H0: p_after - p_before <= -M`` for paired
+  proportions, continuity-corrected (:func:`headprune.search.score.non_inferior`, the compress verdict's test,
+  whose exact size ``tests/test_stats.py`` checks); the interval is Tango's score interval, whose lower end lies
+  above ``-M`` exactly when the test accepts;
+- a **text** guard (margin ``M`` nats of mean token NLL, e.g. ``general``): a one-sided test of ``H0: the mean
+  increase of the per-example NLL >= M`` by the paired t statistic with Hall's (1992) skewness correction
+  (:func:`mean_interval`); the interval's upper end lies below ``M`` exactly when the test accepts. Per-example
+  changes are right-skewed (a few texts move a lot), and there the plain t test is anti-conservative: simulated with
+  gamma-distributed changes of skewness 2.8 at the boundary of the null, it accepted 5.2% at n = 160 where it should
+  at most 2.5%; the corrected test accepted 2.6% (8,000 draws, standard error 0.17%), and 2.0-2.7% at skewness 1.4
+  and 0 for n = 160 and 400 (``tests/test_guards.py`` checks it). At n = 80 and skewness 2.8 it still reaches 3.2%:
+  a text guard wants 160 held-out texts or more (``general`` holds out 160).
+
+Every other finalist's guard changes are exploratory (chosen after held-out was read), with intervals simultaneous
+over the finalists (Bonferroni), as its task verdict's are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from headprune.errors import SearchSettingsError
+from headprune.search.effects import t_quantile
+from headprune.search.score import NON_INFERIORITY_TEST, non_inferior, score_interval
+
+GENERAL = "general"  # the built-in general-text guard (headprune.tasks.builtin)
+DEFAULT_ACCURACY_MARGIN = 5.0  # accuracy points: about two standard errors of a 0-point change at 400 examples
+DEFAULT_NLL_MARGIN = 0.05  # nats per token: perplexity up by at most 5.1% (exp(0.05))
+GUARD_DISCOVERY_SHARE = 1 / 3  # of a guard's examples, read by the search; the rest are held out
+GUARD_TRIES = 10  # candidate sets checked on a guard's discovery examples, best first, per choice
+NLL_TEST = "one-sided paired t test of the mean per-example NLL change, skewness-corrected (Hall 1992)"
+
+
+@dataclass(frozen=True)
+class GuardSpec:
+    """A guard as the user named it: the task spec (without ``margin``) and the margin given (None: the default
+    of the task's kind, points for accuracy tasks, nats for text tasks)."""
+
+    task: str
+    margin: float | None = None
+
+
+def parse_guard(text: str) -> GuardSpec:
+    """``TASK[:key=value,...,margin=M]`` -> the task spec and the margin (the other options stay the task's).
+
+    Raises:
+        SearchSettingsError: a margin that is not a positive finite number.
+    """
+    head, sep, options = str(text).rpartition(":")
+    if not sep or "=" not in options:
+        return GuardSpec(str(text))
+    items = [item for item in options.split(",")]
+    margins = [item for item in items if item.strip().partition("=")[0].strip() == "margin"]
+    if not margins:
+        return GuardSpec(str(text))
+    if len(margins) > 1:
+        raise SearchSettingsError(f"guard {text!r}: margin is given twice", settings=("guard",))
+    raw = margins[0].partition("=")[2].strip()
+    try:
+        margin = float(raw)
+    except ValueError:
+        raise SearchSettingsError(f"guard {text!r}: margin={raw[:40]!r} is not a number", settings=("guard",)) from None
+    if not math.isfinite(margin) or margin <= 0:
+        raise SearchSettingsError(f"guard {text!r}: margin must be a positive number (accuracy points, or nats of "
+                                  f"mean NLL for a text task), got {raw[:40]}", settings=("guard",))
+    rest = [item for item in items if item not in margins]
+    return GuardSpec(head + (":" + ",".join(rest) if any(item.strip() for item in rest) else ""), margin)
+
+
+def margin_for(metric: str, given: float | None) -> float:
+    """The margin in the metric's own unit (an accuracy fraction, or nats) from the margin given (points or nats)."""
+    if metric == "accuracy":
+        return (DEFAULT_ACCURACY_MARGIN if given is None else given) / 100
+    return DEFAULT_NLL_MARGIN if given is None else given
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One guard of a run, as the search sees it: its name, metric (``accuracy`` or ``mean_nll``) and margin
+    (an accuracy fraction, or nats), and the condition names of its discovery and held-out examples."""
+
+    name: str
+    metric: str
+    margin: float
+    index: int
+
+    @property
+    def discovery(self) -> str:
+        return f"guard-discovery:{self.index}"
+
+    @property
+    def heldout(self) -> str:
+        return f"guard-heldout:{self.index}"
+
+    def margin_text(self) -> str:
+        return f"{100 * self.margin:g} points" if self.metric == "accuracy" else f"{self.margin:g} nats"
+
+
+@dataclass(frozen=True)
+class GuardEffect:
+    """What a head set does to a guard: the metric before and after, the counts (accuracy) or the spread of the
+    per-example change (text), and the non-inferiority test at ``margin``.
+
+    ``role``: ``primary`` (the primary set on held-out guard examples: the claim), ``exploratory`` (another
+    finalist: its interval simultaneous over ``family`` finalists, never a claim) or ``discovery`` (what the
+    search read)."""
+
+    task: str
+    metric: str  # "accuracy" or "mean_nll"
+    margin: float  # accuracy: a fraction (0.05 = 5 points); mean_nll: nats per token
+    n: int
+    before: float
+    after: float
+    rescued: int | None = None
+    damaged: int | None = None
+    spread: float | None = None  # mean_nll: standard deviation of the per-example change
+    alpha: float = 0.05
+    role: str = "primary"
+    family: int = 1
+    skewness: float | None = None  # mean_nll: the per-example change's sample skewness (Hall's correction)
+
+    _derived = ("difference", "test", "level", "interval", "within", "held")
+
+    @property
+    def difference(self) -> float:
+        """After minus before: accuracy (higher is better) or mean NLL (lower is better)."""
+        return self.after - self.before
+
+    @property
+    def test(self) -> str:
+        return NON_INFERIORITY_TEST if self.metric == "accuracy" else NLL_TEST
+
+    @property
+    def level(self) -> float:
+        """The confidence level of ``interval``; the test is one-sided at half of one minus it."""
+        return 1 - self.alpha / self.family
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        alpha = self.alpha / self.family
+        if self.metric == "accuracy":
+            return score_interval(self.rescued or 0, self.damaged or 0, self.n, alpha=alpha)
+        if self.n < 2 or self.spread is None:
+            return -math.inf, math.inf
+        return mean_interval(self.difference, self.spread, self.skewness or 0.0, self.n, alpha=alpha)
+
+    @property
+    def within(self) -> bool:
+        """The interval shows the change within the margin (the non-inferiority test rejects at its level)."""
+        if self.metric == "accuracy":
+            return bool(non_inferior(self.rescued or 0, self.damaged or 0, self.n, margin=self.margin,
+                                     alpha=self.alpha / self.family))
+        return self.interval[1] < self.margin
+
+    @property
+    def held(self) -> bool:
+        """The claim: the primary set's guard is non-inferior on held-out guard examples."""
+        return self.role == "primary" and self.within
+
+    @property
+    def shortfall(self) -> float:
+        """How far the estimate lies beyond the margin, in margins (<= 0: within it): ranks the best trade."""
+        harm = -self.difference if self.metric == "accuracy" else self.difference
+        return harm / self.margin - 1
+
+    @classmethod
+    def measure(cls, guard: Guard, before: object, after: object, *, alpha: float, role: str = "primary",
+                family: int = 1) -> GuardEffect:
+        """The effect from the intact and ablated results of one set of guard examples (``EvalResult``-like)."""
+        if guard.metric == "accuracy":
+            b = np.asarray(before.correct, dtype=bool)  # type: ignore[attr-defined]
+            a = np.asarray(after.correct, dtype=bool)  # type: ignore[attr-defined]
+            return cls(guard.name, "accuracy", guard.margin, len(b), float(b.mean()), float(a.mean()),
+                       int((~b & a).sum()), int((b & ~a).sum()), alpha=alpha, role=role, family=family)
+        change = -(np.asarray(after.margins) - np.asarray(before.margins))  # type: ignore[attr-defined]
+        spread = float(np.std(change, ddof=1)) if len(change) > 1 else 0.0
+        nll_before = float(-np.mean(before.margins))  # type: ignore[attr-defined]
+        return cls(guard.name, "mean_nll", guard.margin, len(change), nll_before, nll_before + float(change.mean()),
+                   spread=spread, alpha=alpha, role=role, family=family, skewness=skewness(change))
+
+
+def keeps(effect: GuardEffect, size: int) -> bool:
+    """Whether a discovery effect keeps its guard as the held-out test at ``size`` examples would judge it: the
+    discovery counts (or spread) scaled to ``size`` pass that test. The search's safety margin is the one the
+    verdict will need, as the compress objective's budget is (``headprune.search.growth.Budget``)."""
+    if effect.n == 0:
+        return True
+    if effect.metric == "accuracy":
+        scale = size / effect.n
+        return bool(non_inferior((effect.rescued or 0) * scale, (effect.damaged or 0) * scale, size,
+                                 margin=effect.margin, alpha=effect.alpha))
+    bound = mean_interval(effect.difference, effect.spread or 0.0, effect.skewness or 0.0, max(size, 2),
+                          alpha=effect.alpha)[1]
+    return bound < effect.margin
+
+
+def skewness(values: np.ndarray) -> float:
+    """The sample skewness (third standardised moment, by the plug-in moments); 0 without spread."""
+    values = np.asarray(values, dtype=np.float64)
+    deviation = values - values.mean()
+    scale = float(np.sqrt(np.mean(deviation**2)))
+    return float(np.mean(deviation**3)) / scale**3 if scale > 0 else 0.0
+
+
+def mean_interval(mean: float, spread: float, skew: float, n: int, *, alpha: float) -> tuple[float, float]:
+    """The ``1 - alpha`` interval of a mean from ``n`` values of standard deviation ``spread`` and skewness ``skew``,
+    each end a one-sided test at ``alpha / 2``: the means ``mu`` whose t statistic ``T = sqrt(n) (mean - mu) /
+    spread``, transformed by Hall's cubic ``g(T) = T + a (1 + 2 T^2) + (4 a^2 / 3) T^3`` with ``a = skew / (6
+    sqrt(n))`` (Hall 1992, J R Stat Soc B 54:221; ``g`` is monotone), lies within the t quantiles. With ``skew``
+    0 it is the paired t interval."""
+    if spread <= 0:
+        return mean, mean
+    z = t_quantile(1 - alpha / 2, max(n - 1, 1))
+    a = skew / (6 * math.sqrt(n))
+
+    def g(t: float) -> float:
+        return t + a * (1 + 2 * t * t) + 4 * a * a * t**3 / 3
+
+    def solve(target: float) -> float:  # the T with g(T) = target, by bisection (g increases)
+        low, high = -1e3, 1e3
+        for _ in range(100):
+            mid = (low + high) / 2
+            low, high = (mid, high) if g(mid) < target else (low, mid)
+        return (low + high) / 2
+
+    step = spread / math.sqrt(n)
+    return mean - solve(z) * step, mean - solve(-z) * step
+
+
+@dataclass(frozen=True)
+class TriedSet:
+    """A candidate set checked on the guards' discovery examples: its heads, what it did to each guard, whether it
+    keeps them all (:func:`keeps`), and what it was tried for (``proposal`` or ``single``)."""
+
+    heads: tuple[str, ...]
+    effects: tuple[GuardEffect, ...]
+    kept: bool
+    candidate: str
+
+
+@dataclass(frozen=True)
+class Guarding:
+    """How the guards steered the search: every set checked on their discovery examples, in the order checked,
+    and whether a candidate that keeps them all was found (``kept``); otherwise ``best_trade`` names the set that
+    breaks them least, which the run ships unconfirmed."""
+
+    tried: tuple[TriedSet, ...]
+    kept: bool
+    best_trade: tuple[str, ...] = ()
+    discovery: tuple[int, ...] = ()  # guard examples the search read, per guard
+    heldout: tuple[int, ...] = ()  # guard examples held out for the verdict, per guard
+
+
+def claim_holds(task_confirmed: bool, kept: bool, effects: Sequence[GuardEffect]) -> bool:
+    """find's claim with guards: the task's gain confirmed, a candidate kept the guards on discovery, and every guard
+    of the primary set held on its held-out examples (the intersection-union test above)."""
+    return task_confirmed and kept and all(effect.held for effect in effects)
+
+
+def non_dominated(points: Sequence[tuple[float, ...]]) -> list[bool]:
+    """Which points no other point dominates (each coordinate higher is better; at least as good in all and
+    better in one)."""
+    marks = []
+    for i, p in enumerate(points):
+        dominated = any(all(q[k] >= p[k] for k in range(len(p))) and any(q[k] > p[k] for k in range(len(p)))
+                        for j, q in enumerate(points) if j != i)
+        marks.append(not dominated)
+    return marks
+
+
+__all__ = ["DEFAULT_ACCURACY_MARGIN", "DEFAULT_NLL_MARGIN", "GENERAL", "GUARD_DISCOVERY_SHARE", "GUARD_TRIES",
+           "NLL_TEST", "Guard", "GuardEffect", "GuardSpec", "Guarding", "TriedSet", "claim_holds", "keeps", "margin_for",
+           "mean_interval", "non_dominated", "parse_guard", "skewness"]
