@@ -123,4 +123,4 @@ def test_generate_task_on_encoder_is_refused(tmp_path, tokenizer) -> None:
 
 def test_tasks_lists_builtins() -> None:
     result = invoke("tasks", "--json")
-    assert {row["name"] for row in json.loads(result.stdout)} == {"arithmetic", "sentiment"}
+    assert {row["name"] for row in json.loads(result.stdout)} == {"arithmetic", "sentiment", "general"}

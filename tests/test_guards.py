@@ -243,3 +243,19 @@ def test_a_set_that_keeps_the_guard_is_found_when_one_exists() -> None:
     cost = (np.mean([run_guarded(s, **harmless).good_ship for s in range(runs)])
             - np.mean([run_guarded(s, guarded=False, **harmless).good_ship for s in range(runs)]))
     assert cost >= -0.05  # a guard the heads do not touch costs (almost) no power
+
+
+def test_where_no_set_keeps_the_guards_the_best_trade_is_named_and_not_shipped(files) -> None:
+    from headprune.exporter.resolve import refuse_unconfirmed
+    from headprune.report.markdown import verdict_line
+
+    every_head_harms = build_model(passengers={1: 0.2, 2: 0.2, 3: 0.2})  # each head costs the guard ~10 points
+    result = find(every_head_harms, cue_task(), guard=f"{files / 'reversed.jsonl'}:margin=5", **SMALL)
+    assert result.guarding is not None and not result.guarding.kept
+    assert result.guarding.best_trade and not any(t.kept for t in result.guarding.tried)
+    assert result.verdict.confirmed and not result.confirmed  # the task gains; the claim does not hold
+    line = verdict_line(result)
+    assert "no candidate set keeps the guards on discovery" in line and "best trade found is" in line
+    assert line.count("\n") == 0
+    with pytest.raises(UnconfirmedSetError, match="no candidate set kept the guards"):
+        refuse_unconfirmed(result, 1)

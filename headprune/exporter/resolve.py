@@ -84,7 +84,8 @@ def refuse_unconfirmed(result: FindResult, set_rank: int) -> None:
         return
     if verdict.confirmed:  # the task's gain held, a guard did not
         missed = [g.task for g in result.finalists[0].guards if not g.held]
-        why = ("no candidate set kept the guards on discovery (this is the best trade found)" if not missed else
+        why = ("no candidate set kept the guards on discovery (this is the best trade found)"
+               if result.guarding is not None and not result.guarding.kept else
                f"the guard{'s' if len(missed) > 1 else ''} {', '.join(missed)} did not hold on held-out data")
         raise UnconfirmedSetError(f"the primary set's gain is confirmed, but {why}; give allow_unconfirmed to export "
                                   "it anyway (its model card then says so)", settings=("allow_unconfirmed",))

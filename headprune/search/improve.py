@@ -22,6 +22,7 @@ from headprune.evaluation.contract import tolerance
 from headprune.heads import Head
 from headprune.search.find_result import FindResult, Prescreen
 from headprune.search.guard_search import GuardCheck
+from headprune.search.guards import GUARD_TRIES
 from headprune.search.membership import Proposal, needed, propose
 from headprune.search.paired import compare
 from headprune.search.parsimony import HeadSet
@@ -145,6 +146,10 @@ def announce_cost(stages: Stages) -> None:
     finals = membership + 1 + settings.finalists + settings.finalists * len(conditions.control_names)
     planned = (f"{screen} screen, {joint_sets} joint, {extend} extend, {membership} membership and {finals} "
                f"held-out/control conditions at most")
+    if stages.guards:  # checked on discovery (each set and, where it breaks one, its heads), then the finalists
+        guard_sets = len(stages.guards) * (3 * (1 + settings.max_heads + settings.extend) * GUARD_TRIES
+                                           + settings.finalists)
+        planned += f", and {guard_sets} guard conditions at most (most are never needed)"
     each = conditions.seconds.get("discovery")
     if each is None:  # resumed: the baseline came from the journal
         log.info("planned: %s (resuming: %d in the journal)", planned, len(conditions.journal))
