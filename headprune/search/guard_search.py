@@ -57,11 +57,13 @@ class GuardCheck:
         return None
 
     def best_trade(self, ordered: Sequence[HeadSet], candidate: str) -> HeadSet:
-        """Of the first ``GUARD_TRIES`` of ``ordered``, the set that breaks the guards least (its worst guard's
-        estimate beyond the margin, in margins), the better-ranked first on ties."""
-        tried = [self.effects(heads, candidate) for heads in list(ordered)[:GUARD_TRIES]]
-        place = min(range(len(tried)), key=lambda i: (max(e.shortfall for e in tried[i].effects), i))
-        return list(ordered)[place]
+        """Of the sets of ``ordered`` already checked (the first, checked now, when none was), the one that breaks
+        the guards least (its worst guard's estimate beyond the margin, in margins), the better-ranked first on
+        ties."""
+        ordered = list(ordered)
+        checked = [heads for heads in ordered if heads in self.tried] or [ordered[0]]
+        return min(checked, key=lambda heads: (max(e.shortfall for e in self.effects(heads, candidate).effects),
+                                               ordered.index(heads)))
 
     def choose(self, ordered: Sequence[HeadSet], candidate: str) -> HeadSet:
         """The first set of ``ordered`` that keeps the guards, or the best trade when none does."""
