@@ -271,7 +271,7 @@ def check_writable_folder(folder: Path) -> None:
     check_output_name(folder)
     if folder.exists() and not folder.is_dir():
         raise ResultFileError(f"{folder} exists and is not a folder")
-    existing = folder.absolute()
+    existing = Path(os.path.realpath(folder))  # `link/..` as the kernel takes it (abspath would drop the pair)
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
