@@ -14,9 +14,14 @@ import re
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 
 
+# A Hugging Face token (``hf_`` and its letters and digits), wherever it appears.
+_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}")
+
+
 def redact_credentials(text: str) -> str:
-    """``text`` with the credentials of any URL in it (``https://user:token@host``) replaced by ``***``."""
-    return _URL_CREDENTIALS.sub(r"\1***@", text)
+    """``text`` with the credentials of any URL in it (``https://user:token@host``) and any Hugging Face token
+    replaced by ``***``."""
+    return _HF_TOKEN.sub("hf_***", _URL_CREDENTIALS.sub(r"\1***@", text))
 
 
 class HeadpruneError(Exception):
