@@ -83,6 +83,18 @@ class KeptOutputError(ResultFileError):
     failed): it stays in the staging folder the message names, and nothing at the destination was replaced."""
 
 
+class NoRoomError(HeadpruneError, OSError):
+    """A write the machine has no room for (a full disk, a used-up quota, a file-size limit): the environment, not
+    the input; ``folder`` is where it was written (None where that is not known)."""
+
+    def __init__(self, message: str, *, folder: object = None) -> None:
+        super().__init__(message, settings=())
+        self.folder = folder
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class UnconfirmedSetError(HeadpruneError, ValueError):
     """An export of a head set whose held-out gain is not confirmed, without ``allow_unconfirmed``."""
 
