@@ -24,8 +24,8 @@ from headprune.exporter.destination import check_destination, export_inputs, fin
 from headprune.exporter.export_record import (RECORD_NAME, Counts, ExportRecord, FindOrigin, SourceInfo, Verification,
                                               file_hashes, public_name, weight_bytes)
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
-from headprune.exporter.resolve import (HeadsLike, check_ablation, pinned_revision, read_result, refuse_unconfirmed,
-                                        resolve_heads, verification_inputs)
+from headprune.exporter.resolve import (HeadsLike, check_ablation, pinned_revision, read_result, refuse_sliced_source,
+                                        refuse_unconfirmed, resolve_heads, verification_inputs)
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, load_model, quiet_transformers
 from headprune.search.find_result import FindResult
@@ -125,6 +125,7 @@ def export(
     _check_result_options(result, set_rank, allow_unconfirmed)
     check_ablation(result, ablation, verify_task)  # every option is checked before the model is touched
     revision = pinned_revision(model, result, revision)
+    refuse_sliced_source(model)  # a local sliced export, before anything is loaded (a loaded one below)
     out, inputs = Path(out), export_inputs(model, heads, verify_task, result)
     check_destination(out, sources=inputs, overwrite=overwrite)  # and the folder, before it is locked
     with FolderLock(out, what="export"):
@@ -145,6 +146,7 @@ def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, resul
     quiet_transformers()
     lm = load_model(model, dtype=dtype or "checkpoint", device=device, trust_remote_code=trust_remote_code,
                     revision=revision) if isinstance(model, str) else model
+    refuse_sliced_source(lm)
     inputs = inputs + export_inputs(lm)  # the files read (a Hub id's, a GGUF's converted folder)
     check_destination(out, sources=inputs, overwrite=overwrite)
     fmt.check_model(lm)
