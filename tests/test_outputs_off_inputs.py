@@ -341,20 +341,3 @@ def test_a_hub_id_is_checked_against_its_folder_in_the_cache(inputs, hub, comman
     assert contents(snapshot.parent.parent) == cached
     assert {p.name: p.read_bytes() for p in snapshot.iterdir()} == {
         name: data for name, data in files.items() if (snapshot / name).exists()}
-
-
-def test_a_sliced_export_is_not_pruned_again_and_says_why_in_one_line(inputs, tmp_path) -> None:
-    """Its layers hold fewer heads than its config's numbering: the refusal names the export's own folder (not a
-    staging folder), the heads it lacks and the model to export instead, before anything is loaded or written."""
-    first = tmp_path / "first"
-    assert invoke("export", str(inputs / "model"), "--heads", "L0.H1", "--out", str(first)).exit_code == 0
-    before = contents(tmp_path)
-    for layout in ("sliced", "dense"):
-        done = invoke("export", str(first), "--heads", "L1.H0", "--layout", layout, "--out", str(tmp_path / "again"),
-                      catch_exceptions=True)
-        refused(done, f"{first} is a sliced export (L0.H1 removed); it cannot be pruned again: export the model it "
-                      "was sliced from (model) with every head to remove")
-        assert ".tmp-" not in done.stderr
-    assert contents(tmp_path) == before
-    both = invoke("export", str(inputs / "model"), "--heads", "L0.H1,L1.H0", "--out", str(tmp_path / "both"))
-    assert both.exit_code == 0 and read_record(tmp_path / "both").removed_heads == ("L0.H1", "L1.H0")

@@ -24,13 +24,14 @@ from headprune.exporter.destination import check_destination, export_inputs, fin
 from headprune.exporter.export_record import (RECORD_NAME, Counts, ExportRecord, FindOrigin, SourceInfo, Verification,
                                               file_hashes, public_name, weight_bytes)
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
-from headprune.exporter.resolve import (HeadsLike, check_ablation, pinned_revision, read_result, refuse_sliced_source,
-                                        refuse_unconfirmed, resolve_heads, verification_inputs)
+from headprune.exporter.resolve import (HeadsLike, check_ablation, pinned_revision, read_result, refuse_unconfirmed,
+                                        resolve_heads, verification_inputs)
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, load_model, quiet_transformers
 from headprune.search.find_result import FindResult
 from headprune.surgery.plan import plan_layers
 from headprune.surgery.slicing import count_parameters
+from headprune.surgery.unslicing import sliced_away, unslice
 from headprune.tasks import Task
 
 log = logging.getLogger("headprune")
@@ -125,7 +126,6 @@ def export(
     _check_result_options(result, set_rank, allow_unconfirmed)
     check_ablation(result, ablation, verify_task)  # every option is checked before the model is touched
     revision = pinned_revision(model, result, revision)
-    refuse_sliced_source(model)  # a local sliced export, before anything is loaded (a loaded one below)
     out, inputs = Path(out), export_inputs(model, heads, verify_task, result)
     check_destination(out, sources=inputs, overwrite=overwrite)  # and the folder, before it is locked
     with FolderLock(out, what="export"):
@@ -146,11 +146,15 @@ def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, resul
     quiet_transformers()
     lm = load_model(model, dtype=dtype or "checkpoint", device=device, trust_remote_code=trust_remote_code,
                     revision=revision) if isinstance(model, str) else model
-    refuse_sliced_source(lm)
     inputs = inputs + export_inputs(lm)  # the files read (a Hub id's, a GGUF's converted folder)
     check_destination(out, sources=inputs, overwrite=overwrite)
+    earlier = sliced_away(lm)
+    lm = unslice(lm)  # a sliced export in its original shapes: the heads it lacks go again, with the new ones
     fmt.check_model(lm)
     removed, result = resolve_heads(result or heads, lm, set_rank)
+    if earlier:
+        log.info("export: %s is a sliced export without %s; those go too", lm.name, ",".join(map(str, earlier)))
+        removed = lm.grid.check(tuple(dict.fromkeys((*earlier, *removed))))
     if result is not None and not allow_unconfirmed:
         refuse_unconfirmed(result, set_rank)
     # Refuses removing a whole layer before any work.

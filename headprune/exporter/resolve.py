@@ -14,9 +14,7 @@ from pathlib import Path
 
 import torch
 
-from headprune.core.io import user_path
 from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, UnconfirmedSetError
-from headprune.exporter.export_record import read_record
 from headprune.heads import Head, parse_heads
 from headprune.loading.models import LoadedModel
 from headprune.search.find_result import FindResult
@@ -199,37 +197,6 @@ def verification_inputs(lm: LoadedModel, result: FindResult | None, verify_task:
     if ablation == "mean":  # a find result: exactly the means find used; heads given by hand: the verify task's
         means = find_means(lm, result, splits) if result is not None else evaluator.head_means()
     return task, means, remeasured
-
-
-def refuse_sliced_source(model: object) -> None:
-    """Refuse to export from a sliced export (a spec of a local folder, or a loaded model): its layers hold fewer
-    heads than its config's numbering says, and slicing it again would describe neither (the message names the
-    folder, the heads it lacks and the model it was sliced from, which is what to export instead).
-
-    Raises:
-        ExportSettingsError
-    """
-    import json
-
-    folder = getattr(model, "folder", None)
-    config = getattr(getattr(model, "model", None), "config", None)
-    record = getattr(config, "headprune", None)
-    if folder is None:
-        folder = user_path(str(model))
-        try:
-            record = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("headprune")
-        except (OSError, ValueError, AttributeError):
-            return  # no local folder with a readable config: the load says what is wrong
-    if not isinstance(record, dict):
-        return
-    removed = ",".join(str(head) for head in record.get("removed", ())) or "some heads"
-    try:
-        source = f" ({read_record(Path(folder)).source.name})"
-    except Exception:  # noqa: BLE001 - a folder without its record still is a sliced export
-        source = ""
-    raise ExportSettingsError(f"{folder} is a sliced export ({removed} removed); it cannot be pruned again: export "
-                              f"the model it was sliced from{source} with every head to remove, these and the new "
-                              "ones", settings=("model",))
 
 
 def pinned_revision(model: object, result: FindResult | None, revision: str | None) -> str | None:
