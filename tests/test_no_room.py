@@ -1,8 +1,9 @@
 """A full disk, a used-up quota or a file-size limit is the environment: one line naming the folder that needs room,
 exit 2, and nothing half-written left behind (before, ``internal error``, exit 3).
 
-The errors are the kernel's own (safetensors reports them from Rust, as text): ``/dev/full`` answers every write with ENOSPC, ``ulimit -f`` (RLIMIT_FSIZE) makes a
-write past it fail with EFBIG, and a tiny tmpfs (mounted in a user namespace, where the machine allows one) fills up.
+The errors are the kernel's own (safetensors reports them from Rust, as text): ``/dev/full`` answers every write with
+ENOSPC, ``ulimit -f`` (RLIMIT_FSIZE) makes a write past it fail with EFBIG, and a tiny tmpfs (mounted in a user
+namespace, where the machine allows one) fills up.
 """
 
 from __future__ import annotations

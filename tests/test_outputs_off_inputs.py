@@ -341,3 +341,28 @@ def test_a_hub_id_is_checked_against_its_folder_in_the_cache(inputs, hub, comman
     assert contents(snapshot.parent.parent) == cached
     assert {p.name: p.read_bytes() for p in snapshot.iterdir()} == {
         name: data for name, data in files.items() if (snapshot / name).exists()}
+
+
+@pytest.mark.parametrize("command", ["find", "eval"])
+def test_the_folder_a_gguf_file_is_converted_into_is_an_input_once_loaded(inputs, tmp_path, monkeypatch,
+                                                                          command) -> None:
+    """A ``.gguf`` file is read through the folder it is converted into (in headprune's cache): that folder is
+    known only once the model is loaded, and an output inside it is refused then, before anything is written."""
+    from helpers.extras import needs
+
+    from headprune.loading.models import resolve_model
+
+    needs("gguf", "xllamacpp", extra="gguf")
+    monkeypatch.setenv("HEADPRUNE_CACHE", str(tmp_path / "cache"))
+    assert invoke("export", str(inputs / "model"), "--heads", "L0.H1", "--format", "gguf", "--layout", "dense", "--out",
+                  str(tmp_path / "g")).exit_code == 0
+    gguf = tmp_path / "g" / "model.gguf"
+    converted = resolve_model(str(gguf))
+    args = {"find": [*FIND, "--out", str(converted / "run")],
+            "eval": ["--limit", "2", "--out", str(converted / "results.jsonl")]}[command]
+    before = contents(converted)
+    done = invoke(command, str(gguf), "--task", str(inputs / "tasks" / "t.jsonl"), *args, catch_exceptions=True)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("headprune: error: ")]
+    assert done.exit_code == 2 and errors == done.stderr.splitlines()[-1:], done.output
+    assert f"lies inside the model ({converted})" in errors[0]
+    assert {k: v for k, v in contents(converted).items() if not k.startswith(".run.")} == before

@@ -153,7 +153,8 @@ def leaky_model(inputs, tmp_path):  # noqa: ANN001, ANN201
 
     folder = tmp_path / "leaky"
     shutil.copytree(inputs / "model", folder)
-    for name, extra in (("tokenizer_config.json", {"token": SECRETS["token"], "use_auth_token": SECRETS["use_auth_token"]}),
+    tokens = {"token": SECRETS["token"], "use_auth_token": SECRETS["use_auth_token"]}
+    for name, extra in (("tokenizer_config.json", tokens),
                         ("config.json", {"token": SECRETS["token"], "note": SECRETS["note"]})):
         data = json.loads((folder / name).read_text())
         (folder / name).write_text(json.dumps({**data, **extra}))

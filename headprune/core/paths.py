@@ -1,12 +1,12 @@
 """Paths of outputs: never on an input, short enough for the names headprune puts beside them, and moved into place
 without replacing what appeared there meanwhile.
 
-An output (``find``'s, ``eval``'s or ``export``'s ``--out``) may not be an input of the same command, hold one, or
-lie inside one (a model folder, a task or control file, the find run an export reads): writing it would replace or
-mix into what the command reads (:func:`refuse_overlap`, by device and inode, whatever the spelling). Its name leaves room for the temporary and lock names
-headprune writes beside it (:func:`check_output_name`), so that a name the filesystem cannot hold is refused before
-any work, not at the end. The final moves go through :func:`rename_noreplace` and :func:`exchange` (Linux
-``renameat2``): a move never replaces a path that appeared since it was checked.
+An output (``find``'s, ``eval``'s or ``export``'s ``--out``) may not be an input of the same command, hold one, or lie
+inside one (a model folder, a task or control file, the find run an export reads): writing it would replace or mix
+into what the command reads (:func:`refuse_overlap`, by device and inode, whatever the spelling). Its name leaves room
+for the temporary and lock names headprune writes beside it (:func:`check_output_name`), so that a name the filesystem
+cannot hold is refused before any work, not at the end. The final moves go through :func:`rename_noreplace` and
+:func:`exchange` (Linux ``renameat2``): a move never replaces a path that appeared since it was checked.
 """
 
 from __future__ import annotations
