@@ -366,3 +366,30 @@ def test_the_folder_a_gguf_file_is_converted_into_is_an_input_once_loaded(inputs
     assert done.exit_code == 2 and errors == done.stderr.splitlines()[-1:], done.output
     assert f"lies inside the model ({converted})" in errors[0]
     assert {k: v for k, v in contents(converted).items() if not k.startswith(".run.")} == before
+
+
+def _user_namespaces() -> bool:
+    import subprocess
+
+    return shutil.which("unshare") is not None and subprocess.run(["unshare", "-rm", "true"],
+                                                                  capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _user_namespaces(), reason="this machine offers no user namespace to bind-mount in")
+def test_a_bind_mount_of_the_model_folder_is_the_model_folder(inputs, tmp_path) -> None:
+    """The same folder mounted at a second path (no link anywhere to follow): the same device and inode."""
+    import subprocess
+    import sys
+
+    (tmp_path / "mounted").mkdir()
+    before = contents(inputs)
+    script = (f"mount --bind {inputs / 'model'} {tmp_path / 'mounted'} && {sys.executable} -m headprune eval "
+              f"{inputs / 'model'} --task {inputs / 'tasks' / 't.jsonl'} --limit 2 --out "
+              f"{tmp_path / 'mounted' / 'results.jsonl'}")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 2, done.stderr
+    out = tmp_path / "mounted" / "results.jsonl"
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"headprune: error: {out} lies inside the model ({inputs / 'model'})"), done.stderr
+    assert contents(inputs) == before
