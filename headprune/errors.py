@@ -14,9 +14,14 @@ import re
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 
 
+# A Hugging Face token (``hf_`` and its letters and digits), wherever it appears.
+_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}")
+
+
 def redact_credentials(text: str) -> str:
-    """``text`` with the credentials of any URL in it (``https://user:token@host``) replaced by ``***``."""
-    return _URL_CREDENTIALS.sub(r"\1***@", text)
+    """``text`` with the credentials of any URL in it (``https://user:token@host``) and any Hugging Face token
+    replaced by ``***``."""
+    return _HF_TOKEN.sub("hf_***", _URL_CREDENTIALS.sub(r"\1***@", text))
 
 
 class HeadpruneError(Exception):
@@ -76,6 +81,18 @@ class ResultFileError(HeadpruneError, ValueError):
 class KeptOutputError(ResultFileError):
     """A finished output was not moved into place (its destination changed while it was written, or the move
     failed): it stays in the staging folder the message names, and nothing at the destination was replaced."""
+
+
+class NoRoomError(HeadpruneError, OSError):
+    """A write the machine has no room for (a full disk, a used-up quota, a file-size limit): the environment, not
+    the input; ``folder`` is where it was written (None where that is not known)."""
+
+    def __init__(self, message: str, *, folder: object = None) -> None:
+        super().__init__(message, settings=())
+        self.folder = folder
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class UnconfirmedSetError(HeadpruneError, ValueError):

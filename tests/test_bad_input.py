@@ -429,3 +429,14 @@ def test_a_resume_names_a_model_path_once_per_spelling(p) -> None:  # noqa: ANN0
     done = invoke(*_resumed(p, model=p.good + "/"), catch_exceptions=True)
     assert done.exit_code == 2
     assert f"the model is given as {p.good}/ now, as {p.good} then (the same folder: give it as then)" in done.stderr
+
+
+@pytest.mark.parametrize(("name", "text"), [("tokenizer.json", "{not json"), ("tokenizer_config.json", "[1, 2")])
+def test_a_broken_tokenizer_is_named_as_the_tokenizer(tmp_path, tokenizer, name, text) -> None:
+    """The weights loaded; what is broken is the tokenizer, and the line says so (it said "cannot load the
+    weights")."""
+    folder = save_folder(build_tiny("llama", tokenizer, seed=1).model, tokenizer, tmp_path / "m")
+    (folder / name).write_text(text)
+    done = invoke("eval", str(folder), "--task", "arithmetic", "--limit", "2", catch_exceptions=True)
+    assert done.exit_code == 2 and done.stderr.startswith("headprune: error: "), done.output
+    assert "cannot load the tokenizer" in done.stderr and "weights" not in done.stderr, done.stderr

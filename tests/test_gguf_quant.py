@@ -226,3 +226,34 @@ def test_quantize_is_llama_cpps_ggml_quantize_chunk() -> None:
     with pytest.raises(KeyError):
         gguf_quant.quantize(binding, data, "Q9_9")
     assert gguf_export.file_name("q4_k_m") == "model-Q4_K_M.gguf" and gguf_export.file_name("f32") == "model.gguf"
+
+
+def test_ctrl_c_while_llama_cpp_logs_stops_the_export_before_its_move(wide, tmp_path) -> None:
+    """A Ctrl-C that arrives while llama.cpp runs Python's log callback (it loads the quantized file for the gate):
+    ctypes drops an exception raised there, and the export used to run on and move its output into place. Now it
+    stops within a second, exit 130, and nothing is written."""
+    import signal
+    import time
+
+    from headprune.exporter.llama_cpp_runtime import library
+
+    save_folder(wide.model, wide.tokenizer, tmp_path / "m")
+    binding, sent = library(), []
+
+    class CtrlC(list):  # the log the callback appends to: the user presses Ctrl-C at its first line
+        def append(self, line: object) -> None:
+            if not sent:
+                sent.append(time.perf_counter())
+                signal.raise_signal(signal.SIGINT)
+            super().append(line)
+
+    real, binding.log = binding.log, CtrlC()
+    try:
+        result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--gguf-type", "q4_k_m",
+                        "--out", str(tmp_path / "o"))
+        took = time.perf_counter() - sent[0]
+    finally:
+        binding.log = real
+    assert result.exit_code == 130 and result.stderr.splitlines()[-1] == "headprune: interrupted", result.output
+    assert took < 1.0, took
+    assert not (tmp_path / "o").exists() and [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []

@@ -13,6 +13,7 @@ while the export ran.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -221,3 +222,174 @@ def test_a_new_run_in_a_fresh_folder_still_writes_everything(inputs, tmp_path) -
         assert done.exit_code in (0, 1), done.output
         assert {"journal.jsonl", "result.json", "report.md", "screen.png"} == {p.name for p in out.iterdir()}
     shutil.rmtree(out)
+
+
+# Links, `..` after a link, and the Hugging Face cache: the same rule by device and inode, whatever the spelling.
+
+def _as_cache_snapshot(model: Path, root: Path) -> tuple[Path, Path]:
+    """A copy of ``model`` laid out as the Hugging Face cache lays out a snapshot: every file a symbolic link
+    ``snapshots/COMMIT/NAME -> ../../blobs/SHA``. Returns the snapshot and the weights' blob."""
+    import hashlib
+
+    snapshot = root / "models--alice--tiny" / "snapshots" / ("c" * 40)
+    snapshot.mkdir(parents=True)
+    (root / "models--alice--tiny" / "blobs").mkdir()
+    for path in model.iterdir():
+        blob = root / "models--alice--tiny" / "blobs" / hashlib.sha256(path.read_bytes()).hexdigest()
+        shutil.copyfile(path, blob)
+        (snapshot / path.name).symlink_to(Path("..") / ".." / "blobs" / blob.name)
+    return snapshot, (snapshot / "model.safetensors").resolve()
+
+
+@pytest.mark.parametrize(("out", "fragment"), [
+    ("snapshot/model.safetensors", "lies inside the model"),
+    ("blob", "is the model's model.safetensors"),
+    ("elsewhere/link-to-weights", "is the model's model.safetensors"),
+])
+def test_eval_never_writes_through_a_snapshots_links(inputs, tmp_path, out, fragment) -> None:
+    """The weights of a cache snapshot are a link to a blob outside the snapshot folder: neither the link, the blob,
+    a folder holding the blob, nor another link to it is a place for results."""
+    snapshot, blob = _as_cache_snapshot(inputs / "model", tmp_path / "hub")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "link-to-weights").symlink_to(blob)
+    places = {"snapshot/model.safetensors": snapshot / "model.safetensors", "blob": blob, "blobs": blob.parent,
+              "elsewhere/link-to-weights": tmp_path / "elsewhere" / "link-to-weights"}
+    before = contents(tmp_path)
+    refused(invoke("eval", str(snapshot), "--task", str(inputs / "tasks" / "t.jsonl"), "--limit", "2", "--out",
+                   str(places[out]), catch_exceptions=True), fragment)
+    assert contents(tmp_path) == before and (snapshot / "model.safetensors").is_symlink()
+
+
+def test_find_never_writes_into_the_folder_of_a_snapshots_blobs(inputs, tmp_path) -> None:
+    snapshot, blob = _as_cache_snapshot(inputs / "model", tmp_path / "hub")
+    before = contents(tmp_path)
+    refused(invoke("find", str(snapshot), "--task", str(inputs / "tasks" / "t.jsonl"), *FIND, "--out",
+                   str(blob.parent), catch_exceptions=True), "blobs holds the model's ")
+    assert contents(tmp_path) == before
+
+
+@pytest.mark.parametrize(("out", "fragment"), [
+    ("link/../model/model.safetensors", "lies inside the model"),
+    ("link/../model/config.json", "lies inside the model"),
+    ("link/../tasks/t.jsonl", "is the task file"),
+    ("model-link/../tasks/t.jsonl", "is the task file"),
+])
+def test_eval_follows_a_link_before_its_dotdot(inputs, tmp_path, monkeypatch, out, fragment) -> None:
+    """``link/..`` is the folder above the link's target, as the kernel takes it (``os.path.abspath`` would drop
+    the pair before following the link, and find nothing)."""
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "link").symlink_to(inputs / "controls")  # link/.. is inputs
+    (tmp_path / "b" / "model-link").symlink_to(inputs / "model")  # model-link/.. is inputs
+    monkeypatch.chdir(tmp_path / "b")
+    refused_leaving_intact(inputs, fragment, "eval", str(inputs / "model"), "--task", str(inputs / "tasks" / "t.jsonl"),
+                           "--limit", "2", "--out", out)
+
+
+def test_a_hard_link_to_the_task_file_is_the_task_file(inputs, tmp_path) -> None:
+    (tmp_path / "same.jsonl").hardlink_to(inputs / "tasks" / "t.jsonl")
+    refused_leaving_intact(inputs, "is the task file", "eval", str(inputs / "model"), "--task",
+                           str(inputs / "tasks" / "t.jsonl"), "--limit", "2", "--out", str(tmp_path / "same.jsonl"))
+
+
+def test_export_overwrite_never_replaces_its_source_through_a_link(inputs, tmp_path, monkeypatch) -> None:
+    source = tmp_path / "a" / "exp"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "original").mkdir()  # a folder beside the export
+    assert invoke("export", str(inputs / "model"), "--heads", "L0.H1", "--layout", "dense", "--out",
+                  str(source)).exit_code == 0
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "link").symlink_to(Path("..") / "a" / "original")
+    monkeypatch.chdir(tmp_path / "b")
+    before = contents(tmp_path / "a")
+    refused(invoke("export", "../a/exp", "--heads", "L1.H0", "--layout", "dense", "--overwrite", "--out",
+                   "link/../exp", catch_exceptions=True), "is the source model")
+    assert contents(tmp_path / "a") == before
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path):  # noqa: ANN001, ANN201
+    """A local server speaking the Hub's API, and a Hugging Face cache of this test's own."""
+    from helpers.hub_server import HubServer
+
+    with HubServer() as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        yield server
+
+
+@pytest.mark.parametrize("command", ["find", "eval", "export"])
+def test_a_hub_id_is_checked_against_its_folder_in_the_cache(inputs, hub, command) -> None:
+    """A Hub id is no path, but what it loads is the cache's snapshot (files linking to blobs): an output inside the
+    id's cache folder is refused, before a download makes it and once it is there."""
+    from helpers.hub_server import branch_sha
+
+    files = {p.name: p.read_bytes() for p in (inputs / "model").iterdir()}
+    hub.state.add_repo("alice/tiny", files)
+    snapshot = Path(os.environ["HF_HOME"]) / "hub" / "models--alice--tiny" / "snapshots" / branch_sha(files)
+    args = {"find": ["--task", str(inputs / "tasks" / "t.jsonl"), *FIND, "--out", str(snapshot / "run")],
+            "eval": ["--task", str(inputs / "tasks" / "t.jsonl"), "--limit", "2", "--out", str(snapshot / "r.jsonl")],
+            "export": ["--heads", "L0.H1", "--out", str(snapshot / "pruned")]}[command]
+    fragment = "lies inside the model (" if command != "export" else "lies inside the source model ("
+    refused(invoke(command, "alice/tiny", *args, catch_exceptions=True), fragment)
+    assert not snapshot.parent.parent.exists()  # refused before anything was downloaded or locked
+    invoke("eval", "alice/tiny", "--task", str(inputs / "tasks" / "t.jsonl"), "--limit", "2")  # now it is cached
+    cached = contents(snapshot.parent.parent)
+    refused(invoke(command, "alice/tiny", *args, catch_exceptions=True), fragment)
+    assert contents(snapshot.parent.parent) == cached
+    assert {p.name: p.read_bytes() for p in snapshot.iterdir()} == {
+        name: data for name, data in files.items() if (snapshot / name).exists()}
+
+
+@pytest.mark.parametrize("command", ["find", "eval"])
+def test_the_folder_a_gguf_file_is_converted_into_is_an_input_once_loaded(inputs, tmp_path, monkeypatch,
+                                                                          command) -> None:
+    """A ``.gguf`` file is read through the folder it is converted into (in headprune's cache): that folder is
+    known only once the model is loaded, and an output inside it is refused then, before anything is written."""
+    from helpers.extras import needs
+
+    from headprune.loading.models import resolve_model
+
+    needs("gguf", "xllamacpp", extra="gguf")
+    monkeypatch.setenv("HEADPRUNE_CACHE", str(tmp_path / "cache"))
+    assert invoke("export", str(inputs / "model"), "--heads", "L0.H1", "--format", "gguf", "--layout", "dense", "--out",
+                  str(tmp_path / "g")).exit_code == 0
+    gguf = tmp_path / "g" / "model.gguf"
+    converted = resolve_model(str(gguf))
+    args = {"find": [*FIND, "--out", str(converted / "run")],
+            "eval": ["--limit", "2", "--out", str(converted / "results.jsonl")]}[command]
+    before = contents(converted)
+    done = invoke(command, str(gguf), "--task", str(inputs / "tasks" / "t.jsonl"), *args, catch_exceptions=True)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("headprune: error: ")]
+    assert done.exit_code == 2 and errors == done.stderr.splitlines()[-1:], done.output
+    assert f"lies inside the model ({converted})" in errors[0]
+    assert {k: v for k, v in contents(converted).items() if not k.startswith(".run.")} == before
+
+
+def _user_namespaces() -> bool:
+    import subprocess
+
+    return shutil.which("unshare") is not None and subprocess.run(["unshare", "-rm", "true"],
+                                                                  capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _user_namespaces(), reason="this machine offers no user namespace to bind-mount in")
+def test_a_bind_mount_of_the_model_folder_is_the_model_folder(inputs, tmp_path) -> None:
+    """The same folder mounted at a second path (no link anywhere to follow): the same device and inode."""
+    import subprocess
+    import sys
+
+    (tmp_path / "mounted").mkdir()
+    before = contents(inputs)
+    script = (f"mount --bind {inputs / 'model'} {tmp_path / 'mounted'} && {sys.executable} -m headprune eval "
+              f"{inputs / 'model'} --task {inputs / 'tasks' / 't.jsonl'} --limit 2 --out "
+              f"{tmp_path / 'mounted' / 'results.jsonl'}")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 2, done.stderr
+    out = tmp_path / "mounted" / "results.jsonl"
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"headprune: error: {out} lies inside the model ({inputs / 'model'})"), done.stderr
+    assert contents(inputs) == before

@@ -139,3 +139,87 @@ def test_a_bad_eval_out_is_refused_before_the_evaluation(inputs, tmp_path, monke
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1 and "the evaluation ran" not in result.output
     assert (inputs / "t.jsonl").read_bytes() == before
+
+
+# Credentials a source's files hold (older transformers wrote the download token into tokenizer_config.json).
+SECRETS = {"token": "hf_" + "A" * 34, "use_auth_token": "hf_" + "B" * 34, "note": "hf_" + "C" * 34}
+
+
+@pytest.fixture
+def leaky_model(inputs, tmp_path):  # noqa: ANN001, ANN201
+    """A copy of the model whose tokenizer_config.json holds ``token`` and ``use_auth_token``, and whose config.json
+    holds ``token`` and a token-looking value under another key."""
+    import shutil
+
+    folder = tmp_path / "leaky"
+    shutil.copytree(inputs / "model", folder)
+    tokens = {"token": SECRETS["token"], "use_auth_token": SECRETS["use_auth_token"]}
+    for name, extra in (("tokenizer_config.json", tokens),
+                        ("config.json", {"token": SECRETS["token"], "note": SECRETS["note"]})):
+        data = json.loads((folder / name).read_text())
+        (folder / name).write_text(json.dumps({**data, **extra}))
+    return folder
+
+
+def _holds_a_secret(folder) -> list[str]:  # noqa: ANN001
+    return [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()
+            and any(secret.encode() in p.read_bytes() for secret in SECRETS.values())]
+
+
+@pytest.mark.parametrize("layout", ["sliced", "dense"])
+def test_an_export_never_carries_the_sources_credentials(leaky_model, tmp_path, layout) -> None:
+    done = invoke("export", str(leaky_model), "--heads", "L0.H1", "--layout", layout, "--out", str(tmp_path / "out"))
+    assert done.exit_code == 0, done.output
+    said = [line for line in done.stderr.splitlines() if "credentials" in line]
+    assert len(said) == 1 and "tokenizer_config.json: token, use_auth_token" in said[0], done.stderr
+    assert "config.json: token, note" in said[0] and not [s for s in SECRETS.values() if s in done.output]
+    assert _holds_a_secret(tmp_path / "out") == []
+    from transformers import AutoTokenizer
+
+    original, exported = (AutoTokenizer.from_pretrained(f) for f in (str(leaky_model), str(tmp_path / "out")))
+    assert len(exported) == len(original) - 1  # the source's token, an added token when loaded as it is, is gone
+    assert exported("the film is a delight").input_ids == original("the film is a delight").input_ids
+
+
+def test_push_refuses_a_folder_that_holds_a_credential(inputs, tmp_path, monkeypatch) -> None:
+    """An export written before credentials were stripped (its record lists the file as it is): push names the file
+    and the key in one line, exit 2, shows no secret and sends nothing."""
+    import shutil
+
+    from headprune.exporter.export_record import file_hashes
+
+    out = tmp_path / "old-export"
+    shutil.copytree(inputs / "pruned", out)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    (out / "tokenizer_config.json").write_text(json.dumps({**config, "use_auth_token": SECRETS["use_auth_token"]}))
+    record = read_record(out)
+    from dataclasses import replace
+
+    replace(record, files=file_hashes(out)).save(out)
+    with HubServer() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        for extra in (["--dry-run"], ["--token", VALID_TOKEN]):
+            pushed = invoke("push", str(out), "--repo-id", "alice/pruned", *extra)
+            assert pushed.exit_code == 2 and pushed.output.count("\n") == 1, pushed.output
+            assert "tokenizer_config.json holds a credential (use_auth_token)" in pushed.output
+            assert SECRETS["use_auth_token"] not in pushed.output
+        assert hub.state.commits == []
+
+
+def test_a_credential_left_in_the_sources_vocabulary_stops_the_export(inputs, tmp_path) -> None:
+    """A token that an earlier save made into an added token of tokenizer.json cannot be stripped from the config:
+    the export refuses it, exit 2, and writes nothing."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "vocab"
+    shutil.copytree(inputs / "model", folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.add_tokens([SECRETS["note"]])
+    tokenizer.save_pretrained(folder)
+    done = invoke("export", str(folder), "--heads", "L0.H1", "--out", str(tmp_path / "out"), catch_exceptions=True)
+    assert done.exit_code == 2 and done.stderr.splitlines()[-1].startswith("headprune: error: "), done.output
+    assert "tokenizer.json would carry a credential (added_tokens[" in done.stderr
+    assert SECRETS["note"] not in done.output and not (tmp_path / "out").exists()

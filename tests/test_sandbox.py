@@ -502,3 +502,18 @@ def test_left_to_choose_a_mode_that_cannot_contain_a_program_is_refused_unless_n
     monkeypatch.setenv("HEADPRUNE_SANDBOX_MODE", weakest.mode)  # the same, for HF_ALLOW_CODE_EVAL=1 users
     with permit_code_execution():
         assert run_program("pass").passed
+
+
+def test_the_plain_modes_process_limit_is_announced_only_where_the_kernel_applies_it() -> None:
+    """RLIMIT_NPROC 0 stops a fork except for root, whom the kernel does not count: tried for real in a child (as
+    the plain mode's programs run: this user, no namespaces), and the plain mode's description must agree."""
+    child = ("import os, resource; resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))\n"
+             "try:\n    pid = os.fork()\nexcept OSError:\n    print('refused')\nelse:\n"
+             "    os._exit(0) if pid == 0 else (os.waitpid(pid, 0), print('forked'))")
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    binds = done.stdout.strip() == "refused"
+    assert done.stdout.strip() in ("refused", "forked"), done
+    described = Isolation().describe()
+    assert ("CPU/memory/file/process/wall-clock limits" in described) == binds, described
+    assert ("no process limit" in described) == (not binds), described
+    assert sandbox.process_limit_binds(Isolation()) == binds

@@ -3,7 +3,8 @@
     0    success (find: the primary set's gain is confirmed on held-out data; with --objective compress:
          the set is accepted as non-inferior on held-out data)
     1    a normal negative outcome: find confirmed no improvement; export failed its verification
-    2    bad input (one line on stderr naming the problem)
+    2    bad input (one line on stderr naming the problem); also a write the machine has no room for (a full
+         disk or quota, a file-size limit: the line names the folder)
     3    an internal error (a bug, or a self-check that failed; ``HEADPRUNE_DEBUG=1`` shows the traceback)
     4    a data-parallel run lost one of its processes (``--resume`` continues from the journal)
     130  interrupted
@@ -57,10 +58,15 @@ def message(error: HeadpruneError, ctx: click.Context | None) -> str:
 
 
 def bad_path(error: BaseException) -> str | None:
-    """The one-line message of an error no input check caught but that is bad input all the same: a path longer
-    than the system allows (``File name too long``), wherever it was first used; None for any other error."""
+    """The one-line message of an error no input check caught but that is bad input, or the environment, all the
+    same: a path longer than the system allows (``File name too long``), a full disk, a used-up quota or a file-size
+    limit (``headprune.core.room``: which folder needs room), wherever it was first met; None for any other error."""
     from headprune.core.paths import shown
+    from headprune.core.room import no_room
 
+    room = no_room(error, None)
+    if room is not None:
+        return str(room)
     if not isinstance(error, OSError) or error.errno != errno.ENAMETOOLONG:
         return None
     name = f": {shown(error.filename)}" if error.filename is not None else ""

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headprune.core.paths import check_output_name, move_into_place, shown
+from headprune.core.room import no_room
 from headprune.errors import HeadpruneError, InternalCheckError, KeptOutputError, ResultFileError
 
 OWNER_SUFFIX = ".owner"
@@ -45,13 +46,16 @@ def atomic_write_text(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
     except OSError as error:
-        raise ResultFileError(f"cannot write {path}: {error.strerror or error}") from error
+        raise no_room(error, path.parent) or ResultFileError(f"cannot write {path}: {error.strerror or error}") \
+            from error
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         temporary.unlink(missing_ok=True)
+        if no_room(error, path.parent) is not None:
+            raise no_room(error, path.parent) from error
         raise
 
 
@@ -143,7 +147,8 @@ def temporary_folder(target: Path) -> Iterator[Path]:
             stream.write(_owner_record())
         os.mkdir(folder, 0o777)  # the umask applies (tempfile.mkdtemp would make it 0700)
     except OSError as error:
-        raise ResultFileError(f"cannot write to {target}: {error.strerror or error}") from error
+        raise no_room(error, target.parent) or ResultFileError(f"cannot write to {target}: {error.strerror or error}") \
+            from error
     kept = False
     try:
         yield folder
@@ -192,7 +197,12 @@ def atomic_folder(target: Path, *, replace: bool = False, last: Sequence[str] = 
     """
     target = Path(target)
     with temporary_folder(target) as staging:
-        yield staging
+        try:
+            yield staging
+        except Exception as error:  # a full disk, a file-size limit while the output was written: say where
+            if no_room(error, target.parent) is not None:
+                raise no_room(error, target.parent) from error
+            raise
         try:
             give_normal_permissions(staging)
             if check is not None:
@@ -271,7 +281,7 @@ def check_writable_folder(folder: Path) -> None:
     check_output_name(folder)
     if folder.exists() and not folder.is_dir():
         raise ResultFileError(f"{folder} exists and is not a folder")
-    existing = folder.absolute()
+    existing = Path(os.path.realpath(folder))  # `link/..` as the kernel takes it (abspath would drop the pair)
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():

@@ -1,12 +1,12 @@
 """Paths of outputs: never on an input, short enough for the names headprune puts beside them, and moved into place
 without replacing what appeared there meanwhile.
 
-An output (``find``'s, ``eval``'s or ``export``'s ``--out``) may not be an input of the same command, hold one, or
-lie inside one (a model folder, a task or control file, the find run an export reads): writing it would replace or
-mix into what the command reads (:func:`refuse_overlap`). Its name leaves room for the temporary and lock names
-headprune writes beside it (:func:`check_output_name`), so that a name the filesystem cannot hold is refused before
-any work, not at the end. The final moves go through :func:`rename_noreplace` and :func:`exchange` (Linux
-``renameat2``): a move never replaces a path that appeared since it was checked.
+An output (``find``'s, ``eval``'s or ``export``'s ``--out``) may not be an input of the same command, hold one, or lie
+inside one (a model folder, a task or control file, the find run an export reads): writing it would replace or mix
+into what the command reads (:func:`refuse_overlap`, by device and inode, whatever the spelling). Its name leaves room
+for the temporary and lock names headprune writes beside it (:func:`check_output_name`), so that a name the filesystem
+cannot hold is refused before any work, not at the end. The final moves go through :func:`rename_noreplace` and
+:func:`exchange` (Linux ``renameat2``): a move never replaces a path that appeared since it was checked.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import errno
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from headprune.errors import ResultFileError
@@ -23,6 +23,7 @@ from headprune.errors import ResultFileError
 # Characters headprune adds to an output's name beside it: ".NAME.tmp-PID-RANDOM.owner" (28 with a 7-digit pid),
 # ".NAME.headprune.holder" and its atomic temporary (28).
 NAME_ROOM = 32
+LINKS_WALKED = 20_000  # entries of an input folder looked at for symbolic links (a model folder has a few dozen)
 SHOWN_CHARS = 120  # of a path in a message: the start and the end, a 5,000-character path stays readable
 
 
@@ -67,28 +68,116 @@ def check_output_name(path: Path) -> None:
 
 
 def refuse_overlap(out: Path, inputs: Iterable[tuple[str, Path]], *, advice: str = "write it elsewhere") -> None:
-    """Refuse an output that is an input, holds one or lies inside one (compared as resolved paths: links and
-    ``..`` are followed; inputs that do not exist are passed over).
+    """Refuse an output that is an input, holds one or lies inside one, compared by the file system's own identity
+    (device and inode of each file and folder), so that no spelling of a path reaches an input: symbolic links
+    (``link/..`` is taken the way the kernel takes it, after the link), bind mounts, a case-insensitive file system.
+    Both the name that is written and what it points to count, and so do the files a folder's symbolic links point to
+    (a Hugging Face cache snapshot's ``model.safetensors -> ../../blobs/SHA``). An input that does not exist yet (a
+    Hub id's cache folder, filled by its load) is compared by its real path.
 
     Args:
         out: the output file or folder.
-        inputs: ``(what, path)`` pairs: ``("the source model", folder)``, ``("the task file", path)``.
+        inputs: ``(what, path)`` pairs: ``("the model", folder)``, ``("the task file", path)``.
         advice: the end of the message.
 
     Raises:
         ResultFileError
     """
-    target = Path(os.path.abspath(os.path.expanduser(out))).resolve()
-    for what, source in inputs:
-        try:
-            if not Path(source).exists():
+    read = [item for what, source in inputs for item in _read_places(what, source)]
+    if not read:
+        return
+    for place in _places(out):
+        chain = _chain(place)  # the output's place, then each folder above it
+        for what, where, identity in read:
+            if identity is None:  # not there yet (a Hub id's cache folder, which its load fills): by real path
+                if place == where or place.startswith(where.rstrip(os.sep) + os.sep):
+                    _refuse(out, "is" if place == where else "lies inside", what, where, advice)
                 continue
-            source = Path(source).resolve()
-        except OSError:  # a name too long, a loop of links: not a path anything was read from
-            continue
-        if target == source or target.is_relative_to(source) or source.is_relative_to(target):
-            where = "is" if target == source else "lies inside" if target.is_relative_to(source) else "holds"
-            raise ResultFileError(f"{shown(out)} {where} {what} ({shown(source)}); {advice}", settings=("out",))
+            if chain and chain[0][0] == place and chain[0][1] == identity:
+                _refuse(out, "is", what, where, advice)
+            if any(found == identity for path, found in chain if path != place):
+                _refuse(out, "lies inside", what, where, advice)
+        if chain and chain[0][0] == place and os.path.isdir(place):
+            for what, where, identity in read:
+                if identity is not None and any(found == chain[0][1] for _path, found in _chain(where)[1:]):
+                    _refuse(out, "holds", what, where, advice)
+
+
+def _refuse(out: Path, how: str, what: str, where: str, advice: str) -> None:
+    raise ResultFileError(f"{shown(out)} {how} {what} ({shown(where)}); {advice}", settings=("out",))
+
+
+def _places(path: str | os.PathLike) -> list[str]:
+    """Where writing ``path`` lands, as real paths: the name itself in its folder (what a rename replaces), and what
+    it points to when it is a link (what an open writes). Links and ``..`` are followed in order, as the kernel does
+    (``os.path.realpath``; ``os.path.abspath`` would drop ``link/..`` before the link is followed)."""
+    text = os.path.expanduser(os.fspath(path))
+    if not os.path.isabs(text):
+        text = os.path.join(os.getcwd(), text)
+    try:
+        head, name = os.path.split(text.rstrip(os.sep) or os.sep)
+        named = os.path.realpath(text) if name in ("", ".", "..") else os.path.join(os.path.realpath(head), name)
+        places = [named, os.path.realpath(text)]
+    except (OSError, ValueError):  # a name too long, a NUL byte: nothing can be written there either
+        return []
+    return list(dict.fromkeys(places))
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _chain(place: str) -> list[tuple[str, tuple[int, int]]]:
+    """``place`` and every folder above it that exists, with their identities (nearest first)."""
+    chain, current = [], place
+    while True:
+        identity = _identity(current)
+        if identity is not None:
+            chain.append((current, identity))
+        parent = os.path.dirname(current)
+        if parent == current:
+            return chain
+        current = parent
+
+
+def _read_places(what: str, source: str | os.PathLike | None) -> list[tuple[str, str, tuple[int, int] | None]]:
+    """``(what, real path, identity)`` of an input: its name and what it points to, and, for a folder, what the
+    symbolic links inside it point to (named after the link: ``the model's model.safetensors``); one that does not
+    exist has no identity."""
+    if source is None:  # a model built in memory: read from no folder
+        return []
+    places = _places(source)
+    found = [(what, place, _identity(place)) for place in places if _identity(place) is not None]
+    if places and not found:  # not there (yet): compared by its real path
+        return [(what, places[-1], None)]
+    folder = os.path.realpath(source) if os.path.isdir(source) else None
+    for link, target in _links_inside(folder) if folder is not None else ():
+        identity = _identity(target)
+        if identity is not None:
+            found.append((f"{_possessive(what)} {link}", target, identity))
+    return found
+
+
+def _links_inside(folder: str, limit: int = LINKS_WALKED) -> Iterator[tuple[str, str]]:
+    """``(name inside folder, real target)`` of the symbolic links under ``folder`` (links to folders are not walked
+    into: their target is what they lead to); at most ``limit`` entries are looked at."""
+    seen = 0
+    for root, folders, files in os.walk(folder, followlinks=False):
+        for name in folders + files:
+            seen += 1
+            if seen > limit:
+                return
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                yield os.path.relpath(path, folder), os.path.realpath(path)
+
+
+def _possessive(what: str) -> str:
+    return what + ("'" if what.endswith("s") else "'s")
 
 
 def rename_noreplace(source: Path, target: Path) -> None:

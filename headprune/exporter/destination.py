@@ -25,15 +25,23 @@ from headprune.search.journal import JOURNAL_NAME
 
 
 def local_sources(model: object) -> list[Path]:
-    """The files and folders on this machine that ``model`` (a spec, or a loaded model) is read from."""
+    """The files and folders on this machine that ``model`` (a spec, or a loaded model) is read from: a loaded
+    model's folder, a path, or a Hub id's folder in the Hugging Face cache (its snapshots and blobs; perhaps not
+    there yet: a load may download into it)."""
+    from headprune.loading.model_download import cache_folder
+    from headprune.loading.models import builtin_hub_id
+
     folder = getattr(model, "folder", None)
     if isinstance(folder, Path):  # a loaded model: its folder (a model built in memory has none)
         return [folder] if (folder / "config.json").is_file() else []
     try:
         path = user_path(str(model))
-        return [path] if path.exists() else []
+        if path.exists():
+            return [path]
     except (OSError, ValueError):
         return []
+    is_hub_id = builtin_hub_id(str(model)) == str(model)  # OWNER/NAME and no such path (a built-in's is its GGUF)
+    return [cache_folder(str(model))] if is_hub_id else []
 
 
 def export_inputs(model: object, heads: object = None, verify_task: object = None,

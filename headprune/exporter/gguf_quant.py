@@ -27,6 +27,7 @@ from headprune.errors import MissingExtraError
 K_QUANTS = {"q4_k_m": (15, "Q4_K"), "q5_k_m": (17, "Q5_K"), "q6_k": (18, "Q6_K")}
 # tensor_type_fallback: a type whose 256-wide blocks do not divide a row falls back to a 32-wide one; F16 after that.
 FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+CHUNK_VALUES = 1 << 22  # values quantized per call into llama.cpp (well under a second for every type)
 NEEDS = ("ggml_quantize_chunk", "ggml_validate_row_data", "ggml_row_size", "ggml_blck_size")
 
 
@@ -129,8 +130,11 @@ def quantize(binding: Any, data: np.ndarray, type_name: str) -> np.ndarray:
     rows, n_per_row = src.shape
     row_bytes = int(lib.ggml_row_size(ggml_type, n_per_row))
     out = np.empty((rows, row_bytes), dtype=np.uint8)
-    written = lib.ggml_quantize_chunk(ggml_type, src.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
-                                      out.ctypes.data_as(ctypes.c_void_p), 0, rows, n_per_row, None)
+    written, step = 0, max(1, CHUNK_VALUES // n_per_row)  # rows per call: a Ctrl-C waits for one chunk at most
+    for start in range(0, rows, step):
+        written += lib.ggml_quantize_chunk(ggml_type, src.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+                                           out.ctypes.data_as(ctypes.c_void_p), start * n_per_row,
+                                           min(step, rows - start), n_per_row, None)
     if written != out.nbytes or not lib.ggml_validate_row_data(ggml_type, out.ctypes.data_as(ctypes.c_void_p),
                                                                  out.nbytes):
         raise ValueError(f"llama.cpp's quantizer wrote {written} of {out.nbytes} bytes of {type_name}, or rows its "

@@ -11,8 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from headprune.core.credentials import credentials_in_folder
 from headprune.core.folder_lock import FolderLock
-from headprune.errors import HubError, redact_credentials
+from headprune.errors import HubError, ResultFileError, redact_credentials
 from headprune.exporter.card import card_metadata
 from headprune.exporter.export_record import verify_record
 
@@ -47,11 +48,17 @@ def plan_push(folder: Path, repo_id: str) -> PushPlan:
     """Check the repo id and that ``folder`` is an unedited headprune export; list what would go up.
 
     Raises:
-        HubError: malformed repo id. ResultFileError: not an export, or edited after export.
+        HubError: malformed repo id. ResultFileError: not an export, edited after export, or holding a credential
+        (``headprune.core.credentials``: named by file and key, never shown).
     """
     _check_repo_id(repo_id)
     folder = Path(folder)
     record = verify_record(folder)
+    found = credentials_in_folder(folder)
+    if found:  # an export made before headprune stripped them: its source's token would be published
+        name, place = found[0]
+        raise ResultFileError(f"{folder / name} holds a credential ({place}); headprune never publishes one: export "
+                              "the model again (credentials are now left out) and push that", settings=("folder",))
     files = sorted((str(p.relative_to(folder)), p.stat().st_size) for p in folder.rglob("*") if p.is_file())
     return PushPlan(folder, repo_id, files, card_metadata(record))
 

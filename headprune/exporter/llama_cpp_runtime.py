@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from headprune.core.interrupts import deferred_interrupt
 from headprune.errors import InternalCheckError, MissingExtraError
 from headprune.exporter.llama_cpp_decls import SUPPORTED
 
@@ -271,7 +272,14 @@ class LlamaCpp:
         lib.llama_log_set(binding.keep[0], None)  # this binding's log (another may have set its own)
         del binding.log[:]
         self.ctx = self.batch = None
-        self.model = lib.llama_model_load_from_file(str(path).encode(), lib.llama_model_default_params())
+        self.model = None
+        try:
+            with deferred_interrupt():  # llama.cpp logs through a Python callback, where ctypes would drop a Ctrl-C
+                self.model = lib.llama_model_load_from_file(str(path).encode(), lib.llama_model_default_params())
+        except KeyboardInterrupt:
+            if self.model:
+                lib.llama_model_free(self.model)
+            raise
         if not self.model:
             raise ValueError(f"llama.cpp could not load {Path(path).name}: {self._errors() or 'no reason'}")
         params = lib.llama_context_default_params()
@@ -282,7 +290,12 @@ class LlamaCpp:
         if kv_f32:
             params.type_k = params.type_v = constants["GGML_TYPE_F32"]
         del binding.log[:]
-        self.ctx = lib.llama_init_from_model(self.model, params)
+        try:
+            with deferred_interrupt():
+                self.ctx = lib.llama_init_from_model(self.model, params)
+        except KeyboardInterrupt:
+            self.close() if self.ctx else lib.llama_model_free(self.model)
+            raise
         if not self.ctx:
             lib.llama_model_free(self.model)
             raise ValueError(f"llama.cpp could not make a context for {Path(path).name}: {self._errors()}")
@@ -326,7 +339,8 @@ class LlamaCpp:
                 self.batch.token[i], self.batch.pos[i], self.batch.n_seq_id[i] = token, self.n_past + i, 1
                 self.batch.logits[i] = 1 if all_logits or (last and i == len(chunk) - 1) else 0
             self.batch.n_tokens = len(chunk)
-            status = self.lib.llama_decode(self.ctx, self.batch)
+            with deferred_interrupt():  # a Ctrl-C during the decode: raised once it returns
+                status = self.lib.llama_decode(self.ctx, self.batch)
             if status != 0:
                 raise ValueError(f"llama_decode returned {status} (context {self.n_ctx} tokens, at {self.n_past})")
             self.n_past += len(chunk)

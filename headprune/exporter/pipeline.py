@@ -19,7 +19,7 @@ from headprune.core.choices import ABLATIONS, EXPORT_FORMATS, EXPORT_LAYOUTS
 from headprune.core.folder_lock import FolderLock
 from headprune.core.io import atomic_folder, temporary_folder
 from headprune.core.record_json import to_json
-from headprune.errors import ExportSettingsError, VerificationError
+from headprune.errors import ExportSettingsError, ResultFileError, VerificationError
 from headprune.exporter.destination import check_destination, export_inputs, final_check
 from headprune.exporter.export_record import (RECORD_NAME, Counts, ExportRecord, FindOrigin, SourceInfo, Verification,
                                               file_hashes, public_name, weight_bytes)
@@ -31,6 +31,7 @@ from headprune.loading.models import LoadedModel, load_model, quiet_transformers
 from headprune.search.find_result import FindResult
 from headprune.surgery.plan import plan_layers
 from headprune.surgery.slicing import count_parameters
+from headprune.surgery.unslicing import sliced_away, unslice
 from headprune.tasks import Task
 
 log = logging.getLogger("headprune")
@@ -147,8 +148,13 @@ def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, resul
                     revision=revision) if isinstance(model, str) else model
     inputs = inputs + export_inputs(lm)  # the files read (a Hub id's, a GGUF's converted folder)
     check_destination(out, sources=inputs, overwrite=overwrite)
+    earlier = sliced_away(lm)
+    lm = unslice(lm)  # a sliced export in its original shapes: the heads it lacks go again, with the new ones
     fmt.check_model(lm)
     removed, result = resolve_heads(result or heads, lm, set_rank)
+    if earlier:
+        log.info("export: %s is a sliced export without %s; those go too", lm.name, ",".join(map(str, earlier)))
+        removed = lm.grid.check(tuple(dict.fromkeys((*earlier, *removed))))
     if result is not None and not allow_unconfirmed:
         refuse_unconfirmed(result, set_rank)
     # Refuses removing a whole layer before any work.
@@ -251,11 +257,28 @@ def _write_verified(fmt: ExportFormat, job: Job, out: Path, *, origin: FindOrigi
             record = _record(fmt, job, staging, replace(verification, runtime=runtime), details=details,
                              origin=origin, started=started)
             (staging / "README.md").write_text(render_card(record), encoding="utf-8")
+            _refuse_credentials(staging)
             record = replace(record, files=file_hashes(staging))
             record.save(staging)
         finally:
             written.close()
     return record
+
+
+def _refuse_credentials(staging: Path) -> None:
+    """The last gate before an export is recorded: no credential in it (the load strips those of the source's
+    configs; one left, in a tokenizer's vocabulary say, stops the export, and nothing is written).
+
+    Raises:
+        ResultFileError: naming the file and the key, never the value.
+    """
+    from headprune.core.credentials import credentials_in_folder
+
+    found = credentials_in_folder(staging)
+    if found:
+        name, place = found[0]
+        raise ResultFileError(f"the export's {name} would carry a credential ({place}) from the source model's files; "
+                              "nothing was written: remove it from the source")
 
 
 def _verify(fmt: ExportFormat, job: Job, written: Written, staging: Path, remeasured: bool) -> Verification:

@@ -127,6 +127,14 @@ def _complete(folder: Path) -> bool:
     return False
 
 
+def cache_folder(repo_id: str) -> Path:
+    """The Hugging Face cache's folder of the model ``repo_id`` (``HUB_CACHE/models--OWNER--NAME``: its snapshots and
+    the blobs they link to), whether it exists yet or not."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
+
+
 def _cached(repo_id: str, revision: str | None = None) -> Path | None:
     """The cached snapshot of ``repo_id`` at ``revision`` (a branch or tag as the cache last saw it, or a commit;
     default main) when it is complete for a load, else ``None``."""
@@ -235,4 +243,4 @@ def from_hub(repo_id: str, *, trust_remote_code: bool = False, revision: str | N
     return folder
 
 
-__all__ = ["commit_of", "current_commit", "from_hub", "shards_of", "small_files"]
+__all__ = ["cache_folder", "commit_of", "current_commit", "from_hub", "shards_of", "small_files"]

@@ -30,6 +30,7 @@ from headprune.core.io import user_path
 from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
 from headprune.heads import HeadGrid
 from headprune.loading.adapters import Adapter, adapter_for, supported_model_types
+from headprune.loading.credentials import credentials_found, load_tokenizer, strip_loaded
 from headprune.loading.gguf_source import BUILTIN_MODELS, builtin_gguf, write_marker
 from headprune.loading.model_checks import check_config_file, check_loaded, shape_mismatches, sliced_record
 from headprune.loading.model_class import ModelClass, loading_class, task_head_of
@@ -186,8 +187,6 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     Raises:
         ModelNotFoundError, UnsupportedModelError, SearchSettingsError.
     """
-    from transformers import AutoTokenizer
-
     from headprune.core.devices import check_device_map, parse_max_memory, resolve_device, resolve_dtype
 
     device_map, max_memory = check_device_map(device_map), parse_max_memory(max_memory)
@@ -205,10 +204,10 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
                                             trust_remote_code=trust_remote_code)
     placement = {} if device_map is None else {
         "device_map": device_map, "max_memory": max_memory, "offload_folder": _offload_folder()}
+    credentials = credentials_found(folder, spec)
     try:
         with pickle_protocols() as protocols:  # torch's warning about one goes into the refusal's line
             model, info = from_pretrained(folder, dtype=dtype, output_loading_info=True, **placement)
-        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except OSError as error:
         raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
     except pickle.UnpicklingError as error:  # a pytorch_model.bin that transformers' weights-only loading refuses
@@ -223,6 +222,8 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     except (TypeError, AttributeError, KeyError, IndexError, ArithmeticError) as error:  # a config value of a wrong
         raise UnsupportedModelError(f"{spec}: cannot build the model config.json describes ({type(error).__name__}: "
                                     f"{str(error).splitlines()[0][:200] if str(error) else ''})") from None  # kind
+    strip_loaded(model)
+    tokenizer = _load_tokenizer(folder, spec, credentials, trust_remote_code=trust_remote_code)
     if device_map is None:
         model.to(target)
     else:
@@ -232,6 +233,19 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     check_loaded(spec, chosen, unused, tuple(sorted(info.get("missing_keys", ()))), adapter=adapter,
                  sliced=sliced is not None)
     return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config), chosen, unused)
+
+
+def _load_tokenizer(folder: Path, spec: str, credentials: dict, *, trust_remote_code: bool) -> PreTrainedTokenizerBase:
+    """The model's tokenizer (without the credentials its files hold).
+
+    Raises:
+        UnsupportedModelError: the tokenizer files are missing or broken (said as such: the weights loaded).
+    """
+    try:
+        return load_tokenizer(folder, credentials, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, TypeError, AttributeError, KeyError, IndexError, RuntimeError) as error:
+        why = str(error).splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise UnsupportedModelError(f"{spec}: cannot load the tokenizer ({why})") from None
 
 
 def load(folder: str | Path, *, dtype: str | torch.dtype = "checkpoint", device: str | torch.device = "auto"

@@ -32,8 +32,9 @@ ADVICE = "give find a new or empty folder of its own"
 
 
 def run_inputs(model: object, tasks: Iterable[str | None]) -> list[tuple[str, Path]]:
-    """What a find run reads on this machine, as ``(what, path)``: the model (a spec or a loaded model) and the
-    files of its task, held-out task and controls (specs; built-in and Hub names read none)."""
+    """What a find run reads on this machine, as ``(what, path)``: the model (a spec or a loaded model; a Hub id's
+    folder in the Hugging Face cache) and the files of its task, held-out task and controls (specs; built-in and Hub
+    task names read none)."""
     inputs = [("the model", path) for path in local_sources(model)]
     for spec in tasks:
         inputs += [("a task file of the run", path) for path in task_files(spec)]

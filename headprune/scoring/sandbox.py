@@ -90,7 +90,11 @@ class Isolation:
         parts += [f"Landlock ABI {self.landlock}"] if self.landlock else []
         parts += ["seccomp"] if self.seccomp else []
         parts += ["no capabilities, no_new_privs"] if sys.platform == "linux" else []
-        return ", ".join(parts + ["an empty environment, CPU/memory/file/process/wall-clock limits, the audit hook"])
+        if _process_limit(self) is None or process_limit_binds(self):  # seccomp refuses new processes, or a count
+            limits = "CPU/memory/file/process/wall-clock limits"
+        else:
+            limits = "CPU/memory/file/wall-clock limits (no process limit: the kernel does not count root's)"
+        return ", ".join(parts + [f"an empty environment, {limits}, the audit hook"])
 
 
 @functools.cache
@@ -165,6 +169,14 @@ def _process_limit(isolation: Isolation) -> int | None:
     if isolation.namespaces or isolation.uid is not None:
         return PROCESSES
     return None if isolation.seccomp else 0
+
+
+def process_limit_binds(isolation: Isolation) -> bool:
+    """Whether the program's RLIMIT_NPROC holds: the kernel does not apply it to root (the uid of the initial user
+    namespace, with or without namespaces of its own), so it binds only where the program's real uid is not 0."""
+    if _process_limit(isolation) is None:
+        return False
+    return isolation.uid not in (None, 0) if isolation.uid is not None else os.getuid() != 0
 
 
 def _last_line(stderr) -> str:  # noqa: ANN001 - a binary file

@@ -22,6 +22,7 @@ from pathlib import Path
 from headprune.core.distributed import Team
 from headprune.core.folder_lock import FolderLock
 from headprune.core.io import refuse_unsafe_output
+from headprune.core.paths import refuse_overlap
 from headprune.core.registry import Registry
 from headprune.errors import ResultFileError, SearchSettingsError
 from headprune.loading.models import LoadedModel, load_model
@@ -187,6 +188,8 @@ def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None
     lm = load_model(model, dtype=dtype, device=team.device(device), trust_remote_code=trust_remote_code,
                     device_map=device_map, max_memory=max_memory,
                     revision=revision) if isinstance(model, str) else model
+    if out is not None:  # the folder the model was read from (a Hub id's snapshot, a GGUF's conversion): not out
+        refuse_overlap(out, [("the model", lm.folder)], advice="give find a new or empty folder of its own")
     if team.parallel:
         log.info("data-parallel: %d processes share every stage's conditions", team.world)
     check_layout(lm.grid, settings.prefer)

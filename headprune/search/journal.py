@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headprune.core.io import atomic_write_text
+from headprune.core.room import no_room
 from headprune.errors import ResultFileError
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.tasks import Task
@@ -127,10 +128,13 @@ class Journal:
         self._entries[entry["key"]] = entry
         if self.path is None:
             return
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with self.path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(entry) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:  # a full disk: the journal up to its last whole line is what --resume reads
+            raise no_room(error, self.path.parent) or error from error
 
 
 def _resume_refusal(folder: Path, then: dict, now: dict, lines: list[str]) -> ResultFileError | None:

@@ -76,7 +76,8 @@ def portable_spec(spec: str | Path) -> str:
         path = user_path(name.strip())
         if not name.strip() or name.strip() in BUILTIN_TASKS or not path.exists():
             return name
-        return os.path.abspath(path)
+        spelled = os.path.abspath(path)  # the name as given, unless dropping `link/..` made it another file
+        return spelled if os.path.exists(spelled) and os.path.samefile(spelled, path) else os.path.realpath(path)
 
     if user_path(body).exists():  # the whole spec is one path (it may contain ':')
         return prefix + absolute(body)
