@@ -1,4 +1,4 @@
-"""scripts/bench/gpu_check.py, the one command for a lent GPU, run end to end on the CPU at a tiny size: every part
+"""scripts/bench/gpu_check.py, the one command for a GPU, run end to end on the CPU at a tiny size: every part
 timed with its peak memory, the work counted against the roofline, the export's parts, and ``--protocol``."""
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def test_targets_report_what_was_measured_and_what_was_not(tmp_path) -> None:
     (tmp_path / "main_job.jsonl").write_text('{"dtype": "bfloat16", "rc": 0, "find_wall_s": 30.0}\n'
                                              '{"dtype": "float32", "rc": 1, "find_wall_s": 24.0}\n')
     lines = gpu_targets.report(tmp_path).splitlines()
-    assert lines[0].startswith("issue 47's targets: CPU, torch ")
+    assert lines[0].startswith("GPU targets: CPU, torch ")
     said = {line.split(":")[0].strip(): line for line in lines[1:] if not line.startswith("      ")}
     assert ": MET (target <= 25" in said["exact protocol at 3B (min)"]  # a tiny model's protocol: seconds
     assert "NOT MET (target <= 1; worst 1.25)" in said["main job find, bfloat16 over float32 (warm)"]

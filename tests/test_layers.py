@@ -39,20 +39,20 @@ def module_files(package: Path = PACKAGE) -> dict[str, Path]:
     return modules
 
 
-def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The headprune modules that module ``name`` imports anywhere in its source (itself excluded); an import of a
-    headprune module that does not exist is kept under the name imported (``problems`` reports it)."""
+def imports_of(name: str, path: Path, modules: dict[str, Path], top: str = "headprune") -> set[str]:
+    """The modules of package ``top`` that module ``name`` imports anywhere in its source (itself excluded); an import
+    of a module of ``top`` that does not exist is kept under the name imported (``problems`` reports it)."""
     found = set()
     is_package = path.name == "__init__.py"
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "headprune")
+            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == top)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from the importer's package, one level up per extra dot
                 package = name.split(".") if is_package else name.split(".")[:-1]
                 base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
-            if base.split(".")[0] != "headprune":
+            if base.split(".")[0] != top:
                 continue
             # ``from pkg import sub`` imports the module pkg.sub; ``from mod import name`` imports mod.
             found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
@@ -205,6 +205,16 @@ def reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
 def test_the_package_keeps_its_layers_and_has_no_import_loops() -> None:
     found = problems(import_graph(), documented_layers())
     assert not found, "\n".join(found)
+
+
+def test_the_scripts_have_no_import_loops() -> None:
+    """scripts/ (the benchmarks in scripts/bench, run as ``python -m scripts.bench.NAME``, and the tools beside them)
+    keeps the second rule too: gpu_check and protocol once imported each other."""
+    modules = module_files(ROOT / "scripts")
+    graph = {name: imports_of(name, path, modules, top="scripts") for name, path in modules.items()}
+    assert {"scripts.bench.gpu_inputs", "scripts.bench.gpu_parts"} <= graph["scripts.bench.protocol"]
+    found = loops(graph)
+    assert not found, "\n".join("import loop: " + " -> ".join(loop) for loop in found)
 
 
 # The checker itself, on small made-up packages: each rule can fail.

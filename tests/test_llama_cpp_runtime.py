@@ -48,7 +48,7 @@ def _generator():  # noqa: ANN202
 def test_the_declarations_are_what_the_script_generates_from_the_kept_headers() -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert len(SUPPORTED) >= 2 and all((ROOT / "scripts" / "llama_cpp_headers" / v / "llama.h").is_file()
+    assert len(SUPPORTED) >= 2 and all((ROOT / "third_party" / "llama.cpp" / v / "llama.h").is_file()
                                        for v in SUPPORTED)
 
 

@@ -119,6 +119,22 @@ def test_find_records_the_commit_and_export_reads_it_or_refuses_a_moved_branch(h
     assert offline.source.revision == commit and len(hub.state.requests) == before
 
 
+def test_a_result_of_0_2_0_on_a_repo_moved_since_says_it_records_no_commit(hub, cue_files, tmp_path) -> None:
+    """0.2.0 recorded no commit (tests/data/release-0.2.0: its find on these weights), so export reads main; where
+    main has moved since, the refusal says what changed and what to give."""
+    files, other = cue_files
+    hub.state.add_repo("alice/cue", files)
+    hub.state.repos["alice/cue"]["branches"]["main"] = other
+    result = Path(__file__).parent / "data" / "release-0.2.0" / "run" / "result.json"
+    assert "revision" not in json.loads(result.read_text())["model"]
+    refused = invoke("export", "alice/cue", "--heads", str(result), "--out", str(tmp_path / "o"))
+    assert refused.exit_code == 2, refused.output  # after the download's progress line, one line says why
+    (line,) = [line for line in refused.output.splitlines() if line.startswith("headprune: error: ")]
+    assert "made for a different model" in line and "records no commit (headprune before 0.3.0 did not)" in line
+    assert "give --revision with the commit it read" in line and "Traceback" not in refused.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_offline_and_the_revision_not_cached_says_so(monkeypatch, tmp_path) -> None:
     _use_cache(monkeypatch, tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -8,6 +8,7 @@ import os
 
 import click
 
+from headprune._version import __version__
 from headprune.cli import exits
 from headprune.errors import HeadpruneError, redact_credentials
 
@@ -101,7 +102,7 @@ def _log_to_stderr() -> None:
 
 
 @click.group(cls=HeadpruneGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="headprune")
+@click.version_option(__version__, package_name="headprune")  # the code running, not whatever metadata is installed
 def cli() -> None:
     """Find attention heads whose removal improves a task, and ship the pruned model."""
     from headprune.core.limits import check_environment

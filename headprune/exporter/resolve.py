@@ -16,7 +16,7 @@ import torch
 
 from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, UnconfirmedSetError
 from headprune.heads import Head, parse_heads
-from headprune.loading.models import LoadedModel
+from headprune.loading.models import LoadedModel, builtin_hub_id
 from headprune.search.find_result import FindResult
 from headprune.tasks import Task, load_task
 
@@ -62,7 +62,8 @@ def resolve_heads(heads: HeadsLike, lm: LoadedModel, set_rank: int = 1
     else:
         if result.model.weight_hash != lm.weight_hash:
             raise ResultFileError(f"the find result was made for a different model ({result.model.name}, "
-                                  f"{result.model.weight_hash[:19]}...), not {lm.name}")
+                                  f"{result.model.weight_hash[:19]}...), not {lm.name}{_unpinned(result, lm)}",
+                                  settings=("revision",))
         if not 1 <= set_rank <= len(result.finalists):
             raise ResultFileError(f"set_rank {set_rank}: the result has finalists 1..{len(result.finalists)}",
                                   settings=("set_rank",))
@@ -70,6 +71,15 @@ def resolve_heads(heads: HeadsLike, lm: LoadedModel, set_rank: int = 1
     if not chosen:
         raise HeadSpecError("no heads to remove")
     return lm.grid.check(chosen), result
+
+
+def _unpinned(result: FindResult, lm: LoadedModel) -> str:
+    """What changed, where a Hub repo's weights differ from a result that pins no commit (written before 0.3.0,
+    which records the commit find read and exports that one)."""
+    if result.model.revision is not None or builtin_hub_id(lm.name) != lm.name:
+        return ""
+    return ("; the result records no commit (headprune before 0.3.0 did not): if the repo has moved since find, give "
+            "revision with the commit it read")
 
 
 def refuse_unconfirmed(result: FindResult, set_rank: int) -> None:

@@ -33,7 +33,6 @@ import torch
 from headprune.heads import Head, HeadGrid
 from headprune.search.find_result import FindSettings
 from headprune.search.folds import Folds
-from headprune.search.admission import choose_by_admission
 from headprune.search.improve import choose, choose_on_heldout
 from headprune.search.stages import Stages
 
@@ -204,6 +203,8 @@ def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), partners:
     else:
         if rule == "same":
             stages.folds = Folds.same(discovery)
+        from scripts.admission import choose_by_admission  # 0.2's rule lives with the comparisons, in a checkout
+
         frozen, evaluated = choose_by_admission(stages, singles="key" if rule == "same" else None)
         primary = frozen[0]
         (finalist,) = stages.finalists([primary], evaluated)

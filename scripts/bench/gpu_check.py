@@ -1,4 +1,4 @@
-"""One command that answers what a lent GPU can tell: each part of find and of an export at real model shapes,
+"""One command that answers what a GPU can tell: each part of find and of an export at real model shapes,
 timed, with its peak memory and against the device's measured limits.
 
 On whatever device it finds (``--device auto``: the GPU when there is one), it first measures the two ceilings
@@ -42,21 +42,14 @@ from headprune.evaluation.contract import ABSOLUTE_TOLERANCE, disagreement, roun
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, wrap_model
 from headprune.tasks import Example, Task, load_task
-from headprune.testing import LLAMA_SHAPES, bpe_tokenizer, llama_config, random_llama
+from headprune.testing import LLAMA_SHAPES, llama_config, random_llama
 
 from .common import add_json_option, write_json
 from .gpu_export import export_parts
+from .gpu_inputs import WORDS, tokenizer
 from .gpu_parts import Ceilings, measure_ceilings, part
 
 CONFIGS = tuple(LLAMA_SHAPES)  # of headprune.testing.LLAMA_SHAPES: real checkpoints' shapes; --layers cuts them
-WORDS = "the film is a dull delight movie with nothing to say it and so on great bad plot actors".split()
-
-
-def tokenizer():  # noqa: ANN201
-    """A small byte-level BPE tokenizer trained in memory (its ids index the model's larger vocabulary)."""
-    return bpe_tokenizer([" ".join(WORDS), "0 1 2 3 4 5 6 7 8 9 + - = \n Review: Sentiment:"], vocab_size=400)
-
-
 def build(name: str, layers: int | None, dtype: torch.dtype, device: torch.device, tok) -> LoadedModel:  # noqa: ANN001
     """A random-initialised Llama of the config's shape, drawn directly on ``device`` in ``dtype``."""
     config = llama_config(name, layers, max_position_embeddings=4096, tie_word_embeddings=False)

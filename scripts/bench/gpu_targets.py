@@ -1,4 +1,5 @@
-"""Issue 47's targets on one GPU against what ``scripts/gpu/run.sh`` measured: one line each, measured, target, and
+"""headprune's targets on one GPU (find and export at real model shapes near the hardware's limits, the research
+protocol at 3B within minutes) against what ``scripts/gpu/run.sh`` measured: one line each, measured, target, and
 whether it is met (or what is missing). Reads a folder of records: ``protocol.json`` and ``gpu_check*.json`` (from
 gpu_check), ``main_job.jsonl`` (the README main job's find wall times, one line per dtype).
 
@@ -85,7 +86,7 @@ def measured(folder: Path) -> dict[str, list[tuple[str, float]]]:
 
 def report(folder: Path) -> str:
     _, protocol, header = _records(folder)
-    lines = [f"issue 47's targets: {header.get('device')}, torch {header.get('torch')} (CUDA {header.get('cuda')}), "
+    lines = [f"GPU targets: {header.get('device')}, torch {header.get('torch')} (CUDA {header.get('cuda')}), "
              f"bfloat16; measured peak {header.get('measured_bf16_matmul_tflops')} TFLOP/s, copy "
              f"{header.get('measured_bandwidth_gbs')} GB/s"]
     found = measured(folder)

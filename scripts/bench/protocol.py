@@ -20,8 +20,8 @@ projected from the same costs.
 
 The limit: a pass over discovery is ``2 x parameters x tokens`` FLOP, at the measured bfloat16 peak; a condition
 whose lowest ablated layer is ``l`` costs the fraction ``(L - l) / L`` of it (what the layer cache leaves), a
-held-out one half as much. It is printed twice: with HellaSwag's tokens counted with the context once (the issue's
-yardstick: about 16 minutes on an H200) and with the tokens headprune computes (every ending with its context).
+held-out one half as much. It is printed twice: with HellaSwag's tokens counted with the context once (the
+research protocol's yardstick: about 16 minutes on an H200) and with the tokens headprune computes (every ending with its context).
 """
 
 from __future__ import annotations
@@ -43,10 +43,11 @@ from headprune.search.paired import compare
 from headprune.tasks import Example, Task
 from headprune.testing import llama_config, random_llama
 
+from .gpu_inputs import WORDS, tokenizer
 from .gpu_parts import Ceilings, figure, part, sync
 
 SHAPES = ("qwen2.5-3b", "3b", "tiny")  # of headprune.testing.LLAMA_SHAPES
-TARGET_MINUTES = {"exact": 25.0, "attribution pre-screen": 5.0}  # issue 47's targets on one H200
+TARGET_MINUTES = {"exact": 25.0, "attribution pre-screen": 5.0}  # headprune's GPU targets on one H200
 
 
 def add_protocol_options(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +76,7 @@ def hellaswag_like(n: int, seed: int, words: str, vocabulary: list[str]) -> Task
 
 
 def _tokens_once(lm: LoadedModel, task: Task) -> int:
-    """The tokens of ``task`` with each context counted once (the issue's yardstick)."""
+    """The tokens of ``task`` with each context counted once (the research protocol's yardstick)."""
     count = lambda text: len(lm.tokenizer(text)["input_ids"])  # noqa: E731
     return sum(count(e.prompt) + sum(count(c) for c in e.choices) for e in task.examples)
 
@@ -110,8 +111,6 @@ def _limit_fraction(heads: tuple[Head, ...], layers: int) -> float:
 
 
 def run_protocol(args: argparse.Namespace, device: torch.device, ceilings: Ceilings) -> dict:
-    from .gpu_check import WORDS, tokenizer
-
     if args.layer_cache_mb is not None:  # what find reads when its evaluators are made
         os.environ["HEADPRUNE_LAYER_CACHE_MB"] = str(args.layer_cache_mb)
     tok = tokenizer()

