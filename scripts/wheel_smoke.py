@@ -72,8 +72,13 @@ def main(version: str) -> None:
     if version not in said:
         sys.exit(f"wheel smoke test: headprune --version says {said.strip()!r}, not {version}")
     listing = step("headprune tasks", "tasks")
-    if not all(name in listing for name in ("arithmetic", "sentiment")):
+    if not all(name in listing for name in ("arithmetic", "sentiment", "general")):
         sys.exit(f"wheel smoke test: headprune tasks lists no built-in tasks:\n{listing}")
+    from headprune.tasks import load_task
+
+    general = load_task("general")  # the --guard general sample: package data of the wheel
+    if len(general) != 240:
+        sys.exit(f"wheel smoke test: the built-in general task has {len(general)} texts, not 240")
 
     import torch
 
