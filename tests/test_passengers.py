@@ -114,7 +114,7 @@ def test_a_kept_set_that_gains_nothing_is_not_confirmed() -> None:
     points, its kept set {C, D} nothing, and the single A almost nothing. The kept set is {C, D} in most runs (the
     family is adversarial where it should be), and it is confirmed, a false confirmation, in at most alpha/2 of
     them. (The rule that tested a cut-down set behind the proposal's own test confirmed it in 1.9% of runs at null
-    flips of 3%, this rule in 0.7%, 1,000 runs each.)"""
+    flips of 3%, this rule in none, 1,000 runs each.)"""
     out = [run_masked(seed, flip=flip) for flip in (0.003, 0.03) for seed in range(100)]
     assert np.mean([o.primary == (2, 3) for o in out]) >= 0.6
     false = float(np.mean([o.false_confirmation for o in out]))

@@ -22,7 +22,7 @@ On held-out (this module):
    ``PREFIX_PART``, 80%, the other subsets the rest). A kept set of fewer than two heads is a branch that does
    not reject (its one head's claim is the single's).
 3. The **primary set**: T when its test rejected; else s when its test rejected; else nothing is confirmed and the
-   primary set is T where the proposal was favoured and T is not empty, s otherwise.
+   primary set is T where the proposal was favoured and T was tested (two heads or more), s otherwise.
 
 Why the level holds after selection. s and every subset of S are fixed before held-out data is read, and each is
 tested exactly on held-out; the proposal's branch rejects only when the subset held-out kept rejects at its part,
@@ -67,10 +67,9 @@ RULE = "kept set among the proposal's subsets"  # what the journal records, so t
 @dataclass(frozen=True)
 class HeldoutTest:
     """One of the selection's held-out verdicts, in the order tested: the candidate (``proposal``: its kept set;
-    ``single``), its share of alpha (fixed on discovery, plus the share of an earlier test that rejected), how many
-    sets that share is divided among (``family``: the proposal's subsets of two heads or more; 1 for the single head),
-    the level the set was tested at (``alpha * share / family``), its counts and exact McNemar p, and whether it
-    rejected."""
+    ``single``), its branch's share of alpha (fixed on discovery, plus the level of an earlier test that rejected),
+    the set's part of that share (:func:`part`; 1 for the single head), the level the set was tested at (``alpha *
+    share * part``), its counts and exact McNemar p, and whether it rejected."""
 
     candidate: str  # "proposal" (its kept set) or "single"
     heads: tuple[str, ...]
@@ -169,13 +168,8 @@ def select(proposal: Proposal | None, single: Head, heldout: Callable[[list[Head
                                  test.p_value, test.confirmed, weight))
         verdicts[candidate] = heads, test
         carried = share * weight if test.confirmed else 0.0  # what this test had, never the other subsets' parts
-    candidate = _primary(verdicts, favoured, bool(trimmed))
-    if candidate in verdicts:
-        heads, chosen = verdicts[candidate]
-    else:  # a kept set of one head, favoured and untested: shown with its exact verdict at the proposal's share
-        heads = trimmed
-        chosen = replace(verdict(base.correct, results[heads].correct, alpha=alpha), share=shares[0],
-                         selected=heads != proposal.heads)  # type: ignore[union-attr]
+    candidate = _primary(verdicts, favoured)
+    heads, chosen = verdicts[candidate]
     outcome = candidate if chosen.confirmed else "none"
     record = Selection(tuple(map(str, proposal.heads)) if proposal is not None else (), str(single), favoured,
                        proposal.support if proposal is not None else 0, found, tuple(map(str, trimmed)),
@@ -183,14 +177,14 @@ def select(proposal: Proposal | None, single: Head, heldout: Callable[[list[Head
     return Chosen(heads, chosen, record)
 
 
-def _primary(verdicts: dict[str, tuple[HeadSet, Verdict]], favoured: str, kept_any: bool) -> str:
+def _primary(verdicts: dict[str, tuple[HeadSet, Verdict]], favoured: str) -> str:
     """The candidate the primary set comes from: the proposal's kept set when its test rejected (the larger claim),
-    else the single head when its test rejected, else the favoured candidate (the proposal only where it kept a
-    head), not confirmed."""
+    else the single head when its test rejected, else the favoured candidate where it was tested (a kept set of two
+    heads or more), not confirmed."""
     for candidate in ("proposal", "single"):
         if candidate in verdicts and verdicts[candidate][1].confirmed:
             return candidate
-    return "proposal" if favoured == "proposal" and kept_any else "single"
+    return favoured if favoured in verdicts else "single"
 
 
 __all__ = ["FAVOURED_SHARE", "PREFIX_PART", "RULE", "Chosen", "HeldoutTest", "Selection", "part", "prefixes", "select"]
