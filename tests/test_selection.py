@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from headprune.heads import Head
+from headprune.report.text import verdict_sentence
 from headprune.search.membership import Proposal
 from headprune.search.selection import PREFIX_PART, part, prefixes, select
 from headprune.search.simulation import CountsResult
@@ -60,6 +61,8 @@ def test_a_cut_down_kept_set_is_tested_at_its_part_and_its_estimate_marked() -> 
     assert chosen.heads == t and chosen.verdict.confirmed and chosen.verdict.selected
     assert chosen.verdict.size == pytest.approx(0.05 * 0.4) and kept.level == pytest.approx(0.02)
     assert chosen.selection.chosen == "proposal" and chosen.selection.kept == ("L0.H0", "L0.H1")
+    line = verdict_sentence(chosen.verdict)
+    assert line.startswith("CONFIRMED improvement") and "exploratory estimate" in line and "at level 0.02," in line
 
 
 def test_the_whole_proposal_kept_is_not_marked_and_a_kept_head_alone_is_the_singles_claim() -> None:
@@ -67,6 +70,7 @@ def test_the_whole_proposal_kept_is_not_marked_and_a_kept_head_alone_is_the_sing
              (H0, H1): _right((0, 60)), (H0,): _right((0, 30))}
     chosen = _select(every, _proposal(support=3))
     assert chosen.heads == (H0, H1, H2) and chosen.verdict.confirmed and not chosen.verdict.selected
+    assert "exploratory" not in verdict_sentence(chosen.verdict)
     assert [t.candidate for t in chosen.selection.tests][0] == "proposal"  # favoured: tested first, 90% of alpha
     # Only H0 adds anything: a kept set of one head is not tested in the proposal's branch, the single is.
     alone = {(H0, H1, H2): _right((0, 30)), (H1, H2): _right(), (H0, H2): _right((0, 30)), (H0, H1): _right((0, 30)),
