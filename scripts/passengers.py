@@ -11,9 +11,12 @@ Two tables, each comparing find's rule with earlier ones through the same code (
   L11.H8); 0, 1 or 2 real heads, or an interacting pair (a head of that size whose partner helps only once it is
   removed, by as much again); null heads flipping 0.1%-5% of answers; find's defaults (``--extend 1``),
   ``--extend 0`` and ``--extend 2``, and the main job's search settings (``--nominees 3 --max-heads 2
-  --finalists 2``); 18 heads (2 layers of 9). Rules: ``heldout`` (find's: membership on the check half and
+  --finalists 2``); 18 heads (2 layers of 9). An adversarial family among them, ``2 exclusive``: two real heads
+  among exactly null heads (each example toggled by at most one head, so no toggle cancels a null head's own). Rules: ``heldout`` (find's: membership on the check half and
   held-out, the primary set chosen by held-out tests), ``check`` (0.2's: heads admitted on the check half alone)
   and ``same`` (0.1.0's: all on discovery).
+- **masked**: the held-out stage alone on a fixed proposal of redundant and masked heads, whose kept set gains
+  nothing while the proposal gains (``headprune.search.simulation.run_masked``); find's rule only.
 - **compress**: the share of runs accepted on held-out and the share of accepted sets whose true drop exceeds
   the budget, at budgets 0.5, 1 and 2 points (36 heads, 40% harmless); ``held-out``: find's budget (discovery
   judged as the held-out test will judge it), ``estimate``: the discovery estimate alone.
@@ -37,19 +40,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: rule "check" reads scripts.admission
 from headprune.search.find_result import FindSettings  # noqa: E402
-from headprune.search.simulation import RULES, Outcome, run_compress, run_improve  # noqa: E402
+from headprune.search.simulation import RULES, Outcome, run_compress, run_improve, run_masked  # noqa: E402
 
 FLIPS = (0.001, 0.003, 0.01, 0.03, 0.05)
 SIZES = {"2000/1000": (2000, 1000, (0.008, 0.002)), "150/300": (150, 300, (0.078, 0.003))}
 SEARCHES = {"defaults": {}, "extend 0": {"extend": 0}, "extend 2": {"extend": 2},
             "main job": {"nominees": 3, "max_heads": 2, "finalists": 2}}
-REALS = ("0", "1", "2", "pair")  # real heads, or an interacting pair
+REALS = ("0", "1", "2", "pair", "2 exclusive")  # real heads, an interacting pair, or 2 real heads among exact nulls
+EXCLUSIVE_MAX_FLIP = 0.03
 
 
 def run_cell(size: str, reals: str, flip: float, search: str, rule: str, runs: int) -> list[Outcome]:
     """``runs`` simulated find runs of one cell, seeds 0..runs-1 (the same models for every rule)."""
     discovery, heldout, effect = SIZES[size]
-    kind = {"real": [effect] * int(reals)} if reals != "pair" else {"partners": [(effect, effect)]}
+    kind: dict = ({"partners": [(effect, effect)]} if reals == "pair" else
+                  {"real": [effect] * 2, "exclusive": True} if reals == "2 exclusive" else
+                  {"real": [effect] * int(reals)})
     return [run_improve(seed, flip=flip, discovery=discovery, heldout=heldout, rule=rule,
                         settings=FindSettings(seed=seed, **SEARCHES[search]), **kind) for seed in range(runs)]
 
@@ -64,17 +70,33 @@ def figures(out: Sequence[Outcome], reals: str) -> dict:
             "confirmed_gain": float(100 * np.mean([o.confirmed_gain for o in out]))}
 
 
+def feasible(reals: str, flip: float) -> bool:
+    """Exclusive toggles need the heads' shares to fit in the examples: 16 null heads flipping 5% do not."""
+    return reals != "2 exclusive" or flip <= EXCLUSIVE_MAX_FLIP
+
+
 def improve_table(runs: int, rules: Sequence[str]) -> list[dict]:
     rows = []
     for size in SIZES:
         for search in SEARCHES:
             for reals in REALS:
-                for flip in FLIPS:
+                for flip in (f for f in FLIPS if feasible(reals, f)):
                     row: dict = {"size": size, "search": search, "real": reals, "flip": flip}
                     for rule in rules:
                         row[rule] = figures(run_cell(size, reals, flip, search, rule, runs), reals)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
+    return rows
+
+
+def masked_table(runs: int) -> list[dict]:
+    """The held-out stage on a fixed proposal of redundant and masked heads (``run_masked``): S gains, its kept
+    set does not; find's rule only."""
+    rows = []
+    for flip in FLIPS:
+        out = [run_masked(seed, flip=flip) for seed in range(runs)]
+        rows.append({"flip": flip, "heldout": figures(out, "masked")})
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -110,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     started = time.perf_counter()
     try:
         figures_ = {"bench": "passengers", "runs": args.runs, "compress_runs": args.compress_runs, "rules": rules,
-                    "improve": improve_table(args.runs, rules), "compress": compress_table(args.compress_runs)}
+                    "improve": improve_table(args.runs, rules), "masked": masked_table(args.runs),
+                    "compress": compress_table(args.compress_runs)}
     finally:
         logger.setLevel(level)
     figures_["seconds"] = round(time.perf_counter() - started, 1)

@@ -131,7 +131,7 @@ def test_cli_find_writes_outputs_and_exits_0_when_confirmed(handmade_files, tmp_
     assert result.exit_code == 0, result.output
     assert "CONFIRMED improvement" in result.stdout.splitlines()[-1]
     saved = json.loads((out / "result.json").read_text())
-    assert saved["schema_version"] == 3 and saved["finalists"][0]["heads"] == ["L0.H0"]
+    assert saved["schema_version"] == 4 and saved["finalists"][0]["heads"] == ["L0.H0"]
     assert saved["finalists"][0]["heldout"]["confirmed"] is True
     assert saved["model"]["weight_hash"].startswith("sha256:") and saved["task"]["hash"].startswith("sha256:")
     assert (out / "screen.png").stat().st_size > 1000

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from headprune.search.find_result import FindResult
 from headprune.search.membership import FIRST_SHARE, SUPPORT_P
-from headprune.search.selection import FAVOURED_SHARE
+from headprune.search.selection import FAVOURED_SHARE, PREFIX_PART
 
 
 def selection_section(result: FindResult) -> list[str]:
@@ -36,14 +36,20 @@ def selection_section(result: FindResult) -> list[str]:
                   f"{c.heldout_damaged} | {c.p_value:.3g} | {c.level:.3g} | {'yes' if c.earned else 'no'} |"
                   for c in sel.contributions]
         lines += ["", f"Kept: `{','.join(sel.kept) or 'none'}`.", ""]
-    lines += ["**The held-out tests**, in order (a fallback procedure: a test that rejects passes its level on to "
+    lines += ["**The held-out tests**, in order (a fallback procedure: a test that rejects passes its share on to "
               "the next, so the chance of confirming a set that does not improve stays at most alpha): "
-              "the exact McNemar test of each candidate; the proposal's passes to its kept heads when they also "
-              "improve held-out at the same level.", "",
-              "| candidate | heads | share of alpha | level | rescued | damaged | p | rejects |",
-              "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {t.candidate} | `{','.join(t.heads)}` | {t.share:g} | {t.level:g} | {t.rescued} | {t.damaged} | "
-              f"{t.p_value:.3g} | {'yes' if t.rejected else 'no'} |" for t in sel.tests]
+              "the exact McNemar test of the single head, and of the proposal's kept set at its part of the "
+              "proposal's share (each subset of the proposal of two heads or more has a part fixed on discovery, "
+              f"the prefixes of the test order {PREFIX_PART:.0%} of it together, so held-out choosing the kept set "
+              "costs the test nothing; a kept set of fewer than two heads is not tested).", "",
+              "| candidate | heads | share of alpha | part | level | rescued | damaged | p | rejects |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {t.candidate} | `{','.join(t.heads)}` | {t.share:g} | {t.part:.3g} | {t.level:.3g} | {t.rescued} | "
+              f"{t.damaged} | {t.p_value:.3g} | {'yes' if t.rejected else 'no'} |" for t in sel.tests]
+    if sel.kept and tuple(sel.kept) != tuple(sel.proposal):
+        lines += ["", "The kept set was cut down from the proposal by the membership tests, which read held-out: "
+                  "its held-out change is an exploratory estimate (it reads the examples that chose it and runs "
+                  "high); its test and interval account for the choice."]
     chosen = {"proposal": "the proposal's kept heads", "single": "the single head",
               "none": "no candidate passed; the primary set is reported, not confirmed"}[sel.chosen]
     return lines + ["", f"Primary set: {chosen}.", ""]

@@ -26,7 +26,9 @@ def verdict_sentence(v: Verdict) -> str:
         p = f"McNemar p={v.p_value:.3g}" + (f" at level {v.size:g}" if v.share != 1 else "")
     gate = "" if v.gate is None else (f"; the proposed set {','.join(v.gate.heads)}: rescued {v.gate.rescued}, "
                                       f"damaged {v.gate.damaged}, p={v.gate.p_value:.3g}")
-    return (f"{outcome}: held-out accuracy {v.accuracy_before:.1%} -> {v.accuracy_after:.1%} "
+    # A set cut down from the proposal by held-out tests: its test holds, its estimate reads the data that chose it.
+    estimate = " (exploratory estimate: held-out chose these heads)" if v.selected else ""
+    return (f"{outcome}: held-out accuracy {v.accuracy_before:.1%} -> {v.accuracy_after:.1%}{estimate} "
             f"({v.difference:+.1%}, {level_text(v.level)} CI {interval_text(v.interval)}, "
             f"{p}, n={v.n}, rescued {v.rescued}, damaged {v.damaged}{gate})")
 

@@ -5,6 +5,9 @@ Hub ``model-index`` are all rendered from these fields (``headprune.report.markd
 Version 1 files (headprune before typed records) and version 2 (0.2: heads admitted on the check half, recorded in
 ``parsimony``) are still read; version 3 records the selection on held-out (``selection``), whose verdicts an
 older headprune would misread (a primary set tested at a share of alpha, or behind a gate), so it refuses them.
+Version 4 tests a kept set at its part of the proposal's share and marks its estimate exploratory
+(``Verdict.selected``), which a headprune reading version 3 would drop; version 3 files are read as they were
+(their cut-down sets behind the proposal's gate).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from headprune.search.selection import Selection
 from headprune.search.settings import FindSettings
 from headprune.search.stats import NonInferiority, Verdict
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 RESULT_NAME = "result.json"
 
 
@@ -264,7 +267,7 @@ class FindResult:
         version = data.get("schema_version")
         if version == 1:
             data = _upgrade_v1(data)
-        elif version == 2:  # 0.2: the same records, without the selection
+        elif version in (2, 3):  # 0.2: without the selection; 3: without parts and selected estimates
             data = {**data, "schema_version": SCHEMA_VERSION}
         elif version != SCHEMA_VERSION:
             raise ResultFileError(f"unsupported result schema version {version!r} "

@@ -65,19 +65,39 @@ class CountsResult:
 Pair = tuple[int, int, Rates]  # two head indices and the rates of the toggles that act only when both are removed
 
 
+Group = tuple[tuple[int, ...], tuple[int, ...], Rates]  # toggles acting when all of the first heads and any of the
+# second are removed (a masked or redundant effect: ``((), (a, b), r)`` acts once either a or b is removed)
+
+
 class CountsSplit:
-    """One set of examples of a counts-only model: its intact correctness, every head's toggles, and the toggles of
-    each interacting pair."""
+    """One set of examples of a counts-only model: its intact correctness, every head's toggles, the toggles of each
+    interacting pair and of each group. ``exclusive``: each example is toggled by at most one head (drawn once per
+    example), so a null head is exactly null inside any set: no toggle of another head ever cancels its own."""
 
     def __init__(self, rng: np.random.Generator, n: int, accuracy: float, rates: Sequence[Rates],
-                 pairs: Sequence[Pair] = ()) -> None:
+                 pairs: Sequence[Pair] = (), groups: Sequence[Group] = (), *, exclusive: bool = False) -> None:
         self.correct = rng.random(n) < accuracy
         size = np.abs(rng.standard_normal(n)) + 1e-3
         self.margins = np.where(self.correct, size, -size)
-        self.toggles = self._toggles(rng, accuracy, rates)  # (heads, n)
+        self.toggles = (self._exclusive(rng, accuracy, rates) if exclusive
+                        else self._toggles(rng, accuracy, rates))  # (heads, n)
         self.pairs = [(a, b) for a, b, _ in pairs]
         self.pair_toggles = self._toggles(rng, accuracy, [r for _, _, r in pairs])  # (pairs, n)
+        self.groups = [(set(every), set(some)) for every, some, _ in groups]
+        self.group_toggles = self._toggles(rng, accuracy, [r for *_, r in groups]) if groups else None  # (groups, n)
         self.ids = tuple(str(i) for i in range(n))
+
+    def _exclusive(self, rng: np.random.Generator, accuracy: float, rates: Sequence[Rates]) -> np.ndarray:
+        """One uniform draw per example picks the head that toggles it, if any (the shares must add up to at most
+        1 on either side)."""
+        rescue = np.cumsum([r for r, _ in rates]) / (1 - accuracy)
+        damage = np.cumsum([d for _, d in rates]) / accuracy
+        if rescue[-1] > 1 or damage[-1] > 1:
+            raise ValueError("exclusive toggles: the heads' rates add up to more than every example")
+        draw = rng.random(len(self.correct))
+        bounds = np.where(self.correct[None, :], damage[:, None], rescue[:, None])  # (heads, n)
+        which = (draw[None, :] >= bounds).sum(axis=0)  # the first head whose cumulative share exceeds the draw
+        return np.arange(len(rates))[:, None] == which[None, :]
 
     def _toggles(self, rng: np.random.Generator, accuracy: float, rates: Sequence[Rates]) -> np.ndarray:
         rescue = np.array([r for r, _ in rates]).reshape(-1, 1) / (1 - accuracy)  # P(toggle | wrong)
@@ -91,6 +111,9 @@ class CountsSplit:
         chosen = set(indices)
         sources = [self.toggles[list(indices)]] + [self.pair_toggles[[k for k, (a, b) in enumerate(self.pairs)
                                                                       if a in chosen and b in chosen]]]
+        if self.group_toggles is not None:
+            sources.append(self.group_toggles[[k for k, (every, some) in enumerate(self.groups)
+                                               if every <= chosen and (not some or some & chosen)]])
         flipped = np.bitwise_xor.reduce(np.concatenate(sources), axis=0)
         return CountsResult(self.correct ^ flipped, np.where(flipped, -self.margins, self.margins), self.ids)
 
@@ -174,13 +197,14 @@ class Outcome:
 
 def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), partners: Sequence[tuple[Rates, Rates]] = (),
                 layers: int = 2, heads: int = 9, discovery: int = 2000, heldout: int = 1000, accuracy: float = 0.6,
-                settings: FindSettings | None = None, rule: str = "heldout") -> Outcome:
+                settings: FindSettings | None = None, rule: str = "heldout", exclusive: bool = False) -> Outcome:
     """One find run (improve, exact screen) on a fresh counts-only model: ``real`` heads at random places,
     ``partners`` interacting pairs (each: the first head's own rates, and the rates of the toggles that act only
     when both heads are removed; the second head alone is a null head), every other head a null head flipping
     ``flip`` of the answers. ``settings``: find's (default: its defaults, seeded by ``seed``). ``rule``: one of
     :data:`RULES`: ``heldout`` (find's), ``check`` (0.2's: heads admitted on the check half alone) or ``same``
-    (0.1.0's: propose and admit on all of discovery, single heads by find's ranking key)."""
+    (0.1.0's: propose and admit on all of discovery, single heads by find's ranking key). ``exclusive``: each
+    example toggled by at most one head (:class:`CountsSplit`), so null heads are exactly null inside any set."""
     if rule not in RULES:
         raise ValueError(f"rule must be one of {', '.join(RULES)}, not {rule!r}")
     rng = np.random.default_rng(seed)
@@ -191,8 +215,8 @@ def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), partners:
         rates[place] = effect
     pairs = [(places[len(real) + 2 * k], places[len(real) + 2 * k + 1], joint) for k, (_, joint)
              in enumerate(partners)]
-    splits = {"discovery": CountsSplit(rng, discovery, accuracy, rates, pairs),
-              "heldout": CountsSplit(rng, heldout, accuracy, rates, pairs)}
+    splits = {"discovery": CountsSplit(rng, discovery, accuracy, rates, pairs, exclusive=exclusive),
+              "heldout": CountsSplit(rng, heldout, accuracy, rates, pairs, exclusive=exclusive)}
     conditions = CountsConditions(splits, grid)
     stages = Stages(_Model(grid), conditions, settings or FindSettings(seed=seed))  # type: ignore[arg-type]
     stages.base = {name: split.result(()) for name, split in splits.items()}
@@ -210,21 +234,63 @@ def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), partners:
         (finalist,) = stages.finalists([primary], evaluated)
         confirmed = finalist.heldout.confirmed
     indices = tuple(conditions.index(primary))
-    return Outcome(indices, tuple(places), confirmed, true_change(rates, indices, accuracy, pairs))
+    return Outcome(indices, tuple(places), confirmed, true_change(rates, indices, accuracy, pairs,
+                                                                  exclusive=exclusive))
 
 
-def true_change(rates: Sequence[Rates], indices: Sequence[int], accuracy: float, pairs: Sequence[Pair] = ()) -> float:
+def true_change(rates: Sequence[Rates], indices: Sequence[int], accuracy: float, pairs: Sequence[Pair] = (),
+                groups: Sequence[Group] = (), *, exclusive: bool = False) -> float:
     """The exact expected accuracy change of removing the heads ``indices`` of a counts-only model: an example
-    changes when an odd number of its toggles act (each head's, and each pair's whose two heads are both
-    removed, independently, with its rate given the example's intact correctness)."""
+    changes when an odd number of its toggles act (each head's, each pair's whose two heads are both removed, and
+    each group's whose condition holds, independently, with its rate given the example's intact correctness).
+    ``exclusive`` (no pairs or groups): the heads' toggles never meet, so the change is the sum of theirs."""
+    if exclusive:
+        return float(sum(rates[i][0] - rates[i][1] for i in indices))
     chosen = set(indices)
-    sources = [rates[i] for i in indices] + [r for a, b, r in pairs if a in chosen and b in chosen]
+    sources = ([rates[i] for i in indices] + [r for a, b, r in pairs if a in chosen and b in chosen]
+               + [r for every, some, r in groups if set(every) <= chosen and (not some or set(some) & chosen)])
     if not sources:
         return 0.0
     damage = np.array([d / accuracy for _, d in sources])
     rescue = np.array([r / (1 - accuracy) for r, _ in sources])
     odd_right, odd_wrong = (1 - np.prod(1 - 2 * damage)) / 2, (1 - np.prod(1 - 2 * rescue)) / 2
     return float((1 - accuracy) * odd_wrong - accuracy * odd_right)
+
+
+MASKED = ((0.004, 0.002), (0.03, 0.002))  # the redundant pair's own effect; each masked head's, with A or B removed
+
+
+def run_masked(seed: int, *, flip: float = 0.003, discovery: int = 2000, heldout: int = 1000, accuracy: float = 0.6,
+               redundant: Rates = MASKED[0], partner: Rates = MASKED[1], alpha: float = 0.05) -> Outcome:
+    """The held-out stage alone (:func:`headprune.search.selection.select`, with find's membership tests) on a
+    proposal fixed as discovery would leave it, on fresh examples: heads A and B are *redundant* (their small
+    shared effect acts once either is removed, so neither adds anything to a set holding the other), C and D act
+    only with A or B removed (*masked*: alone, null heads). S = {A, B, C, D} truly gains both effects (about +5.8
+    points with :data:`MASKED`); its kept set is typically {C, D}, which gains nothing; the single is A (+0.2).
+    Every head also flips ``flip`` of the answers at random. A confirmed {C, D} is a false confirmation; ``real``
+    lists A, B, C and D (each has an effect within S)."""
+    from headprune.search.folds import Folds
+    from headprune.search.membership import needed, propose
+    from headprune.search.selection import select
+
+    rng = np.random.default_rng(seed)
+    grid = HeadGrid(1, 6, 6, 4)
+    rates: list[Rates] = [(flip / 2, flip / 2)] * grid.total
+    a, b, c, d = 0, 1, 2, 3
+    groups: list[Group] = [((), (a, b), redundant), ((c,), (a, b), partner), ((d,), (a, b), partner)]
+    splits = {"discovery": CountsSplit(rng, discovery, accuracy, rates, groups=groups),
+              "heldout": CountsSplit(rng, heldout, accuracy, rates, groups=groups)}
+    conditions = CountsConditions(splits, grid)
+    heads = tuple(Head(0, i) for i in (a, b, c, d))
+    folds = Folds.halves(discovery, seed)
+    proposal = propose(heads, conditions.many("discovery", needed(heads), ""), search=folds.search,
+                       check=folds.check, measure="accuracy", tolerance=0.0)
+    base = splits["heldout"].result(())
+    chosen = select(proposal, Head(0, a), lambda sets: conditions.many("heldout", sets, ""), base, alpha=alpha,
+                    measure="accuracy", tolerance=0.0, sizes=folds.sizes)
+    indices = tuple(conditions.index(chosen.heads))
+    return Outcome(indices, (a, b, c, d), chosen.verdict.confirmed, true_change(rates, indices, accuracy,
+                                                                                groups=groups))
 
 
 def compress_rates(rng: np.random.Generator, count: int) -> list[Rates]:
@@ -282,5 +348,5 @@ def run_compress(seed: int, *, max_drop: float = 0.5, layers: int = 4, heads: in
     return CompressOutcome(len(chosen), verdict.accepted, true_change(rates, indices, accuracy), max_drop)
 
 
-__all__ = ["RULES", "CompressOutcome", "CountsConditions", "CountsResult", "CountsSplit", "Outcome", "compress_rates",
-           "run_compress", "run_improve", "true_change"]
+__all__ = ["MASKED", "RULES", "CompressOutcome", "CountsConditions", "CountsResult", "CountsSplit", "Outcome",
+           "compress_rates", "run_compress", "run_improve", "run_masked", "true_change"]

@@ -53,8 +53,9 @@ def test_size(alpha: float, share: float) -> float:
 
 @dataclass(frozen=True)
 class Gate:
-    """The proposed set's own held-out test, which a set cut down from it must pass as well (its heads, rescued,
-    damaged and the exact McNemar p: ``headprune.search.selection``)."""
+    """Files of schema 3: the proposed set's own held-out test, which a set cut down from it had to pass as well
+    (its heads, rescued, damaged and the exact McNemar p). find no longer writes it: a cut-down set is tested at its
+    own part of alpha (``headprune.search.selection``)."""
 
     heads: tuple[str, ...]
     rescued: int
@@ -78,7 +79,13 @@ class Verdict:
 
     The primary set is one of at most two held-out tests fixed on discovery (``headprune.search.selection``): it is
     tested at ``alpha * share`` (``share`` 1 in files before the rule of two tests, and where only one candidate
-    was tested), and a set cut down from the proposed one must also pass the proposal's own test (``gate``).
+    was tested; for the proposal's kept set, its branch's share times the set's part). In files of schema 3, a set
+    cut down from the proposed one also had to pass the proposal's own test (``gate``).
+
+    ``selected``: the set was cut down from the proposal by the membership tests, which read held-out. Its test
+    is exact all the same (``share`` is its Bonferroni part among the subsets held-out could have kept, each fixed on
+    discovery), and so is its interval (simultaneous over those subsets); but its point estimate reads the examples
+    that chose it, so it runs high and is shown as exploratory.
 
     ``interval`` is :func:`headprune.search.score.paired_interval` at ``alpha * share / family``: it lies above 0
     exactly when the set's own test rejects (or, for an exploratory set, it is significant after adjustment),
@@ -97,7 +104,8 @@ class Verdict:
     adjusted_p: float | None = None  # exploratory: adjusted over the finalists (Holm in files before 0.2)
     family: int = 1  # comparisons the interval and adjusted_p account for (exploratory: the finalists)
     share: float = 1.0  # of alpha, for the primary set's test (headprune.search.selection)
-    gate: Gate | None = None  # a set cut down from the proposed one: the proposal's own test, which must pass too
+    gate: Gate | None = None  # files of 0.3's first rule: the proposal's own test, which a cut-down set passed too
+    selected: bool = False  # a set cut down from the proposal by held-out tests: its estimate is exploratory
 
     _derived = ("difference", "confirmed", "test", "level", "interval")
 

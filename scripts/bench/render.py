@@ -65,7 +65,8 @@ def _pct(value: float | None) -> str:
 def passengers(record: dict[str, Any], view: str = "defaults") -> str:
     """scripts/passengers.py: ``defaults`` (find's defaults, each cell against 0.2's rule in parentheses; any
     other search setting by its name), ``readme`` (the same at null flips of 0.3%), ``searches`` (the worst cell of
-    each size and search setting), ``compress`` (the budget table)."""
+    each size and search setting), ``masked`` (the held-out stage on redundant and masked heads), ``compress`` (the
+    budget table)."""
     rules, rows = record["rules"], record["improve"]
     now, before = rules[0], (rules[1] if len(rules) > 1 else None)
 
@@ -77,6 +78,10 @@ def passengers(record: dict[str, Any], view: str = "defaults") -> str:
                        "over budget"], [[r["max_drop"], _pct(r["held-out"]["accepted"]),
                                          _pct(r["held-out"]["accepted_over_budget"]), _pct(r["estimate"]["accepted"]),
                                          _pct(r["estimate"]["accepted_over_budget"])] for r in record["compress"]])
+    if view == "masked":
+        return _table(["null heads flip", "confirmed", "false confirmations", "confirmed true gain, points"],
+                      [[_pct(r["flip"]), _pct(r[now]["confirmed"]), _pct(r[now]["false_confirmed"]),
+                        f"{r[now]['confirmed_gain']:+.2f}"] for r in record.get("masked", [])])
     if view == "searches":
         out = []
         for size in dict.fromkeys(r["size"] for r in rows):
