@@ -97,7 +97,11 @@ class _WithCache(nn.Module):
                 *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
         from transformers import DynamicCache
 
-        cache = DynamicCache(config=self.model.config)
+        # Full layers whatever the config says: a sliding-window layer (Mistral's) keeps only its last window - 1
+        # positions, so its present tensors would stop growing, which a runtime feeding them back as the next
+        # step's past (GenAI) does not expect. The window is applied by the attention mask the model builds from
+        # its config either way, so the logits are the same.
+        cache = DynamicCache()
         for layer in range(self.layers):
             cache.update(past[2 * layer], past[2 * layer + 1], layer)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
