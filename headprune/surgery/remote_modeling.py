@@ -26,8 +26,9 @@ from transformers import AttentionInterface
 
 KV_MAP_ATTENTION = "headprune_kv_map"
 # How a layer stores its query/key/value projections; slicing and the rebuild below handle exactly these.
-# "separate": q, k, v Linear layers; "gpt2": one Conv1D, columns [q | k | v]; "neox": one Linear, rows per head [q, k, v].
-QKV_LAYOUTS = ("separate", "gpt2", "neox")
+# "separate": q, k, v Linear layers; "gpt2": one Conv1D, columns [q | k | v]; "neox": one Linear, rows per head [q, k, v];
+# "fused": one Linear, rows [q heads | k heads | v heads] with grouped key/value heads (Phi-3's qkv_proj).
+QKV_LAYOUTS = ("separate", "gpt2", "neox", "fused")
 
 BASE_CLASS = "{base_class}"  # filled in when the file is written next to a checkpoint
 
@@ -101,6 +102,13 @@ def shrink(model: nn.Module, record: dict) -> None:
             attention.split_size = n_q * head_dim
         elif paths["qkv_layout"] == "neox":
             _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=3 * n_q * head_dim))
+        elif paths["qkv_layout"] == "fused":
+            _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=(n_q + 2 * n_kv) * head_dim))
+            # Phi-3 splits the fused rows at config.num_attention_heads * head_dim: the layer gets its own config
+            # with its own count (the model's config keeps the original, which the checkpoint's config.json holds).
+            attention.config = copy.copy(attention.config)
+            attention.config.num_attention_heads = n_q
+            attention.num_key_value_heads = n_kv
         else:
             raise ValueError(f"unknown qkv layout {paths['qkv_layout']!r}")
         _set(layer, paths["output"], _linear(_get(layer, paths["output"]), in_features=n_q * head_dim))

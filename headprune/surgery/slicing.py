@@ -117,6 +117,12 @@ def _sliced_weights(lm: LoadedModel, layer: nn.Module, plan: LayerPlan, means: t
         fused = get_path(layer, paths[0])
         bias = None if fused.bias is None else _rows(fused.bias, plan.q_heads, 3 * hd, 0)
         out[paths[0]] = (_rows(fused.weight, plan.q_heads, 3 * hd, 0), bias)
+    elif adapter.qkv_layout == "fused":  # rows [q heads | k heads | v heads], head_dim rows a block
+        fused = get_path(layer, paths[0])
+        kv_base = grid.num_heads + grid.num_kv_heads
+        blocks = [*plan.q_heads, *(grid.num_heads + k for k in plan.kv_heads), *(kv_base + k for k in plan.kv_heads)]
+        bias = None if fused.bias is None else _rows(fused.bias, blocks, hd, 0)
+        out[paths[0]] = (_rows(fused.weight, blocks, hd, 0), bias)
     else:  # an adapter refuses an unknown layout when it is declared; this keeps slicing from guessing
         raise ValueError(f"unknown qkv layout {adapter.qkv_layout!r}")
     projection = get_path(layer, adapter.output_projection_path)

@@ -56,6 +56,10 @@ class Adapter:
     # classifier's pooler): the evaluator computes that layer from its attention output on there only
     # (headprune.evaluation.first_position)
     first_position_classes: tuple[str, ...] = ()
+    # (config attribute, why): a family setting headprune cannot prune exactly, refused when the attribute is true
+    unsupported_settings: tuple[tuple[str, str], ...] = ()
+    # why removing a head's rows cannot give the masked model's outputs (empty: it can); such a family exports dense
+    dense_only: str = ""
 
     def __post_init__(self) -> None:
         if self.qkv_layout not in QKV_LAYOUTS:  # slicing a layout it does not know would write a wrong model
@@ -82,6 +86,9 @@ class Adapter:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UnsupportedModelError(f"{where}: {name} must be a whole number of at least 1, not {value!r}")
+        for name, why in self.unsupported_settings:
+            if getattr(config, name, None):
+                raise UnsupportedModelError(f"{where}: {name} is set: {why}")
         heads = int(getattr(config, self.heads_attr))
         kv_heads = getattr(config, self.kv_heads_attr, None) if self.kv_heads_attr else None
         if kv_heads and heads % kv_heads:
