@@ -123,7 +123,9 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
     "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(**_GQA, **_MOE, num_experts=4, moe_intermediate_size=32,
                                                                   head_dim=16)),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", _GQA),
-    "cohere": ("CohereConfig", "CohereForCausalLM", _GQA),
+    "cohere": ("CohereConfig", "CohereForCausalLM", dict(**_GQA, use_qk_norm=True)),  # Command R+'s per-head norms
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(**_GQA, **_MOE, num_local_experts=4, head_dim=16,
+                                                          sliding_window=4)),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_embd=64, n_layer=2, n_head=4, n_positions=256)),
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
     "bert": ("BertConfig", "BertForMaskedLM", {}),

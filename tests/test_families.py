@@ -87,7 +87,7 @@ def _task_file(tmp_path: Path) -> Path:
 # One model of each adapter the ONNX exports of the other tests do not cover (MoE layers are exported through
 # transformers' batched_mm experts), run in onnxruntime against the masked original.
 @pytest.mark.slow  # dynamo's export takes about 40 s a model on one core
-@pytest.mark.parametrize("model_type", ["granite", "mixtral", "phi3", "cohere", "olmoe"])
+@pytest.mark.parametrize("model_type", ["granite", "mixtral", "gpt_oss", "phi3", "cohere", "olmoe"])
 def test_family_onnx_equals_the_masked_original(model_type, tokenizer, tmp_path) -> None:
     import numpy as np
     from helpers.extras import needs
@@ -124,20 +124,30 @@ def test_moe_experts_and_router_are_kept_while_heads_go(tokenizer, tmp_path) -> 
     assert saved["model.layers.1.self_attn.q_proj.weight"].shape[0] == 2 * lm.grid.head_dim
 
 
-def test_cohere_with_per_head_qk_norms_is_refused_saying_why(tokenizer, tmp_path) -> None:
+@pytest.mark.parametrize(("model_type", "path", "rows"), [
+    ("gpt_oss", "self_attn.sinks", "q"), ("cohere", "self_attn.q_norm.weight", "q"),
+    ("cohere", "self_attn.k_norm.weight", "kv")])
+def test_per_head_parameters_are_sliced_with_their_heads(model_type, path, rows, tokenizer, tmp_path) -> None:
+    """GPT-OSS's attention sinks and Command R+'s per-head q/k norm weights keep exactly the kept heads' rows."""
     import transformers
 
-    config = transformers.CohereConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=len(tokenizer),
-                                       use_qk_norm=True)
-    save_folder(transformers.CohereForCausalLM(config), tokenizer, tmp_path / "m")
-    result = invoke("eval", str(tmp_path / "m"), "--task", str(_task_file(tmp_path)))
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2 and len(lines) == 1 and "use_qk_norm" in lines[0] and "Command R" in lines[0]
+    from headprune.loading.adapters.base import get_path
+
+    lm = wrap_model(family_model(model_type, len(tokenizer), seed=5), tokenizer, name=f"tiny-{model_type}")
+    with torch.no_grad():  # distinct rows, so a wrong row is seen
+        for layer in lm.adapter.layers(lm.model):
+            get_path(layer, path).copy_(torch.randn_like(get_path(layer, path)))
+    record = export(lm, HEADS, layout="sliced", verify_task=choice_task(), out=tmp_path / "s")
+    stock = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "s", trust_remote_code=True)
+    for plan in record.layers:
+        kept = plan.q_heads if rows == "q" else plan.kv_heads
+        want = get_path(lm.adapter.layers(lm.model)[plan.layer], path)[list(kept)]
+        assert torch.equal(get_path(lm.adapter.layers(stock)[plan.layer], path), want)
+    assert any(len(p.q_heads) < lm.grid.num_heads for p in record.layers)
 
 
 @pytest.mark.parametrize(("config_class", "words"), [
-    ("GptOssConfig", "attention sink per head"), ("StableLmConfig", "StableLM"), ("T5Config", "encoder-decoder")])
+    ("FalconConfig", "Falcon"), ("StableLmConfig", "StableLM"), ("T5Config", "encoder-decoder")])
 def test_known_unsupported_families_say_why_and_what_works(config_class, words, tokenizer, tmp_path) -> None:
     import transformers
 

@@ -44,6 +44,17 @@ def _set(module: nn.Module, path: str, value: nn.Module) -> None:
     setattr(_get(module, parent) if parent else module, name, value)
 
 
+def head_param(module: nn.Module, path: str) -> nn.Parameter | None:
+    """The parameter at ``path``, or None where the model has none (Cohere's q/k norms exist only when enabled)."""
+    parent, _, name = path.rpartition(".")
+    try:
+        owner = _get(module, parent) if parent else module
+    except AttributeError:
+        return None
+    found = getattr(owner, name, None)
+    return found if isinstance(found, nn.Parameter) else None
+
+
 def _linear(old: nn.Module, out_features: int | None = None, in_features: int | None = None) -> nn.Module:
     """A module like ``old`` (Linear or GPT-2 Conv1D) with new sizes, on ``old``'s device and dtype."""
     weight = old.weight
@@ -112,6 +123,12 @@ def shrink(model: nn.Module, record: dict) -> None:
         else:
             raise ValueError(f"unknown qkv layout {paths['qkv_layout']!r}")
         _set(layer, paths["output"], _linear(_get(layer, paths["output"]), in_features=n_q * head_dim))
+        for path, which in paths.get("head_params", ()):  # a row per head: GPT-OSS's sinks, per-head norms
+            old = head_param(layer, path)
+            if old is not None:
+                rows = n_q if which == "q" else n_kv
+                _set(layer, path, nn.Parameter(torch.empty(rows, *old.shape[1:], dtype=old.dtype, device=old.device),
+                                               requires_grad=False))
         if hasattr(attention, "num_key_value_groups"):
             attention.num_key_value_groups = n_q // n_kv
         if layer_record.get("kv_slots"):

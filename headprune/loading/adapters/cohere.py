@@ -1,7 +1,6 @@
-"""Cohere (Command R): Llama-style projections ``model.layers[i].self_attn.{q,k,v,o}_proj`` beside a parallel MLP.
-
-Command R+ sets ``use_qk_norm``: a LayerNorm with a weight per head over q and k, which headprune does not slice.
-"""
+"""Cohere (Command R, R+): Llama-style projections ``model.layers[i].self_attn.{q,k,v,o}_proj`` beside a parallel
+MLP. Command R+ sets ``use_qk_norm``: LayerNorms over each head's query and key with a weight row per head
+(``q_norm.weight``: ``(heads, head_dim)``), sliced with their heads."""
 
 from headprune.loading.adapters.base import Adapter
 
@@ -13,6 +12,5 @@ COHERE = Adapter(
     output_projection_path="self_attn.o_proj",
     kv_heads_attr="num_key_value_heads",
     qkv_paths=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    unsupported_settings=(("use_qk_norm", "per-head q/k LayerNorms (Command R+) are not sliced by headprune; "
-                                          "Cohere models without them (Command R) are supported"),),
+    head_params=(("self_attn.q_norm.weight", "q"), ("self_attn.k_norm.weight", "kv")),
 )

@@ -9,7 +9,6 @@ from typing import Any
 
 _FUSED_OR_OTHER = "its attention is laid out in a way no headprune adapter slices yet"
 WHY_NOT: dict[str, str] = {
-    "gpt_oss": "GPT-OSS adds a learned attention sink per head, which headprune does not slice with its head",
     "phi": "Phi-1/Phi-2's partial-rotary attention with a dense output projection has no headprune adapter yet "
            "(Phi-3 and Phi-4, model type phi3, are supported)",
     "stablelm": "StableLM's attention keeps its head counts in its own attributes, which headprune does not rewrite",
