@@ -126,6 +126,11 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
     "cohere": ("CohereConfig", "CohereForCausalLM", dict(**_GQA, use_qk_norm=True)),  # Command R+'s per-head norms
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(**_GQA, **_MOE, num_local_experts=4, head_dim=16,
                                                           sliding_window=4)),
+    # Gemma 3 as shipped: a vision-language model (a one-layer vision tower) around the text model's sizes
+    "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration", dict(
+        text_config=dict(**_GQA, head_dim=16), mm_tokens_per_image=4, vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+            patch_size=14))),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_embd=64, n_layer=2, n_head=4, n_positions=256)),
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
     "bert": ("BertConfig", "BertForMaskedLM", {}),
@@ -141,6 +146,11 @@ def family_model(model_type: str, vocab_size: int, seed: int = 0) -> Any:
     config_class, model_class, overrides = FAMILY_MODELS[model_type]
     sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  max_position_embeddings=256, vocab_size=vocab_size, **SPECIAL_IDS)
+    if "text_config" in overrides:  # a vision-language model: the sizes are its text model's; its image tokens are
+        # the tiny vocabulary's last ids
+        overrides = dict(overrides, text_config={**sizes, **overrides["text_config"]}, image_token_index=vocab_size - 1,
+                         boi_token_index=vocab_size - 2, eoi_token_index=vocab_size - 3)
+        sizes = {}
     config = getattr(transformers, config_class)(**{**sizes, **overrides}, attn_implementation="eager")
     torch.manual_seed(seed)
     return getattr(transformers, model_class)(config).eval()

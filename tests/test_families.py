@@ -66,7 +66,8 @@ def test_family_through_eval_export_and_load(model_type, tokenizer, tmp_path) ->
             torch.testing.assert_close(_logits(loaded, lm.is_encoder), want, atol=1e-5, rtol=1e-5)
         saved = stock.state_dict()
         # Only attention changes: every router, expert, MLP, norm and embedding tensor is the original's exactly.
-        untouched = [n for n in original if ".self_attn." not in n and ".attn." not in n and ".attention." not in n]
+        untouched = [n for n in original if ".self_attn." not in n and ".attn." not in n and ".attention." not in n
+                     and "vision_tower" not in n]  # (a vision tower's own attention: checked in the Gemma 3 test)
         assert untouched and all(torch.equal(saved[n], original[n]) for n in untouched if n in saved)
         if layout == "sliced":
             assert record.parameters.after < record.parameters.before
@@ -87,7 +88,7 @@ def _task_file(tmp_path: Path) -> Path:
 # One model of each adapter the ONNX exports of the other tests do not cover (MoE layers are exported through
 # transformers' batched_mm experts), run in onnxruntime against the masked original.
 @pytest.mark.slow  # dynamo's export takes about 40 s a model on one core
-@pytest.mark.parametrize("model_type", ["granite", "mixtral", "gpt_oss", "phi3", "cohere", "olmoe"])
+@pytest.mark.parametrize("model_type", ["granite", "mixtral", "gpt_oss", "phi3", "cohere", "olmoe", "gemma3"])
 def test_family_onnx_equals_the_masked_original(model_type, tokenizer, tmp_path) -> None:
     import numpy as np
     from helpers.extras import needs
@@ -108,6 +109,27 @@ def test_family_onnx_equals_the_masked_original(model_type, tokenizer, tmp_path)
     with ablated(lm, heads):
         torch.testing.assert_close(got, _logits(lm.model, False), atol=1e-4, rtol=1e-4)
     assert getattr(lm.model.config, "_experts_implementation", None) == experts  # the original is left as it was
+
+
+# Every family ONNX Runtime GenAI generates with beyond llama/mistral/qwen2 (tested in test_export.py): the export's
+# gate runs GenAI itself, decoding task prompts greedily against the masked original.
+@pytest.mark.slow  # about 50 s a model on one core
+@pytest.mark.parametrize("model_type", ["qwen3", "phi3", "granite", "gemma", "gemma2", "gemma3_text", "olmo",
+                                        "smollm3", "gpt_oss"])
+def test_family_onnx_decoder_generates_in_genai(model_type, tokenizer, tmp_path) -> None:
+    from helpers import generate_task
+    from helpers.extras import needs
+
+    from headprune.exporter.onnx_export import GENAI_TYPES
+
+    needs("onnx", "onnxruntime", "onnxscript", "onnxruntime_genai", extra="onnx")
+    lm = wrap_model(family_model(model_type, len(tokenizer), seed=2), tokenizer, name=f"tiny-{model_type}")
+    record = export(lm, HEADS, format="onnx", verify_task=generate_task(), out=tmp_path / "o")
+    checked = record.verification.runtime
+    assert checked.done and checked.runtime.startswith("ONNX Runtime GenAI") and checked.tokens > 0
+    assert checked.mismatches == 0 and checked.identical + checked.ties == checked.prompts
+    genai = json.loads((tmp_path / "o" / "genai_config.json").read_text())
+    assert genai["model"]["type"] == GENAI_TYPES[model_type]
 
 
 def test_moe_experts_and_router_are_kept_while_heads_go(tokenizer, tmp_path) -> None:
@@ -156,45 +178,35 @@ def test_known_unsupported_families_say_why_and_what_works(config_class, words, 
     assert "supported model types: " in str(caught.value) and "phi3" in str(caught.value)
 
 
-def _tiny_gemma3_vlm(tokenizer):  # noqa: ANN001, ANN202
+def test_gemma3_as_shipped_keeps_its_vision_tower_working(tokenizer, tmp_path) -> None:
+    """Gemma 3 4B-27B ship as Gemma3ForConditionalGeneration (type gemma3): its language model's heads are removed,
+    the vision tower and projector are kept byte for byte, and the pruned checkpoint (loaded by stock transformers)
+    reads an image as the masked original does."""
     import transformers
 
-    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=16, vocab_size=len(tokenizer), max_position_embeddings=256)
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
-                  patch_size=14)
-    config = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4)
-    torch.manual_seed(1)
-    return transformers.Gemma3ForConditionalGeneration(config).eval()
-
-
-def test_gemma3_as_shipped_is_refused_naming_its_supported_text_model_and_the_recipe_works(tokenizer,
-                                                                                           tmp_path) -> None:
-    """Gemma 3 4B-27B ship as Gemma3ForConditionalGeneration (type gemma3): the refusal says the text model is
-    supported and how to take it out; docs/models.md's recipe, run here, gives a folder headprune prunes whose
-    logits are the vision-language model's on text."""
-    import transformers
-
-    vlm = _tiny_gemma3_vlm(tokenizer)
+    vlm = family_model("gemma3", len(tokenizer), seed=1)
     save_folder(vlm, tokenizer, tmp_path / "vlm")
-    result = invoke("eval", str(tmp_path / "vlm"), "--task", str(_task_file(tmp_path)))
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2 and len(lines) == 1, result.output
-    assert "'gemma3' (Gemma3ForConditionalGeneration) is a vision-language checkpoint" in lines[0]
-    assert "language model (gemma3_text) is supported" in lines[0] and "docs/models.md" in lines[0]
-    # docs/models.md's recipe, as written there.
-    vlm = transformers.AutoModelForImageTextToText.from_pretrained(tmp_path / "vlm")
-    text = transformers.AutoModelForCausalLM.from_config(vlm.config.text_config)
-    text.model.load_state_dict(vlm.model.language_model.state_dict())
-    text.lm_head.load_state_dict(vlm.lm_head.state_dict())
-    save_folder(text, tokenizer, tmp_path / "text")
-    assert "text.model.load_state_dict(vlm.model.language_model.state_dict())" in DOCS.read_text()
-    lm = load_model(str(tmp_path / "text"), device="cpu")
-    assert lm.model.config.model_type == "gemma3_text"
+    lm = load_model(str(tmp_path / "vlm"), device="cpu")
+    assert lm.adapter.family == "gemma3" and lm.grid.num_heads == 4 and lm.task_head == "causal-lm"
+    heads = parse_heads(HEADS)
+    export(lm, heads, verify_task=choice_task(), out=tmp_path / "pruned")
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "pruned", trust_remote_code=True)
+    assert type(pruned).__name__ == "Gemma3ForConditionalGeneration"
+    image_token = vlm.config.image_token_index
+    ids = torch.tensor([[5, 9] + [image_token] * vlm.config.mm_tokens_per_image + [14, 3, 27]])
+    pixels = torch.randn(1, 3, 28, 28, generator=torch.Generator().manual_seed(0))
+    inputs = dict(input_ids=ids, pixel_values=pixels, token_type_ids=(ids == image_token).long())
     with torch.no_grad():
-        torch.testing.assert_close(_logits(lm.model, False), _logits(vlm, False), atol=1e-5, rtol=1e-5)
-    record = export(lm, HEADS, verify_task=choice_task(), out=tmp_path / "pruned")
-    assert record.verification.task.disagreements == 0
+        with ablated(lm, heads):
+            want = lm.model(**inputs).logits
+            text_only = lm.model(input_ids=ids.masked_fill(ids == image_token, 7)).logits
+        got = pruned(**inputs).logits
+    assert float((want - text_only).abs().max()) > 1e-3  # the image reaches the logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    original, saved = lm.model.state_dict(), pruned.state_dict()
+    vision = [n for n in original if "vision_tower" in n or "multi_modal_projector" in n]
+    assert vision and all(torch.equal(saved[n], original[n]) for n in vision)
+    assert saved["model.language_model.layers.1.self_attn.q_proj.weight"].shape[0] == 2 * lm.grid.head_dim
 
 
 def test_llava_style_checkpoints_get_the_same_message() -> None:
@@ -205,6 +217,34 @@ def test_llava_style_checkpoints_get_the_same_message() -> None:
         adapter_for(transformers.LlavaConfig())
     with pytest.raises(Exception, match=r"\(qwen2_vl_text\) is not supported either; supported model types"):
         adapter_for(transformers.Qwen2VLConfig())
+
+
+def test_the_documented_recipe_takes_a_language_model_out(tokenizer, tmp_path) -> None:
+    """docs/models.md's recipe for a vision-language checkpoint headprune does not take whole (LLaVA-style), run
+    here: the folder it writes loads in headprune, with the full model's logits on text."""
+    import transformers
+
+    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=256)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14, projection_dim=32)
+    torch.manual_seed(1)
+    config = transformers.LlavaConfig(text_config=transformers.LlamaConfig(**text),
+                                      vision_config=transformers.CLIPVisionConfig(**vision),
+                                      image_token_index=len(tokenizer) - 1)
+    save_folder(transformers.LlavaForConditionalGeneration(config).eval(), tokenizer, tmp_path / "vlm")
+    result = invoke("eval", str(tmp_path / "vlm"), "--task", str(_task_file(tmp_path)))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "(llama) is supported" in lines[0], result.output
+    # docs/models.md's recipe, as written there.
+    vlm = transformers.AutoModelForImageTextToText.from_pretrained(tmp_path / "vlm")
+    text = transformers.AutoModelForCausalLM.from_config(vlm.config.text_config)
+    text.model.load_state_dict(vlm.model.language_model.state_dict())
+    text.lm_head.load_state_dict(vlm.lm_head.state_dict())
+    save_folder(text, tokenizer, tmp_path / "text")
+    assert "text.model.load_state_dict(vlm.model.language_model.state_dict())" in DOCS.read_text()
+    lm = load_model(str(tmp_path / "text"), device="cpu")
+    torch.testing.assert_close(_logits(lm.model, False), _logits(vlm.eval(), False), atol=1e-5, rtol=1e-5)
 
 
 def family_table() -> str:

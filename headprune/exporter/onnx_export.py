@@ -31,7 +31,10 @@ from headprune.errors import UnsupportedModelError
 ONNX_NAME = "model.onnx"
 GENAI_CONFIG = "genai_config.json"
 OUTPUTS = ("logits", "last_hidden_state")
-GENAI_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2"}  # model_type -> GenAI's model type
+# model_type -> the model type ONNX Runtime GenAI names it by (its decoder-only types; each run by the export's gate)
+GENAI_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
+               "granite": "granite", "gemma": "gemma", "gemma2": "gemma2", "gemma3_text": "gemma3_text", "olmo": "olmo",
+               "smollm3": "smollm3", "gpt_oss": "gptoss"}
 
 
 def onnx_output(head: str) -> str:

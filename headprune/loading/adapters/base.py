@@ -56,6 +56,8 @@ class Adapter:
     # classifier's pooler): the evaluator computes that layer from its attention output on there only
     # (headprune.evaluation.first_position)
     first_position_classes: tuple[str, ...] = ()
+    # the sub-config holding the heads' sizes (a vision-language model's "text_config"); empty: the config itself
+    text_config: str = ""
     # (path from a layer, "q" or "kv"): parameters with a row per query (or key/value) head, sliced with their heads:
     # GPT-OSS's attention sinks, Cohere's per-head q/k norm weights. A path a model lacks is skipped.
     head_params: tuple[tuple[str, str], ...] = ()
@@ -82,6 +84,8 @@ class Adapter:
         Raises:
             UnsupportedModelError: naming the field (``where``: the file, as the message shows it).
         """
+        if self.text_config:
+            where, config = f"{where} {self.text_config}", getattr(config, self.text_config)
         fields = (self.hidden_attr, self.heads_attr, "num_hidden_layers", "vocab_size", "intermediate_size",
                   "head_dim", "max_position_embeddings", *((self.kv_heads_attr,) if self.kv_heads_attr else ()))
         for name in fields:
@@ -104,6 +108,7 @@ class Adapter:
 
     def grid(self, config: PretrainedConfig) -> HeadGrid:
         """Layers, query heads, KV heads and head size from a config."""
+        config = getattr(config, self.text_config) if self.text_config else config
         num_heads = int(getattr(config, self.heads_attr))
         kv_heads = getattr(config, self.kv_heads_attr, None) if self.kv_heads_attr else None
         head_dim = getattr(config, "head_dim", None) or int(getattr(config, self.hidden_attr)) // num_heads
