@@ -249,6 +249,7 @@ def test_the_documented_recipe_takes_a_language_model_out(tokenizer, tmp_path) -
 
 def family_table() -> str:
     """docs/models.md's table: every supported model type, its adapter family, and what each export format writes."""
+    from headprune.exporter.gguf_export import DENSE_ONLY as GGUF_DENSE_ONLY
     from headprune.exporter.gguf_export import MODEL_TYPES as GGUF_TYPES
     from headprune.exporter.onnx_export import GENAI_TYPES
 
@@ -257,7 +258,8 @@ def family_table() -> str:
         config_class = FAMILY_MODELS[model_type][0]
         adapter = adapter_for(type("C", (), {"model_type": model_type})())
         onnx = "decoder with cache (GenAI)" if model_type in GENAI_TYPES else "logits graph"
-        gguf = "llama.cpp" if model_type in GGUF_TYPES else "-"
+        gguf = ("llama.cpp (dense)" if model_type in GGUF_DENSE_ONLY else "llama.cpp") if model_type in GGUF_TYPES \
+            else "-"
         rows.append(f"| `{model_type}` ({config_class.removesuffix('Config')}) | {adapter.family} | "
                     f"{'-' if adapter.dense_only else 'yes'} | yes | {onnx} | {gguf} |")
     return "\n".join(rows) + "\n"

@@ -242,6 +242,30 @@ def test_rope_scalings_run_in_llama_cpp_as_in_transformers(tokenizer, rope_type,
     verify_record(tmp_path / "g")
 
 
+def test_qwen3_dense_gguf_runs_in_llama_cpp_and_sliced_is_refused(tokenizer, tmp_path) -> None:
+    """Qwen3 (per-head-size q/k norms) in llama.cpp's own qwen3 graph: dense only, since the deci graph that takes
+    per-layer head counts has no q/k norms; the refusal is one line naming what works."""
+    from headprune.testing import family_model
+
+    lm = wrap_model(family_model("qwen3", len(tokenizer), seed=2), tokenizer, name="tiny-qwen3")
+    heads = "L0.H1,L1.H0,L1.H1"
+    record = export(lm, heads, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    info = Gguf.details(record)
+    assert info.architecture == "qwen3" and info.runtime.done and info.runtime.mismatches == 0
+    diff, scale = _file_against_masked(lm, parse_heads(heads), tmp_path / "g" / "model.gguf", generate_task())
+    assert diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, scale)
+    reader, _ = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert "blk.0.attn_q_norm.weight" in {t.name for t in reader.tensors}
+    save_folder(lm.model, tokenizer, tmp_path / "m")
+    task = tmp_path / "t.jsonl"
+    task.write_text(json.dumps({"prompt": "the film is", "target": "x"}) + "\n")
+    result = invoke("export", str(tmp_path / "m"), "--heads", heads, "--format", "gguf", "--verify-task", str(task),
+                    "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "q/k norms" in lines[0] and "--layout dense" in lines[0] and not (tmp_path / "o").exists()
+
+
 def test_longrope_is_refused_naming_what_works(tokenizer, tmp_path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 

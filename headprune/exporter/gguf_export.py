@@ -39,7 +39,9 @@ from headprune.exporter.gguf_read import read_back
 from headprune.exporter.gguf_tokenizer import tokenizer_writer
 
 GGUF_NAME = "model.gguf"
-MODEL_TYPES = ("llama", "mistral", "qwen2")  # Llama-style models llama.cpp runs as llama / qwen2 / deci
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # models llama.cpp runs as llama / qwen2 / qwen3 / deci
+# Families whose per-head q/k norms llama.cpp's deci graph (per-layer head counts) lacks: dense only
+DENSE_ONLY = {"qwen3": "llama.cpp's graph for per-layer head counts (deci) has no q/k norms, which Qwen3 needs"}
 OTHER_FORMATS = "safetensors, onnx"
 # RoPE scalings llama.cpp's llama/qwen2/deci graphs compute as transformers does. "dynamic" (NTK) rescales only past
 # the trained context in transformers, and llama.cpp never does: written as plain RoPE with a note. "longrope" (Phi-3)
@@ -86,8 +88,14 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
         raise UnsupportedModelError(f"{lm.name}: RoPE type {kind!r} is not written to GGUF by headprune (llama.cpp "
                                     f"applies it only in other architectures' graphs; RoPE types written: "
                                     f"{', '.join(ROPE_TYPES)}); this model can be exported as {OTHER_FORMATS}")
+    if layout == "sliced" and model_type in DENSE_ONLY:
+        raise UnsupportedModelError(f"{lm.name}: a sliced GGUF cannot be written: {DENSE_ONLY[model_type]}; give "
+                                    f"--layout dense (every head kept in shape, removed ones zeroed), or export "
+                                    f"sliced as {OTHER_FORMATS}")
     if layout == "sliced":
         return "deci"
+    if model_type == "qwen3":
+        return "qwen3"
     # llama.cpp's qwen2 graph has no rope_freqs tensor: Llama 3.1-style scaling goes in its llama graph, which takes
     # Qwen2's q/k/v biases too.
     return "qwen2" if model_type == "qwen2" and kind != "llama3" else "llama"
@@ -332,7 +340,7 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
         write_gguf(f32_path, artifact, plan, tensors, write_tokenizer, name=name, gguf_type="f32")
         _, exact = read_back(f32_path, tensors)
         # The original as a user would otherwise deploy it: every head, the stock architecture, the same type.
-        stock = gguf_plan(lm, "qwen2" if arch == "qwen2" else "llama", plans)
+        stock = gguf_plan(lm, "llama" if arch == "deci" else arch, plans)
         original = scratch / f"original-{gguf_type.upper()}.gguf"
         write_gguf(original, lm.model, stock, gguf_tensors(lm.model, stock), write_tokenizer,
                    name=f"{Path(str(lm.name)).name}", gguf_type=gguf_type)
