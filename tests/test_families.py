@@ -1,7 +1,7 @@
 """The coverage matrix: a tiny random model of every supported model type (built from transformers' own config
-class, as transformers tests its models) through evaluation with heads removed, the sliced and dense exports, loading
-them (headprune and stock transformers), compared with the masked original by their logits; MoE routers and experts
-byte for byte untouched. docs/models.md's table of families and formats is rendered from the same registries.
+class, as transformers tests its models) through evaluation with heads removed, find, the sliced and dense exports,
+loading them (headprune and stock transformers), compared with the masked original by their logits; MoE routers and
+experts byte for byte untouched. docs/models.md's table of families and formats is rendered from the same registries.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import choice_task, save_folder
+from helpers import SMALL, choice_task, save_folder
 from helpers.cli import invoke
 
 from headprune.evaluation import evaluate
@@ -19,8 +19,9 @@ from headprune.exporter import export, verify_record
 from headprune.heads import parse_heads
 from headprune.loading.adapters import adapter_for, supported_model_types
 from headprune.loading.models import load, load_model, wrap_model
+from headprune.search.find import find
 from headprune.surgery.ablation import ablated
-from headprune.testing import FAMILY_MODELS, family_model
+from headprune.testing import FAMILY_MODELS, family_model, random_choice_task
 
 HEADS = "L0.H1,L1.H0,L1.H1"  # one head of a group in layer 0; a whole key/value group in layer 1
 IDS = torch.tensor([[5, 9, 14, 3, 27, 8, 11], [0, 0, 0, 7, 19, 4, 2]])
@@ -53,6 +54,9 @@ def test_family_through_eval_export_and_load(model_type, tokenizer, tmp_path) ->
     task = choice_task()
     removed = evaluate(lm, task, heads=heads)
     assert (removed.margins != evaluate(lm, task).margins).any()
+    # find runs on the family (its layer cache, its hooks); the exact screen, which every model kind takes
+    found = find(lm, random_choice_task(40), **SMALL, screen="exact", extend=0)
+    assert found.finalists and found.model.model_type == model_type
     original = {name: t.clone() for name, t in lm.model.state_dict().items()}
     auto = getattr(transformers, lm.model_class.auto_class)
     layouts = ("dense",) if lm.adapter.dense_only else ("sliced", "dense")
