@@ -98,6 +98,64 @@ def tiny_model(family: str, vocab_size: int, seed: int = 0, layers: int = 2) -> 
     return auto.from_config(tiny_config(family, vocab_size, layers), attn_implementation="eager")
 
 
+# One tiny random model per supported model type, built from transformers' own config class (hidden 64, 2 layers,
+# 4 query heads over 2 key/value heads where the family has grouped-query attention): the coverage matrix of
+# tests/test_families.py. model_type -> (config class, model class, config overrides).
+_GQA = dict(num_key_value_heads=2)
+_MOE = dict(num_experts_per_tok=2)
+FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", _GQA),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", _GQA),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(_GQA, head_dim=16)),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(_GQA, sliding_window=None)),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(_GQA, head_dim=16)),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(_GQA, head_dim=16)),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(_GQA, head_dim=16)),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", _GQA),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", dict(_GQA, attention_multiplier=0.5, residual_multiplier=0.5,
+                                                            logits_scaling=2.0)),
+    "glm": ("GlmConfig", "GlmForCausalLM", dict(_GQA, head_dim=16)),
+    "glm4": ("Glm4Config", "Glm4ForCausalLM", dict(_GQA, head_dim=16)),
+    "olmo": ("OlmoConfig", "OlmoForCausalLM", _GQA),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", _GQA),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", dict(**_GQA, **_MOE, num_experts=4)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(**_GQA, **_MOE, num_local_experts=4, sliding_window=None)),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(**_GQA, **_MOE, num_experts=4, moe_intermediate_size=32,
+                                                                  head_dim=16)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", _GQA),
+    "cohere": ("CohereConfig", "CohereForCausalLM", dict(**_GQA, use_qk_norm=True)),  # Command R+'s per-head norms
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(**_GQA, **_MOE, num_local_experts=4, head_dim=16,
+                                                          sliding_window=4)),
+    # Gemma 3 as shipped: a vision-language model (a one-layer vision tower) around the text model's sizes
+    "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration", dict(
+        text_config=dict(**_GQA, head_dim=16), mm_tokens_per_image=4, vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+            patch_size=14))),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_embd=64, n_layer=2, n_head=4, n_positions=256)),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
+    "bert": ("BertConfig", "BertForMaskedLM", {}),
+    "roberta": ("RobertaConfig", "RobertaForMaskedLM", dict(max_position_embeddings=260, pad_token_id=1)),
+}
+
+
+def family_model(model_type: str, vocab_size: int, seed: int = 0) -> Any:
+    """The tiny random model of ``model_type`` (a key of :data:`FAMILY_MODELS`), eager attention, in eval mode."""
+    import torch
+    import transformers
+
+    config_class, model_class, overrides = FAMILY_MODELS[model_type]
+    sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 max_position_embeddings=256, vocab_size=vocab_size, **SPECIAL_IDS)
+    if "text_config" in overrides:  # a vision-language model: the sizes are its text model's; its image tokens are
+        # the tiny vocabulary's last ids
+        overrides = dict(overrides, text_config={**sizes, **overrides["text_config"]}, image_token_index=vocab_size - 1,
+                         boi_token_index=vocab_size - 2, eoi_token_index=vocab_size - 3)
+        sizes = {}
+    config = getattr(transformers, config_class)(**{**sizes, **overrides}, attn_implementation="eager")
+    torch.manual_seed(seed)
+    return getattr(transformers, model_class)(config).eval()
+
+
 def llama_config(shape: str, layers: int | None = None, **overrides: Any) -> Any:
     """A ``LlamaConfig`` of one of :data:`LLAMA_SHAPES`, with ``layers`` layers when given."""
     from transformers import LlamaConfig

@@ -18,7 +18,7 @@ from headprune.core.folder_lock import lock_path
 from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, VerificationError
 from headprune.exporter import export, verify_record
 from headprune.heads import Head, parse_heads
-from headprune.loading.models import load
+from headprune.loading.models import load, wrap_model
 from headprune.surgery.ablation import ablated
 from headprune.surgery.plan import plan_layers
 from headprune.surgery.slicing import densify, slice_model
@@ -134,6 +134,50 @@ def test_onnx_decoder_generates_in_onnxruntime_genai(models, family, tmp_path) -
                                      pad_token_id=0)[0, len(prompt):].tolist()
         got, _ = runner.greedy(prompt, 12)
         assert got == want
+
+
+@pytest.mark.slow  # an ONNX export with a key/value cache, run in GenAI
+def test_onnx_decoder_with_a_sliding_window_shorter_than_its_inputs(tokenizer, tmp_path) -> None:
+    """A Mistral-style window of 4 tokens under 12-token prompts and a decoded past of 12: the graph's present
+    tensors keep growing (GenAI feeds them back; a sliding cache layer's stopped at the window and crashed it), and
+    the window is applied: onnxruntime's logits, prompt and one cached step, are the windowed masked original's
+    and not those of the same weights without a window."""
+    import onnxruntime
+    from transformers import MistralConfig, MistralForCausalLM
+
+    needs("onnx", "onnxruntime", "onnxscript", "onnxruntime_genai", extra="onnx")
+    from helpers import generate_task
+
+    torch.manual_seed(6)
+    config = MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, max_position_embeddings=256, sliding_window=4,
+                           vocab_size=len(tokenizer), pad_token_id=0, eos_token_id=1, bos_token_id=1,
+                           initializer_range=0.2)  # weights large enough for the window to change the logits
+    lm = wrap_model(MistralForCausalLM(config).eval(), tokenizer, name="tiny-mistral-window")
+    heads = parse_heads("L0.H1,L1.H0")
+    record = export(lm, heads, format="onnx", verify_task=generate_task(), out=tmp_path / "o")
+    checked = record.verification.runtime  # GenAI decoded past the window, token for token
+    assert checked.done and checked.runtime.startswith("ONNX Runtime GenAI") and checked.mismatches == 0
+    ids = torch.randint(2, 200, (1, 13))
+    session = onnxruntime.InferenceSession(str(tmp_path / "o" / "model.onnx"))
+    empty = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), dtype=np.float32) for i in session.get_inputs()[3:]}
+    names = [o.name for o in session.get_outputs()]
+    first = dict(zip(names, session.run(None, {"input_ids": ids[:, :12].numpy(), "attention_mask": np.ones((1, 12),
+                 dtype=np.int64), "position_ids": np.arange(12)[None], **empty})))
+    assert first["present.0.key"].shape[2] == 12
+    past = {f"past_key_values.{n[len('present.'):]}": v for n, v in first.items() if n.startswith("present.")}
+    step = session.run(["logits"], {"input_ids": ids[:, 12:].numpy(), "attention_mask": np.ones((1, 13),
+                       dtype=np.int64), "position_ids": np.array([[12]]), **past})[0]
+    got = torch.cat([torch.from_numpy(first["logits"][0]), torch.from_numpy(step[0])])
+    with torch.no_grad(), ablated(lm, heads):
+        windowed = lm.model(input_ids=ids).logits[0]
+        lm.model.config.sliding_window = None
+        try:
+            unwindowed = lm.model(input_ids=ids).logits[0]
+        finally:
+            lm.model.config.sliding_window = 4
+    torch.testing.assert_close(got, windowed, atol=1e-4, rtol=1e-4)
+    assert float((got - unwindowed).abs().max()) > 0.05
 
 
 def test_gqa_layouts(tokenizer) -> None:

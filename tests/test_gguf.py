@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import build_tiny, choice_task, generate_task, save_folder, text_task
+from helpers import PROMPTS, build_tiny, choice_task, generate_task, save_folder, text_task
 
 from helpers.cli import invoke
 from helpers.gguf_file import gguf_metadata
@@ -191,6 +191,98 @@ def test_plain_llama_architecture_cannot_take_per_layer_head_counts(models, tmp_
                 llama_cpp.LlamaCpp(path, n_ctx=32)
         else:
             llama_cpp.LlamaCpp(path, n_ctx=32).close()
+
+
+# RoPE scalings as Llama 3.x, Qwen2.5 (yarn) and older long-context checkpoints ship them, at sizes where each one
+# changes the tiny model's rotation on the test prompts (head_dim 16: wavelengths from 6 to 45,000 tokens).
+ROPE_SCALINGS = {
+    "llama3": dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=32),
+    "yarn": dict(factor=4.0, original_max_position_embeddings=64),
+    "linear": dict(factor=4.0),
+    "dynamic": dict(factor=4.0),
+}
+
+
+def _rope_llama(tokenizer, rope_type: str, family: str = "llama"):  # noqa: ANN001, ANN202
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    torch.manual_seed(3)
+    rope = {"rope_type": rope_type, "rope_theta": 10000.0, **ROPE_SCALINGS.get(rope_type, {})}
+    config = (Qwen2Config if family == "qwen2" else LlamaConfig)(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=256, vocab_size=len(tokenizer), rope_parameters=rope, pad_token_id=0,
+        eos_token_id=1, bos_token_id=1, initializer_range=0.2)  # weights large enough for positions to matter
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    return wrap_model(model, tokenizer, name=f"tiny-{family}-{rope_type}")
+
+
+@pytest.mark.parametrize(("rope_type", "family", "layout"), [
+    ("llama3", "llama", "sliced"), ("llama3", "llama", "dense"), ("llama3", "qwen2", "dense"),
+    ("yarn", "llama", "sliced"), ("linear", "llama", "sliced"), ("dynamic", "llama", "dense")])
+def test_rope_scalings_run_in_llama_cpp_as_in_transformers(tokenizer, rope_type, family, layout, tmp_path) -> None:
+    """Llama 3.x checkpoints (``rope_type: llama3``) carry llama.cpp's ``rope_freqs`` tensor, which the read-back
+    expects; every scaling is run in llama.cpp and compared with the masked original position by position."""
+    lm = _rope_llama(tokenizer, rope_type, family)
+    tokens = lm.tokenizer(PROMPTS[3])["input_ids"]
+    with torch.no_grad():  # the scaling matters on these prompts: a file that ignored it would fail the gate
+        scaled = lm.model(input_ids=torch.tensor([tokens])).logits[0]
+        plain = _rope_llama(tokenizer, "default", family).model(input_ids=torch.tensor([tokens])).logits[0]
+    assert float((scaled - plain).abs().max()) > 0.1 or rope_type == "dynamic"
+    heads = "L0.H1,L1.H0"
+    record = export(lm, heads, format="gguf", layout=layout, verify_task=generate_task(), out=tmp_path / "g")
+    info = Gguf.details(record)
+    assert info.runtime.done and info.runtime.mismatches == 0
+    diff, scale = _file_against_masked(lm, parse_heads(heads), tmp_path / "g" / "model.gguf", generate_task())
+    assert diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, scale)
+    reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
+    names = {t.name for t in reader.tensors}
+    assert ("rope_freqs.weight" in names) == (rope_type == "llama3")
+    assert meta["general.architecture"] == info.architecture == ("deci" if layout == "sliced" else "llama")
+    assert ("dynamic NTK" in " ".join(info.notes)) == (rope_type == "dynamic")
+    verify_record(tmp_path / "g")
+
+
+def test_qwen3_dense_gguf_runs_in_llama_cpp_and_sliced_is_refused(tokenizer, tmp_path) -> None:
+    """Qwen3 (per-head-size q/k norms) in llama.cpp's own qwen3 graph: dense only, since the deci graph that takes
+    per-layer head counts has no q/k norms; the refusal is one line naming what works."""
+    from headprune.testing import family_model
+
+    lm = wrap_model(family_model("qwen3", len(tokenizer), seed=2), tokenizer, name="tiny-qwen3")
+    heads = "L0.H1,L1.H0,L1.H1"
+    record = export(lm, heads, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    info = Gguf.details(record)
+    assert info.architecture == "qwen3" and info.runtime.done and info.runtime.mismatches == 0
+    diff, scale = _file_against_masked(lm, parse_heads(heads), tmp_path / "g" / "model.gguf", generate_task())
+    assert diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, scale)
+    reader, _ = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert "blk.0.attn_q_norm.weight" in {t.name for t in reader.tensors}
+    save_folder(lm.model, tokenizer, tmp_path / "m")
+    task = tmp_path / "t.jsonl"
+    task.write_text(json.dumps({"prompt": "the film is", "target": "x"}) + "\n")
+    result = invoke("export", str(tmp_path / "m"), "--heads", heads, "--format", "gguf", "--verify-task", str(task),
+                    "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "q/k norms" in lines[0] and "--layout dense" in lines[0] and not (tmp_path / "o").exists()
+
+
+def test_longrope_is_refused_naming_what_works(tokenizer, tmp_path) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 64,
+            "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=256, vocab_size=len(tokenizer),
+                         rope_parameters=rope, pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    save_folder(LlamaForCausalLM(config), tokenizer, tmp_path / "m")
+    task = tmp_path / "t.jsonl"
+    task.write_text(json.dumps({"prompt": "the film is", "target": "x"}) + "\n")
+    result = invoke("export", str(tmp_path / "m"), "--heads", "L0.H1", "--format", "gguf", "--verify-task", str(task),
+                    "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "'longrope'" in lines[0] and "llama3" in lines[0] and "safetensors, onnx" in lines[0]
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("gguf_type", ["f16", "bf16", "q8_0"])

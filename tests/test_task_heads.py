@@ -159,6 +159,34 @@ def test_classify_scores_by_the_models_own_head(tmp_path, tokenizer, family, cla
         assert got.margin == pytest.approx(float(logits[example.label] - others.max()), abs=1e-4)
 
 
+@pytest.mark.parametrize(("family", "class_name"), [("bert", "BertForSequenceClassification"),
+                                                    ("llama", "LlamaForSequenceClassification")])
+def test_onnx_export_of_a_classifier_is_measured_on_a_classify_task_in_onnxruntime(tmp_path, tokenizer, family,
+                                                                                  class_name) -> None:
+    """The classify scorer reads the model's labels from the exported graph's config (it crashed on the ONNX
+    runner), and the graph's logits, run here in onnxruntime, are the masked original's."""
+    from helpers.extras import needs
+
+    needs("onnx", "onnxruntime", "onnxscript", extra="onnx")
+    import onnxruntime
+
+    lm = load_model(str(_save(tmp_path, family, class_name, tokenizer, seed=3)), device="cpu")
+    heads = parse_heads("L0.H1,L1.H0")
+    record = export(lm, heads, format="onnx", verify_task=_classify_task(), out=tmp_path / "o")
+    assert record.verification.task.measured_on == "onnxruntime" and record.verification.task.disagreements == 0
+    session = onnxruntime.InferenceSession(str(tmp_path / "o" / "model.onnx"))
+    names = {i.name for i in session.get_inputs()}
+    feeds = {"input_ids": IDS.numpy(), "attention_mask": MASK.numpy()}
+    if "position_ids" in names:
+        feeds["position_ids"] = (MASK.cumsum(-1) - 1).clamp(min=0).numpy()
+    got = torch.from_numpy(session.run(["logits"], feeds)[0])
+    with ablated(lm, heads), torch.no_grad():
+        want = lm.model(input_ids=IDS, attention_mask=MASK, **({"position_ids": torch.from_numpy(
+            feeds["position_ids"])} if "position_ids" in feeds else {})).logits
+    assert got.shape == (2, 3)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
 def test_classify_labels_by_name_and_clear_errors(tmp_path, tokenizer) -> None:
     folder = _save(tmp_path, "bert", "BertForSequenceClassification", tokenizer)
     config = json.loads((folder / "config.json").read_text())

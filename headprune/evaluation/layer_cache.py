@@ -61,7 +61,7 @@ class LayerInputCache:
         """Checkpoints spaced evenly so that ``token_count`` padded tokens per layer fit ``budget_mb`` (default:
         :func:`default_budget_mb`)."""
         budget_mb = default_budget_mb() if budget_mb is None else budget_mb
-        hidden = int(lm.model.config.hidden_size)
+        hidden = int(lm.model.config.get_text_config().hidden_size)  # a vision-language model: its text model's
         # A captured input is a copy of the hidden states, in the model's dtype (2 bytes an element in bfloat16).
         element = next((p.element_size() for p in lm.model.parameters() if p.is_floating_point()), 4)
         per_layer = token_count * hidden * element

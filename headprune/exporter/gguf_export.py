@@ -39,8 +39,14 @@ from headprune.exporter.gguf_read import read_back
 from headprune.exporter.gguf_tokenizer import tokenizer_writer
 
 GGUF_NAME = "model.gguf"
-MODEL_TYPES = ("llama", "mistral", "qwen2")  # Llama-style models llama.cpp runs as llama / qwen2 / deci
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # models llama.cpp runs as llama / qwen2 / qwen3 / deci
+# Families whose per-head q/k norms llama.cpp's deci graph (per-layer head counts) lacks: dense only
+DENSE_ONLY = {"qwen3": "llama.cpp's graph for per-layer head counts (deci) has no q/k norms, which Qwen3 needs"}
 OTHER_FORMATS = "safetensors, onnx"
+# RoPE scalings llama.cpp's llama/qwen2/deci graphs compute as transformers does. "dynamic" (NTK) rescales only past
+# the trained context in transformers, and llama.cpp never does: written as plain RoPE with a note. "longrope" (Phi-3)
+# and the others need llama.cpp graphs headprune does not write.
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
 
 
 def check_type(gguf_type: str) -> None:
@@ -77,12 +83,22 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
         raise UnsupportedModelError(f"{lm.name}: GGUF export needs a SiLU gated MLP without biases; this model can "
                                     f"be exported as {OTHER_FORMATS}")
     rope = _rope(config)
-    if rope.get("rope_type", "default") not in ("default", "linear", "llama3", "yarn"):
-        raise UnsupportedModelError(f"{lm.name}: RoPE type {rope.get('rope_type')!r} is not written to GGUF by "
-                                    f"headprune; this model can be exported as {OTHER_FORMATS}")
+    kind = rope.get("rope_type", "default")
+    if kind not in ROPE_TYPES:
+        raise UnsupportedModelError(f"{lm.name}: RoPE type {kind!r} is not written to GGUF by headprune (llama.cpp "
+                                    f"applies it only in other architectures' graphs; RoPE types written: "
+                                    f"{', '.join(ROPE_TYPES)}); this model can be exported as {OTHER_FORMATS}")
+    if layout == "sliced" and model_type in DENSE_ONLY:
+        raise UnsupportedModelError(f"{lm.name}: a sliced GGUF cannot be written: {DENSE_ONLY[model_type]}; give "
+                                    f"--layout dense (every head kept in shape, removed ones zeroed), or export "
+                                    f"sliced as {OTHER_FORMATS}")
     if layout == "sliced":
         return "deci"
-    return "qwen2" if model_type == "qwen2" else "llama"
+    if model_type == "qwen3":
+        return "qwen3"
+    # llama.cpp's qwen2 graph has no rope_freqs tensor: Llama 3.1-style scaling goes in its llama graph, which takes
+    # Qwen2's q/k/v biases too.
+    return "qwen2" if model_type == "qwen2" and kind != "llama3" else "llama"
 
 
 def _rope(config: Any) -> dict:
@@ -126,7 +142,8 @@ def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
 
 
 def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.Tensor]:
-    """The artifact's tensors under their GGUF names, in float32, q/k permuted where the graph needs it.
+    """The artifact's tensors under their GGUF names, in float32, q/k permuted where the graph needs it, and the
+    tensors llama.cpp derives from the config (``rope_freqs`` for Llama 3.1-style RoPE): every tensor the file holds.
 
     Raises:
         UnsupportedModelError: a tensor llama.cpp's graph has no place for (it would be lost).
@@ -149,6 +166,11 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
         out[new] = data.contiguous()
+    rope = _rope(artifact.config)
+    if rope.get("rope_type", "default") == "llama3":
+        # Not a weight of the model but part of what the file holds: llama.cpp reads Llama 3.1-style scaling from
+        # this tensor (the converter's ``generate_extra_tensors``), so the read-back must expect it too.
+        out[gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight"] = _llama3_rope_factors(rope, plan.head_dim)
     return out
 
 
@@ -221,14 +243,13 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     if gguf_type not in ("f32", "f16", "bf16"):
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     tokenizer_writer(writer)
-    extra = {"rope_freqs.weight": _llama3_rope_factors(rope, plan.head_dim)} if kind == "llama3" else {}
     if gguf_type in K_QUANTS:  # llama.cpp's own quantizer and its choice of each tensor's type
         typed, _ = typer(tensors, gguf_type, arch=plan.arch, head_count=plan.head_count,
                          head_count_kv=plan.head_count_kv)
     else:
         typed = lambda tensor_name, data: _typed(tensor_name, data, gguf_type)  # noqa: E731
     types = {}
-    for tensor_name, data in {**tensors, **extra}.items():
+    for tensor_name, data in tensors.items():
         array, raw = typed(tensor_name, data.numpy())
         writer.add_tensor(tensor_name, array, raw_dtype=raw)
         types[tensor_name] = raw.name
@@ -319,7 +340,7 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
         write_gguf(f32_path, artifact, plan, tensors, write_tokenizer, name=name, gguf_type="f32")
         _, exact = read_back(f32_path, tensors)
         # The original as a user would otherwise deploy it: every head, the stock architecture, the same type.
-        stock = gguf_plan(lm, "qwen2" if arch == "qwen2" else "llama", plans)
+        stock = gguf_plan(lm, "llama" if arch == "deci" else arch, plans)
         original = scratch / f"original-{gguf_type.upper()}.gguf"
         write_gguf(original, lm.model, stock, gguf_tensors(lm.model, stock), write_tokenizer,
                    name=f"{Path(str(lm.name)).name}", gguf_type=gguf_type)
@@ -331,6 +352,11 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if window and getattr(artifact.config, "model_type", "") == "mistral":
         notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's llama graph does "
                      "not apply: the two agree on contexts up to that length")
+    rope = _rope(artifact.config)
+    if rope.get("rope_type") == "dynamic":
+        trained = rope.get("original_max_position_embeddings") or artifact.config.max_position_embeddings
+        notes.append(f"the checkpoint's dynamic NTK RoPE rescales beyond {trained} tokens in transformers, which "
+                     "llama.cpp does not do: the two agree on contexts up to that length")
     if arch == "deci":
         notes.append("sliced: llama.cpp's deci architecture (per-layer head counts); stock llama-architecture "
                      "tools that assume equal layers do not apply")

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -29,7 +31,10 @@ from headprune.errors import UnsupportedModelError
 ONNX_NAME = "model.onnx"
 GENAI_CONFIG = "genai_config.json"
 OUTPUTS = ("logits", "last_hidden_state")
-GENAI_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2"}  # model_type -> GenAI's model type
+# model_type -> the model type ONNX Runtime GenAI names it by (its decoder-only types; each run by the export's gate)
+GENAI_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
+               "granite": "granite", "gemma": "gemma", "gemma2": "gemma2", "gemma3_text": "gemma3_text", "olmo": "olmo",
+               "smollm3": "smollm3", "gpt_oss": "gptoss"}
 
 
 def onnx_output(head: str) -> str:
@@ -44,6 +49,22 @@ def onnx_output(head: str) -> str:
         return "logits"
     raise UnsupportedModelError(f"ONNX export supports models with a language-model, masked-LM or classification "
                                 f"head, or none; this model has a {head} head (use format safetensors)")
+
+
+@contextmanager
+def _traceable_experts(model: nn.Module) -> Iterator[None]:
+    """Mixture-of-experts layers (Mixtral, Qwen3-MoE, OLMoE) computed by transformers' ``batched_mm`` experts for the
+    export: its default loop over the experts a batch routes to has data-dependent shapes the ONNX converter cannot
+    write; ``batched_mm`` gathers each token's experts' weights, the same sums. Restored afterwards."""
+    current = getattr(model.config, "_experts_implementation", None)
+    if current in (None, "batched_mm") or not hasattr(model, "set_experts_implementation"):
+        yield
+        return
+    model.set_experts_implementation("batched_mm")
+    try:
+        yield
+    finally:
+        model.set_experts_implementation(current)
 
 
 class _Outputs(nn.Module):
@@ -73,7 +94,7 @@ def export_onnx(model: nn.Module, path: Path, *, output: str, positions: bool) -
     names = ["input_ids", "attention_mask"] + (["position_ids"] if positions else [])
     args: tuple = (ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)) if positions else (ids, mask)
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _traceable_experts(model):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(wrapper, args, dynamo=True, input_names=names, output_names=[output],
                                     dynamic_shapes={name: {0: batch, 1: seq} for name in names}, verbose=False)
@@ -97,7 +118,11 @@ class _WithCache(nn.Module):
                 *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
         from transformers import DynamicCache
 
-        cache = DynamicCache(config=self.model.config)
+        # Full layers whatever the config says: a sliding-window layer (Mistral's) keeps only its last window - 1
+        # positions, so its present tensors would stop growing, which a runtime feeding them back as the next
+        # step's past (GenAI) does not expect. The window is applied by the attention mask the model builds from
+        # its config either way, so the logits are the same.
+        cache = DynamicCache()
         for layer in range(self.layers):
             cache.update(past[2 * layer], past[2 * layer + 1], layer)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -133,7 +158,7 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
     outputs = ["logits"] + [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
     shapes = ({0: b, 1: s}, {0: b, 1: t}, {0: b, 1: s}, tuple({0: b, 2: p} for _ in past))
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _traceable_experts(model):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(wrapper, (ids, mask, positions, *past), dynamo=True, input_names=inputs,
                                     output_names=outputs, dynamic_shapes=shapes, verbose=False)

@@ -15,6 +15,7 @@ import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import torch
@@ -63,10 +64,17 @@ class TorchRunner:
 
 
 class OnnxModel:
-    """An onnxruntime session that answers the calls headprune's evaluator and verifier make of a model."""
+    """An onnxruntime session that answers the calls headprune's evaluator and verifier make of a model.
 
-    def __init__(self, path: Path, *, output: str, positions: bool) -> None:
+    Args:
+        config: the config of the model the graph was exported from: scorers read it as they read a torch model's
+            (a classifier's labels).
+    """
+
+    def __init__(self, path: Path, *, output: str, positions: bool, config: Any) -> None:
         import onnxruntime
+
+        self.config = config
 
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3

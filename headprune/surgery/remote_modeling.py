@@ -26,8 +26,9 @@ from transformers import AttentionInterface
 
 KV_MAP_ATTENTION = "headprune_kv_map"
 # How a layer stores its query/key/value projections; slicing and the rebuild below handle exactly these.
-# "separate": q, k, v Linear layers; "gpt2": one Conv1D, columns [q | k | v]; "neox": one Linear, rows per head [q, k, v].
-QKV_LAYOUTS = ("separate", "gpt2", "neox")
+# "separate": q, k, v Linear layers; "gpt2": one Conv1D, columns [q | k | v]; "neox": one Linear, rows per head [q, k, v];
+# "fused": one Linear, rows [q heads | k heads | v heads] with grouped key/value heads (Phi-3's qkv_proj).
+QKV_LAYOUTS = ("separate", "gpt2", "neox", "fused")
 
 BASE_CLASS = "{base_class}"  # filled in when the file is written next to a checkpoint
 
@@ -41,6 +42,17 @@ def _get(module: nn.Module, path: str) -> nn.Module:
 def _set(module: nn.Module, path: str, value: nn.Module) -> None:
     parent, _, name = path.rpartition(".")
     setattr(_get(module, parent) if parent else module, name, value)
+
+
+def head_param(module: nn.Module, path: str) -> nn.Parameter | None:
+    """The parameter at ``path``, or None where the model has none (Cohere's q/k norms exist only when enabled)."""
+    parent, _, name = path.rpartition(".")
+    try:
+        owner = _get(module, parent) if parent else module
+    except AttributeError:
+        return None
+    found = getattr(owner, name, None)
+    return found if isinstance(found, nn.Parameter) else None
 
 
 def _linear(old: nn.Module, out_features: int | None = None, in_features: int | None = None) -> nn.Module:
@@ -101,9 +113,22 @@ def shrink(model: nn.Module, record: dict) -> None:
             attention.split_size = n_q * head_dim
         elif paths["qkv_layout"] == "neox":
             _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=3 * n_q * head_dim))
+        elif paths["qkv_layout"] == "fused":
+            _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=(n_q + 2 * n_kv) * head_dim))
+            # Phi-3 splits the fused rows at config.num_attention_heads * head_dim: the layer gets its own config
+            # with its own count (the model's config keeps the original, which the checkpoint's config.json holds).
+            attention.config = copy.copy(attention.config)
+            attention.config.num_attention_heads = n_q
+            attention.num_key_value_heads = n_kv
         else:
             raise ValueError(f"unknown qkv layout {paths['qkv_layout']!r}")
         _set(layer, paths["output"], _linear(_get(layer, paths["output"]), in_features=n_q * head_dim))
+        for path, which in paths.get("head_params", ()):  # a row per head: GPT-OSS's sinks, per-head norms
+            old = head_param(layer, path)
+            if old is not None:
+                rows = n_q if which == "q" else n_kv
+                _set(layer, path, nn.Parameter(torch.empty(rows, *old.shape[1:], dtype=old.dtype, device=old.device),
+                                               requires_grad=False))
         if hasattr(attention, "num_key_value_groups"):
             attention.num_key_value_groups = n_q // n_kv
         if layer_record.get("kv_slots"):

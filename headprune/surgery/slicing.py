@@ -20,7 +20,7 @@ from headprune.heads import Head
 from headprune.loading.adapters.base import get_path
 from headprune.loading.models import LoadedModel
 from headprune.surgery.plan import LayerPlan
-from headprune.surgery.remote_modeling import shrink
+from headprune.surgery.remote_modeling import head_param, shrink
 
 
 def _rows(weight: torch.Tensor, blocks: Sequence[int], size: int, dim: int) -> torch.Tensor:
@@ -86,7 +86,11 @@ def slice_model(lm: LoadedModel, plans: Sequence[LayerPlan], removed: Sequence[H
     shrink(model, record)  # unchanged layers keep their modules, which hold the original's own tensors
     for layer, weights in zip(adapter.layers(model), new_weights):
         for path, (weight, bias) in weights.items():
-            _adopt(get_path(layer, path), weight, bias)
+            if isinstance(get_path(layer, path), nn.Parameter):  # a head's row of sinks or norm weights
+                parent, _, name = path.rpartition(".")
+                setattr(get_path(layer, parent), name, nn.Parameter(weight.detach(), requires_grad=False))
+            else:
+                _adopt(get_path(layer, path), weight, bias)
     model.config.headprune = record
     return model
 
@@ -117,8 +121,19 @@ def _sliced_weights(lm: LoadedModel, layer: nn.Module, plan: LayerPlan, means: t
         fused = get_path(layer, paths[0])
         bias = None if fused.bias is None else _rows(fused.bias, plan.q_heads, 3 * hd, 0)
         out[paths[0]] = (_rows(fused.weight, plan.q_heads, 3 * hd, 0), bias)
+    elif adapter.qkv_layout == "fused":  # rows [q heads | k heads | v heads], head_dim rows a block
+        fused = get_path(layer, paths[0])
+        kv_base = grid.num_heads + grid.num_kv_heads
+        blocks = [*plan.q_heads, *(grid.num_heads + k for k in plan.kv_heads), *(kv_base + k for k in plan.kv_heads)]
+        bias = None if fused.bias is None else _rows(fused.bias, blocks, hd, 0)
+        out[paths[0]] = (_rows(fused.weight, blocks, hd, 0), bias)
     else:  # an adapter refuses an unknown layout when it is declared; this keeps slicing from guessing
         raise ValueError(f"unknown qkv layout {adapter.qkv_layout!r}")
+    for path, which in adapter.head_params:
+        parameter = head_param(layer, path)
+        if parameter is not None:  # rows per head: (heads, ...) -> (kept heads, ...)
+            heads = plan.q_heads if which == "q" else plan.kv_heads
+            out[path] = (parameter.detach()[list(heads)].clone(), None)
     projection = get_path(layer, adapter.output_projection_path)
     conv = adapter.projection_is_conv1d  # GPT-2's Conv1D weight is (in, out): heads are rows
     weight = _rows(projection.weight, plan.q_heads, hd, 0 if conv else 1).clone()

@@ -148,6 +148,10 @@ class ExportFormat:
         Raises:
             UnsupportedModelError, ExportSettingsError.
         """
+        if self.options.layout == "sliced" and lm.adapter.dense_only:
+            raise ExportSettingsError(f"{lm.name} ({lm.model.config.model_type}) cannot be exported with layout "
+                                      f"sliced: {lm.adapter.dense_only}; layout dense is exact",
+                                      settings=("layout",))
         self.passthrough = passthrough_tensors(lm, self.name, self.writes_through)
 
     def layout_for(self, lm: LoadedModel, plans: Sequence[Any]) -> str:

@@ -84,7 +84,8 @@ class Onnx(ExportFormat):
             onnx_export.export_onnx(artifact, staging / onnx_export.ONNX_NAME, output=self.output,
                                     positions=not lm.is_encoder)
         artifact.config.save_pretrained(staging)
-        runner = OnnxModel(staging / onnx_export.ONNX_NAME, output=self.output, positions=not lm.is_encoder)
+        runner = OnnxModel(staging / onnx_export.ONNX_NAME, output=self.output, positions=not lm.is_encoder,
+                           config=artifact.config)
         exported = LoadedModel(str(staging), staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
                                lm.model_class)
         measured_on = "onnxruntime"

@@ -11,11 +11,18 @@ from headprune.core.registry import Registry
 from headprune.errors import UnsupportedModelError
 from headprune.loading.adapters.base import Adapter
 from headprune.loading.adapters.bert import BERT
+from headprune.loading.adapters.cohere import COHERE
+from headprune.loading.adapters.gemma3 import GEMMA3
 from headprune.loading.adapters.gpt2 import GPT2
+from headprune.loading.adapters.gpt_oss import GPT_OSS
 from headprune.loading.adapters.llama import LLAMA
+from headprune.loading.adapters.moe import MOE
 from headprune.loading.adapters.neox import NEOX
+from headprune.loading.adapters.olmo2 import OLMO2
+from headprune.loading.adapters.phi3 import PHI3
+from headprune.loading.adapters.unsupported import refusal
 
-_ADAPTERS: tuple[Adapter, ...] = (LLAMA, GPT2, NEOX, BERT)
+_ADAPTERS: tuple[Adapter, ...] = (LLAMA, GEMMA3, MOE, GPT_OSS, PHI3, COHERE, OLMO2, GPT2, NEOX, BERT)
 _BY_MODEL_TYPE: Registry[str, Adapter] = Registry("model type")  # two adapters claiming one type: an error
 for _adapter in _ADAPTERS:
     for _model_type in _adapter.model_types:
@@ -28,13 +35,12 @@ def supported_model_types() -> list[str]:
 
 
 def adapter_for(config: PretrainedConfig) -> Adapter:
-    """The adapter for a config, or :class:`UnsupportedModelError` naming the supported families."""
+    """The adapter for a config, or :class:`UnsupportedModelError` saying why where that is known (and, for a
+    vision-language checkpoint, whether its language model is supported) and naming the supported families."""
     model_type = getattr(config, "model_type", None)
     adapter = _BY_MODEL_TYPE.get(model_type or "")
     if adapter is None:
-        raise UnsupportedModelError(
-            f"unsupported architecture {model_type!r}; supported model types: {', '.join(supported_model_types())}"
-        )
+        raise UnsupportedModelError(refusal(config, supported_model_types(), lambda t: t in _BY_MODEL_TYPE))
     return adapter
 
 

@@ -56,6 +56,15 @@ class Adapter:
     # classifier's pooler): the evaluator computes that layer from its attention output on there only
     # (headprune.evaluation.first_position)
     first_position_classes: tuple[str, ...] = ()
+    # the sub-config holding the heads' sizes (a vision-language model's "text_config"); empty: the config itself
+    text_config: str = ""
+    # (path from a layer, "q" or "kv"): parameters with a row per query (or key/value) head, sliced with their heads:
+    # GPT-OSS's attention sinks, Cohere's per-head q/k norm weights. A path a model lacks is skipped.
+    head_params: tuple[tuple[str, str], ...] = ()
+    # (config attribute, why): a family setting headprune cannot prune exactly, refused when the attribute is true
+    unsupported_settings: tuple[tuple[str, str], ...] = ()
+    # why removing a head's rows cannot give the masked model's outputs (empty: it can); such a family exports dense
+    dense_only: str = ""
 
     def __post_init__(self) -> None:
         if self.qkv_layout not in QKV_LAYOUTS:  # slicing a layout it does not know would write a wrong model
@@ -65,7 +74,8 @@ class Adapter:
     def module_paths(self) -> dict:
         """The paths export records in config.json, so a pruned checkpoint can be rebuilt without headprune."""
         return {"layers": self.layers_path, "attention": self.attention_path, "output": self.output_projection_path,
-                "qkv": list(self.qkv_paths), "qkv_layout": self.qkv_layout, "count_attrs": list(self.count_attrs)}
+                "qkv": list(self.qkv_paths), "qkv_layout": self.qkv_layout, "count_attrs": list(self.count_attrs),
+                **({"head_params": [list(p) for p in self.head_params]} if self.head_params else {})}
 
     def check_config(self, config: PretrainedConfig, where: str = "config.json") -> None:
         """Refuse a config no model can be built from, before any weight is allocated: sizes and counts that are
@@ -74,6 +84,8 @@ class Adapter:
         Raises:
             UnsupportedModelError: naming the field (``where``: the file, as the message shows it).
         """
+        if self.text_config:
+            where, config = f"{where} {self.text_config}", getattr(config, self.text_config)
         fields = (self.hidden_attr, self.heads_attr, "num_hidden_layers", "vocab_size", "intermediate_size",
                   "head_dim", "max_position_embeddings", *((self.kv_heads_attr,) if self.kv_heads_attr else ()))
         for name in fields:
@@ -82,6 +94,9 @@ class Adapter:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UnsupportedModelError(f"{where}: {name} must be a whole number of at least 1, not {value!r}")
+        for name, why in self.unsupported_settings:
+            if getattr(config, name, None):
+                raise UnsupportedModelError(f"{where}: {name} is set: {why}")
         heads = int(getattr(config, self.heads_attr))
         kv_heads = getattr(config, self.kv_heads_attr, None) if self.kv_heads_attr else None
         if kv_heads and heads % kv_heads:
@@ -93,6 +108,7 @@ class Adapter:
 
     def grid(self, config: PretrainedConfig) -> HeadGrid:
         """Layers, query heads, KV heads and head size from a config."""
+        config = getattr(config, self.text_config) if self.text_config else config
         num_heads = int(getattr(config, self.heads_attr))
         kv_heads = getattr(config, self.kv_heads_attr, None) if self.kv_heads_attr else None
         head_dim = getattr(config, "head_dim", None) or int(getattr(config, self.hidden_attr)) // num_heads

@@ -1,0 +1,47 @@
+"""Why a family headprune knows of is not supported, and what to do with a vision-language checkpoint: the words of
+the refusal :func:`headprune.loading.adapters.adapter_for` gives (one line, exit 2), so that it says why and what
+would work rather than only "unsupported".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_FUSED_OR_OTHER = "its attention is laid out in a way no headprune adapter slices yet"
+WHY_NOT: dict[str, str] = {
+    "phi": "Phi-1/Phi-2's partial-rotary attention with a dense output projection has no headprune adapter yet "
+           "(Phi-3 and Phi-4, model type phi3, are supported)",
+    "stablelm": "StableLM's attention keeps its head counts in its own attributes, which headprune does not rewrite",
+    "falcon": f"Falcon's fused multi-query projection: {_FUSED_OR_OTHER}",
+    "gptj": f"GPT-J: {_FUSED_OR_OTHER}",
+    "opt": f"OPT: {_FUSED_OR_OTHER}",
+    "bloom": f"Bloom's ALiBi per-head slopes: {_FUSED_OR_OTHER}",
+    "cohere2": "Cohere 2's interleaved sliding-window layers have no headprune adapter yet (cohere is supported)",
+    "deberta-v2": "DeBERTa-v3's disentangled relative-position attention has no headprune adapter yet (bert and "
+                  "roberta encoders are supported)",
+    "modernbert": "ModernBERT's fused Wqkv with alternating local attention has no headprune adapter yet (bert and "
+                  "roberta encoders are supported)",
+    "t5": "encoder-decoder models (T5) have two attention stacks and cross-attention; headprune prunes decoder-only "
+          "and encoder-only models",
+}
+
+
+def refusal(config: Any, supported: list[str], is_supported: Any) -> str:
+    """The one-line refusal of ``config``: why its family is not supported where that is known, and for a
+    vision-language checkpoint whether its language model is supported and how to use it."""
+    model_type = getattr(config, "model_type", None)
+    text = getattr(config, "text_config", None)
+    vision = getattr(config, "vision_config", None)
+    supported_line = f"supported model types: {', '.join(supported)}"
+    if text is not None and vision is not None:
+        architecture = (getattr(config, "architectures", None) or [type(config).__name__])[0]
+        text_type = getattr(text, "model_type", None)
+        head = f"{model_type!r} ({architecture}) is a vision-language checkpoint; headprune prunes text models' heads"
+        if is_supported(text_type):
+            return (f"{head}, and its language model ({text_type}) is supported: save the language model alone "
+                    f"(docs/models.md, \"Vision-language checkpoints\": AutoModelForCausalLM.from_config(config."
+                    f"text_config) with the weights of model.language_model and lm_head) and give that folder; the "
+                    f"vision tower is not kept")
+        return f"{head}, and its language model ({text_type}) is not supported either; {supported_line}"
+    why = WHY_NOT.get(model_type or "")
+    return f"unsupported architecture {model_type!r}{': ' + why if why else ''}; {supported_line}"
