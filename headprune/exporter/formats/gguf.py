@@ -36,6 +36,9 @@ log = logging.getLogger("headprune")
 # ONNX's 5e-5 serves here too: twice the largest runtime difference seen, half the smallest error.
 GGUF_TOLERANCE = 5e-5
 FLOAT32_ONLY = "GGUF export is verified in float32; give dtype float32 (gguf_type sets the file's own type)"
+# Task examples llama.cpp runs side by side in the checks, on their shared prompt prefix (llama_cpp_rows): on
+# SmolLM2-135M a decoding step of 16 rows costs about what one of a single row does.
+TASK_ROWS = 16
 
 
 
@@ -110,7 +113,8 @@ class Gguf(ExportFormat):
             return Written(exported, artifact, artifact,
                            "the torch model the GGUF file was written from (llama.cpp was not available)",
                            files=files)
-        runner = LlamaCppModel(files.f32_path, n_ctx=_context_for(lm, job.task, job.greedy_steps), eos=eos_ids(lm))
+        runner = LlamaCppModel(files.f32_path, n_ctx=_context_for(lm, job.task, job.greedy_steps), eos=eos_ids(lm),
+                               rows=TASK_ROWS)
         exported = LoadedModel("gguf", staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
                                lm.model_class)
         return Written(exported, runner, artifact, f"{version}, float32 file", [runner], files=files)
@@ -140,7 +144,7 @@ class Gguf(ExportFormat):
             check = compare_greedy(lm, job.removed, runner, prompts, file_type="f32", gated=True, **options)
             gate(check, job.tolerance, "llama.cpp")
             if gguf_type != "f32":
-                typed_runner = LlamaCppModel(files.path, n_ctx=runner.n_ctx, eos=runner.eos)
+                typed_runner = LlamaCppModel(files.path, n_ctx=runner.n_ctx, eos=runner.eos, rows=TASK_ROWS)
                 written.closers.append(typed_runner)
                 typed = compare_greedy(lm, job.removed, typed_runner, prompts, file_type=gguf_type, gated=False,
                                        **options)
@@ -160,7 +164,7 @@ class Gguf(ExportFormat):
         from headprune.exporter.runtimes import LlamaCppModel
 
         runner = written.runner
-        original = LlamaCppModel(written.files.original_path, n_ctx=runner.n_ctx, eos=runner.eos)
+        original = LlamaCppModel(written.files.original_path, n_ctx=runner.n_ctx, eos=runner.eos, rows=TASK_ROWS)
         written.closers.append(original)
         return check_quantized(job, written.files, runner, typed_runner, original, gguf_type=self.chosen["gguf_type"])
 
