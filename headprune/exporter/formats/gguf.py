@@ -23,6 +23,7 @@ from headprune.exporter.export_record import ExportRecord, RuntimeCheck
 from headprune.exporter.formats.base import (ExportFormat, FormatOption, Job, Written, refuse_unless_float32,
                                              register)
 from headprune.exporter.gguf_quant_check import QuantCheck
+from headprune.exporter.gguf_size import DeploySize
 
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.loading.models import LoadedModel
@@ -60,6 +61,7 @@ class GgufInfo:
     typed_runtime: RuntimeCheck | None = None  # the written file when it is not float32
     notes: tuple[str, ...] = ()
     quantized: QuantCheck | None = None  # a lossy file against its float32 one, and the task on it and the original
+    size: DeploySize | None = None  # the file and llama.cpp's key/value cache against the original's
 
 
 @register
@@ -151,7 +153,7 @@ class Gguf(ExportFormat):
                 quantized = self._quantized(job, written, typed_runner)
         info = GgufInfo(files.plan.arch, gguf_type, files.path.name, files.plan.head_count, files.plan.head_count_kv,
                         files.tokenizer, files.chat_template, files.read_back, files.read_back_diff, check, typed,
-                        files.notes, quantized)
+                        files.notes, quantized, _size(job, files))
         return None, info
 
     def _quantized(self, job: Job, written: Written, typed_runner: Any) -> QuantCheck:
@@ -185,6 +187,10 @@ class Gguf(ExportFormat):
             from headprune.exporter.gguf_quant_check import summary
 
             lines += summary(info.quantized)
+        if info.size is not None:
+            from headprune.exporter.gguf_size import summary_line
+
+            lines.append(summary_line(info.size, info.gguf_type))
         return lines
 
     @classmethod
@@ -222,6 +228,10 @@ class Gguf(ExportFormat):
             from headprune.exporter.gguf_quant_check import card_lines
 
             lines += card_lines(info.quantized)
+        if info.size is not None:
+            from headprune.exporter.gguf_size import card_line
+
+            lines.append(card_line(info.size, info.gguf_type))
         return lines + [f"- Note: {note}." for note in info.notes]
 
     @classmethod
@@ -234,6 +244,18 @@ class Gguf(ExportFormat):
             lines += ["", "Layers have different head counts: the file uses llama.cpp's `deci` architecture, which "
                       "reads them per layer (`deci.attention.head_count`, `deci.attention.head_count_kv`)."]
         return lines
+
+
+def _size(job: Job, files: Any) -> DeploySize:
+    """The written file and llama.cpp's key/value cache against the original's (written in the same type)."""
+    from headprune.exporter.export_record import weight_bytes
+    from headprune.exporter.gguf_export import gguf_plan
+    from headprune.exporter.gguf_size import deploy_size
+
+    stock = gguf_plan(job.lm, "llama", job.plans)  # the original's head counts (the architecture name aside)
+    original = weight_bytes(files.original_path) if files.original_path is not None else 0
+    return deploy_size(weight_bytes(files.path), original, files.plan.head_count_kv, stock.head_count_kv,
+                       files.plan.head_dim)
 
 
 def usage(runtime: str, file: str) -> list[str]:
