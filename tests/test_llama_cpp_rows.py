@@ -135,3 +135,58 @@ def test_a_sequence_run_alone_between_shared_calls_leaves_them_right(files) -> N
     finally:
         alone.close()
         shared.close()
+
+
+def test_the_quantized_gates_differences_are_the_same_on_a_shared_prefix(files) -> None:
+    """gguf_quant_check's root mean square over every real token: torch models reading the prefix's keys and values,
+    and llama.cpp runners sharing it themselves, count the prefix once per sequence as if computed in each."""
+    import copy
+
+    from headprune.exporter.gguf_quant_check import _differences
+
+    lm, paths = files
+    other = copy.deepcopy(lm.model)
+    with torch.no_grad():
+        for parameter in other.parameters():
+            parameter.mul_(1.01)
+    task = prefixed(choice_task())
+    whole, shared = Evaluator(lm, task, batch_size=5, share_prefix=False), Evaluator(lm, task, batch_size=5)
+    assert shared.prefix and not whole.prefix
+    with torch.inference_mode():
+        want = _differences(lm.model, other, whole)
+        got = _differences(lm.model, other, shared)
+    assert got[3] == want[3] and got[0] == pytest.approx(want[0], rel=1e-4)
+    assert got[1] == pytest.approx(want[1], rel=1e-3)
+    pairs = [[LlamaCppModel(paths["llama f32"], n_ctx=128, eos=(), threads=1, rows=rows),
+              LlamaCppModel(paths["deci q8_0"], n_ctx=128, eos=(), threads=1, rows=rows)] for rows in (1, 4)]
+    try:
+        want, got = (_differences(*pair, evaluator) for pair, evaluator in zip(pairs, (whole, shared)))
+    finally:
+        for runner in (*pairs[0], *pairs[1]):
+            runner.close()
+    assert got[3] == want[3] and got[0] == pytest.approx(want[0], rel=1e-4)
+    assert got[1] == pytest.approx(want[1], rel=1e-3)
+    assert got[0] > 0.01
+
+
+def test_greedy_side_by_side_is_each_prompt_alone(files) -> None:
+    """The runtime gate's greedy decoding of many prompts at once, in torch (one batch) and in llama.cpp (rows on a
+    shared prefix): the tokens and the logits behind each of one prompt decoded alone."""
+    from headprune.exporter.runtimes import TorchRunner
+
+    lm, paths = files
+    prompts = [lm.tokenizer(e.prompt)["input_ids"] for e in prefixed(generate_task()).examples]
+    eos = (lm.tokenizer.eos_token_id,)
+    runners = [(TorchRunner(lm.model, eos=eos), TorchRunner(lm.model, eos=eos)),
+               (LlamaCppModel(paths["llama f32"], n_ctx=128, eos=eos, threads=1),
+                LlamaCppModel(paths["llama f32"], n_ctx=128, eos=eos, threads=1, rows=4))]
+    try:
+        for alone, together in runners:
+            many = together.greedy_many(prompts, 9)
+            for prompt, (tokens, logits) in zip(prompts, many):
+                want, want_logits = alone.greedy(prompt, 9)
+                assert tokens == want and len(logits) == len(want_logits) == len(tokens) > 0
+                assert all(torch.allclose(a, b, atol=1e-4, rtol=0) for a, b in zip(logits, want_logits))
+    finally:
+        for runner in runners[1]:
+            runner.close()

@@ -64,9 +64,9 @@ def _differences(want: Any, have: Any, evaluator: Any) -> tuple[float, float, fl
     """Root mean square and largest |have - want| and largest |want| over the real tokens' logits of the
     ``evaluator``'s task inputs; the tokens compared (every sequence's, a shared prefix's included).
 
-    Two torch models compute a prompt prefix the inputs share once (its keys and values then serve every batch), and
-    its differences count once for every sequence, as if computed in each; llama.cpp's runners share it themselves
-    (:mod:`headprune.exporter.llama_cpp_rows`)."""
+    A prompt prefix the inputs share is computed once: by two torch models (its keys and values then serve every
+    batch), or by llama.cpp's runners, which share it themselves (:mod:`headprune.exporter.llama_cpp_rows`) and are
+    given whole rows, read after the prefix. Its differences count once for every sequence, as if computed in each."""
     import torch
 
     from headprune.core.compat import cache_of, passing_cache
@@ -74,22 +74,29 @@ def _differences(want: Any, have: Any, evaluator: Any) -> tuple[float, float, fl
 
     worst = scale = squares = 0.0
     tokens = count = 0
-    shared = bool(evaluator.prefix) and all(isinstance(m, torch.nn.Module) for m in (want, have))
+    modules = all(isinstance(m, torch.nn.Module) for m in (want, have))
+    shared = bool(evaluator.prefix) and (modules or all(getattr(m, "shares_prefix", False) for m in (want, have)))
     prefix = (0.0, 0)  # the prefix's squared differences and values, counted again for every sequence
     caches: tuple = ()
     if shared:
         ids = torch.tensor([evaluator.prefix.tokens], device=evaluator.lm.device)
-        outs = [m(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True) for m in (want, have)]
+        options = {"use_cache": True} if modules else {}
+        outs = [m(input_ids=ids, attention_mask=torch.ones_like(ids), **options) for m in (want, have)]
         a, b = (out.logits[0].float().cpu() for out in outs)
         diff = a - b
         worst, scale = float(diff.abs().max()), float(a.abs().max())
         prefix = (float(diff.double().square().sum()), diff.numel())
-        caches = tuple(cache_of(out) for out in outs)
+        caches = tuple(cache_of(out) for out in outs) if modules else ()
     start = len(evaluator.prefix) if shared else 0
     for ids, mask, extra in evaluator.reference_batches(after_prefix=shared):
-        past = [passing_cache(SharedPrefix.rows(c, len(ids))) for c in caches] if shared else [{}, {}]
-        a = want(input_ids=ids, attention_mask=mask, **extra, **past[0]).logits.float().cpu()
-        b = have(input_ids=ids, attention_mask=mask, **extra, **past[1]).logits.float().cpu()
+        if shared and not modules:  # whole rows: the prefix's tokens, then each row's own (right-padded)
+            whole = torch.cat([torch.tensor([evaluator.prefix.tokens] * len(ids), device=ids.device), ids], dim=1)
+            a = want(input_ids=whole, attention_mask=mask, logits_to_keep=ids.shape[1]).logits.float().cpu()
+            b = have(input_ids=whole, attention_mask=mask, logits_to_keep=ids.shape[1]).logits.float().cpu()
+        else:
+            past = [passing_cache(SharedPrefix.rows(c, len(ids))) for c in caches] if shared else [{}, {}]
+            a = want(input_ids=ids, attention_mask=mask, **extra, **past[0]).logits.float().cpu()
+            b = have(input_ids=ids, attention_mask=mask, **extra, **past[1]).logits.float().cpu()
         real = mask[:, start:].bool().cpu()
         diff = a[real] - b[real]
         if diff.numel():

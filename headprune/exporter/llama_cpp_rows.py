@@ -101,10 +101,11 @@ class SharedRows:
         return out
 
     def greedy(self, prompts: Sequence[Sequence[int]], steps: int,
-               ended: Callable[[list[int], list[list[int]]], list[bool]]) -> list[list[int]]:
+               ended: Callable[[list[int], list[list[int]]], list[bool]],
+               chosen_from: list[list[np.ndarray]] | None = None) -> list[list[int]]:
         """Per prompt, up to ``steps`` greedy tokens after it; after each step, ``ended(indices, tokens)`` says which
         of the rows that took it have ended. Every row still going takes its next step in one batch with the others
-        of its group."""
+        of its group. ``chosen_from``: filled with each row's logits behind each of its tokens."""
         if not prompts or steps < 1:
             return [[] for _ in prompts]
         shared = self._shared(prompts)
@@ -121,6 +122,8 @@ class SharedRows:
             while going:
                 for (_, index), row in zip(going, logits):
                     tokens[index].append(int(np.argmax(row)))  # the first of equal maxima, as torch's argmax
+                    if chosen_from is not None:
+                        chosen_from[index].append(row)
                 done = ended([index for _, index in going], [tokens[index] for _, index in going])
                 for (seq, index), stop in zip(going, done):
                     if stop or len(tokens[index]) >= steps:

@@ -251,6 +251,19 @@ def read_back(binding: Binding, ctx: int, params: Any) -> list[str]:
     return found
 
 
+def physical_cores() -> int:
+    """The physical cores among the CPUs this process may run on, as llama.cpp's own default counts them (one per
+    set of hardware threads that share a core, ``topology/thread_siblings_list``); half the CPUs where that cannot
+    be read (two hardware threads a core)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        cores = {Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+                 for cpu in cpus}
+        return max(1, len(cores))
+    except (AttributeError, OSError):
+        return max(1, (os.cpu_count() or 2) // 2)
+
+
 class LlamaCpp:
     """One GGUF file loaded in llama.cpp with one context: per-position logits, greedy decoding, tokenization.
 
@@ -259,7 +272,8 @@ class LlamaCpp:
         kv_f32: a float32 key/value cache (the gate's choice: llama.cpp's default f16 cache would round keys and
             values); False keeps llama.cpp's default (the benchmark's choice).
         flash_attn: llama.cpp's flash attention (off for the gate: per-layer head counts pad it differently).
-        threads: CPU threads (default: half the CPUs; more spin against each other on a busy machine).
+        threads: CPU threads (default: :func:`physical_cores`, llama.cpp's own default; a second thread on a core's
+            other hardware thread only spins against the first).
         sequences: sequences the context holds at once (``n_seq_max``); with more than one, in one unified key/value
             buffer, where a sequence copied from another shares its cells instead of copying them
             (:meth:`copy_sequence`).
@@ -282,7 +296,7 @@ class LlamaCpp:
         if not self.model:
             raise ValueError(f"llama.cpp could not load {Path(path).name}: {self._errors() or 'no reason'}")
         params = lib.llama_context_default_params()
-        threads = threads or max(1, (os.cpu_count() or 2) // 2)
+        threads = threads or physical_cores()
         params.n_ctx, params.n_batch = n_ctx, min(n_ctx, 512)
         params.n_ubatch, params.n_threads, params.n_threads_batch = params.n_batch, threads, threads
         params.flash_attn_type = constants[f"LLAMA_FLASH_ATTN_TYPE_{'ENABLED' if flash_attn else 'DISABLED'}"]

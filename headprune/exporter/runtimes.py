@@ -53,6 +53,37 @@ class TorchRunner:
         return tokens, logits
 
     @torch.inference_mode()
+    def greedy_many(self, prompts: list[list[int]], steps: int) -> list[tuple[list[int], list[torch.Tensor]]]:
+        """:meth:`greedy` of every prompt in one batch (left-padded, with position ids): the same tokens and logits
+        up to float rounding, one forward pass a step for all of them."""
+        width = max(len(p) for p in prompts)
+        ids = torch.zeros((len(prompts), width), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt):], mask[row, width - len(prompt):] = torch.tensor(prompt), 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        device = self.device
+        out = self.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                         position_ids=positions.to(device), use_cache=True)
+        rows: list[tuple[list[int], list[torch.Tensor]]] = [([], []) for _ in prompts]
+        going = [True] * len(prompts)
+        for step in range(steps):
+            last = out.logits[:, -1].float().cpu()
+            chosen = last.argmax(-1)
+            for row, (tokens, logits) in enumerate(rows):
+                if going[row]:
+                    tokens.append(int(chosen[row]))
+                    logits.append(last[row])
+                    going[row] = tokens[-1] not in self.eos
+            if not any(going) or step == steps - 1:
+                break
+            mask = torch.cat([mask, torch.ones((len(prompts), 1), dtype=torch.long)], dim=1)
+            positions = positions[:, -1:] + 1
+            out = self.model(input_ids=chosen[:, None].to(device), attention_mask=mask.to(device),
+                             position_ids=positions.to(device), **passing_cache(cache_of(out)), use_cache=True)
+        return rows
+
+    @torch.inference_mode()
     def timed(self, prompt: list[int], steps: int) -> tuple[float, float]:
         """One forward over the prompt (last logits only, as ``generate`` does), then one token a step."""
         start = time.perf_counter()
@@ -233,6 +264,16 @@ class LlamaCppModel:
                 break
             last = torch.from_numpy(self.llm.eval([token], all_logits=False)[-1])
         return tokens, logits
+
+    def greedy_many(self, prompts: list[list[int]], steps: int) -> list[tuple[list[int], list[torch.Tensor]]]:
+        """:meth:`greedy` of every prompt, side by side where rows share a context (each row's own keys and values,
+        one token a step, as alone; the prefix the prompts share evaluated once)."""
+        if self.shared is None:
+            return [self.greedy(prompt, steps) for prompt in prompts]
+        logits: list[list[np.ndarray]] = [[] for _ in prompts]
+        tokens = self._rows().greedy(prompts, steps, lambda rows, written: [t[-1] in self.eos for t in written],
+                                     logits)
+        return [(row, [torch.from_numpy(x) for x in chosen]) for row, chosen in zip(tokens, logits)]
 
     def timed(self, prompt: list[int], steps: int) -> tuple[float, float]:
         """The prompt's logits of its last token and the first token, then ``steps`` single-token steps."""
