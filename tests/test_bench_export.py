@@ -95,3 +95,18 @@ def test_bench_runs_onnx_runtime_genai_and_says_which_layout_it_got(bench_inputs
     runs, why = per_layer_kv_heads()
     assert [r["layout"] for r in rows] == ["dense"] + ["sliced" if runs else "dense"] * 2
     assert all(("fallback" in line and why in line) != runs for line in lines[2:])
+
+
+def test_long_prompts_are_the_texts_tokens_one_after_another() -> None:
+    prompts = [[1, 2, 3], [4, 5], [6]]
+    long = bench.long_prompts(prompts, 8)
+    assert long == [[1, 2, 3, 4, 5, 6, 1, 2], [4, 5, 6, 1, 2, 3, 4, 5], [6, 1, 2, 3, 4, 5, 6, 1]]
+
+
+def test_bench_decodes_after_a_long_context_in_llama_cpp(bench_inputs) -> None:
+    lines = bench.main(_args(bench_inputs, "llama.cpp") + ["--context", "96", "--gguf-type", "q8_0"])
+    rows = [dict(zip(_cells(lines[0]), _cells(line))) for line in lines[1:]]
+    assert [r["model"] for r in rows] == ["original", "realistic (3 heads)", "heavy (2 heads)"]
+    assert all(float(r[c]) > 0 for r in rows for c in ("prompt tok/s", "decode tok/s"))
+    record = json.loads((bench_inputs / "llama.cpp.json").read_text())
+    assert record["settings"]["context"] == 96 and "(q8_0)" in rows[0]["runtime"]

@@ -151,8 +151,17 @@ def test_the_context_fields_set_reach_llama_cpp(binding, tiny_gguf) -> None:
         assert lib.llama_n_ubatch(llm.ctx) == 256 and lib.llama_n_threads(llm.ctx) == 1  # 512, 4
         log = "".join(text for _, text in binding.log)
         assert re.search(r"flash_attn\s*=\s*disabled", log) and "K (f32)" in log and "V (f32)" in log
+        assert lib.llama_n_seq_max(llm.ctx) == 1 and re.search(r"kv_unified\s*=\s*false", log)
     finally:
         llm.close()
+    # Rows on a shared prefix: several sequences in one unified key/value buffer (llama.cpp's default: separate).
+    llm = rt.LlamaCpp(path, n_ctx=256, threads=1, sequences=5, binding=binding)
+    try:
+        log = "".join(text for _, text in binding.log)
+        assert binding.lib.llama_n_seq_max(llm.ctx) == llm.sequences == 5 and re.search(r"kv_unified\s*=\s*true", log)
+    finally:
+        llm.close()
+    assert rt.physical_cores() >= 1
 
 
 def test_float32_cache_is_what_llama_cpp_uses(tiny_gguf) -> None:

@@ -98,7 +98,8 @@ def test_version_3_export_record_upgrades_to_the_same_values_card_and_summary(tm
     record = read_record(folder)
     assert raw["schema_version"] == 3 and raw["format"] == "gguf" and record.schema_version == 5
     # The quantized check (added later) reads as absent.
-    assert record.format_details == raw["gguf"] and to_json(Gguf.details(record)) == {**raw["gguf"], "quantized": None}
+    assert record.format_details == raw["gguf"]
+    assert to_json(Gguf.details(record)) == {**raw["gguf"], "quantized": None, "size": None}
     assert Gguf.details(record).gguf_type == "q8_0"  # the GGUF type is still recorded ...
     written = to_json(record)
     # Fields added since (the source's commit, the layout's note) read as absent.

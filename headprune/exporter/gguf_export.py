@@ -299,8 +299,8 @@ def not_run(reason: str, gguf_type: str) -> Any:
 
 @dataclass
 class GgufFiles:
-    """A GGUF export's files: the one written, the float32 one the runtime gate runs, and what they hold; for a
-    lossy type, the original model written in the same type (in scratch), which the quantized check runs."""
+    """A GGUF export's files: the one written, the float32 one the runtime gate runs, and what they hold; the
+    original model written in the same type (in scratch): its size, and for a lossy type the quantized check's runs."""
 
     path: Path
     f32_path: Path
@@ -317,9 +317,10 @@ class GgufFiles:
 
 
 def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folder: Path, scratch: Path,
-                gguf_type: str) -> GgufFiles:
+                gguf_type: str, *, with_original: bool = True) -> GgufFiles:
     """Write ``model.gguf`` in ``gguf_type`` (and a float32 copy in ``scratch`` for the runtime check when the
-    type is another), then read every tensor back.
+    type is another), then read every tensor back; ``with_original``: the original model too, in ``scratch``, in the
+    same type (the file an export is measured against).
 
     Raises:
         VerificationError: a float32 file does not hold exactly the artifact's tensors.
@@ -339,7 +340,9 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
         f32_path = scratch / "verify-f32.gguf"
         write_gguf(f32_path, artifact, plan, tensors, write_tokenizer, name=name, gguf_type="f32")
         _, exact = read_back(f32_path, tensors)
-        # The original as a user would otherwise deploy it: every head, the stock architecture, the same type.
+    if with_original:
+        # The original as a user would otherwise deploy it: every head, the stock architecture, the same type (its
+        # bytes are the export's measure; a lossy one also has the task run on it).
         stock = gguf_plan(lm, "llama" if arch == "deci" else arch, plans)
         original = scratch / f"original-{gguf_type.upper()}.gguf"
         write_gguf(original, lm.model, stock, gguf_tensors(lm.model, stock), write_tokenizer,

@@ -60,21 +60,51 @@ class QuantCheck:
     change: Verdict | None = None  # paired: the quantized original (before) against the quantized pruned (after)
 
 
-def _differences(want: Any, have: Any, batches: list) -> tuple[float, float, float, int]:
-    """Root mean square and largest |have - want| and largest |want| over the real tokens' logits of ``batches``;
-    the tokens compared."""
+def _differences(want: Any, have: Any, evaluator: Any) -> tuple[float, float, float, int]:
+    """Root mean square and largest |have - want| and largest |want| over the real tokens' logits of the
+    ``evaluator``'s task inputs; the tokens compared (every sequence's, a shared prefix's included).
+
+    A prompt prefix the inputs share is computed once: by two torch models (its keys and values then serve every
+    batch), or by llama.cpp's runners, which share it themselves (:mod:`headprune.exporter.llama_cpp_rows`) and are
+    given whole rows, read after the prefix. Its differences count once for every sequence, as if computed in each."""
+    import torch
+
+    from headprune.core.compat import cache_of, passing_cache
+    from headprune.evaluation.prefix import SharedPrefix
+
     worst = scale = squares = 0.0
     tokens = count = 0
-    for ids, mask, extra in batches:
-        a = want(input_ids=ids, attention_mask=mask, **extra).logits.float().cpu()
-        b = have(input_ids=ids, attention_mask=mask, **extra).logits.float().cpu()
-        real = mask.bool().cpu()
+    modules = all(isinstance(m, torch.nn.Module) for m in (want, have))
+    shared = bool(evaluator.prefix) and (modules or all(getattr(m, "shares_prefix", False) for m in (want, have)))
+    prefix = (0.0, 0)  # the prefix's squared differences and values, counted again for every sequence
+    caches: tuple = ()
+    if shared:
+        ids = torch.tensor([evaluator.prefix.tokens], device=evaluator.lm.device)
+        options = {"use_cache": True} if modules else {}
+        outs = [m(input_ids=ids, attention_mask=torch.ones_like(ids), **options) for m in (want, have)]
+        a, b = (out.logits[0].float().cpu() for out in outs)
+        diff = a - b
+        worst, scale = float(diff.abs().max()), float(a.abs().max())
+        prefix = (float(diff.double().square().sum()), diff.numel())
+        caches = tuple(cache_of(out) for out in outs) if modules else ()
+    start = len(evaluator.prefix) if shared else 0
+    for ids, mask, extra in evaluator.reference_batches(after_prefix=shared):
+        if shared and not modules:  # whole rows: the prefix's tokens, then each row's own (right-padded)
+            whole = torch.cat([torch.tensor([evaluator.prefix.tokens] * len(ids), device=ids.device), ids], dim=1)
+            a = want(input_ids=whole, attention_mask=mask, logits_to_keep=ids.shape[1]).logits.float().cpu()
+            b = have(input_ids=whole, attention_mask=mask, logits_to_keep=ids.shape[1]).logits.float().cpu()
+        else:
+            past = [passing_cache(SharedPrefix.rows(c, len(ids))) for c in caches] if shared else [{}, {}]
+            a = want(input_ids=ids, attention_mask=mask, **extra, **past[0]).logits.float().cpu()
+            b = have(input_ids=ids, attention_mask=mask, **extra, **past[1]).logits.float().cpu()
+        real = mask[:, start:].bool().cpu()
         diff = a[real] - b[real]
-        worst = max(worst, float(diff.abs().max()))
-        scale = max(scale, float(a[real].abs().max()))
-        squares += float(diff.double().square().sum())
-        count += diff.numel()
-        tokens += int(real.sum())
+        if diff.numel():
+            worst = max(worst, float(diff.abs().max()))
+            scale = max(scale, float(a[real].abs().max()))
+        squares += float(diff.double().square().sum()) + len(ids) * prefix[0]
+        count += diff.numel() + len(ids) * prefix[1]
+        tokens += int(mask.sum())
     return (squares / max(1, count)) ** 0.5, worst, scale, tokens
 
 
@@ -115,14 +145,14 @@ def check_quantized(job: Any, files: Any, f32_runner: Any, typed_runner: Any, or
     from headprune.exporter.export_record import weight_bytes
 
     lm, task = job.lm, job.task
-    batches = list(Evaluator(lm, task, share_prefix=False, batch_size=job.batch_size).reference_batches())
+    evaluator = Evaluator(lm, task, batch_size=job.batch_size)
     log.info("export: %s gate: llama.cpp's logits against the float32 GGUF's at every token of %d examples, and "
              "torch's on the rounded weights", gguf_type, len(task))
     with torch.inference_mode():
         rounded = with_stored(job.artifact, files.plan, files.stored)
-        reference, _, _, _ = _differences(job.artifact, rounded, batches)
+        reference, _, _, _ = _differences(job.artifact, rounded, evaluator)
         del rounded
-        rms, diff, scale, tokens = _differences(f32_runner, typed_runner, batches)
+        rms, diff, scale, tokens = _differences(f32_runner, typed_runner, evaluator)
     allowed = QUANT_FACTOR * reference
     if not rms <= allowed:
         raise VerificationError(

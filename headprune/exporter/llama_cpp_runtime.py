@@ -23,6 +23,7 @@ import importlib
 import os
 import platform
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata, util
 from pathlib import Path
@@ -228,10 +229,11 @@ def runtime_version() -> tuple[str | None, str]:
 
 def read_back(binding: Binding, ctx: int, params: Any) -> list[str]:
     """The fields set in ``params`` that did not reach llama.cpp's context ``ctx``: its getters and the log of
-    the context it made (flash attention, key and value cache types)."""
+    the context it made (flash attention, key and value cache types, one key/value buffer for every sequence)."""
     lib, constants, found = binding.lib, binding.decls.CONSTANTS, []
     got = {"n_ctx": lib.llama_n_ctx(ctx), "n_batch": lib.llama_n_batch(ctx), "n_ubatch": lib.llama_n_ubatch(ctx),
-           "n_threads": lib.llama_n_threads(ctx), "n_threads_batch": lib.llama_n_threads_batch(ctx)}
+           "n_threads": lib.llama_n_threads(ctx), "n_threads_batch": lib.llama_n_threads_batch(ctx),
+           "n_seq_max": lib.llama_n_seq_max(ctx)}
     for name, value in got.items():
         want = params.n_ctx if name == "n_ctx" else getattr(params, name)
         if not (want <= value < want + 256 if name == "n_ctx" else value == want):  # n_ctx: padded to 256
@@ -239,13 +241,28 @@ def read_back(binding: Binding, ctx: int, params: Any) -> list[str]:
     log = "".join(text for _, text in binding.log)
     said = {"flash_attn_type": ("LLAMA_FLASH_ATTN_TYPE_", re.findall(r"flash_attn\s*=\s*(\w+)", log)),
             "type_k": ("GGML_TYPE_", re.findall(r"\bK \((\w+)\)", log)),
-            "type_v": ("GGML_TYPE_", re.findall(r"\bV \((\w+)\)", log))}
+            "type_v": ("GGML_TYPE_", re.findall(r"\bV \((\w+)\)", log)),
+            "kv_unified": ("", re.findall(r"kv_unified\s*=\s*(\w+)", log))}
     for name, (prefix, words) in said.items():
         value = getattr(params, name)
-        want = next(k[len(prefix):].lower() for k, v in constants.items() if k.startswith(prefix) and v == value)
+        want = str(value).lower() if isinstance(value, bool) else next(
+            k[len(prefix):].lower() for k, v in constants.items() if k.startswith(prefix) and v == value)
         if words[-1:] != [want]:
             found.append(f"{name} {want} was set, llama.cpp's log says {words[-1] if words else 'nothing'}")
     return found
+
+
+def physical_cores() -> int:
+    """The physical cores among the CPUs this process may run on, as llama.cpp's own default counts them (one per
+    set of hardware threads that share a core, ``topology/thread_siblings_list``); half the CPUs where that cannot
+    be read (two hardware threads a core)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        cores = {Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+                 for cpu in cpus}
+        return max(1, len(cores))
+    except (AttributeError, OSError):
+        return max(1, (os.cpu_count() or 2) // 2)
 
 
 class LlamaCpp:
@@ -256,7 +273,11 @@ class LlamaCpp:
         kv_f32: a float32 key/value cache (the gate's choice: llama.cpp's default f16 cache would round keys and
             values); False keeps llama.cpp's default (the benchmark's choice).
         flash_attn: llama.cpp's flash attention (off for the gate: per-layer head counts pad it differently).
-        threads: CPU threads (default: half the CPUs; more spin against each other on a busy machine).
+        threads: CPU threads (default: :func:`physical_cores`, llama.cpp's own default; a second thread on a core's
+            other hardware thread only spins against the first).
+        sequences: sequences the context holds at once (``n_seq_max``); with more than one, in one unified key/value
+            buffer, where a sequence copied from another shares its cells instead of copying them
+            (:meth:`copy_sequence`).
         binding: the runtime (default: :func:`library`'s).
 
     Raises:
@@ -265,7 +286,7 @@ class LlamaCpp:
     """
 
     def __init__(self, path: Path, *, n_ctx: int, kv_f32: bool = True, flash_attn: bool = False,
-                 threads: int | None = None, binding: Binding | None = None) -> None:
+                 threads: int | None = None, sequences: int = 1, binding: Binding | None = None) -> None:
         self.binding = binding = binding or library()
         self.lib = lib = binding.lib
         constants = binding.decls.CONSTANTS
@@ -283,10 +304,12 @@ class LlamaCpp:
         if not self.model:
             raise ValueError(f"llama.cpp could not load {Path(path).name}: {self._errors() or 'no reason'}")
         params = lib.llama_context_default_params()
-        threads = threads or max(1, (os.cpu_count() or 2) // 2)
+        threads = threads or physical_cores()
         params.n_ctx, params.n_batch = n_ctx, min(n_ctx, 512)
         params.n_ubatch, params.n_threads, params.n_threads_batch = params.n_batch, threads, threads
         params.flash_attn_type = constants[f"LLAMA_FLASH_ATTN_TYPE_{'ENABLED' if flash_attn else 'DISABLED'}"]
+        # Separate buffers (llama.cpp's default) would copy a whole buffer for each sequence copied across them.
+        params.n_seq_max, params.kv_unified = sequences, sequences > 1
         if kv_f32:
             params.type_k = params.type_v = constants["GGML_TYPE_F32"]
         del binding.log[:]
@@ -306,9 +329,9 @@ class LlamaCpp:
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
         self.n_ctx, self.n_batch = int(lib.llama_n_ctx(self.ctx)), int(lib.llama_n_batch(self.ctx))
+        self.sequences = int(lib.llama_n_seq_max(self.ctx))
+        self.memory = lib.llama_get_memory(self.ctx)
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
-        for i in range(self.n_batch):
-            self.batch.seq_id[i][0] = 0
         self.n_past = 0
 
     def _errors(self) -> str:
@@ -324,31 +347,53 @@ class LlamaCpp:
             self.ctx = self.model = None
 
     def reset(self) -> None:
-        """Forget every token (the key/value cache is cleared)."""
-        self.lib.llama_memory_clear(self.lib.llama_get_memory(self.ctx), True)
+        """Forget every token of every sequence (the key/value cache is cleared)."""
+        self.lib.llama_memory_clear(self.memory, True)
         self.n_past = 0
 
     def eval(self, tokens: list[int], *, all_logits: bool) -> np.ndarray:
-        """Decode ``tokens`` after those already evaluated; the logits of every token (``all_logits``) or of the
-        last one, ``(n, vocab)`` float32."""
+        """Decode ``tokens`` in sequence 0 after those already evaluated; the logits of every token (``all_logits``)
+        or of the last one, ``(n, vocab)`` float32."""
+        last = len(tokens) - 1
+        out = self.decode([(0, self.n_past + i, token, all_logits or i == last) for i, token in enumerate(tokens)])
+        self.n_past += len(tokens)
+        return out
+
+    def decode(self, entries: Sequence[tuple[int, int, int, bool]]) -> np.ndarray:
+        """Decode ``entries`` (sequence, position, token, whether its logits are wanted) in their order, up to
+        ``n_batch`` a ``llama_decode`` call: each sequence's positions must go on from those it holds. The logits
+        wanted, in order, ``(n, vocab)`` float32."""
         rows = []
-        for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start: start + self.n_batch]
-            last = start + len(chunk) == len(tokens)
-            for i, token in enumerate(chunk):
-                self.batch.token[i], self.batch.pos[i], self.batch.n_seq_id[i] = token, self.n_past + i, 1
-                self.batch.logits[i] = 1 if all_logits or (last and i == len(chunk) - 1) else 0
-            self.batch.n_tokens = len(chunk)
+        batch = self.batch
+        for start in range(0, len(entries), self.n_batch):
+            chunk = entries[start: start + self.n_batch]
+            for i, (seq, pos, token, wanted) in enumerate(chunk):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, wanted
+                batch.seq_id[i][0] = seq
+            batch.n_tokens = len(chunk)
             with deferred_interrupt():  # a Ctrl-C during the decode: raised once it returns
-                status = self.lib.llama_decode(self.ctx, self.batch)
+                status = self.lib.llama_decode(self.ctx, batch)
             if status != 0:
-                raise ValueError(f"llama_decode returned {status} (context {self.n_ctx} tokens, at {self.n_past})")
-            self.n_past += len(chunk)
-            wanted = range(len(chunk)) if all_logits else ([len(chunk) - 1] if last else [])
-            for i in wanted:
-                rows.append(np.ctypeslib.as_array(self.lib.llama_get_logits_ith(self.ctx, i),
-                                                  shape=(self.n_vocab,)).copy())
+                raise ValueError(f"llama_decode returned {status} (context {self.n_ctx} tokens, {len(chunk)} in the "
+                                 f"batch: {self._errors() or 'no reason logged'})")
+            for i, (_, _, _, wanted) in enumerate(chunk):
+                if wanted:
+                    rows.append(np.ctypeslib.as_array(self.lib.llama_get_logits_ith(self.ctx, i),
+                                                      shape=(self.n_vocab,)).copy())
         return np.stack(rows) if rows else np.zeros((0, self.n_vocab), dtype=np.float32)
+
+    def copy_sequence(self, source: int, target: int) -> None:
+        """Give sequence ``target`` every cell of ``source`` (in a unified buffer: shared, not copied)."""
+        self.lib.llama_memory_seq_cp(self.memory, source, target, -1, -1)
+
+    def forget(self, seq: int, start: int = 0) -> None:
+        """Remove sequence ``seq``'s tokens from position ``start`` on (cells other sequences share stay theirs).
+
+        Raises:
+            InternalCheckError: llama.cpp could not remove them (it can always for the whole cache of a decoder).
+        """
+        if not self.lib.llama_memory_seq_rm(self.memory, seq, start, -1):
+            raise InternalCheckError(f"llama.cpp could not remove sequence {seq}'s tokens from {start} on")
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """llama.cpp's own tokens for ``text`` (BOS as the file's tokenizer asks; special tokens parsed)."""

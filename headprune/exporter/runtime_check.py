@@ -26,13 +26,6 @@ def eos_ids(lm: Any) -> tuple[int, ...]:
     return tuple(eos) if isinstance(eos, (list, tuple)) else (() if eos is None else (int(eos),))
 
 
-def torch_greedy(lm: Any, prompt: list[int], steps: int, eos: tuple[int, ...]) -> tuple[list[int], list[torch.Tensor]]:
-    """Greedy tokens of ``lm.model`` (under whatever ablation is active) and the logits behind each."""
-    from headprune.exporter.runtimes import TorchRunner
-
-    return TorchRunner(lm.model, eos=eos, device=lm.device).greedy(prompt, steps)
-
-
 def task_texts(task: Any) -> list[str]:
     """The text each example's generation starts from: its prompt, or its text."""
     return [example.prompt or example.text for example in task.examples if example.prompt or example.text]
@@ -41,24 +34,30 @@ def task_texts(task: Any) -> list[str]:
 def compare_greedy(lm: Any, heads: Any, runner: Any, prompts: list[list[int]], *, steps: int, mode: str,
                    means: torch.Tensor | None, tolerance: float, runtime: str, file_type: str, gated: bool,
                    texts: list[str], reference: dict | None = None) -> Any:
-    """Greedy decoding of each prompt in a runtime (``runner.greedy``) and in the hook-masked original, token by
-    token, with the largest logit difference over every compared step (up to and including the first step whose
-    tokens differ); ``texts`` are tokenized by the runtime (``runner.tokenize``) and by the model's tokenizer.
-    ``reference`` keeps the masked original's decoding of each prompt for another runtime's comparison.
+    """Greedy decoding of each prompt in a runtime (``runner.greedy``, or ``runner.greedy_many`` where it decodes
+    prompts side by side) and in the hook-masked original (every prompt in one batch), token by token, with the
+    largest logit difference over every compared step (up to and including the first step whose tokens differ);
+    ``texts`` are tokenized by the runtime (``runner.tokenize``) and by the model's tokenizer. ``reference`` keeps
+    the masked original's decoding of each prompt for another runtime's comparison.
     """
     from headprune.exporter.export_record import RuntimeCheck
+    from headprune.exporter.runtimes import TorchRunner
     from headprune.surgery.ablation import ablated
 
     eos = eos_ids(lm)
     identical = ties = mismatches = tokens = 0
     worst = scale = 0.0
-    for prompt in prompts:
-        reference = {} if reference is None else reference
-        if (tuple(prompt), steps) not in reference:
-            with ablated(lm, heads, mode=mode, means=means):  # type: ignore[arg-type]
-                reference[tuple(prompt), steps] = torch_greedy(lm, prompt, steps, eos)
+    reference = {} if reference is None else reference
+    missing = [prompt for prompt in prompts if (tuple(prompt), steps) not in reference]
+    if missing:  # the masked original's greedy decoding, every prompt in one batch
+        with ablated(lm, heads, mode=mode, means=means):  # type: ignore[arg-type]
+            found = TorchRunner(lm.model, eos=eos, device=lm.device).greedy_many(missing, steps)
+        reference.update({(tuple(prompt), steps): decoded for prompt, decoded in zip(missing, found)})
+    # A runtime that decodes several prompts side by side (llama.cpp's rows) does; each alone otherwise.
+    decoded = runner.greedy_many(prompts, steps) if hasattr(runner, "greedy_many") else [
+        runner.greedy(prompt, steps) for prompt in prompts]
+    for prompt, (got, got_logits) in zip(prompts, decoded):
         want, want_logits = reference[tuple(prompt), steps]
-        got, got_logits = runner.greedy(prompt, steps)
         outcome = "identical" if want == got else "mismatch"
         for step, (a, b) in enumerate(zip(want, got)):
             tokens += 1

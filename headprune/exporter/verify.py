@@ -75,7 +75,9 @@ def check_logits(lm: LoadedModel, heads: Sequence[Head], artifact: Callable, tas
 
     Where the inputs share a prompt prefix (a few-shot prompt) and the artifact is a torch module, the prefix's
     outputs are compared once, and each batch's rows after it, on both models' keys and values of the prefix:
-    the same positions' outputs, without computing the prefix again per sequence."""
+    the same positions' outputs, without computing the prefix again per sequence. An artifact that shares a prefix
+    itself (``shares_prefix``: llama.cpp's runner) is given each row whole, the prefix's tokens then its own, and
+    compared after the prefix, where the original reads the prefix's keys and values."""
     evaluator = Evaluator(lm, task, batch_size=batch_size)
 
     def masked() -> AbstractContextManager:  # the original with the heads ablated, for one pass
@@ -84,21 +86,27 @@ def check_logits(lm: LoadedModel, heads: Sequence[Head], artifact: Callable, tas
     caches: tuple[object, object] | None = None
     worst = scale = 0.0
     compared: set[str] = set()
-    if evaluator.prefix and isinstance(artifact, torch.nn.Module):
+    module = isinstance(artifact, torch.nn.Module)
+    if evaluator.prefix and (module or getattr(artifact, "shares_prefix", False)):
         ids = torch.tensor([evaluator.prefix.tokens], device=lm.device)
         mask, extra = torch.ones_like(ids), {"use_cache": True}
         with masked():
             want = lm.model(input_ids=ids, attention_mask=mask, **extra)
-        have = artifact(input_ids=ids, attention_mask=mask, **extra)
-        caches = (cache_of(want), cache_of(have))
+        have = artifact(input_ids=ids, attention_mask=mask, **(extra if module else {}))
+        caches = (cache_of(want), cache_of(have) if module else None)
         worst, scale, compared = _differences({"logits": want.logits}, {"logits": have.logits}, mask)
     tokens, prefix = 0, len(evaluator.prefix) if caches else 0
     for ids, mask, extra in evaluator.reference_batches(after_prefix=caches is not None):
         tokens += int(mask.sum())  # every sequence's real tokens, the prefix's included
-        past = ({}, {}) if caches is None else tuple(passing_cache(SharedPrefix.rows(c, len(ids))) for c in caches)
+        past = ({}, {}) if caches is None else tuple(
+            {} if c is None else passing_cache(SharedPrefix.rows(c, len(ids))) for c in caches)
         with masked():
             want = _outputs(lm.model, ids, mask, {**extra, **past[0]})
-        have = _outputs(artifact, ids, mask, {**extra, **past[1]})
+        if caches is not None and not module:  # whole rows (prefix, then the row's own tokens, right-padded)
+            whole = torch.cat([torch.tensor([evaluator.prefix.tokens] * len(ids), device=ids.device), ids], dim=1)
+            have = _outputs(artifact, whole, mask, {"logits_to_keep": ids.shape[1]})
+        else:
+            have = _outputs(artifact, ids, mask, {**extra, **past[1]})
         w, s, names = _differences(want, have, mask[:, prefix:])
         worst, scale, compared = max(worst, w), max(scale, s), compared | names
     return LogitCheck(worst, scale, tolerance, tolerance * max(1.0, scale), tuple(sorted(compared)),

@@ -9,16 +9,17 @@ converted by the same writer (``export_decoder`` for ONNX, ``gguf_export.write_f
 architecture for GGUF), run in the same process on the same prompts. Prompts are real task prompts, one at a
 time (batch 1, as a local deployment runs); each is prefilled (prompt tokens/s: the prompt's forward pass and
 the first token) and then decoded greedily for exactly --new-tokens single-token steps (decode tokens/s; no
-early stop at end-of-sequence). After a warm-up, every model of a runtime runs in turn in each repeat, so
-drift hits all alike; the table gives the median over repeats and the ratio pruned/original per runtime, with
-parameters, file bytes and key/value cache bytes per token.
+early stop at end-of-sequence); with ``--context N`` every prompt is N tokens (the task texts' tokens one after
+another), so decoding reads a key/value cache that long, where a smaller cache shows. After a warm-up, every
+model of a runtime runs in turn in each repeat, so drift hits all alike; the table gives the median over repeats
+and the ratio pruned/original per runtime, with parameters, file bytes and key/value cache bytes per token.
 
 Prunes: ``realistic`` is --heads (a head list or a find result: file or folder); ``heavy`` is --heavy-heads or,
 by default, :func:`heavy_heads` (a fixed rule: a quarter of the heads as whole key/value groups, one group in
 each of evenly spaced layers, topped up with single heads; every layer keeps heads).
 
     python -m scripts.bench.export [--model smollm2-135m] [--heads L3.H0,...|RUN/result.json] [--heavy-heads ...]
-        [--tasks sentiment,arithmetic] [--prompts 4] [--new-tokens 16] [--repeats 3] [--threads N]
+        [--tasks sentiment,arithmetic] [--prompts 4] [--new-tokens 16] [--context 2048] [--repeats 3] [--threads N]
         [--runtimes torch,onnx-genai,llama.cpp] [--gguf-type f32] [--verify-limit 8] [--json runs/bench/export.json]
 """
 
@@ -71,6 +72,15 @@ def heavy_heads(grid: HeadGrid, fraction: float = 0.25) -> tuple[Head, ...]:
         if len(chosen) == grown:
             break
     return grid.check(chosen)
+
+
+def long_prompts(prompts: list[list[int]], context: int) -> list[list[int]]:
+    """As many prompts of ``context`` tokens: every prompt's tokens one after another, repeated, each long prompt
+    starting at the next short one's start."""
+    pool = [token for prompt in prompts for token in prompt]
+    pool = pool * (context // len(pool) + 2)
+    starts = [sum(map(len, prompts[:i])) for i in range(len(prompts))]
+    return [pool[start: start + context] for start in starts]
 
 
 @dataclass
@@ -170,7 +180,7 @@ def build_llama_cpp(lm: LoadedModel, prunes: dict, folder: Path, options: dict, 
     arch = gguf_export.check_supported(lm, "dense", gguf_type)
     base = folder / "original-gguf"
     base.mkdir()
-    written = gguf_export.write_files(lm, lm.model, arch, None, base, base, gguf_type)
+    written = gguf_export.write_files(lm, lm.model, arch, None, base, base, gguf_type, with_original=False)
     kv = 2  # llama.cpp's default f16 key/value cache
     entries = [Entry("original", arch, count_parameters(lm.model), weight_bytes(written.path),
                      _kv_bytes(lm.grid, None, kv), None, _llama_cpp(written.path, n_ctx, threads, flash_attn))]
@@ -285,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     parser.add_argument("--tasks", default="sentiment,arithmetic", help="task specs whose prompts are run")
     parser.add_argument("--prompts", type=int, default=4, help="prompts per task")
     parser.add_argument("--new-tokens", type=int, default=16, help="decode steps after each prompt")
+    parser.add_argument("--context", type=int, default=0,
+                        help="prompts of exactly this many tokens (the task texts' tokens one after another, each "
+                             "prompt starting elsewhere): decoding then reads that long a key/value cache")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2, help="prompts each model runs before timing")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -310,6 +323,8 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     tasks = [load_task(spec) for spec in args.tasks.split(",")]
     texts = [text for task in tasks for text in task_texts(task)[: args.prompts]]
     prompts = [list(lm.tokenizer(text)["input_ids"]) for text in texts]
+    if args.context:
+        prompts = long_prompts(prompts, args.context)
     options = dict(verify_task=tasks[0], verify_limit=args.verify_limit)
     n_ctx = 64 * -(-(max(map(len, prompts)) + args.new_tokens + 16) // 64)
     print(f"{args.model}: {lm.grid.num_layers} layers x {lm.grid.num_heads} query heads ({lm.grid.num_kv_heads} KV "

@@ -6,7 +6,7 @@
 
 A document marks a table with the line ``<!-- table: PATH -->`` (PATH from the repository root) right above it;
 the table is the run of lines starting with ``|`` that follows; ``PATH#VIEW`` picks one of several tables a
-renderer makes of a record. A record whose benchmark has a renderer here (``kinds``, ``passengers``) gets that
+renderer makes of a record. A record whose benchmark has a renderer here (``kinds``, ``passengers``, ``export_check``) gets that
 table; any other, one row per result with a column per key.
 """
 
@@ -117,7 +117,18 @@ def guards(record: dict[str, Any], view: str = "") -> str:
                    for r in record["results"]])
 
 
-RENDERERS: dict[str, Callable[..., str]] = {"kinds": kinds, "passengers": passengers, "guards": guards}
+def export_check(record: dict[str, Any], view: str = "") -> str:
+    """scripts/bench/export_check.py: CPU and wall seconds of each stage of one export, and in all."""
+    result = record["results"]
+    rows = [[stage["stage"].rstrip(", "), f"{stage['cpu_s']:.1f}", f"{stage['wall_s']:.1f}"]
+            for stage in result["stages"]]
+    rows.append([f"in all ({result['examples']} examples; in llama.cpp, original {_pct(result['original'])}, pruned "
+                 f"{_pct(result['pruned'])})", f"{result['cpu_s']:.1f}", f"{result['wall_s']:.1f}"])
+    return _table(["stage (from its log line)", "CPU s", "wall s"], rows)
+
+
+RENDERERS: dict[str, Callable[..., str]] = {"kinds": kinds, "passengers": passengers, "export_check": export_check,
+                                             "guards": guards}
 
 
 def render(path: Path | str) -> str:

@@ -23,6 +23,7 @@ from headprune.exporter.export_record import ExportRecord, RuntimeCheck
 from headprune.exporter.formats.base import (ExportFormat, FormatOption, Job, Written, refuse_unless_float32,
                                              register)
 from headprune.exporter.gguf_quant_check import QuantCheck
+from headprune.exporter.gguf_size import DeploySize
 
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.loading.models import LoadedModel
@@ -36,6 +37,9 @@ log = logging.getLogger("headprune")
 # ONNX's 5e-5 serves here too: twice the largest runtime difference seen, half the smallest error.
 GGUF_TOLERANCE = 5e-5
 FLOAT32_ONLY = "GGUF export is verified in float32; give dtype float32 (gguf_type sets the file's own type)"
+# Task examples llama.cpp runs side by side in the checks, on their shared prompt prefix (llama_cpp_rows): on
+# SmolLM2-135M a decoding step of 16 rows costs about what one of a single row does.
+TASK_ROWS = 16
 
 
 
@@ -57,6 +61,7 @@ class GgufInfo:
     typed_runtime: RuntimeCheck | None = None  # the written file when it is not float32
     notes: tuple[str, ...] = ()
     quantized: QuantCheck | None = None  # a lossy file against its float32 one, and the task on it and the original
+    size: DeploySize | None = None  # the file and llama.cpp's key/value cache against the original's
 
 
 @register
@@ -110,7 +115,8 @@ class Gguf(ExportFormat):
             return Written(exported, artifact, artifact,
                            "the torch model the GGUF file was written from (llama.cpp was not available)",
                            files=files)
-        runner = LlamaCppModel(files.f32_path, n_ctx=_context_for(lm, job.task, job.greedy_steps), eos=eos_ids(lm))
+        runner = LlamaCppModel(files.f32_path, n_ctx=_context_for(lm, job.task, job.greedy_steps), eos=eos_ids(lm),
+                               rows=TASK_ROWS)
         exported = LoadedModel("gguf", staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
                                lm.model_class)
         return Written(exported, runner, artifact, f"{version}, float32 file", [runner], files=files)
@@ -140,14 +146,14 @@ class Gguf(ExportFormat):
             check = compare_greedy(lm, job.removed, runner, prompts, file_type="f32", gated=True, **options)
             gate(check, job.tolerance, "llama.cpp")
             if gguf_type != "f32":
-                typed_runner = LlamaCppModel(files.path, n_ctx=runner.n_ctx, eos=runner.eos)
+                typed_runner = LlamaCppModel(files.path, n_ctx=runner.n_ctx, eos=runner.eos, rows=TASK_ROWS)
                 written.closers.append(typed_runner)
                 typed = compare_greedy(lm, job.removed, typed_runner, prompts, file_type=gguf_type, gated=False,
                                        **options)
                 quantized = self._quantized(job, written, typed_runner)
         info = GgufInfo(files.plan.arch, gguf_type, files.path.name, files.plan.head_count, files.plan.head_count_kv,
                         files.tokenizer, files.chat_template, files.read_back, files.read_back_diff, check, typed,
-                        files.notes, quantized)
+                        files.notes, quantized, _size(job, files))
         return None, info
 
     def _quantized(self, job: Job, written: Written, typed_runner: Any) -> QuantCheck:
@@ -160,7 +166,7 @@ class Gguf(ExportFormat):
         from headprune.exporter.runtimes import LlamaCppModel
 
         runner = written.runner
-        original = LlamaCppModel(written.files.original_path, n_ctx=runner.n_ctx, eos=runner.eos)
+        original = LlamaCppModel(written.files.original_path, n_ctx=runner.n_ctx, eos=runner.eos, rows=TASK_ROWS)
         written.closers.append(original)
         return check_quantized(job, written.files, runner, typed_runner, original, gguf_type=self.chosen["gguf_type"])
 
@@ -181,6 +187,10 @@ class Gguf(ExportFormat):
             from headprune.exporter.gguf_quant_check import summary
 
             lines += summary(info.quantized)
+        if info.size is not None:
+            from headprune.exporter.gguf_size import summary_line
+
+            lines.append(summary_line(info.size, info.gguf_type))
         return lines
 
     @classmethod
@@ -218,6 +228,10 @@ class Gguf(ExportFormat):
             from headprune.exporter.gguf_quant_check import card_lines
 
             lines += card_lines(info.quantized)
+        if info.size is not None:
+            from headprune.exporter.gguf_size import card_line
+
+            lines.append(card_line(info.size, info.gguf_type))
         return lines + [f"- Note: {note}." for note in info.notes]
 
     @classmethod
@@ -230,6 +244,18 @@ class Gguf(ExportFormat):
             lines += ["", "Layers have different head counts: the file uses llama.cpp's `deci` architecture, which "
                       "reads them per layer (`deci.attention.head_count`, `deci.attention.head_count_kv`)."]
         return lines
+
+
+def _size(job: Job, files: Any) -> DeploySize:
+    """The written file and llama.cpp's key/value cache against the original's (written in the same type)."""
+    from headprune.exporter.export_record import weight_bytes
+    from headprune.exporter.gguf_export import gguf_plan
+    from headprune.exporter.gguf_size import deploy_size
+
+    stock = gguf_plan(job.lm, "llama", job.plans)  # the original's head counts (the architecture name aside)
+    original = weight_bytes(files.original_path) if files.original_path is not None else 0
+    return deploy_size(weight_bytes(files.path), original, files.plan.head_count_kv, stock.head_count_kv,
+                       files.plan.head_dim)
 
 
 def usage(runtime: str, file: str) -> list[str]:

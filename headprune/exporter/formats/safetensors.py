@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from headprune.exporter.formats.base import ExportFormat, Job, Written, register
+from headprune.exporter.transformers_probe import StockLoading
 
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.exporter.export_record import ExportRecord
@@ -24,6 +25,7 @@ class Safetensors(ExportFormat):
     library_name = "transformers"
     writes_through = True
     weight_suffixes = (".safetensors",)
+    details_type = StockLoading  # a sliced export: whether stock transformers could load its per-layer head counts
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
         from headprune.exporter.passthrough import write_through
@@ -40,6 +42,22 @@ class Safetensors(ExportFormat):
             write_through(lm.folder, staging, self.passthrough, lm.model_class.stands_in_for)
         exported = load(staging, dtype=lm.dtype, device=lm.device)
         return Written(exported, exported.model, exported.model, "the checkpoint loaded back from disk")
+
+    def runtime_check(self, job: Job, written: Written) -> tuple[Any, Any]:
+        """A sliced export records whether the installed transformers loads per-layer head counts with the family's
+        own class (:mod:`headprune.exporter.transformers_probe`, run here, not assumed)."""
+        from headprune.exporter.transformers_probe import probe
+
+        if job.layout != "sliced":
+            return None, None
+        return None, probe(str(getattr(job.lm.model.config, "model_type", "")), job.lm.adapter)
+
+    @classmethod
+    def summary_lines(cls, record: ExportRecord) -> list[str]:
+        stock = cls.details(record)
+        return [] if stock is None or stock.per_layer_heads else [
+            f"note: transformers {stock.transformers} cannot load per-layer head counts for {stock.model_type} "
+            f"without remote code ({stock.reason}); for servers that run only stock classes: --layout dense"]
 
     @classmethod
     def load_hint(cls, record: ExportRecord, out: str) -> str:
@@ -58,11 +76,24 @@ class Safetensors(ExportFormat):
             return ["```python", f"from transformers import {auto}, AutoTokenizer",
                     f'model = {auto}.from_pretrained("PATH_OR_REPO", trust_remote_code=True)',
                     "# or, with headprune installed: headprune.load(\"PATH\")", "```", "",
-                    "Layers have different head counts, which stock transformers classes cannot express; the small "
+                    f"Layers have different head counts, which {_stock_words(cls.details(record))}; the small "
                     "`modeling_headprune.py` next to the weights (it imports only torch and transformers) rebuilds "
-                    "the shapes recorded in `config.json` under `headprune`."]
+                    "the shapes recorded in `config.json` under `headprune`." + (
+                        "" if cls.details(record) is None else " Servers that run only stock classes (vLLM) take "
+                        "the dense layout (`headprune export --layout dense`): the same shapes, the heads zeroed.")]
         return ["```python", f"from transformers import {auto}", f'model = {auto}.from_pretrained("PATH_OR_REPO")',
                 "```"]
+
+
+def _stock_words(stock: StockLoading | None) -> str:
+    """What the card says of stock transformers and per-layer head counts (as probed at export, where recorded)."""
+    if stock is None:
+        return "stock transformers classes cannot express"
+    if stock.per_layer_heads:
+        return (f"transformers {stock.transformers} can express for `{stock.model_type}` through `per_layer_config` "
+                "(this export still loads through its own code)")
+    return (f"transformers {stock.transformers} cannot load for `{stock.model_type}` without remote code (checked when "
+            f"exported: {stock.reason})")
 
 
 def write_sliced_code(folder: Path, base_class: str, auto_class: str | None) -> None:
