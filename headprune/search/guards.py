@@ -45,7 +45,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from headprune.errors import SearchSettingsError
-from headprune.search.effects import t_quantile
 from headprune.search.score import NON_INFERIORITY_TEST, non_inferior, score_interval
 
 GENERAL = "general"  # the built-in general-text guard (headprune.tasks.builtin)
@@ -233,6 +232,8 @@ def mean_interval(mean: float, spread: float, skew: float, n: int, *, alpha: flo
     spread``, transformed by Hall's cubic ``g(T) = T + a (1 + 2 T^2) + (4 a^2 / 3) T^3`` with ``a = skew / (6
     sqrt(n))`` (Hall 1992, J R Stat Soc B 54:221; ``g`` is monotone), lies within the t quantiles. With ``skew``
     0 it is the paired t interval."""
+    from headprune.search.effects import t_quantile  # effects reads evaluation (torch): records import this module
+
     if spread <= 0:
         return mean, mean
     z = t_quantile(1 - alpha / 2, max(n - 1, 1))
