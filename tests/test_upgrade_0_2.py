@@ -20,7 +20,7 @@ from headprune.exporter.export_record import RECORD_NAME, SCHEMA_VERSION, read_r
 from headprune.heads import parse_heads
 from headprune.loading.models import load
 from headprune.report.markdown import render_markdown, verdict_line
-from headprune.search.find_result import SCHEMA_VERSION, FindResult
+from headprune.search.find_result import SCHEMA_VERSION as RESULT_SCHEMA, FindResult
 from headprune.surgery.ablation import ablated
 from headprune.tasks import write_jsonl_task
 from helpers import save_folder
@@ -55,7 +55,7 @@ def _masked_logits(tokens: torch.Tensor, heads: list[str]) -> torch.Tensor:
 def test_a_result_of_0_2_0_reads_as_written() -> None:
     raw = json.loads((RELEASE / "run" / "result.json").read_text())
     result = FindResult.load(RELEASE / "run" / "result.json")
-    assert raw["schema_version"] == 2 and result.schema_version == SCHEMA_VERSION
+    assert raw["schema_version"] == 2 and result.schema_version == RESULT_SCHEMA
     assert result.settings.extend == raw["settings"]["extend"] == 0  # 0.2.0's default; 0.3.0's is 1
     assert result.selection is None and result.parsimony is not None  # heads admitted on the check half
     assert [str(h) for h in result.primary] == raw["finalists"][0]["heads"] == ["L0.H0"]
