@@ -161,3 +161,18 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001
 def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
     if _skipped_modules and session.exitstatus in (0, 5):
         session.exitstatus = 1
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path):  # noqa: ANN001, ANN201
+    """A local server speaking the Hub's API, and a Hugging Face cache of this test's own."""
+    from helpers.hub_server import HubServer
+
+    with HubServer() as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        # huggingface_hub reads its cache folder from the environment once, at import.
+        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        yield server

@@ -11,7 +11,6 @@ from headprune.errors import ModelNotFoundError
 from headprune.loading.model_download import small_files
 from headprune.loading.models import load_model
 from helpers import build_tiny, save_folder
-from helpers.hub_server import HubServer
 
 # What Llama, Mistral and GGUF/ONNX repositories keep beside the weights transformers loads.
 EXTRAS = {"original/consolidated.00.pth": b"x" * 4096, "original/params.json": b"{}",
@@ -22,17 +21,6 @@ EXTRAS = {"original/consolidated.00.pth": b"x" * 4096, "original/params.json": b
 def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
-
-@pytest.fixture
-def hub(monkeypatch, tmp_path):  # noqa: ANN001, ANN201
-    with HubServer() as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        # huggingface_hub reads its cache folder from the environment once, at import.
-        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -306,19 +306,6 @@ def test_export_overwrite_never_replaces_its_source_through_a_link(inputs, tmp_p
     assert contents(tmp_path / "a") == before
 
 
-@pytest.fixture
-def hub(monkeypatch, tmp_path):  # noqa: ANN001, ANN201
-    """A local server speaking the Hub's API, and a Hugging Face cache of this test's own."""
-    from helpers.hub_server import HubServer
-
-    with HubServer() as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        yield server
-
 
 @pytest.mark.parametrize("command", ["find", "eval", "export"])
 def test_a_hub_id_is_checked_against_its_folder_in_the_cache(inputs, hub, command) -> None:
