@@ -380,3 +380,10 @@ def test_a_bind_mount_of_the_model_folder_is_the_model_folder(inputs, tmp_path) 
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"headprune: error: {out} lies inside the model ({inputs / 'model'})"), done.stderr
     assert contents(inputs) == before
+
+
+def test_a_model_folder_holding_links_nobody_may_read_is_one_line() -> None:
+    # The root folder holds /proc/1/cwd, a link whose target the kernel will not give (found by tests/test_fuzz.py):
+    # the overlap check walks the links of an input folder, and one it cannot read is no place to write.
+    assert_refused(invoke("eval", "/", "--task", "sentiment:n=10", "--out", "/tmp/headprune-never-written.jsonl"),
+                   "lies inside the model (/)")

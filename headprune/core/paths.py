@@ -172,8 +172,13 @@ def _links_inside(folder: str, limit: int = LINKS_WALKED) -> Iterator[tuple[str,
             if seen > limit:
                 return
             path = os.path.join(root, name)
-            if os.path.islink(path):
-                yield os.path.relpath(path, folder), os.path.realpath(path)
+            if not os.path.islink(path):
+                continue
+            try:
+                target = os.path.realpath(path)
+            except OSError:  # a link the system will not let us read (/proc/1/cwd): nothing can be written there
+                continue
+            yield os.path.relpath(path, folder), target
 
 
 def _possessive(what: str) -> str:
