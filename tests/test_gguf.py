@@ -245,10 +245,18 @@ def test_rope_scalings_run_in_llama_cpp_as_in_transformers(tokenizer, rope_type,
 def test_qwen3_dense_gguf_runs_in_llama_cpp_and_sliced_is_refused(tokenizer, tmp_path) -> None:
     """Qwen3 (per-head-size q/k norms) in llama.cpp's own qwen3 graph: dense only, since the deci graph that takes
     per-layer head counts has no q/k norms; the refusal is one line naming what works."""
+    import gguf
+
+    from headprune.errors import UnsupportedModelError
     from headprune.testing import family_model
 
     lm = wrap_model(family_model("qwen3", len(tokenizer), seed=2), tokenizer, name="tiny-qwen3")
     heads = "L0.H1,L1.H0,L1.H1"
+    if "qwen3" not in gguf.MODEL_ARCH_NAMES.values():  # gguf-py before qwen3 (its floor, 0.14): refused, not lost
+        with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's qwen3 architecture"):
+            export(lm, heads, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+        assert not (tmp_path / "g").exists()
+        return
     record = export(lm, heads, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
     info = Gguf.details(record)
     assert info.architecture == "qwen3" and info.runtime.done and info.runtime.mismatches == 0

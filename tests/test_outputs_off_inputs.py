@@ -340,6 +340,9 @@ def test_the_folder_a_gguf_file_is_converted_into_is_an_input_once_loaded(inputs
     from headprune.loading.models import resolve_model
 
     needs("gguf", "xllamacpp", extra="gguf")
+    if not _reads_gguf_without_bos():
+        pytest.skip("this transformers (the floor, 5.17) reads a GGUF tokenizer's eos through bos_token_id and cannot "
+                    "load a file without a BOS token, as the test tokenizer's export is")
     monkeypatch.setenv("HEADPRUNE_CACHE", str(tmp_path / "cache"))
     assert invoke("export", str(inputs / "model"), "--heads", "L0.H1", "--format", "gguf", "--layout", "dense", "--out",
                   str(tmp_path / "g")).exit_code == 0
@@ -353,6 +356,18 @@ def test_the_folder_a_gguf_file_is_converted_into_is_an_input_once_loaded(inputs
     assert done.exit_code == 2 and errors == done.stderr.splitlines()[-1:], done.output
     assert f"lies inside the model ({converted})" in errors[0]
     assert {k: v for k, v in contents(converted).items() if not k.startswith(".run.")} == before
+
+
+def _reads_gguf_without_bos() -> bool:
+    """Whether the installed transformers converts a GGUF tokenizer that has no BOS token (5.17's converter reads the
+    eos token through ``bos_token_id`` and fails there; later releases read ``eos_token_id``)."""
+    import inspect
+
+    from transformers.integrations import ggml
+
+    converter = getattr(ggml, "GGUFLlamaConverter", None)  # later releases rewrote it
+    return converter is None or "proto.tokens[proto.bos_token_id] if getattr(proto, \"eos_token_id\"" not in (
+        inspect.getsource(converter.tokenizer))
 
 
 def _user_namespaces() -> bool:

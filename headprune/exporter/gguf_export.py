@@ -150,7 +150,12 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
     """
     import gguf
 
-    arch_enum = next(a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == plan.arch)
+    arch_enum = next((a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == plan.arch), None)
+    if arch_enum is None:
+        from importlib.metadata import version
+
+        raise UnsupportedModelError(f"the installed gguf ({version('gguf')}) does not know llama.cpp's {plan.arch} "
+                                    "architecture: a newer gguf writes it (pip install -U gguf)")
     names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
     state = artifact.state_dict()
     tied = bool(getattr(artifact.config, "tie_word_embeddings", False))

@@ -197,7 +197,8 @@ def from_hub(repo_id: str, *, trust_remote_code: bool = False, revision: str | N
     try:  # before any cache or network access: a malformed name is the user's, not the Hub's, problem
         validate_repo_id(repo_id)
     except HFValidationError:
-        raise ModelNotFoundError(f"{repo_id}: not a local folder or file, and not a Hub repository id (NAME or "
+        shown_id = repo_id if repo_id.isprintable() else repr(repo_id)  # a line break in a name is no second line
+        raise ModelNotFoundError(f"{shown_id}: not a local folder or file, and not a Hub repository id (NAME or "
                                  "OWNER/NAME of letters, digits, '-', '_' and '.', at most 96 characters)") from None
     at = "" if revision is None else f" at {revision}"
     folder = _cached(repo_id, revision)
