@@ -143,9 +143,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     refuse_inapplicable(ctx, ("candidates", settings.screen != "exact", "with --screen attribution or halving"),
                         ("control_limit", bool(control), "with --control"),
                         ("guard_limit", bool(guard), "with --guard"),
-                        ("guard", settings.objective == "improve", improve_only),
                         *((name, settings.objective == "improve", improve_only)
-                          for name in ("nominees", "max_heads", "extend", "finalists")),
+                          for name in ("nominees", "max_heads", "extend", "finalists", "guard")),
                         ("device", device_map is None, "without --device-map (which places the layers itself)"),
                         code_execution_rule(allow_code_execution))
     given = [name for name in PROTOCOL_PRESETS.get(settings.protocol or "", {})

@@ -10,11 +10,15 @@ from headprune.search.find_result import FindResult
 from headprune.search.guards import GUARD_TRIES, GuardEffect, non_dominated
 
 
+def estimate_text(effect: GuardEffect) -> str:
+    """``-1.5%`` for an accuracy guard, ``NLL +0.0123`` for a text guard."""
+    return f"{effect.difference:+.1%}" if effect.metric == "accuracy" else f"NLL {effect.difference:+.4f}"
+
+
 def change_text(effect: GuardEffect) -> str:
-    """``-1.5% [-4.0%, +1.0%]`` for an accuracy guard, ``NLL +0.0123 [+0.0050, +0.0196]`` for a text guard."""
-    if effect.metric == "accuracy":
-        return f"{effect.difference:+.1%} {interval_text(effect.interval)}"
-    return f"NLL {effect.difference:+.4f} {interval_text(effect.interval, '+.4f')}"
+    """The estimate and its interval: ``-1.5% [-4.0%, +1.0%]``, ``NLL +0.0123 [+0.0050, +0.0196]``."""
+    fmt = "+.1%" if effect.metric == "accuracy" else "+.4f"
+    return f"{estimate_text(effect)} {interval_text(effect.interval, fmt)}"
 
 
 def margin_text(effect: GuardEffect) -> str:
@@ -43,7 +47,7 @@ def guards_line(result: FindResult) -> str:
     if not guarding.kept:
         trade = next((t for t in guarding.tried if t.heads == guarding.best_trade), None)
         worst = "" if trade is None else " (discovery: " + ", ".join(
-            f"{e.task} {change_text(e).split(' [')[0]} against {margin_text(e)}" for e in trade.effects) + ")"
+            f"{e.task} {estimate_text(e)} against {margin_text(e)}" for e in trade.effects) + ")"
         parts.insert(0, f"no candidate set keeps the guards on discovery ({len(guarding.tried)} sets checked); the "
                         f"best trade found is {','.join(guarding.best_trade)}{worst}; nothing is confirmed")
     else:
@@ -113,7 +117,7 @@ def guards_section(result: FindResult) -> list[str]:
               "|---|---|" + "---|" * len(result.guard_tasks) + "---|"]
     for tried in guarding.tried:
         lines.append(f"| {tried.candidate} | `{','.join(tried.heads)}` | "
-                     + " | ".join(change_text(e).split(" [")[0] for e in tried.effects)
+                     + " | ".join(estimate_text(e) for e in tried.effects)
                      + f" | {'yes' if tried.kept else 'no'} |")
     lines += ["", "### The front", "",
               "Every finalist's held-out change on the task and on each guard, with intervals (the primary set's at "
@@ -132,5 +136,5 @@ def guards_section(result: FindResult) -> list[str]:
     return lines
 
 
-__all__ = ["FrontPoint", "change_text", "front_points", "guard_clause", "guards_line", "guards_section",
+__all__ = ["FrontPoint", "change_text", "estimate_text", "front_points", "guard_clause", "guards_line", "guards_section",
            "margin_text", "test_text"]

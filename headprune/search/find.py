@@ -67,10 +67,8 @@ def find(
         heldout_task: a separate task for held-out examples (default: split ``task``).
         discovery, heldout: split sizes.
         control: second tasks measured for the finalists (the trade-off).
-        guard: tasks the shipped set must not hurt, each ``TASK[:margin=M]`` (M in accuracy points, or nats of mean
-            NLL for a text task such as ``general``; defaults 5 points and 0.05 nats): they steer the search and
-            join the claim, a non-inferiority test each on guard examples the search never saw
-            (``headprune.search.guards``); at most ``guard_limit`` examples each, a third read by the search.
+        guard: tasks the shipped set must not hurt, each ``TASK[:margin=M]`` (points, or nats for a text task):
+            they steer the search and join the claim (``headprune.search.guards``).
         seed: split and bootstrap seed.
         ablation: ``zero`` or ``mean`` (means over the discovery inputs).
         nominees: M, the best single heads kept for the joint search.
@@ -116,10 +114,7 @@ def find(
     settings = settings_for(replace(settings or FindSettings(), **options))
     team = team or Team()
     resume, overwrite = resume_after_restart(out, team.restarted, resume=resume, overwrite=overwrite)
-    check_settings(settings, resume=resume, out=out)
-    if guard and settings.objective != "improve":
-        raise SearchSettingsError("guard: only with objective improve (compress has its own budget, max_drop)",
-                                  settings=("guard", "objective"))
+    check_settings(settings, resume=resume, out=out, guarded=bool(guard))
     check_placement(device_map, team.parallel)
     lock = _claim(out, team, resume=resume, overwrite=overwrite)
     try:

@@ -30,7 +30,7 @@ from headprune.search.find_result import FindSettings
 from headprune.search.guard_search import heldout_effects
 from headprune.search.guards import Guard, claim_holds
 from headprune.search.improve import choose, choose_on_heldout
-from headprune.search.simulation import CountsConditions, CountsSplit, Rates, _Model, true_change
+from headprune.search.simulation import CountsConditions, CountsSplit, Rates, CountsModel, true_change
 from headprune.search.stages import Stages
 
 FAMILIES = ("conflict", "boundary", "harmless")
@@ -110,7 +110,7 @@ def run_guarded(seed: int, *, family: str, effect: Rates, margin: float, flip: f
               "guard-discovery:0": CountsSplit(rng, first, guard_accuracy, guard_rates),
               "guard-heldout:0": CountsSplit(rng, guard_examples - first, guard_accuracy, guard_rates)}
     conditions = CountsConditions(splits, grid)
-    stages = Stages(_Model(grid), conditions, settings or FindSettings(seed=seed))  # type: ignore[arg-type]
+    stages = Stages(CountsModel(grid), conditions, settings or FindSettings(seed=seed))  # type: ignore[arg-type]
     stages.base = {name: split.result(()) for name, split in splits.items()}
     if guarded:
         stages.guards = (Guard("guard", "accuracy", margin, 0),)

@@ -119,8 +119,9 @@ def _refuse(message: str, *names: str) -> None:
     raise SearchSettingsError(message, settings=names)
 
 
-def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | None = None) -> None:
-    """Refuse settings that cannot work, naming them.
+def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | None = None,
+                   guarded: bool = False) -> None:
+    """Refuse settings that cannot work, naming them (``guarded``: the run has guards, which only improve takes).
 
     Raises:
         SearchSettingsError
@@ -145,6 +146,8 @@ def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | 
                 f"{settings.guard_limit}", "guard_limit")
     if resume and out is None:
         _refuse("resume needs out (the folder of the interrupted run)", "resume", "out")
+    if guarded and settings.objective != "improve":
+        _refuse("guard: only with objective improve (compress has its own budget, max_drop)", "guard", "objective")
     check_objective(settings)
 
 

@@ -145,7 +145,7 @@ class CountsConditions:
 
 
 @dataclass(frozen=True)
-class _Model:
+class CountsModel:
     """The part of ``LoadedModel`` the search uses."""
 
     grid: HeadGrid
@@ -218,7 +218,7 @@ def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), partners:
     splits = {"discovery": CountsSplit(rng, discovery, accuracy, rates, pairs, exclusive=exclusive),
               "heldout": CountsSplit(rng, heldout, accuracy, rates, pairs, exclusive=exclusive)}
     conditions = CountsConditions(splits, grid)
-    stages = Stages(_Model(grid), conditions, settings or FindSettings(seed=seed))  # type: ignore[arg-type]
+    stages = Stages(CountsModel(grid), conditions, settings or FindSettings(seed=seed))  # type: ignore[arg-type]
     stages.base = {name: split.result(()) for name, split in splits.items()}
     # It logs a line or two: callers running thousands quieten the "headprune" logger.
     if rule == "heldout":
@@ -335,7 +335,7 @@ def run_compress(seed: int, *, max_drop: float = 0.5, layers: int = 4, heads: in
               "heldout": CountsSplit(rng, heldout, accuracy, rates)}
     conditions = CountsConditions(splits, grid)
     settings = FindSettings(seed=seed, **compress_fields("compress", max_drop, None, None))
-    stages = Stages(_Model(grid), conditions, settings)  # type: ignore[arg-type]
+    stages = Stages(CountsModel(grid), conditions, settings)  # type: ignore[arg-type]
     stages.base = {name: split.result(()) for name, split in splits.items()}
     if rule not in ("held-out", "estimate"):
         raise ValueError(f"rule must be held-out or estimate, not {rule!r}")
@@ -348,5 +348,5 @@ def run_compress(seed: int, *, max_drop: float = 0.5, layers: int = 4, heads: in
     return CompressOutcome(len(chosen), verdict.accepted, true_change(rates, indices, accuracy), max_drop)
 
 
-__all__ = ["MASKED", "RULES", "CompressOutcome", "CountsConditions", "CountsResult", "CountsSplit", "Outcome",
+__all__ = ["MASKED", "RULES", "CompressOutcome", "CountsConditions", "CountsModel", "CountsResult", "CountsSplit", "Outcome",
            "compress_rates", "run_compress", "run_improve", "run_masked", "true_change"]
