@@ -8,6 +8,7 @@ margin of 5 points; null heads flipping 0.3% of both tasks' answers; 18 heads; f
 - **claim a broken guard**: ship a set whose true guard change is at or beyond the margin and call it confirmed
   (what the guard's test bounds: at most alpha/2 = 2.5%);
 - **ship a good set**: confirmed, with a true task gain, the guard truly kept (power);
+- and the expected true task gain confirmed (points: the shipped set's true gain where confirmed, 0 where not);
 
 with the guard, and without it (find as before, on the same models) for comparison.
 
@@ -35,7 +36,8 @@ FLIP = 0.003
 def rates(out: list[GuardOutcome]) -> dict:
     return {"false_guard_claim": float(np.mean([o.false_guard_claim for o in out])),
             "good_ship": float(np.mean([o.good_ship for o in out])),
-            "confirmed": float(np.mean([o.confirmed for o in out]))}
+            "confirmed": float(np.mean([o.confirmed for o in out])),
+            "confirmed_gain": float(np.mean([100 * o.task_gain if o.confirmed else 0.0 for o in out]))}
 
 
 def run_cell(size: str, family: str, runs: int, guarded: bool) -> list[GuardOutcome]:

@@ -237,7 +237,7 @@ def test_a_set_that_keeps_the_guard_is_found_when_one_exists() -> None:
     kw = dict(family="conflict", effect=(0.078, 0.003), margin=0.05, discovery=150, heldout=300)
     guarded = [run_guarded(seed, **kw) for seed in range(runs)]
     unguarded = [run_guarded(seed, guarded=False, **kw) for seed in range(runs)]
-    assert np.mean([o.good_ship for o in guarded]) >= 0.9  # measured 0.98 (scripts/guard_rates.py)
+    assert np.mean([o.good_ship for o in guarded]) >= 0.9  # measured 0.965 at 400 runs (scripts/guard_rates.py)
     assert np.mean([o.false_guard_claim for o in unguarded]) >= 0.8  # without the guard: the conflicting head ships
     harmless = dict(kw, family="harmless")
     cost = (np.mean([run_guarded(s, **harmless).good_ship for s in range(runs)])

@@ -111,10 +111,14 @@ def guards(record: dict[str, Any], view: str = "") -> str:
     def pair(row: dict, key: str) -> str:
         return f"{_pct(row['guarded'][key])} ({_pct(row['unguarded'][key])})"
 
+    def gain(row: dict) -> str:
+        now, before = row["guarded"].get("confirmed_gain"), row["unguarded"].get("confirmed_gain")
+        return "-" if now is None else f"{now + 0.0:+.2f} ({before + 0.0:+.2f})"
+
     return _table(["discovery/held-out", "family", "guard margin, points", "broken guard claimed",
-                   "good set shipped"],
-                  [[r["size"], r["family"], f"{r['margin']:g}", pair(r, "false_guard_claim"), pair(r, "good_ship")]
-                   for r in record["results"]])
+                   "good set shipped", "confirmed true gain, points"],
+                  [[r["size"], r["family"], f"{r['margin']:g}", pair(r, "false_guard_claim"), pair(r, "good_ship"),
+                    gain(r)] for r in record["results"]])
 
 
 def export_check(record: dict[str, Any], view: str = "") -> str:
