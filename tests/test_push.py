@@ -7,7 +7,7 @@ import json
 import pytest
 
 from helpers.cli import invoke
-from helpers.hub_server import VALID_TOKEN, HubServer
+from helpers.hub_server import VALID_TOKEN
 from helpers import build_tiny, choice_task
 
 
@@ -18,15 +18,6 @@ def export_dir(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     folder = tmp_path_factory.mktemp("export") / "pruned"
     export(build_tiny("gpt2", tokenizer, seed=2), "L0.H1,L1.H2", verify_task=choice_task(), out=folder)
     return folder
-
-
-@pytest.fixture
-def hub(monkeypatch, tmp_path):  # noqa: ANN001, ANN201
-    with HubServer() as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no stored login leaks in
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        yield server
 
 
 def test_push_uploads_every_file_in_one_commit(hub, export_dir) -> None:

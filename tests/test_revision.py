@@ -14,7 +14,7 @@ from headprune.loading.models import load_model
 from helpers import save_folder
 from helpers.cli import invoke
 from helpers.handmade import build_model, cue_task
-from helpers.hub_server import HubServer, branch_sha
+from helpers.hub_server import branch_sha
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -24,17 +24,6 @@ def _files(folder: Path) -> dict[str, bytes]:
 def _use_cache(monkeypatch, folder: Path) -> None:  # noqa: ANN001
     # huggingface_hub reads its cache folder from the environment once, at import.
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(folder))
-
-
-@pytest.fixture
-def hub(monkeypatch, tmp_path):  # noqa: ANN001, ANN201
-    with HubServer() as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        _use_cache(monkeypatch, tmp_path / "hf-home" / "hub")
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        yield server
 
 
 @pytest.fixture(scope="module")
