@@ -255,8 +255,8 @@ def test_the_documented_recipe_takes_a_language_model_out(tokenizer, tmp_path) -
 
 def family_table() -> str:
     """docs/models.md's table: every supported model type, its adapter family, and what each export format writes."""
-    from headprune.exporter.gguf_export import DENSE_ONLY as GGUF_DENSE_ONLY
-    from headprune.exporter.gguf_export import MODEL_TYPES as GGUF_TYPES
+    from headprune.exporter.gguf_families import DENSE_ONLY as GGUF_DENSE_ONLY
+    from headprune.exporter.gguf_families import MODEL_TYPES as GGUF_TYPES
     from headprune.exporter.onnx_export import GENAI_TYPES
 
     rows = ["| model type | adapter | sliced | dense | ONNX | GGUF |", "|---|---|---|---|---|---|"]

@@ -18,7 +18,8 @@ Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel`
   ``qwen2`` uses llama.cpp's NeoX rotation and takes the rows as they are;
 - ``attention.key_length`` / ``value_length`` are always written: llama.cpp otherwise derives the head size
   from layer 0's head count, which a sliced layer 0 no longer has;
-- the tokenizer: :mod:`headprune.exporter.gguf_tokenizer`; reading the file back:
+- which families, as which architecture: :mod:`headprune.exporter.gguf_families`; the tokenizer:
+  :mod:`headprune.exporter.gguf_tokenizer`; reading the file back:
   :mod:`headprune.exporter.gguf_read`.
 """
 
@@ -32,80 +33,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from headprune.core.choices import GGUF_TYPES
-from headprune.errors import ExportSettingsError, UnsupportedModelError
+from headprune.errors import UnsupportedModelError
+from headprune.exporter.gguf_families import OTHER_FORMATS, rope_parameters
 from headprune.exporter.gguf_quant import K_QUANTS, typer
 from headprune.exporter.gguf_read import read_back
 from headprune.exporter.gguf_tokenizer import tokenizer_writer
 
 GGUF_NAME = "model.gguf"
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # models llama.cpp runs as llama / qwen2 / qwen3 / deci
-# Families whose per-head q/k norms llama.cpp's deci graph (per-layer head counts) lacks: dense only
-DENSE_ONLY = {"qwen3": "llama.cpp's graph for per-layer head counts (deci) has no q/k norms, which Qwen3 needs"}
-OTHER_FORMATS = "safetensors, onnx"
-# RoPE scalings llama.cpp's llama/qwen2/deci graphs compute as transformers does. "dynamic" (NTK) rescales only past
-# the trained context in transformers, and llama.cpp never does: written as plain RoPE with a note. "longrope" (Phi-3)
-# and the others need llama.cpp graphs headprune does not write.
-ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
-
-
-def check_type(gguf_type: str) -> None:
-    """Refuse a GGUF tensor type headprune does not write.
-
-    Raises:
-        ExportSettingsError
-    """
-    if gguf_type not in GGUF_TYPES:
-        raise ExportSettingsError(f"gguf_type must be one of {', '.join(GGUF_TYPES)}, not {gguf_type!r}",
-                                  settings=("gguf_type",))
-
-
-def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
-    """The GGUF architecture for ``lm`` in ``layout``.
-
-    Raises:
-        UnsupportedModelError: a family or configuration llama.cpp's llama/qwen2/deci graphs do not compute.
-        ExportSettingsError: an unknown GGUF type.
-    """
-    check_type(gguf_type)
-    config = lm.model.config
-    model_type = getattr(config, "model_type", "")
-    if lm.is_encoder or model_type not in MODEL_TYPES or lm.task_head != "causal-lm":
-        raise UnsupportedModelError(
-            f"{lm.name} ({model_type or lm.adapter.family}"
-            f"{'' if lm.task_head == 'causal-lm' else ', ' + lm.task_head + ' head'}) cannot be exported as GGUF: GGUF export "
-            f"supports Llama-style causal language models ({', '.join(MODEL_TYPES)}); this model can be exported "
-            f"as {OTHER_FORMATS}")
-    if getattr(config, "use_sliding_window", False):
-        raise UnsupportedModelError(f"{lm.name}: sliding-window attention is not written to GGUF by headprune; "
-                                    f"this model can be exported as {OTHER_FORMATS}")
-    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
-        raise UnsupportedModelError(f"{lm.name}: GGUF export needs a SiLU gated MLP without biases; this model can "
-                                    f"be exported as {OTHER_FORMATS}")
-    rope = _rope(config)
-    kind = rope.get("rope_type", "default")
-    if kind not in ROPE_TYPES:
-        raise UnsupportedModelError(f"{lm.name}: RoPE type {kind!r} is not written to GGUF by headprune (llama.cpp "
-                                    f"applies it only in other architectures' graphs; RoPE types written: "
-                                    f"{', '.join(ROPE_TYPES)}); this model can be exported as {OTHER_FORMATS}")
-    if layout == "sliced" and model_type in DENSE_ONLY:
-        raise UnsupportedModelError(f"{lm.name}: a sliced GGUF cannot be written: {DENSE_ONLY[model_type]}; give "
-                                    f"--layout dense (every head kept in shape, removed ones zeroed), or export "
-                                    f"sliced as {OTHER_FORMATS}")
-    if layout == "sliced":
-        return "deci"
-    if model_type == "qwen3":
-        return "qwen3"
-    # llama.cpp's qwen2 graph has no rope_freqs tensor: Llama 3.1-style scaling goes in its llama graph, which takes
-    # Qwen2's q/k/v biases too.
-    return "qwen2" if model_type == "qwen2" and kind != "llama3" else "llama"
-
-
-def _rope(config: Any) -> dict:
-    params = getattr(config, "rope_parameters", None) or {}
-    params = dict(params.get("full_attention", params))
-    params.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
-    return params
 
 
 def permute(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -171,7 +105,7 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
         out[new] = data.contiguous()
-    rope = _rope(artifact.config)
+    rope = rope_parameters(artifact.config)
     if rope.get("rope_type", "default") == "llama3":
         # Not a weight of the model but part of what the file holds: llama.cpp reads Llama 3.1-style scaling from
         # this tensor (the converter's ``generate_extra_tensors``), so the read-back must expect it too.
@@ -231,7 +165,7 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     writer.add_key_length(plan.head_dim)
     writer.add_value_length(plan.head_dim)
     writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    rope = _rope(config)
+    rope = rope_parameters(config)
     writer.add_rope_freq_base(float(rope["rope_theta"]))
     if plan.arch != "qwen2":
         writer.add_rope_dimension_count(plan.head_dim)
@@ -360,7 +294,7 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if window and getattr(artifact.config, "model_type", "") == "mistral":
         notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's llama graph does "
                      "not apply: the two agree on contexts up to that length")
-    rope = _rope(artifact.config)
+    rope = rope_parameters(artifact.config)
     if rope.get("rope_type") == "dynamic":
         trained = rope.get("original_max_position_embeddings") or artifact.config.max_position_embeddings
         notes.append(f"the checkpoint's dynamic NTK RoPE rescales beyond {trained} tokens in transformers, which "

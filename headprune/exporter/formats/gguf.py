@@ -80,7 +80,8 @@ class Gguf(ExportFormat):
     weight_suffixes = (".gguf",)
 
     def check_options(self) -> None:
-        from headprune.exporter.gguf_export import check_type, llama_cpp_version
+        from headprune.exporter.gguf_export import llama_cpp_version
+        from headprune.exporter.gguf_families import check_type
         from headprune.exporter.gguf_quant import K_QUANTS, quantizer_library
 
         super().check_options()
@@ -91,7 +92,7 @@ class Gguf(ExportFormat):
             quantizer_library()  # only llama.cpp makes K-quants: without its quantizer, exit 2 now
 
     def check_model(self, lm: LoadedModel) -> None:
-        from headprune.exporter.gguf_export import check_supported
+        from headprune.exporter.gguf_families import check_supported
 
         super().check_model(lm)
         self.arch = check_supported(lm, self.options.layout, self.chosen["gguf_type"])
