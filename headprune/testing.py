@@ -121,7 +121,7 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", dict(**_GQA, **_MOE, num_experts=4)),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(**_GQA, **_MOE, num_local_experts=4, sliding_window=None)),
     "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(**_GQA, **_MOE, num_experts=4, moe_intermediate_size=32,
-                                                                  head_dim=16)),
+                                                                  head_dim=16, norm_topk_prob=True)),  # as shipped
     "phi3": ("Phi3Config", "Phi3ForCausalLM", _GQA),
     "cohere": ("CohereConfig", "CohereForCausalLM", dict(**_GQA, use_qk_norm=True)),  # Command R+'s per-head norms
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(**_GQA, **_MOE, num_local_experts=4, head_dim=16,

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from headprune.errors import UnsupportedModelError
-from headprune.exporter.gguf_families import OTHER_FORMATS, rope_parameters
+from headprune.exporter.gguf_families import OTHER_FORMATS, PERMUTED_ARCHES, family_of, rope_parameters
 from headprune.exporter.gguf_quant import K_QUANTS, typer
 from headprune.exporter.gguf_read import read_back
 from headprune.exporter.gguf_tokenizer import tokenizer_writer
@@ -72,7 +72,20 @@ def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
     else:
         heads = (grid.num_heads,) * grid.num_layers
         kv = (grid.num_kv_heads,) * grid.num_layers
-    return GgufPlan(arch, heads, kv, grid.head_dim, arch in ("llama", "deci"))
+    return GgufPlan(arch, heads, kv, grid.head_dim, arch in PERMUTED_ARCHES)
+
+
+def gguf_names(names: Any, name: str) -> tuple[str, ...]:
+    """The GGUF tensor(s) a model tensor is stored as (``names``: gguf's tensor name map): one, none (no place in
+    llama.cpp's graph), or two for transformers' fused experts (``gate_up_proj``: llama.cpp's stacked
+    ``ffn_gate_exps`` and ``ffn_up_exps``, as the converter splits them)."""
+    new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+    if name.endswith(".mlp.experts.gate_up_proj"):
+        layer = name.split(".layers.")[1].split(".")[0]
+        return tuple(f"blk.{layer}.ffn_{part}_exps.weight" for part in ("gate", "up"))
+    if new is not None and name.endswith(".mlp.experts.down_proj"):  # a parameter, without a .weight suffix
+        return (new + ".weight",)
+    return () if new is None else (new,)
 
 
 def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.Tensor]:
@@ -97,11 +110,16 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
     for name, tensor in state.items():
         if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight"):
             continue
-        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
-        if new is None:
+        stored = gguf_names(names, name)
+        if not stored:
             raise UnsupportedModelError(f"GGUF export: no llama.cpp tensor for {name} (it would be lost); this "
                                         f"model can be exported as {OTHER_FORMATS}")
         data = tensor.detach().to("cpu", torch.float32)
+        if len(stored) == 2:  # experts' fused (experts, 2 * ff, hidden): gate rows, then up rows
+            for new, half in zip(stored, data.chunk(2, dim=1)):
+                out[new] = half.contiguous()
+            continue
+        new = stored[0]
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
         out[new] = data.contiguous()
@@ -168,7 +186,8 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     rope = rope_parameters(config)
     writer.add_rope_freq_base(float(rope["rope_theta"]))
     if plan.arch != "qwen2":
-        writer.add_rope_dimension_count(plan.head_dim)
+        # Phi-4-mini and others rotate only part of each head (partial_rotary_factor)
+        writer.add_rope_dimension_count(int(plan.head_dim * rope.get("partial_rotary_factor", 1.0)))
         writer.add_vocab_size(int(config.vocab_size))
     kind = rope.get("rope_type", "default")
     if kind == "linear":
@@ -178,6 +197,9 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
         writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         writer.add_rope_scaling_factor(float(rope["factor"]))
         writer.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
+    family = family_of(config)
+    if family.keys is not None:
+        family.keys(writer, config)
     writer.add_file_type(FILE_TYPES[gguf_type])
     if gguf_type not in ("f32", "f16", "bf16"):
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -291,8 +313,8 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
                                 f"difference {exact:.3g}); nothing was written")
     notes = []
     window = getattr(artifact.config, "sliding_window", None)
-    if window and getattr(artifact.config, "model_type", "") == "mistral":
-        notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's llama graph does "
+    if window and getattr(artifact.config, "use_sliding_window", True):  # (Qwen's configs carry an unused one)
+        notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's {arch} graph does "
                      "not apply: the two agree on contexts up to that length")
     rope = rope_parameters(artifact.config)
     if rope.get("rope_type") == "dynamic":

@@ -115,17 +115,19 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
     import gguf
     import torch
 
-    from headprune.exporter.gguf_export import unpermute
+    from headprune.exporter.gguf_export import gguf_names, unpermute
 
     arch_enum = next(a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == plan.arch)
     names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
     model = copy.deepcopy(artifact)
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
-            new = names.get_name(name, try_suffixes=(".weight", ".bias"))
-            if new not in stored:  # rotary frequencies, a tied output
+            parts = gguf_names(names, name)
+            if not parts or parts[0] not in stored:  # rotary frequencies, a tied output
                 continue
-            data = torch.from_numpy(stored[new]).reshape(tensor.shape)
+            new = parts[0]
+            data = torch.cat([torch.from_numpy(stored[part]) for part in parts], dim=1 if len(parts) == 2 else 0)
+            data = data.reshape(tensor.shape)
             permuted = plan.permuted and (".attn_q." in new or ".attn_k." in new)
             tensor.copy_(unpermute(data, plan.head_dim) if permuted else data)
     return model.eval()

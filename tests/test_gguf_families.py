@@ -1,0 +1,167 @@
+"""GGUF for the families llama.cpp's converter writes beyond Llama, Mistral and Qwen2/3 (tests/test_gguf.py): the
+coverage matrix's tiny model of each, exported dense in llama.cpp's own architecture for it, run in llama.cpp itself
+and compared with the masked original by its logits at every position; a sliced file, which llama.cpp's graph for the
+family cannot take, is refused in one line naming what works.
+
+Like test_gguf.py these need llama.cpp (``headprune[gguf]``) and fail without it. Where the installed gguf-py does not
+know a family's architecture (its floor, 0.14, lacks qwen3moe), the export is refused in one line, not lost.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers import generate_task, save_folder
+from helpers.cli import invoke
+from helpers.gguf_file import gguf_metadata
+
+from headprune.errors import UnsupportedModelError
+from headprune.exporter import export, runtimes
+from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
+from headprune.exporter.gguf_families import FAMILIES
+from headprune.heads import parse_heads
+from headprune.loading.models import wrap_model
+from headprune.surgery.ablation import ablated
+from headprune.testing import family_model
+
+HEADS = "L0.H1,L1.H0,L1.H1"  # one head of a group in layer 0; a whole key/value group in layer 1
+# The families beyond test_gguf.py's, each with what its file must hold that a plain Llama file does not.
+EXTRA = {"mixtral": ("blk.0.ffn_gate_exps.weight", "llama.expert_count"),
+         "qwen3_moe": ("blk.0.ffn_down_exps.weight", "qwen3moe.expert_feed_forward_length"),
+         "phi3": ("blk.0.attn_qkv.weight", "phi3.rope.dimension_count"),
+         "granite": ("blk.0.attn_q.weight", "granite.logit_scale")}
+
+
+def test_every_gguf_family_is_run_in_llama_cpp_by_the_suite() -> None:
+    """docs/models.md's GGUF column is gguf_families.FAMILIES: each is run here or in test_gguf.py."""
+    assert set(FAMILIES) == set(EXTRA) | {"llama", "mistral", "qwen2", "qwen3"}
+
+
+def _lm(model_type: str, tokenizer):  # noqa: ANN001, ANN202
+    # llama.cpp sets attributes of Phi-3's own special tokens (</s>, <s>, ...) on a model whose name says phi3, and
+    # the tests' tiny vocabulary has none of them: the tiny model goes by another name.
+    return wrap_model(family_model(model_type, len(tokenizer), seed=2), tokenizer,
+                      name=f"tiny-{model_type.replace('phi3', 'p3')}")
+
+
+def _known(arch: str) -> bool:
+    import gguf
+
+    return arch in gguf.MODEL_ARCH_NAMES.values()
+
+
+def file_against_masked(lm, heads, path, task) -> tuple[float, float]:  # noqa: ANN001
+    """Largest |llama.cpp logits of the file - masked original's| at every position of every task prompt, and the
+    largest |masked logit - unmasked logit| (what removing the heads does, so the comparison can fail)."""
+    diff = effect = 0.0
+    runner = runtimes.LlamaCppModel(path, n_ctx=128, eos=())
+    try:
+        for example in task.examples:
+            ids = torch.tensor([lm.tokenizer(example.prompt or example.text)["input_ids"]])
+            with torch.no_grad():
+                whole = lm.model(input_ids=ids).logits[0].float()
+                with ablated(lm, heads):
+                    want = lm.model(input_ids=ids).logits[0].float()
+            diff = max(diff, float((runner.logits(ids[0].tolist()) - want).abs().max()))
+            effect = max(effect, float((want - whole).abs().max()))
+    finally:
+        runner.close()
+    return diff, effect
+
+
+@pytest.mark.parametrize("model_type", sorted(EXTRA))
+def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, tokenizer, tmp_path) -> None:
+    lm = _lm(model_type, tokenizer)
+    arch = FAMILIES[model_type].arch
+    if not _known(arch):  # an older gguf-py: one line saying so, nothing written
+        with pytest.raises(UnsupportedModelError, match=f"does not know llama.cpp's {arch} architecture"):
+            export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+        assert not (tmp_path / "g").exists()
+        return
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    info = Gguf.details(record)
+    assert info.architecture == arch and info.runtime.done and info.runtime.mismatches == 0
+    diff, effect = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf", generate_task())
+    assert effect > 1e-3 and diff <= GGUF_TOLERANCE, (diff, effect)
+    reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
+    tensor, key = EXTRA[model_type]
+    assert tensor in {t.name for t in reader.tensors} and key in meta
+    assert meta["general.architecture"] == arch
+
+
+def test_mixture_of_experts_are_written_as_they_are(tokenizer, tmp_path) -> None:
+    """Mixtral's experts in llama.cpp's stacked tensors: the gate and up halves of transformers' fused gate_up_proj
+    and the down projections, each byte for byte the original's, and the router."""
+    import numpy as np
+
+    lm = _lm("mixtral", tokenizer)
+    export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    reader, _ = gguf_metadata(tmp_path / "g" / "model.gguf")
+    stored = {t.name: np.asarray(t.data) for t in reader.tensors}
+    experts = lm.model.model.layers[1].mlp.experts
+    gate, up = experts.gate_up_proj.detach().chunk(2, dim=1)
+    for name, want in (("gate_exps", gate), ("up_exps", up), ("down_exps", experts.down_proj.detach()),
+                       ("gate_inp", lm.model.model.layers[1].mlp.gate.weight.detach())):
+        assert np.array_equal(stored[f"blk.1.ffn_{name}.weight"], want.numpy()), name
+
+
+def _task_file(tmp_path):  # noqa: ANN001, ANN202
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"prompt": "the film is", "target": "x"}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("model_type", ["mixtral", "phi3"])
+def test_sliced_gguf_is_refused_naming_dense_and_other_formats(model_type, tokenizer, tmp_path) -> None:
+    save_folder(_lm(model_type, tokenizer).model, tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--verify-task",
+                    str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "one head count for every layer" in lines[0] and "--layout dense" in lines[0]
+    assert "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
+
+
+def test_qwen3_moe_without_renormalised_routing_is_refused(tokenizer, tmp_path) -> None:
+    """llama.cpp's qwen3moe graph always renormalises the chosen experts' weights: a checkpoint that does not
+    (norm_topk_prob false) would compute other outputs there, so it is refused in one line."""
+    model = family_model("qwen3_moe", len(tokenizer), seed=2)
+    model.config.norm_topk_prob = False
+    save_folder(model, tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
+                    "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "norm_topk_prob" in lines[0] and "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
+
+
+def test_k_quants_of_these_families_are_refused_naming_the_types_written(tokenizer, tmp_path) -> None:
+    """llama.cpp's quantizer picks a fused attn_qkv's or an expert's K-quant type by rules headprune does not
+    reproduce: refused in one line (the float and q8_0 types are written, as above)."""
+    save_folder(_lm("mixtral", tokenizer).model, tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
+                    "--gguf-type", "q4_k_m", "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "q8_0" in lines[0] and "llama-quantize" in lines[0] and not (tmp_path / "o").exists()
+
+
+def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(tokenizer, tmp_path) -> None:
+    """A q8_0 Mixtral: the torch reference of its gate is rebuilt from the file's de-quantised tensors, the experts'
+    stacked gate and up halves joined back into transformers' fused gate_up_proj."""
+    from headprune.exporter import gguf_export
+    from headprune.exporter.gguf_quant_check import with_stored
+
+    lm = _lm("mixtral", tokenizer)
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
+                    gguf_type="q8_0")
+    assert Gguf.details(record).quantized is not None
+    (tmp_path / "w").mkdir()
+    written = gguf_export.write_files(lm, lm.model, "llama", None, tmp_path / "w", tmp_path / "w", "q8_0",
+                                      with_original=False)
+    rounded = with_stored(lm.model, written.plan, written.stored)
+    fused = rounded.model.layers[1].mlp.experts.gate_up_proj.detach()
+    original = lm.model.model.layers[1].mlp.experts.gate_up_proj.detach()
+    assert 0 < float((fused - original).abs().max()) < 1e-2 * float(original.abs().max())
