@@ -138,12 +138,14 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
 }
 
 
-def family_model(model_type: str, vocab_size: int, seed: int = 0) -> Any:
-    """The tiny random model of ``model_type`` (a key of :data:`FAMILY_MODELS`), eager attention, in eval mode."""
+def family_model(model_type: str, vocab_size: int, seed: int = 0, **changes: Any) -> Any:
+    """The tiny random model of ``model_type`` (a key of :data:`FAMILY_MODELS`), eager attention, in eval mode;
+    ``changes``: config values of a variant (a text model's, for a vision-language one: not taken)."""
     import torch
     import transformers
 
     config_class, model_class, overrides = FAMILY_MODELS[model_type]
+    overrides = {**overrides, **changes}
     sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  max_position_embeddings=256, vocab_size=vocab_size, **SPECIAL_IDS)
     if "text_config" in overrides:  # a vision-language model: the sizes are its text model's; its image tokens are

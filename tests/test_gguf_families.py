@@ -27,11 +27,20 @@ from headprune.surgery.ablation import ablated
 from headprune.testing import family_model
 
 HEADS = "L0.H1,L1.H0,L1.H1"  # one head of a group in layer 0; a whole key/value group in layer 1
-# The families beyond test_gguf.py's, each with what its file must hold that a plain Llama file does not.
-EXTRA = {"mixtral": ("blk.0.ffn_gate_exps.weight", "llama.expert_count"),
-         "qwen3_moe": ("blk.0.ffn_down_exps.weight", "qwen3moe.expert_feed_forward_length"),
-         "phi3": ("blk.0.attn_qkv.weight", "phi3.rope.dimension_count"),
-         "granite": ("blk.0.attn_q.weight", "granite.logit_scale")}
+# The families beyond test_gguf.py's, each with what its file must hold that a plain Llama file does not, and the
+# variant of the matrix's tiny model llama.cpp's graph computes (the refusals of the others are tested below).
+EXTRA = {"mixtral": ("blk.0.ffn_gate_exps.weight", "llama.expert_count", {}),
+         "qwen3_moe": ("blk.0.ffn_down_exps.weight", "qwen3moe.expert_feed_forward_length", {}),
+         "phi3": ("blk.0.attn_qkv.weight", "phi3.rope.dimension_count", {}),
+         "granite": ("blk.0.attn_q.weight", "granite.logit_scale", {}),
+         "olmo": ("blk.0.attn_q.weight", "olmo.attention.layer_norm_epsilon", {}),
+         "olmo2": ("blk.0.attn_q_norm.weight", "olmo2.attention.layer_norm_rms_epsilon", {}),
+         "olmoe": ("blk.0.ffn_up_exps.weight", "olmoe.expert_count", {"num_key_value_heads": 4}),
+         "glm4": ("blk.0.post_attention_norm.weight", "glm4.rope.dimension_count", {}),
+         "cohere": ("blk.0.attn_q.weight", "command-r.logit_scale", {"use_qk_norm": False}),
+         "gemma2": ("blk.0.post_ffw_norm.weight", "gemma2.final_logit_softcapping", {"query_pre_attn_scalar": 16}),
+         "gemma3_text": ("blk.0.attn_q_norm.weight", "gemma3.attention.sliding_window",
+                         {"query_pre_attn_scalar": 16})}
 
 
 def test_every_gguf_family_is_run_in_llama_cpp_by_the_suite() -> None:
@@ -39,10 +48,10 @@ def test_every_gguf_family_is_run_in_llama_cpp_by_the_suite() -> None:
     assert set(FAMILIES) == set(EXTRA) | {"llama", "mistral", "qwen2", "qwen3"}
 
 
-def _lm(model_type: str, tokenizer):  # noqa: ANN001, ANN202
+def _lm(model_type: str, tokenizer, **changes):  # noqa: ANN001, ANN003, ANN202
     # llama.cpp sets attributes of Phi-3's own special tokens (</s>, <s>, ...) on a model whose name says phi3, and
     # the tests' tiny vocabulary has none of them: the tiny model goes by another name.
-    return wrap_model(family_model(model_type, len(tokenizer), seed=2), tokenizer,
+    return wrap_model(family_model(model_type, len(tokenizer), seed=2, **changes), tokenizer,
                       name=f"tiny-{model_type.replace('phi3', 'p3')}")
 
 
@@ -52,10 +61,11 @@ def _known(arch: str) -> bool:
     return arch in gguf.MODEL_ARCH_NAMES.values()
 
 
-def file_against_masked(lm, heads, path, task) -> tuple[float, float]:  # noqa: ANN001
-    """Largest |llama.cpp logits of the file - masked original's| at every position of every task prompt, and the
-    largest |masked logit - unmasked logit| (what removing the heads does, so the comparison can fail)."""
-    diff = effect = 0.0
+def file_against_masked(lm, heads, path, task) -> tuple[float, float, float]:  # noqa: ANN001
+    """Largest |llama.cpp logits of the file - masked original's| at every position of every task prompt, the
+    largest |masked logit - unmasked logit| (what removing the heads does, so the comparison can fail), and the
+    largest |masked logit|."""
+    diff = effect = scale = 0.0
     runner = runtimes.LlamaCppModel(path, n_ctx=128, eos=())
     try:
         for example in task.examples:
@@ -66,14 +76,19 @@ def file_against_masked(lm, heads, path, task) -> tuple[float, float]:  # noqa: 
                     want = lm.model(input_ids=ids).logits[0].float()
             diff = max(diff, float((runner.logits(ids[0].tolist()) - want).abs().max()))
             effect = max(effect, float((want - whole).abs().max()))
+            scale = max(scale, float(want.abs().max()))
     finally:
         runner.close()
-    return diff, effect
+    return diff, effect, scale
 
 
 @pytest.mark.parametrize("model_type", sorted(EXTRA))
 def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, tokenizer, tmp_path) -> None:
-    lm = _lm(model_type, tokenizer)
+    tensor, key, changes = EXTRA[model_type]
+    lm = _lm(model_type, tokenizer, **changes)
+    if model_type == "gemma2":  # logits large enough (about 15) that Gemma 2's final soft cap (30) bends them
+        with torch.no_grad():
+            lm.model.model.norm.weight.add_(29.0)
     arch = FAMILIES[model_type].arch
     if not _known(arch):  # an older gguf-py: one line saying so, nothing written
         with pytest.raises(UnsupportedModelError, match=f"does not know llama.cpp's {arch} architecture"):
@@ -83,10 +98,12 @@ def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, toke
     record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
     info = Gguf.details(record)
     assert info.architecture == arch and info.runtime.done and info.runtime.mismatches == 0
-    diff, effect = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf", generate_task())
-    assert effect > 1e-3 and diff <= GGUF_TOLERANCE, (diff, effect)
+    diff, effect, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf",
+                                              generate_task())
+    # GGUF's gate, or Gemma's (llama.cpp's float16 GELU table: 3.5e-4 of the largest logit measured here)
+    tolerance = FAMILIES[model_type].tolerance or GGUF_TOLERANCE
+    assert effect > 1e-3 and diff <= tolerance * max(1.0, scale), (diff, effect, scale)
     reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
-    tensor, key = EXTRA[model_type]
     assert tensor in {t.name for t in reader.tensors} and key in meta
     assert meta["general.architecture"] == arch
 

@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from headprune.errors import UnsupportedModelError
-from headprune.exporter.gguf_families import OTHER_FORMATS, PERMUTED_ARCHES, family_of, rope_parameters
+from headprune.exporter.gguf_families import (GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES, family_of,
+                                              rope_parameters)
 from headprune.exporter.gguf_quant import K_QUANTS, typer
 from headprune.exporter.gguf_read import read_back
 from headprune.exporter.gguf_tokenizer import tokenizer_writer
@@ -120,6 +121,8 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
                 out[new] = half.contiguous()
             continue
         new = stored[0]
+        if new.endswith("norm.weight"):
+            data = data + family_of(artifact.config).norm_offset
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
         out[new] = data.contiguous()
@@ -182,7 +185,8 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
         writer.add_head_count_kv(plan.head_count_kv[0])
     writer.add_key_length(plan.head_dim)
     writer.add_value_length(plan.head_dim)
-    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    if getattr(config, "rms_norm_eps", None) is not None:  # LayerNorm families write theirs with their own keys
+        writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     rope = rope_parameters(config)
     writer.add_rope_freq_base(float(rope["rope_theta"]))
     if plan.arch != "qwen2":
@@ -316,6 +320,8 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if window and getattr(artifact.config, "use_sliding_window", True):  # (Qwen's configs carry an unused one)
         notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's {arch} graph does "
                      "not apply: the two agree on contexts up to that length")
+    if family_of(artifact.config).tolerance is not None:
+        notes.append(GELU_NOTE)
     rope = rope_parameters(artifact.config)
     if rope.get("rope_type") == "dynamic":
         trained = rope.get("original_max_position_embeddings") or artifact.config.max_position_embeddings

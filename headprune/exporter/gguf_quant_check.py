@@ -116,6 +116,7 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
     import torch
 
     from headprune.exporter.gguf_export import gguf_names, unpermute
+    from headprune.exporter.gguf_families import family_of
 
     arch_enum = next(a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == plan.arch)
     names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
@@ -128,6 +129,8 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
             new = parts[0]
             data = torch.cat([torch.from_numpy(stored[part]) for part in parts], dim=1 if len(parts) == 2 else 0)
             data = data.reshape(tensor.shape)
+            if new.endswith("norm.weight"):  # Gemma's gains are stored as llama.cpp multiplies by them
+                data = data - family_of(artifact.config).norm_offset
             permuted = plan.permuted and (".attn_q." in new or ".attn_k." in new)
             tensor.copy_(unpermute(data, plan.head_dim) if permuted else data)
     return model.eval()

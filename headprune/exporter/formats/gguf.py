@@ -92,10 +92,11 @@ class Gguf(ExportFormat):
             quantizer_library()  # only llama.cpp makes K-quants: without its quantizer, exit 2 now
 
     def check_model(self, lm: LoadedModel) -> None:
-        from headprune.exporter.gguf_families import check_supported
+        from headprune.exporter.gguf_families import check_supported, family_of
 
         super().check_model(lm)
         self.arch = check_supported(lm, self.options.layout, self.chosen["gguf_type"])
+        self.tolerance = family_of(lm.model.config).tolerance or self.tolerance  # (Gemma: llama.cpp's GELU table)
         refuse_unless_float32(lm.dtype, FLOAT32_ONLY)
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
