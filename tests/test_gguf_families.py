@@ -182,3 +182,38 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(t
     fused = rounded.model.layers[1].mlp.experts.gate_up_proj.detach()
     original = lm.model.model.layers[1].mlp.experts.gate_up_proj.detach()
     assert 0 < float((fused - original).abs().max()) < 1e-2 * float(original.abs().max())
+
+
+@pytest.mark.parametrize(("model_type", "changes", "words"), [
+    ("gemma2", {}, "query_pre_attn_scalar (256) is not its head size (16)"),
+    ("gemma3_text", {"query_pre_attn_scalar": 16, "layer_types": ["full_attention", "sliding_attention"]},
+     "every 6th layer global"),
+    ("olmoe", {}, "groups key/value heads"),
+    ("cohere", {}, "64 layers or more"),
+])
+def test_configs_llama_cpp_computes_otherwise_are_refused(model_type, changes, words, tokenizer, tmp_path) -> None:
+    """What llama.cpp's graph for a family fixes (Gemma's query scale and global-layer pattern, OLMoE's ungrouped
+    key/value heads, Command R+'s q/k norms only at 64 layers or more) is refused in one line when a config differs."""
+    save_folder(_lm(model_type, tokenizer, **changes).model, tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
+                    "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert words in lines[0] and "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
+
+
+def test_command_r_plus_q_k_norms_run_in_llama_cpp(tokenizer, tmp_path) -> None:
+    """Command R+'s per-head q/k norms, which llama.cpp's command-r graph reads in a model of 64 layers or more."""
+    lm = _lm("cohere", tokenizer, num_hidden_layers=64)
+    with torch.no_grad():  # norms that do something (they start as ones)
+        for layer in lm.adapter.layers(lm.model):
+            layer.self_attn.q_norm.weight.normal_(1.0, 0.5)
+            layer.self_attn.k_norm.weight.normal_(1.0, 0.5)
+    if not _known("command-r"):
+        pytest.fail("gguf-py knows command-r from its floor up")
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    assert Gguf.details(record).runtime.mismatches == 0
+    diff, effect, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf", generate_task())
+    assert effect > 1e-3 and diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, effect, scale)
+    reader, _ = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert "blk.63.attn_k_norm.weight" in {t.name for t in reader.tensors}
