@@ -217,3 +217,21 @@ def test_command_r_plus_q_k_norms_run_in_llama_cpp(tokenizer, tmp_path) -> None:
     assert effect > 1e-3 and diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, effect, scale)
     reader, _ = gguf_metadata(tmp_path / "g" / "model.gguf")
     assert "blk.63.attn_k_norm.weight" in {t.name for t in reader.tensors}
+
+
+def test_phi4_mini_longrope_and_partial_rotation_run_in_llama_cpp(tokenizer, tmp_path) -> None:
+    """Phi-3.5 and Phi-4-mini's LongRoPE (llama.cpp's rope_factors_long/_short and its attention factor), with
+    Phi-4-mini's rotation of three quarters of each head, against the masked original in llama.cpp."""
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+            "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0], "long_factor": [2.0, 3.0, 5.0, 8.0, 12.0, 16.0],
+            "original_max_position_embeddings": 1024}  # above the contexts llama.cpp is run with here: short factors
+    lm = _lm("phi3", tokenizer, rope_parameters=rope, original_max_position_embeddings=1024,
+             max_position_embeddings=4096)
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    info = Gguf.details(record)
+    assert info.runtime.mismatches == 0 and any("LongRoPE" in note for note in info.notes)
+    diff, effect, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf", generate_task())
+    assert effect > 1e-3 and diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, effect, scale)
+    reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert {"rope_factors_long.weight", "rope_factors_short.weight"} <= {t.name for t in reader.tensors}
+    assert meta["phi3.rope.dimension_count"] == 12 and meta["phi3.rope.scaling.attn_factor"] > 1.0

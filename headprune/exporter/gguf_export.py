@@ -25,7 +25,6 @@ Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel`
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from headprune.exporter.gguf_families import (GELU_NOTE, OTHER_FORMATS, PERMUTED
                                               rope_parameters)
 from headprune.exporter.gguf_quant import K_QUANTS, typer
 from headprune.exporter.gguf_read import read_back
+from headprune.exporter.gguf_rope import add_rope_keys, longrope_note, rope_tensors
 from headprune.exporter.gguf_tokenizer import tokenizer_writer
 
 GGUF_NAME = "model.gguf"
@@ -126,11 +126,7 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
         out[new] = data.contiguous()
-    rope = rope_parameters(artifact.config)
-    if rope.get("rope_type", "default") == "llama3":
-        # Not a weight of the model but part of what the file holds: llama.cpp reads Llama 3.1-style scaling from
-        # this tensor (the converter's ``generate_extra_tensors``), so the read-back must expect it too.
-        out[gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight"] = _llama3_rope_factors(rope, plan.head_dim)
+    out.update(rope_tensors(artifact.config, plan.head_dim))
     return out
 
 
@@ -193,14 +189,7 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
         # Phi-4-mini and others rotate only part of each head (partial_rotary_factor)
         writer.add_rope_dimension_count(int(plan.head_dim * rope.get("partial_rotary_factor", 1.0)))
         writer.add_vocab_size(int(config.vocab_size))
-    kind = rope.get("rope_type", "default")
-    if kind == "linear":
-        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-        writer.add_rope_scaling_factor(float(rope["factor"]))
-    elif kind == "yarn":
-        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-        writer.add_rope_scaling_factor(float(rope["factor"]))
-        writer.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
+    add_rope_keys(writer, config)
     family = family_of(config)
     if family.keys is not None:
         family.keys(writer, config)
@@ -223,27 +212,6 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     writer.write_tensors_to_file()
     writer.close()
     return types
-
-
-def _llama3_rope_factors(rope: dict, dim: int) -> torch.Tensor:
-    """``rope_freqs.weight`` for Llama 3.1-style scaling (the converter's ``generate_extra_tensors``)."""
-    base = rope.get("rope_theta", 10000.0)
-    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    factor = rope.get("factor", 8.0)
-    low, high = rope.get("low_freq_factor", 1.0), rope.get("high_freq_factor", 4.0)
-    old = rope.get("original_max_position_embeddings", 8192)
-    low_wavelen, high_wavelen = old / low, old / high
-    factors = []
-    for freq in freqs.tolist():
-        wavelen = 2 * math.pi / freq
-        if wavelen < high_wavelen:
-            factors.append(1.0)
-        elif wavelen > low_wavelen:
-            factors.append(factor)
-        else:
-            smooth = (old / wavelen - low) / (high - low)
-            factors.append(1 / ((1 - smooth) / factor + smooth))
-    return torch.tensor(factors, dtype=torch.float32)
 
 
 # ---------------------------------------------------------------- the files an export writes
@@ -327,6 +295,8 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
         trained = rope.get("original_max_position_embeddings") or artifact.config.max_position_embeddings
         notes.append(f"the checkpoint's dynamic NTK RoPE rescales beyond {trained} tokens in transformers, which "
                      "llama.cpp does not do: the two agree on contexts up to that length")
+    if longrope_note(artifact.config):
+        notes.append(longrope_note(artifact.config))
     if arch == "deci":
         notes.append("sliced: llama.cpp's deci architecture (per-layer head counts); stock llama-architecture "
                      "tools that assume equal layers do not apply")
