@@ -190,10 +190,14 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(t
      "every 6th layer global"),
     ("olmoe", {}, "groups key/value heads"),
     ("cohere", {}, "64 layers or more"),
+    ("qwen3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
+     "only llama.cpp's llama and deci graphs read its factors"),
 ])
 def test_configs_llama_cpp_computes_otherwise_are_refused(model_type, changes, words, tokenizer, tmp_path) -> None:
     """What llama.cpp's graph for a family fixes (Gemma's query scale and global-layer pattern, OLMoE's ungrouped
-    key/value heads, Command R+'s q/k norms only at 64 layers or more) is refused in one line when a config differs."""
+    key/value heads, Command R+'s q/k norms only at 64 layers or more, Llama 3.1's RoPE factors only in its llama
+    graph) is refused in one line when a config differs."""
     save_folder(_lm(model_type, tokenizer, **changes).model, tokenizer, tmp_path / "m")
     result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
                     "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))

@@ -1,5 +1,5 @@
-"""GGUF: one file for llama.cpp (Llama-style models: dense as the stock ``llama``/``qwen2`` architecture, sliced
-as ``deci``), run in llama.cpp itself before it is written.
+"""GGUF: one file for llama.cpp (dense in each family's stock llama.cpp architecture, sliced as ``deci`` where that
+graph computes the family: :mod:`headprune.exporter.gguf_families`), run in llama.cpp itself before it is written.
 
 The file is written and read back by :mod:`headprune.exporter.gguf_export` (K-quants by llama.cpp's own quantizer,
 :mod:`headprune.exporter.gguf_quant`). The verification runs a float32 file (the written one, or a float32 copy when
@@ -48,7 +48,7 @@ TASK_ROWS = 16
 class GgufInfo:
     """What a GGUF export wrote and how the file itself was checked (its record's ``format_details``)."""
 
-    architecture: str  # llama, qwen2 (dense) or deci (sliced: per-layer head counts)
+    architecture: str  # the family's llama.cpp architecture (dense: llama, qwen2, phi3, ...) or deci (sliced)
     gguf_type: str  # f32, f16, bf16, q8_0
     file: str
     head_count: tuple[int, ...]  # per layer
@@ -68,7 +68,7 @@ class GgufInfo:
 class Gguf(ExportFormat):
     name = "gguf"
     title = "GGUF"
-    help = "for llama.cpp (Llama-style models); run in llama.cpp before writing."
+    help = "for llama.cpp (the families of docs/models.md); run in llama.cpp before writing."
     extra = "gguf"
     tolerance = GGUF_TOLERANCE
     kv_map = False  # llama.cpp repeats key/value heads evenly: no query-to-key/value map
