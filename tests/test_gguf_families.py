@@ -38,6 +38,7 @@ EXTRA = {"mixtral": ("blk.0.ffn_gate_exps.weight", "llama.expert_count", {}),
          "olmoe": ("blk.0.ffn_up_exps.weight", "olmoe.expert_count", {"num_key_value_heads": 4}),
          "glm4": ("blk.0.post_attention_norm.weight", "glm4.rope.dimension_count", {}),
          "cohere": ("blk.0.attn_q.weight", "command-r.logit_scale", {"use_qk_norm": False}),
+         "gpt_oss": ("blk.0.attn_sinks.weight", "gpt-oss.attention.sliding_window", {}),  # a 4-token window
          "gemma2": ("blk.0.post_ffw_norm.weight", "gemma2.final_logit_softcapping", {"query_pre_attn_scalar": 16}),
          "gemma3_text": ("blk.0.attn_q_norm.weight", "gemma3.attention.sliding_window",
                          {"query_pre_attn_scalar": 16})}
@@ -165,19 +166,22 @@ def test_k_quants_of_these_families_are_refused_naming_the_types_written(tokeniz
     assert "q8_0" in lines[0] and "llama-quantize" in lines[0] and not (tmp_path / "o").exists()
 
 
-def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(tokenizer, tmp_path) -> None:
-    """A q8_0 Mixtral: the torch reference of its gate is rebuilt from the file's de-quantised tensors, the experts'
-    stacked gate and up halves joined back into transformers' fused gate_up_proj."""
+@pytest.mark.parametrize("model_type", ["mixtral", "gpt_oss"])
+def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(model_type, tokenizer, tmp_path) -> None:
+    """A q8_0 file: the torch reference of its gate is rebuilt from the file's de-quantised tensors, the experts'
+    stacked gate and up tensors joined back into transformers' fused gate_up_proj (GPT-OSS: columns alternating)."""
     from headprune.exporter import gguf_export
     from headprune.exporter.gguf_quant_check import with_stored
 
-    lm = _lm("mixtral", tokenizer)
+    lm = _lm(model_type, tokenizer)
+    if not _known(FAMILIES[model_type].arch):
+        pytest.skip(f"the installed gguf-py does not know {FAMILIES[model_type].arch} (tested refused above)")
     record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
                     gguf_type="q8_0")
     assert Gguf.details(record).quantized is not None
     (tmp_path / "w").mkdir()
-    written = gguf_export.write_files(lm, lm.model, "llama", None, tmp_path / "w", tmp_path / "w", "q8_0",
-                                      with_original=False)
+    written = gguf_export.write_files(lm, lm.model, FAMILIES[model_type].arch, None, tmp_path / "w", tmp_path / "w",
+                                      "q8_0", with_original=False)
     rounded = with_stored(lm.model, written.plan, written.stored)
     fused = rounded.model.layers[1].mlp.experts.gate_up_proj.detach()
     original = lm.model.model.layers[1].mlp.experts.gate_up_proj.detach()

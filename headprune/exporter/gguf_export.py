@@ -35,9 +35,10 @@ import torch
 from headprune.errors import UnsupportedModelError
 from headprune.exporter.gguf_families import (GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES, family_of,
                                               rope_parameters)
+from headprune.exporter.gguf_experts import split_experts
 from headprune.exporter.gguf_quant import K_QUANTS, typer
 from headprune.exporter.gguf_read import read_back
-from headprune.exporter.gguf_rope import add_rope_keys, longrope_note, rope_tensors
+from headprune.exporter.gguf_rope import add_rope_keys, rope_notes, rope_tensors
 from headprune.exporter.gguf_tokenizer import tokenizer_writer
 
 GGUF_NAME = "model.gguf"
@@ -76,17 +77,14 @@ def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
     return GgufPlan(arch, heads, kv, grid.head_dim, arch in PERMUTED_ARCHES)
 
 
-def gguf_names(names: Any, name: str) -> tuple[str, ...]:
-    """The GGUF tensor(s) a model tensor is stored as (``names``: gguf's tensor name map): one, none (no place in
-    llama.cpp's graph), or two for transformers' fused experts (``gate_up_proj``: llama.cpp's stacked
-    ``ffn_gate_exps`` and ``ffn_up_exps``, as the converter splits them)."""
+def gguf_name(names: Any, name: str) -> str | None:
+    """The GGUF tensor a model tensor is stored as (``names``: gguf's tensor name map), None where llama.cpp's graph
+    has no place for it; a parameter without a ``.weight`` suffix (GPT-OSS's ``sinks``) gets one, as the converter
+    gives it. Experts' fused tensors: :mod:`headprune.exporter.gguf_experts`."""
     new = names.get_name(name, try_suffixes=(".weight", ".bias"))
-    if name.endswith(".mlp.experts.gate_up_proj"):
-        layer = name.split(".layers.")[1].split(".")[0]
-        return tuple(f"blk.{layer}.ffn_{part}_exps.weight" for part in ("gate", "up"))
-    if new is not None and name.endswith(".mlp.experts.down_proj"):  # a parameter, without a .weight suffix
-        return (new + ".weight",)
-    return () if new is None else (new,)
+    if new is not None and not new.endswith((".weight", ".bias")):
+        new += ".weight"
+    return new
 
 
 def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.Tensor]:
@@ -108,21 +106,21 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
     state = artifact.state_dict()
     tied = bool(getattr(artifact.config, "tie_word_embeddings", False))
     out: dict[str, torch.Tensor] = {}
+    family = family_of(artifact.config)
     for name, tensor in state.items():
         if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight"):
             continue
-        stored = gguf_names(names, name)
-        if not stored:
+        data = tensor.detach().to("cpu", torch.float32)
+        experts = split_experts(name, data, family.interleaved_experts)
+        if experts is not None:
+            out.update(experts)
+            continue
+        new = gguf_name(names, name)
+        if new is None:
             raise UnsupportedModelError(f"GGUF export: no llama.cpp tensor for {name} (it would be lost); this "
                                         f"model can be exported as {OTHER_FORMATS}")
-        data = tensor.detach().to("cpu", torch.float32)
-        if len(stored) == 2:  # experts' fused (experts, 2 * ff, hidden): gate rows, then up rows
-            for new, half in zip(stored, data.chunk(2, dim=1)):
-                out[new] = half.contiguous()
-            continue
-        new = stored[0]
         if new.endswith("norm.weight"):
-            data = data + family_of(artifact.config).norm_offset
+            data = data + family.norm_offset
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
         out[new] = data.contiguous()
@@ -131,13 +129,14 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
 
 
 def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any]:
-    """The array to store and its GGML type: 1-D tensors (norms, biases) stay float32, as the converter keeps
-    them; matrices take the requested type (q8_0 falls back to f16 for rows that are not a multiple of 32)."""
+    """The array to store and its GGML type: 1-D tensors (norms, biases) and the experts' stacked biases stay
+    float32, as the converter keeps them (llama.cpp's graph adds them in float32); matrices take the requested type
+    (q8_0 falls back to f16 for rows that are not a multiple of 32)."""
     import gguf
     from gguf.quants import QuantError, quantize
 
     qt = gguf.GGMLQuantizationType
-    if data.ndim == 1 or gguf_type == "f32":
+    if data.ndim == 1 or name.endswith(".bias") or gguf_type == "f32":
         return data.astype(np.float32), qt.F32
     if gguf_type == "f16":
         return data.astype(np.float16), qt.F16
@@ -285,18 +284,19 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
                                 f"difference {exact:.3g}); nothing was written")
     notes = []
     window = getattr(artifact.config, "sliding_window", None)
-    if window and getattr(artifact.config, "use_sliding_window", True):  # (Qwen's configs carry an unused one)
+    family = family_of(artifact.config)
+    # (Qwen's configs carry an unused window; Gemma's and GPT-OSS's are written, and llama.cpp applies them)
+    if window and getattr(artifact.config, "use_sliding_window", True) and not family.sliding_window:
         notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's {arch} graph does "
                      "not apply: the two agree on contexts up to that length")
-    if family_of(artifact.config).tolerance is not None:
+    if family.tolerance is not None:
         notes.append(GELU_NOTE)
     rope = rope_parameters(artifact.config)
     if rope.get("rope_type") == "dynamic":
         trained = rope.get("original_max_position_embeddings") or artifact.config.max_position_embeddings
         notes.append(f"the checkpoint's dynamic NTK RoPE rescales beyond {trained} tokens in transformers, which "
                      "llama.cpp does not do: the two agree on contexts up to that length")
-    if longrope_note(artifact.config):
-        notes.append(longrope_note(artifact.config))
+    notes += rope_notes(artifact.config)
     if arch == "deci":
         notes.append("sliced: llama.cpp's deci architecture (per-layer head counts); stock llama-architecture "
                      "tools that assume equal layers do not apply")

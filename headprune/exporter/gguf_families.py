@@ -29,6 +29,8 @@ class GgufFamily:
     activation: str = "silu"  # the gated MLP's, as the config names it
     norm_offset: float = 0.0  # added to every norm gain: Gemma's RMSNorm scales by (1 + w), llama.cpp's by w
     tolerance: float | None = None  # the runtime gate's, where llama.cpp's kernels round (GELU_TABLE below)
+    interleaved_experts: bool = False  # GPT-OSS: experts as x @ W, gate and up columns alternating (gguf_experts)
+    sliding_window: bool = False  # the config's sliding window is written, and llama.cpp's graph applies it
 
 
 def _experts(writer: Any, config: Any) -> None:
@@ -84,6 +86,23 @@ def _cohere_norms(config: Any) -> str | None:
     if getattr(config, "use_qk_norm", False) and config.num_hidden_layers < 64:
         return ("llama.cpp's command-r graph reads per-head q/k norms only in a model of 64 layers or more (Command "
                 f"R+), and this one has {config.num_hidden_layers}")
+    return None
+
+
+def _gpt_oss(writer: Any, config: Any) -> None:
+    """GPT-OSS (the converter's ``GptOssModel``): experts of the config's intermediate size, the sliding window."""
+    _experts(writer, config)
+    writer.add_expert_feed_forward_length(int(config.intermediate_size))
+    writer.add_sliding_window(int(config.sliding_window))
+
+
+def _gpt_oss_layers(config: Any) -> str | None:
+    """llama.cpp's gpt-oss graph fixes the SwiGLU clamp (7) and the layers' pattern (sliding first, alternating)."""
+    if float(getattr(config, "swiglu_limit", 7.0)) != 7.0:
+        return f"its SwiGLU clamp is {config.swiglu_limit}, and llama.cpp's gpt-oss graph fixes 7"
+    pattern = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(config.num_hidden_layers)]
+    if list(getattr(config, "layer_types", None) or pattern) != pattern:
+        return "its layer types do not alternate sliding and full attention from the first layer, as llama.cpp's do"
     return None
 
 
@@ -148,11 +167,14 @@ FAMILIES: dict[str, GgufFamily] = {
     "olmoe": GgufFamily("olmoe", False, "its q/k norms are taken over all heads", _experts, _olmoe),
     "gemma2": GgufFamily("gemma2", False, _ONE_COUNT.format(arch="gemma2"), _gemma,
                          lambda config: _gemma_layers(config, 2, 46), activation="gelu_pytorch_tanh",
-                         norm_offset=1.0, tolerance=GELU_TABLE),
+                         norm_offset=1.0, tolerance=GELU_TABLE, sliding_window=True),
     "gemma3_text": GgufFamily("gemma3", False, _ONE_COUNT.format(arch="gemma3"), _gemma,
                               lambda config: _gemma_layers(config, 6, 62), activation="gelu_pytorch_tanh",
-                              norm_offset=1.0, tolerance=GELU_TABLE),
+                              norm_offset=1.0, tolerance=GELU_TABLE, sliding_window=True),
     "glm4": GgufFamily("glm4", False, _ONE_COUNT.format(arch="glm4"), None),
+    "gpt_oss": GgufFamily("gpt-oss", False, _ONE_COUNT.format(arch="gpt-oss") + _NO_DECI.format(
+        what="attention sinks or experts", name="GPT-OSS"), _gpt_oss, _gpt_oss_layers,
+        interleaved_experts=True, sliding_window=True),
     "cohere": GgufFamily("command-r", False, _ONE_COUNT.format(arch="command-r"), _cohere, _cohere_norms),
 }
 MODEL_TYPES = tuple(FAMILIES)
