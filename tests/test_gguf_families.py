@@ -247,3 +247,14 @@ def test_phi4_mini_longrope_and_partial_rotation_run_in_llama_cpp(tokenizer, tmp
     reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
     assert {"rope_factors_long.weight", "rope_factors_short.weight"} <= {t.name for t in reader.tensors}
     assert meta["phi3.rope.dimension_count"] == 12 and meta["phi3.rope.scaling.attn_factor"] > 1.0
+
+
+def test_gemma3_as_shipped_is_refused_naming_what_works(tokenizer, tmp_path) -> None:
+    """Gemma 3 with its vision tower: llama.cpp reads the tower from an mmproj file headprune does not write."""
+    save_folder(family_model("gemma3", len(tokenizer), seed=1), tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
+                    "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "mmproj" in lines[0] and "safetensors, onnx" in lines[0] and "gemma3_text" in lines[0]
+    assert not (tmp_path / "o").exists()
