@@ -258,3 +258,32 @@ def test_gemma3_as_shipped_is_refused_naming_what_works(tokenizer, tmp_path) -> 
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert "mmproj" in lines[0] and "safetensors, onnx" in lines[0] and "gemma3_text" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+# (OLMo-2 and OLMoE are dense only in every format: their q/k norms span all heads)
+@pytest.mark.parametrize("model_type", sorted(t for t, f in FAMILIES.items() if f.dense_only and t in EXTRA
+                                              and t not in ("olmo2", "olmoe")))
+def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, tmp_path) -> None:
+    """Why these families are dense only: llama.cpp's loader takes per-layer head_count/head_count_kv arrays for
+    every architecture, but each of these graphs sizes layer N's tensors by layer 0's counts, so a sliced file (layer
+    1 with half its heads) does not load in llama.cpp itself."""
+    from headprune.exporter import gguf_export, llama_cpp_runtime
+    from headprune.surgery.plan import plan_layers
+    from headprune.surgery.slicing import slice_model
+
+    family = FAMILIES[model_type]
+    lm = _lm(model_type, tokenizer, **EXTRA[model_type][2])
+    removed = parse_heads("L1.H0,L1.H1")
+    plans = plan_layers(lm.grid, removed)
+    artifact = slice_model(lm, plans, removed)
+    plan = gguf_export.GgufPlan(family.arch, tuple(len(p.q_heads) for p in plans),
+                                tuple(len(p.kv_heads) for p in plans), lm.grid.head_dim, family.permuted)
+    if not _known(family.arch):
+        with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's"):
+            gguf_export.gguf_tensors(artifact, plan)
+        return
+    write, _, _ = gguf_export.tokenizer_writer(lm, lm.model.config.vocab_size, tmp_path)
+    gguf_export.write_gguf(tmp_path / "x.gguf", artifact, plan, gguf_export.gguf_tensors(artifact, plan), write,
+                           name="x", gguf_type="f32")
+    with pytest.raises(ValueError, match=r"tensor 'blk\.1\.attn_(q|qkv)\.weight' has wrong shape"):
+        llama_cpp_runtime.LlamaCpp(tmp_path / "x.gguf", n_ctx=32)

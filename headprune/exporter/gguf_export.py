@@ -1,24 +1,27 @@
-"""GGUF for llama.cpp (and ollama, LM Studio, ...): write a pruned Llama-style model, read it back, run it.
+"""GGUF for llama.cpp (and ollama, LM Studio, ...): write a pruned model, read it back, run it.
 
 Layouts:
 
-- ``dense``: the stock ``llama`` architecture (``qwen2`` for Qwen2), every layer with the original head
-  counts; a removed head's ``attn_output`` columns are zero. Any llama.cpp loads it.
-- ``sliced``: heads physically removed, written as llama.cpp's ``deci`` architecture, which reads
-  ``{arch}.attention.head_count`` and ``.head_count_kv`` as per-layer arrays (``src/models/deci.cpp``). The
-  plain ``llama`` architecture cannot: its graph and tensor shapes use layer 0's counts for every layer
+- ``dense``: the family's stock llama.cpp architecture (``llama``, ``qwen2``, ``phi3``, ...:
+  :mod:`headprune.exporter.gguf_families`), every layer with the original head counts; a removed head's
+  ``attn_output`` columns are zero. Any llama.cpp loads it.
+- ``sliced`` (Llama, Mistral, Qwen2): heads physically removed, written as llama.cpp's ``deci`` architecture, which
+  reads ``{arch}.attention.head_count`` and ``.head_count_kv`` as per-layer arrays (``src/models/deci.cpp``). The
+  other graphs cannot: their tensor shapes use layer 0's counts for every layer
   (``llm_graph_context::n_head = hparams.n_head()``), so arrays there would only load when all layers agree.
 
 Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel``, ``DeciModel``, the
-``TextModel`` defaults). The files are run in llama.cpp by :mod:`headprune.exporter.runtimes`.
+``TextModel`` defaults, each family's class). The files are run in llama.cpp by :mod:`headprune.exporter.runtimes`.
 
 - tensor names through ``gguf.get_tensor_name_map`` (``token_embd``, ``blk.N.attn_q``, ...);
-- Hugging Face stores Llama's query and key rows in "rotate half" order; llama.cpp's ``llama`` and ``deci``
-  graphs rotate adjacent pairs, so q and k rows (and biases) are permuted per head (``LlamaModel.permute``).
-  ``qwen2`` uses llama.cpp's NeoX rotation and takes the rows as they are;
+- Hugging Face stores Llama's query and key rows in "rotate half" order; llama.cpp's ``llama``, ``deci``,
+  ``granite`` and ``olmo`` graphs rotate adjacent pairs, so q and k rows (and biases) are permuted per head
+  (``LlamaModel.permute``; ``GgufFamily.permuted``). The others rotate halves (NeoX) or get checkpoints already in
+  pairs (GLM-4, Cohere) and take the rows as they are;
 - ``attention.key_length`` / ``value_length`` are always written: llama.cpp otherwise derives the head size
   from layer 0's head count, which a sliced layer 0 no longer has;
-- which families, as which architecture: :mod:`headprune.exporter.gguf_families`; the tokenizer:
+- experts: :mod:`headprune.exporter.gguf_experts`; RoPE scalings' keys and factor tensors:
+  :mod:`headprune.exporter.gguf_rope`; the tokenizer:
   :mod:`headprune.exporter.gguf_tokenizer`; reading the file back:
   :mod:`headprune.exporter.gguf_read`.
 """
