@@ -106,6 +106,14 @@ def _gpt_oss_layers(config: Any) -> str | None:
     return None
 
 
+def _smollm3_layers(config: Any) -> str | None:
+    """llama.cpp's smollm3 graph leaves RoPE out of every 4th layer, as SmolLM3 ships; another pattern is refused."""
+    pattern = [int((i + 1) % 4 != 0) for i in range(config.num_hidden_layers)]
+    if list(getattr(config, "no_rope_layers", None) or pattern) != pattern:
+        return "its layers without RoPE (no_rope_layers) are not every 4th, which llama.cpp's smollm3 graph fixes"
+    return None
+
+
 def _gemma(writer: Any, config: Any) -> None:
     """Gemma 2/3: the sliding window and the soft caps llama.cpp's graphs read (the converter's keys)."""
     if getattr(config, "sliding_window", None):
@@ -175,6 +183,10 @@ FAMILIES: dict[str, GgufFamily] = {
     "gpt_oss": GgufFamily("gpt-oss", False, _ONE_COUNT.format(arch="gpt-oss") + _NO_DECI.format(
         what="attention sinks or experts", name="GPT-OSS"), _gpt_oss, _gpt_oss_layers,
         interleaved_experts=True, sliding_window=True),
+    "gemma": GgufFamily("gemma", False, _ONE_COUNT.format(arch="gemma"), None, activation="gelu_pytorch_tanh",
+                        norm_offset=1.0, tolerance=GELU_TABLE),
+    "glm": GgufFamily("chatglm", False, _ONE_COUNT.format(arch="chatglm"), None),
+    "smollm3": GgufFamily("smollm3", True, _ONE_COUNT.format(arch="smollm3"), None, _smollm3_layers),
     "cohere": GgufFamily("command-r", False, _ONE_COUNT.format(arch="command-r"), _cohere, _cohere_norms),
 }
 MODEL_TYPES = tuple(FAMILIES)
