@@ -144,9 +144,10 @@ def _gemma_layers(config: Any, every: int, big: int) -> str | None:
 
 
 # llama.cpp's CPU GELU is a float16 table (ggml_vec_gelu_f32 under GGML_GELU_FP16: input and output rounded to float16).
-# On the suite's tiny Gemma 2 that alone moves the logits by 2.3e-4 (3.6e-4 of the largest), while the file against
-# transformers with the same rounding differs by 3e-7 (test_gguf_families). So Gemma files are gated at 1e-3 of the
-# largest logit, not GGUF's 5e-5, and the record says why.
+# On the suite's tiny Gemma 2 that alone moves the logits by 2.3e-4 (3.5e-4 of the largest); transformers with the same
+# rounding done in torch comes within 3e-7 on one prompt and 1.2e-4 of the largest logit over the test prompts (values
+# on a float16 rounding boundary go either way). So Gemma files are gated at 1e-3 of the largest logit, not GGUF's
+# 5e-5, and the record says why.
 GELU_TABLE = 1e-3
 GELU_NOTE = ("llama.cpp's CPU GELU rounds through a float16 table, so its logits are checked against the masked "
              f"original's within {GELU_TABLE:g} of the largest logit (GGUF's usual 5e-05 elsewhere)")
