@@ -121,7 +121,7 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", dict(**_GQA, **_MOE, num_experts=4)),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(**_GQA, **_MOE, num_local_experts=4, sliding_window=None)),
     "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(**_GQA, **_MOE, num_experts=4, moe_intermediate_size=32,
-                                                                  head_dim=16)),
+                                                                  head_dim=16, norm_topk_prob=True)),  # as shipped
     "phi3": ("Phi3Config", "Phi3ForCausalLM", _GQA),
     "cohere": ("CohereConfig", "CohereForCausalLM", dict(**_GQA, use_qk_norm=True)),  # Command R+'s per-head norms
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(**_GQA, **_MOE, num_local_experts=4, head_dim=16,
@@ -138,12 +138,14 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
 }
 
 
-def family_model(model_type: str, vocab_size: int, seed: int = 0) -> Any:
-    """The tiny random model of ``model_type`` (a key of :data:`FAMILY_MODELS`), eager attention, in eval mode."""
+def family_model(model_type: str, vocab_size: int, seed: int = 0, **changes: Any) -> Any:
+    """The tiny random model of ``model_type`` (a key of :data:`FAMILY_MODELS`), eager attention, in eval mode;
+    ``changes``: config values of a variant (a text model's, for a vision-language one: not taken)."""
     import torch
     import transformers
 
     config_class, model_class, overrides = FAMILY_MODELS[model_type]
+    overrides = {**overrides, **changes}
     sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  max_position_embeddings=256, vocab_size=vocab_size, **SPECIAL_IDS)
     if "text_config" in overrides:  # a vision-language model: the sizes are its text model's; its image tokens are

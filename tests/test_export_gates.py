@@ -18,7 +18,7 @@ from helpers import build_tiny, choice_task, generate_task, save_folder
 from headprune.surgery.ablation import ablated
 from helpers.cli import invoke
 from headprune.errors import VerificationError
-from headprune.exporter import export, gguf_export, gguf_read, onnx_export
+from headprune.exporter import export, gguf_export, gguf_families, gguf_read, onnx_export
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE
 from headprune.exporter.formats.onnx import ONNX_TOLERANCE
 from headprune.exporter.pipeline import GREEDY_STEPS
@@ -107,7 +107,7 @@ def test_cli_refuses_a_gguf_file_with_a_wrong_norm_with_exit_1(models, tokenizer
 def test_llama_cpp_greedy_gate_refuses_wrong_logits_even_when_tokens_agree(models, tmp_path) -> None:
     """The greedy runtime check on its own: a file whose tokens all agree but whose logits are 0.1% off fails."""
     lm, heads = models["llama"], parse_heads(HEADS)
-    arch = gguf_export.check_supported(lm, "dense", "f32")
+    arch = gguf_families.check_supported(lm, "dense", "f32")
     from headprune.surgery.slicing import densify
 
     written = gguf_export.write_files(lm, densify(lm, heads), arch, None, tmp_path, tmp_path, "f32")

@@ -255,8 +255,7 @@ def test_the_documented_recipe_takes_a_language_model_out(tokenizer, tmp_path) -
 
 def family_table() -> str:
     """docs/models.md's table: every supported model type, its adapter family, and what each export format writes."""
-    from headprune.exporter.gguf_export import DENSE_ONLY as GGUF_DENSE_ONLY
-    from headprune.exporter.gguf_export import MODEL_TYPES as GGUF_TYPES
+    from headprune.exporter.gguf_families import FAMILIES as GGUF_FAMILIES
     from headprune.exporter.onnx_export import GENAI_TYPES
 
     rows = ["| model type | adapter | sliced | dense | ONNX | GGUF |", "|---|---|---|---|---|---|"]
@@ -264,8 +263,9 @@ def family_table() -> str:
         config_class = FAMILY_MODELS[model_type][0]
         adapter = adapter_for(type("C", (), {"model_type": model_type})())
         onnx = "decoder with cache (GenAI)" if model_type in GENAI_TYPES else "logits graph"
-        gguf = ("llama.cpp (dense)" if model_type in GGUF_DENSE_ONLY else "llama.cpp") if model_type in GGUF_TYPES \
-            else "-"
+        family = GGUF_FAMILIES.get(model_type)  # run in llama.cpp: test_gguf.py, test_gguf_families.py
+        gguf = "-" if family is None else f"llama.cpp `{family.arch}`" + (
+            ", dense only" if family.dense_only else "; sliced as `deci`")
         rows.append(f"| `{model_type}` ({config_class.removesuffix('Config')}) | {adapter.family} | "
                     f"{'-' if adapter.dense_only else 'yes'} | yes | {onnx} | {gguf} |")
     return "\n".join(rows) + "\n"

@@ -15,7 +15,7 @@ from helpers import PROMPTS, build_tiny, choice_task, generate_task, save_folder
 
 from helpers.cli import invoke
 from helpers.gguf_file import gguf_metadata
-from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record, runtimes, verify_record
+from headprune.exporter import export, gguf_export, gguf_families, llama_cpp_runtime, read_record, runtimes, verify_record
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
 from headprune.heads import parse_heads
 from headprune.loading.models import wrap_model
@@ -123,7 +123,7 @@ def _llama_cpp_logits(path, tokens) -> torch.Tensor:  # noqa: ANN001
 
 
 def _write_intact(lm, folder):  # noqa: ANN001, ANN202
-    arch = gguf_export.check_supported(lm, "dense", "f32")
+    arch = gguf_families.check_supported(lm, "dense", "f32")
     plans = None
     return gguf_export.write_files(lm, lm.model, arch, plans, folder, folder, "f32")
 

@@ -24,7 +24,7 @@ from helpers import build_tiny
 from helpers.cli import invoke
 from headprune.cli import exits
 from headprune.errors import InternalCheckError, MissingExtraError
-from headprune.exporter import gguf_export, llama_cpp_runtime as rt
+from headprune.exporter import gguf_export, gguf_families, llama_cpp_runtime as rt
 from headprune.exporter.llama_cpp_decls import SUPPORTED
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ def _swapped_decls(first: str, second: str) -> types.ModuleType:
 def tiny_gguf(tokenizer, tmp_path_factory):  # noqa: ANN001, ANN201
     lm = build_tiny("llama", tokenizer, seed=3)
     folder = tmp_path_factory.mktemp("gguf")
-    arch = gguf_export.check_supported(lm, "dense", "f32")
+    arch = gguf_families.check_supported(lm, "dense", "f32")
     return lm, gguf_export.write_files(lm, lm.model, arch, None, folder, folder, "f32").path
 
 

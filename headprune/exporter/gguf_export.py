@@ -1,30 +1,33 @@
-"""GGUF for llama.cpp (and ollama, LM Studio, ...): write a pruned Llama-style model, read it back, run it.
+"""GGUF for llama.cpp (and ollama, LM Studio, ...): write a pruned model, read it back, run it.
 
 Layouts:
 
-- ``dense``: the stock ``llama`` architecture (``qwen2`` for Qwen2), every layer with the original head
-  counts; a removed head's ``attn_output`` columns are zero. Any llama.cpp loads it.
-- ``sliced``: heads physically removed, written as llama.cpp's ``deci`` architecture, which reads
-  ``{arch}.attention.head_count`` and ``.head_count_kv`` as per-layer arrays (``src/models/deci.cpp``). The
-  plain ``llama`` architecture cannot: its graph and tensor shapes use layer 0's counts for every layer
+- ``dense``: the family's stock llama.cpp architecture (``llama``, ``qwen2``, ``phi3``, ...:
+  :mod:`headprune.exporter.gguf_families`), every layer with the original head counts; a removed head's
+  ``attn_output`` columns are zero. Any llama.cpp loads it.
+- ``sliced`` (Llama, Mistral, Qwen2): heads physically removed, written as llama.cpp's ``deci`` architecture, which
+  reads ``{arch}.attention.head_count`` and ``.head_count_kv`` as per-layer arrays (``src/models/deci.cpp``). The
+  other graphs cannot: their tensor shapes use layer 0's counts for every layer
   (``llm_graph_context::n_head = hparams.n_head()``), so arrays there would only load when all layers agree.
 
 Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel``, ``DeciModel``, the
-``TextModel`` defaults). The files are run in llama.cpp by :mod:`headprune.exporter.runtimes`.
+``TextModel`` defaults, each family's class). The files are run in llama.cpp by :mod:`headprune.exporter.runtimes`.
 
 - tensor names through ``gguf.get_tensor_name_map`` (``token_embd``, ``blk.N.attn_q``, ...);
-- Hugging Face stores Llama's query and key rows in "rotate half" order; llama.cpp's ``llama`` and ``deci``
-  graphs rotate adjacent pairs, so q and k rows (and biases) are permuted per head (``LlamaModel.permute``).
-  ``qwen2`` uses llama.cpp's NeoX rotation and takes the rows as they are;
+- Hugging Face stores Llama's query and key rows in "rotate half" order; llama.cpp's ``llama``, ``deci``,
+  ``granite`` and ``olmo`` graphs rotate adjacent pairs, so q and k rows (and biases) are permuted per head
+  (``LlamaModel.permute``; ``GgufFamily.permuted``). The others rotate halves (NeoX) or get checkpoints already in
+  pairs (GLM-4, Cohere) and take the rows as they are;
 - ``attention.key_length`` / ``value_length`` are always written: llama.cpp otherwise derives the head size
   from layer 0's head count, which a sliced layer 0 no longer has;
-- the tokenizer: :mod:`headprune.exporter.gguf_tokenizer`; reading the file back:
+- experts: :mod:`headprune.exporter.gguf_experts`; RoPE scalings' keys and factor tensors:
+  :mod:`headprune.exporter.gguf_rope`; the tokenizer:
+  :mod:`headprune.exporter.gguf_tokenizer`; reading the file back:
   :mod:`headprune.exporter.gguf_read`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,80 +35,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from headprune.core.choices import GGUF_TYPES
-from headprune.errors import ExportSettingsError, UnsupportedModelError
+from headprune.errors import UnsupportedModelError
+from headprune.exporter.gguf_families import (GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES, family_of,
+                                              rope_parameters)
+from headprune.exporter.gguf_experts import split_experts
 from headprune.exporter.gguf_quant import K_QUANTS, typer
 from headprune.exporter.gguf_read import read_back
+from headprune.exporter.gguf_rope import add_rope_keys, rope_notes, rope_tensors
 from headprune.exporter.gguf_tokenizer import tokenizer_writer
 
 GGUF_NAME = "model.gguf"
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # models llama.cpp runs as llama / qwen2 / qwen3 / deci
-# Families whose per-head q/k norms llama.cpp's deci graph (per-layer head counts) lacks: dense only
-DENSE_ONLY = {"qwen3": "llama.cpp's graph for per-layer head counts (deci) has no q/k norms, which Qwen3 needs"}
-OTHER_FORMATS = "safetensors, onnx"
-# RoPE scalings llama.cpp's llama/qwen2/deci graphs compute as transformers does. "dynamic" (NTK) rescales only past
-# the trained context in transformers, and llama.cpp never does: written as plain RoPE with a note. "longrope" (Phi-3)
-# and the others need llama.cpp graphs headprune does not write.
-ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
-
-
-def check_type(gguf_type: str) -> None:
-    """Refuse a GGUF tensor type headprune does not write.
-
-    Raises:
-        ExportSettingsError
-    """
-    if gguf_type not in GGUF_TYPES:
-        raise ExportSettingsError(f"gguf_type must be one of {', '.join(GGUF_TYPES)}, not {gguf_type!r}",
-                                  settings=("gguf_type",))
-
-
-def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
-    """The GGUF architecture for ``lm`` in ``layout``.
-
-    Raises:
-        UnsupportedModelError: a family or configuration llama.cpp's llama/qwen2/deci graphs do not compute.
-        ExportSettingsError: an unknown GGUF type.
-    """
-    check_type(gguf_type)
-    config = lm.model.config
-    model_type = getattr(config, "model_type", "")
-    if lm.is_encoder or model_type not in MODEL_TYPES or lm.task_head != "causal-lm":
-        raise UnsupportedModelError(
-            f"{lm.name} ({model_type or lm.adapter.family}"
-            f"{'' if lm.task_head == 'causal-lm' else ', ' + lm.task_head + ' head'}) cannot be exported as GGUF: GGUF export "
-            f"supports Llama-style causal language models ({', '.join(MODEL_TYPES)}); this model can be exported "
-            f"as {OTHER_FORMATS}")
-    if getattr(config, "use_sliding_window", False):
-        raise UnsupportedModelError(f"{lm.name}: sliding-window attention is not written to GGUF by headprune; "
-                                    f"this model can be exported as {OTHER_FORMATS}")
-    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
-        raise UnsupportedModelError(f"{lm.name}: GGUF export needs a SiLU gated MLP without biases; this model can "
-                                    f"be exported as {OTHER_FORMATS}")
-    rope = _rope(config)
-    kind = rope.get("rope_type", "default")
-    if kind not in ROPE_TYPES:
-        raise UnsupportedModelError(f"{lm.name}: RoPE type {kind!r} is not written to GGUF by headprune (llama.cpp "
-                                    f"applies it only in other architectures' graphs; RoPE types written: "
-                                    f"{', '.join(ROPE_TYPES)}); this model can be exported as {OTHER_FORMATS}")
-    if layout == "sliced" and model_type in DENSE_ONLY:
-        raise UnsupportedModelError(f"{lm.name}: a sliced GGUF cannot be written: {DENSE_ONLY[model_type]}; give "
-                                    f"--layout dense (every head kept in shape, removed ones zeroed), or export "
-                                    f"sliced as {OTHER_FORMATS}")
-    if layout == "sliced":
-        return "deci"
-    if model_type == "qwen3":
-        return "qwen3"
-    # llama.cpp's qwen2 graph has no rope_freqs tensor: Llama 3.1-style scaling goes in its llama graph, which takes
-    # Qwen2's q/k/v biases too.
-    return "qwen2" if model_type == "qwen2" and kind != "llama3" else "llama"
-
-
-def _rope(config: Any) -> dict:
-    params = getattr(config, "rope_parameters", None) or {}
-    params = dict(params.get("full_attention", params))
-    params.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
-    return params
 
 
 def permute(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -138,7 +77,17 @@ def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
     else:
         heads = (grid.num_heads,) * grid.num_layers
         kv = (grid.num_kv_heads,) * grid.num_layers
-    return GgufPlan(arch, heads, kv, grid.head_dim, arch in ("llama", "deci"))
+    return GgufPlan(arch, heads, kv, grid.head_dim, arch in PERMUTED_ARCHES)
+
+
+def gguf_name(names: Any, name: str) -> str | None:
+    """The GGUF tensor a model tensor is stored as (``names``: gguf's tensor name map), None where llama.cpp's graph
+    has no place for it; a parameter without a ``.weight`` suffix (GPT-OSS's ``sinks``) gets one, as the converter
+    gives it. Experts' fused tensors: :mod:`headprune.exporter.gguf_experts`."""
+    new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+    if new is not None and not new.endswith((".weight", ".bias")):
+        new += ".weight"
+    return new
 
 
 def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.Tensor]:
@@ -160,33 +109,37 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
     state = artifact.state_dict()
     tied = bool(getattr(artifact.config, "tie_word_embeddings", False))
     out: dict[str, torch.Tensor] = {}
+    family = family_of(artifact.config)
     for name, tensor in state.items():
         if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight"):
             continue
-        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        data = tensor.detach().to("cpu", torch.float32)
+        experts = split_experts(name, data, family.interleaved_experts)
+        if experts is not None:
+            out.update(experts)
+            continue
+        new = gguf_name(names, name)
         if new is None:
             raise UnsupportedModelError(f"GGUF export: no llama.cpp tensor for {name} (it would be lost); this "
                                         f"model can be exported as {OTHER_FORMATS}")
-        data = tensor.detach().to("cpu", torch.float32)
+        if new.endswith("norm.weight"):
+            data = data + family.norm_offset
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
         out[new] = data.contiguous()
-    rope = _rope(artifact.config)
-    if rope.get("rope_type", "default") == "llama3":
-        # Not a weight of the model but part of what the file holds: llama.cpp reads Llama 3.1-style scaling from
-        # this tensor (the converter's ``generate_extra_tensors``), so the read-back must expect it too.
-        out[gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight"] = _llama3_rope_factors(rope, plan.head_dim)
+    out.update(rope_tensors(artifact.config, plan.head_dim))
     return out
 
 
 def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any]:
-    """The array to store and its GGML type: 1-D tensors (norms, biases) stay float32, as the converter keeps
-    them; matrices take the requested type (q8_0 falls back to f16 for rows that are not a multiple of 32)."""
+    """The array to store and its GGML type: 1-D tensors (norms, biases) and the experts' stacked biases stay
+    float32, as the converter keeps them (llama.cpp's graph adds them in float32); matrices take the requested type
+    (q8_0 falls back to f16 for rows that are not a multiple of 32)."""
     import gguf
     from gguf.quants import QuantError, quantize
 
     qt = gguf.GGMLQuantizationType
-    if data.ndim == 1 or gguf_type == "f32":
+    if data.ndim == 1 or name.endswith(".bias") or gguf_type == "f32":
         return data.astype(np.float32), qt.F32
     if gguf_type == "f16":
         return data.astype(np.float16), qt.F16
@@ -230,20 +183,18 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
         writer.add_head_count_kv(plan.head_count_kv[0])
     writer.add_key_length(plan.head_dim)
     writer.add_value_length(plan.head_dim)
-    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    rope = _rope(config)
+    if getattr(config, "rms_norm_eps", None) is not None:  # LayerNorm families write theirs with their own keys
+        writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    rope = rope_parameters(config)
     writer.add_rope_freq_base(float(rope["rope_theta"]))
     if plan.arch != "qwen2":
-        writer.add_rope_dimension_count(plan.head_dim)
+        # Phi-4-mini and others rotate only part of each head (partial_rotary_factor)
+        writer.add_rope_dimension_count(int(plan.head_dim * rope.get("partial_rotary_factor", 1.0)))
         writer.add_vocab_size(int(config.vocab_size))
-    kind = rope.get("rope_type", "default")
-    if kind == "linear":
-        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-        writer.add_rope_scaling_factor(float(rope["factor"]))
-    elif kind == "yarn":
-        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-        writer.add_rope_scaling_factor(float(rope["factor"]))
-        writer.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
+    add_rope_keys(writer, config)
+    family = family_of(config)
+    if family.keys is not None:
+        family.keys(writer, config)
     writer.add_file_type(FILE_TYPES[gguf_type])
     if gguf_type not in ("f32", "f16", "bf16"):
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -263,27 +214,6 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     writer.write_tensors_to_file()
     writer.close()
     return types
-
-
-def _llama3_rope_factors(rope: dict, dim: int) -> torch.Tensor:
-    """``rope_freqs.weight`` for Llama 3.1-style scaling (the converter's ``generate_extra_tensors``)."""
-    base = rope.get("rope_theta", 10000.0)
-    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    factor = rope.get("factor", 8.0)
-    low, high = rope.get("low_freq_factor", 1.0), rope.get("high_freq_factor", 4.0)
-    old = rope.get("original_max_position_embeddings", 8192)
-    low_wavelen, high_wavelen = old / low, old / high
-    factors = []
-    for freq in freqs.tolist():
-        wavelen = 2 * math.pi / freq
-        if wavelen < high_wavelen:
-            factors.append(1.0)
-        elif wavelen > low_wavelen:
-            factors.append(factor)
-        else:
-            smooth = (old / wavelen - low) / (high - low)
-            factors.append(1 / ((1 - smooth) / factor + smooth))
-    return torch.tensor(factors, dtype=torch.float32)
 
 
 # ---------------------------------------------------------------- the files an export writes
@@ -357,14 +287,19 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
                                 f"difference {exact:.3g}); nothing was written")
     notes = []
     window = getattr(artifact.config, "sliding_window", None)
-    if window and getattr(artifact.config, "model_type", "") == "mistral":
-        notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's llama graph does "
+    family = family_of(artifact.config)
+    # (Qwen's configs carry an unused window; Gemma's and GPT-OSS's are written, and llama.cpp applies them)
+    if window and getattr(artifact.config, "use_sliding_window", True) and not family.sliding_window:
+        notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's {arch} graph does "
                      "not apply: the two agree on contexts up to that length")
-    rope = _rope(artifact.config)
+    if family.tolerance is not None:
+        notes.append(GELU_NOTE)
+    rope = rope_parameters(artifact.config)
     if rope.get("rope_type") == "dynamic":
         trained = rope.get("original_max_position_embeddings") or artifact.config.max_position_embeddings
         notes.append(f"the checkpoint's dynamic NTK RoPE rescales beyond {trained} tokens in transformers, which "
                      "llama.cpp does not do: the two agree on contexts up to that length")
+    notes += rope_notes(artifact.config)
     if arch == "deci":
         notes.append("sliced: llama.cpp's deci architecture (per-layer head counts); stock llama-architecture "
                      "tools that assume equal layers do not apply")

@@ -115,18 +115,24 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
     import gguf
     import torch
 
-    from headprune.exporter.gguf_export import unpermute
+    from headprune.exporter.gguf_experts import join_experts
+    from headprune.exporter.gguf_export import gguf_name, unpermute
+    from headprune.exporter.gguf_families import family_of
 
     arch_enum = next(a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == plan.arch)
     names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
     model = copy.deepcopy(artifact)
+    family = family_of(artifact.config)
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
-            new = names.get_name(name, try_suffixes=(".weight", ".bias"))
-            if new not in stored:  # rotary frequencies, a tied output
+            new = gguf_name(names, name)
+            joined = join_experts(name, stored, family.interleaved_experts)
+            if joined is None and new not in stored:  # rotary frequencies, a tied output
                 continue
-            data = torch.from_numpy(stored[new]).reshape(tensor.shape)
-            permuted = plan.permuted and (".attn_q." in new or ".attn_k." in new)
+            data = (joined if joined is not None else torch.from_numpy(stored[new])).reshape(tensor.shape)
+            if new is not None and new.endswith("norm.weight"):  # Gemma's gains: stored as llama.cpp takes them
+                data = data - family.norm_offset
+            permuted = plan.permuted and new is not None and (".attn_q." in new or ".attn_k." in new)
             tensor.copy_(unpermute(data, plan.head_dim) if permuted else data)
     return model.eval()
 

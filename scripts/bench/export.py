@@ -175,9 +175,9 @@ def _llama_cpp(path: Path, n_ctx: int, threads: int, flash_attn: bool) -> LlamaC
 
 def build_llama_cpp(lm: LoadedModel, prunes: dict, folder: Path, options: dict, threads: int, n_ctx: int,
                     gguf_type: str, flash_attn: bool) -> list[Entry]:
-    from headprune.exporter import gguf_export
+    from headprune.exporter import gguf_export, gguf_families
 
-    arch = gguf_export.check_supported(lm, "dense", gguf_type)
+    arch = gguf_families.check_supported(lm, "dense", gguf_type)
     base = folder / "original-gguf"
     base.mkdir()
     written = gguf_export.write_files(lm, lm.model, arch, None, base, base, gguf_type, with_original=False)

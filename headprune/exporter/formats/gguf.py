@@ -1,5 +1,5 @@
-"""GGUF: one file for llama.cpp (Llama-style models: dense as the stock ``llama``/``qwen2`` architecture, sliced
-as ``deci``), run in llama.cpp itself before it is written.
+"""GGUF: one file for llama.cpp (dense in each family's stock llama.cpp architecture, sliced as ``deci`` where that
+graph computes the family: :mod:`headprune.exporter.gguf_families`), run in llama.cpp itself before it is written.
 
 The file is written and read back by :mod:`headprune.exporter.gguf_export` (K-quants by llama.cpp's own quantizer,
 :mod:`headprune.exporter.gguf_quant`). The verification runs a float32 file (the written one, or a float32 copy when
@@ -48,7 +48,7 @@ TASK_ROWS = 16
 class GgufInfo:
     """What a GGUF export wrote and how the file itself was checked (its record's ``format_details``)."""
 
-    architecture: str  # llama, qwen2 (dense) or deci (sliced: per-layer head counts)
+    architecture: str  # the family's llama.cpp architecture (dense: llama, qwen2, phi3, ...) or deci (sliced)
     gguf_type: str  # f32, f16, bf16, q8_0
     file: str
     head_count: tuple[int, ...]  # per layer
@@ -68,7 +68,7 @@ class GgufInfo:
 class Gguf(ExportFormat):
     name = "gguf"
     title = "GGUF"
-    help = "for llama.cpp (Llama-style models); run in llama.cpp before writing."
+    help = "for llama.cpp (the families of docs/models.md); run in llama.cpp before writing."
     extra = "gguf"
     tolerance = GGUF_TOLERANCE
     kv_map = False  # llama.cpp repeats key/value heads evenly: no query-to-key/value map
@@ -80,7 +80,8 @@ class Gguf(ExportFormat):
     weight_suffixes = (".gguf",)
 
     def check_options(self) -> None:
-        from headprune.exporter.gguf_export import check_type, llama_cpp_version
+        from headprune.exporter.gguf_export import llama_cpp_version
+        from headprune.exporter.gguf_families import check_type
         from headprune.exporter.gguf_quant import K_QUANTS, quantizer_library
 
         super().check_options()
@@ -91,10 +92,11 @@ class Gguf(ExportFormat):
             quantizer_library()  # only llama.cpp makes K-quants: without its quantizer, exit 2 now
 
     def check_model(self, lm: LoadedModel) -> None:
-        from headprune.exporter.gguf_export import check_supported
+        from headprune.exporter.gguf_families import check_supported, family_of
 
         super().check_model(lm)
         self.arch = check_supported(lm, self.options.layout, self.chosen["gguf_type"])
+        self.tolerance = family_of(lm.model.config).tolerance or self.tolerance  # (Gemma: llama.cpp's GELU table)
         refuse_unless_float32(lm.dtype, FLOAT32_ONLY)
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:

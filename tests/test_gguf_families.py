@@ -1,0 +1,305 @@
+"""GGUF for the families llama.cpp's converter writes beyond Llama, Mistral and Qwen2/3 (tests/test_gguf.py): the
+coverage matrix's tiny model of each, exported dense in llama.cpp's own architecture for it, run in llama.cpp itself
+and compared with the masked original by its logits at every position; a sliced file, which llama.cpp's graph for the
+family cannot take, is refused in one line naming what works.
+
+Like test_gguf.py these need llama.cpp (``headprune[gguf]``) and fail without it. Where the installed gguf-py does not
+know a family's architecture (its floor, 0.14, lacks qwen3moe), the export is refused in one line, not lost.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers import generate_task, save_folder
+from helpers.cli import invoke
+from helpers.gguf_file import gguf_metadata
+
+from headprune.errors import UnsupportedModelError
+from headprune.exporter import export, runtimes
+from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
+from headprune.exporter.gguf_families import FAMILIES
+from headprune.heads import parse_heads
+from headprune.loading.models import wrap_model
+from headprune.surgery.ablation import ablated
+from headprune.testing import family_model
+
+HEADS = "L0.H1,L1.H0,L1.H1"  # one head of a group in layer 0; a whole key/value group in layer 1
+# The families beyond test_gguf.py's, each with what its file must hold that a plain Llama file does not, and the
+# variant of the matrix's tiny model llama.cpp's graph computes (the refusals of the others are tested below).
+EXTRA = {"mixtral": ("blk.0.ffn_gate_exps.weight", "llama.expert_count", {}),
+         "qwen3_moe": ("blk.0.ffn_down_exps.weight", "qwen3moe.expert_feed_forward_length", {}),
+         "phi3": ("blk.0.attn_qkv.weight", "phi3.rope.dimension_count", {}),
+         "granite": ("blk.0.attn_q.weight", "granite.logit_scale", {}),
+         "olmo": ("blk.0.attn_q.weight", "olmo.attention.layer_norm_epsilon", {}),
+         "olmo2": ("blk.0.attn_q_norm.weight", "olmo2.attention.layer_norm_rms_epsilon", {}),
+         "olmoe": ("blk.0.ffn_up_exps.weight", "olmoe.expert_count", {"num_key_value_heads": 4}),
+         "glm4": ("blk.0.post_attention_norm.weight", "glm4.rope.dimension_count", {}),
+         "cohere": ("blk.0.attn_q.weight", "command-r.logit_scale", {"use_qk_norm": False}),
+         "gpt_oss": ("blk.0.attn_sinks.weight", "gpt-oss.attention.sliding_window", {}),  # a 4-token window
+         "gemma": ("blk.0.attn_norm.weight", "gemma.attention.key_length", {}),
+         "glm": ("blk.0.attn_q.bias", "chatglm.rope.dimension_count", {}),
+         "smollm3": ("blk.3.attn_q.weight", "smollm3.block_count", {"num_hidden_layers": 4}),  # layer 3 without RoPE
+         "gemma2": ("blk.0.post_ffw_norm.weight", "gemma2.final_logit_softcapping", {"query_pre_attn_scalar": 16}),
+         "gemma3_text": ("blk.0.attn_q_norm.weight", "gemma3.attention.sliding_window",
+                         {"query_pre_attn_scalar": 16})}
+
+
+def test_every_gguf_family_is_run_in_llama_cpp_by_the_suite() -> None:
+    """docs/models.md's GGUF column is gguf_families.FAMILIES: each is run here or in test_gguf.py."""
+    assert set(FAMILIES) == set(EXTRA) | {"llama", "mistral", "qwen2", "qwen3"}
+
+
+def _lm(model_type: str, tokenizer, **changes):  # noqa: ANN001, ANN003, ANN202
+    # llama.cpp sets attributes of Phi-3's own special tokens (</s>, <s>, ...) on a model whose name says phi3, and
+    # the tests' tiny vocabulary has none of them: the tiny model goes by another name.
+    return wrap_model(family_model(model_type, len(tokenizer), seed=2, **changes), tokenizer,
+                      name=f"tiny-{model_type.replace('phi3', 'p3')}")
+
+
+def _known(arch: str) -> bool:
+    """Whether the installed gguf-py writes ``arch`` with the Hugging Face names of its tensors. Its floor, 0.14, lacks
+    qwen3moe, gemma3, glm4 and gpt-oss, and maps no separate q/k/v of chatglm (GLM): those exports are refused in one
+    line there. gguf-py 0.19 (the suite's) writes every family."""
+    import gguf
+    from importlib.metadata import version
+
+    if tuple(int(p) for p in version("gguf").split(".")[:2]) >= (0, 19):
+        return True  # so a family this gguf-py does not write fails the test rather than passing it as refused
+    enum = next((a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == arch), None)
+    if enum is None:
+        return False
+    names = gguf.get_tensor_name_map(enum, 1)
+    return names.get_name("model.layers.0.self_attn.q_proj.weight", try_suffixes=(".weight",)) is not None or \
+        arch != "chatglm"
+
+
+def file_against_masked(lm, heads, path, task) -> tuple[float, float, float]:  # noqa: ANN001
+    """Largest |llama.cpp logits of the file - masked original's| at every position of every task prompt, the
+    largest |masked logit - unmasked logit| (what removing the heads does, so the comparison can fail), and the
+    largest |masked logit|."""
+    diff = effect = scale = 0.0
+    runner = runtimes.LlamaCppModel(path, n_ctx=128, eos=())
+    try:
+        for example in task.examples:
+            ids = torch.tensor([lm.tokenizer(example.prompt or example.text)["input_ids"]])
+            with torch.no_grad():
+                whole = lm.model(input_ids=ids).logits[0].float()
+                with ablated(lm, heads):
+                    want = lm.model(input_ids=ids).logits[0].float()
+            diff = max(diff, float((runner.logits(ids[0].tolist()) - want).abs().max()))
+            effect = max(effect, float((want - whole).abs().max()))
+            scale = max(scale, float(want.abs().max()))
+    finally:
+        runner.close()
+    return diff, effect, scale
+
+
+@pytest.mark.parametrize("model_type", sorted(EXTRA))
+def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, tokenizer, tmp_path) -> None:
+    tensor, key, changes = EXTRA[model_type]
+    lm = _lm(model_type, tokenizer, **changes)
+    if model_type == "gemma2":  # logits large enough (about 15) that Gemma 2's final soft cap (30) bends them
+        with torch.no_grad():
+            lm.model.model.norm.weight.add_(29.0)
+    arch = FAMILIES[model_type].arch
+    if not _known(arch):  # an older gguf-py: one line saying so, nothing written
+        with pytest.raises(UnsupportedModelError, match=f"does not know llama.cpp's {arch} architecture|no llama.cpp "
+                                                        "tensor for"):
+            export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+        assert not (tmp_path / "g").exists()
+        return
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    info = Gguf.details(record)
+    assert info.architecture == arch and info.runtime.done and info.runtime.mismatches == 0
+    diff, effect, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf",
+                                              generate_task())
+    # GGUF's gate, or Gemma's (llama.cpp's float16 GELU table: 3.5e-4 of the largest logit measured here)
+    tolerance = FAMILIES[model_type].tolerance or GGUF_TOLERANCE
+    assert effect > 1e-3 and diff <= tolerance * max(1.0, scale), (diff, effect, scale)
+    reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert tensor in {t.name for t in reader.tensors} and key in meta
+    assert meta["general.architecture"] == arch
+
+
+def test_mixture_of_experts_are_written_as_they_are(tokenizer, tmp_path) -> None:
+    """Mixtral's experts in llama.cpp's stacked tensors: the gate and up halves of transformers' fused gate_up_proj
+    and the down projections, each byte for byte the original's, and the router."""
+    import numpy as np
+
+    lm = _lm("mixtral", tokenizer)
+    export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    reader, _ = gguf_metadata(tmp_path / "g" / "model.gguf")
+    stored = {t.name: np.asarray(t.data) for t in reader.tensors}
+    experts = lm.model.model.layers[1].mlp.experts
+    gate, up = experts.gate_up_proj.detach().chunk(2, dim=1)
+    for name, want in (("gate_exps", gate), ("up_exps", up), ("down_exps", experts.down_proj.detach()),
+                       ("gate_inp", lm.model.model.layers[1].mlp.gate.weight.detach())):
+        assert np.array_equal(stored[f"blk.1.ffn_{name}.weight"], want.numpy()), name
+
+
+def _task_file(tmp_path):  # noqa: ANN001, ANN202
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"prompt": "the film is", "target": "x"}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("model_type", ["mixtral", "phi3"])
+def test_sliced_gguf_is_refused_naming_dense_and_other_formats(model_type, tokenizer, tmp_path) -> None:
+    save_folder(_lm(model_type, tokenizer).model, tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--verify-task",
+                    str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "one head count for every layer" in lines[0] and "--layout dense" in lines[0]
+    assert "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
+
+
+def test_qwen3_moe_without_renormalised_routing_is_refused(tokenizer, tmp_path) -> None:
+    """llama.cpp's qwen3moe graph always renormalises the chosen experts' weights: a checkpoint that does not
+    (norm_topk_prob false) would compute other outputs there, so it is refused in one line."""
+    model = family_model("qwen3_moe", len(tokenizer), seed=2)
+    model.config.norm_topk_prob = False
+    save_folder(model, tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
+                    "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "norm_topk_prob" in lines[0] and "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
+
+
+def test_k_quants_of_these_families_are_refused_naming_the_types_written(tokenizer, tmp_path) -> None:
+    """llama.cpp's quantizer picks a fused attn_qkv's or an expert's K-quant type by rules headprune does not
+    reproduce: refused in one line (the float and q8_0 types are written, as above)."""
+    save_folder(_lm("mixtral", tokenizer).model, tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
+                    "--gguf-type", "q4_k_m", "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "q8_0" in lines[0] and "llama-quantize" in lines[0] and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("model_type", ["mixtral", "gpt_oss"])
+def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(model_type, tokenizer, tmp_path) -> None:
+    """A q8_0 file: the torch reference of its gate is rebuilt from the file's de-quantised tensors, the experts'
+    stacked gate and up tensors joined back into transformers' fused gate_up_proj (GPT-OSS: columns alternating)."""
+    from headprune.exporter import gguf_export
+    from headprune.exporter.gguf_quant_check import with_stored
+
+    lm = _lm(model_type, tokenizer)
+    if not _known(FAMILIES[model_type].arch):  # an older gguf-py (its floor lacks gpt-oss): refused, nothing written
+        with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's"):
+            export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
+                   gguf_type="q8_0")
+        assert not (tmp_path / "g").exists()
+        return
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
+                    gguf_type="q8_0")
+    assert Gguf.details(record).quantized is not None
+    (tmp_path / "w").mkdir()
+    written = gguf_export.write_files(lm, lm.model, FAMILIES[model_type].arch, None, tmp_path / "w", tmp_path / "w",
+                                      "q8_0", with_original=False)
+    rounded = with_stored(lm.model, written.plan, written.stored)
+    fused = rounded.model.layers[1].mlp.experts.gate_up_proj.detach()
+    original = lm.model.model.layers[1].mlp.experts.gate_up_proj.detach()
+    assert 0 < float((fused - original).abs().max()) < 1e-2 * float(original.abs().max())
+
+
+@pytest.mark.parametrize(("model_type", "changes", "words"), [
+    ("gemma2", {}, "query_pre_attn_scalar (256) is not its head size (16)"),
+    ("gemma3_text", {"query_pre_attn_scalar": 16, "layer_types": ["full_attention", "sliding_attention"]},
+     "every 6th layer global"),
+    ("olmoe", {}, "groups key/value heads"),
+    ("cohere", {}, "64 layers or more"),
+    ("smollm3", {"num_hidden_layers": 4, "no_rope_layers": [1, 1, 0, 1]}, "every 4th"),
+    ("qwen3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
+     "only llama.cpp's llama and deci graphs read its factors"),
+])
+def test_configs_llama_cpp_computes_otherwise_are_refused(model_type, changes, words, tokenizer, tmp_path) -> None:
+    """What llama.cpp's graph for a family fixes (Gemma's query scale and global-layer pattern, OLMoE's ungrouped
+    key/value heads, Command R+'s q/k norms only at 64 layers or more, Llama 3.1's RoPE factors only in its llama
+    graph) is refused in one line when a config differs."""
+    save_folder(_lm(model_type, tokenizer, **changes).model, tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
+                    "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert words in lines[0] and "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
+
+
+def test_command_r_plus_q_k_norms_run_in_llama_cpp(tokenizer, tmp_path) -> None:
+    """Command R+'s per-head q/k norms, which llama.cpp's command-r graph reads in a model of 64 layers or more."""
+    lm = _lm("cohere", tokenizer, num_hidden_layers=64)
+    with torch.no_grad():  # norms that do something (they start as ones)
+        for layer in lm.adapter.layers(lm.model):
+            layer.self_attn.q_norm.weight.normal_(1.0, 0.5)
+            layer.self_attn.k_norm.weight.normal_(1.0, 0.5)
+    if not _known("command-r"):
+        pytest.fail("gguf-py knows command-r from its floor up")
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    assert Gguf.details(record).runtime.mismatches == 0
+    diff, effect, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf", generate_task())
+    assert effect > 1e-3 and diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, effect, scale)
+    reader, _ = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert "blk.63.attn_k_norm.weight" in {t.name for t in reader.tensors}
+
+
+def test_phi4_mini_longrope_and_partial_rotation_run_in_llama_cpp(tokenizer, tmp_path) -> None:
+    """Phi-3.5 and Phi-4-mini's LongRoPE (llama.cpp's rope_factors_long/_short and its attention factor), with
+    Phi-4-mini's rotation of three quarters of each head, against the masked original in llama.cpp."""
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+            "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0], "long_factor": [2.0, 3.0, 5.0, 8.0, 12.0, 16.0],
+            "original_max_position_embeddings": 1024}  # above the contexts llama.cpp is run with here: short factors
+    lm = _lm("phi3", tokenizer, rope_parameters=rope, original_max_position_embeddings=1024,
+             max_position_embeddings=4096)
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    info = Gguf.details(record)
+    assert info.runtime.mismatches == 0 and any("LongRoPE" in note for note in info.notes)
+    diff, effect, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf", generate_task())
+    assert effect > 1e-3 and diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, effect, scale)
+    reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert {"rope_factors_long.weight", "rope_factors_short.weight"} <= {t.name for t in reader.tensors}
+    assert meta["phi3.rope.dimension_count"] == 12 and meta["phi3.rope.scaling.attn_factor"] > 1.0
+
+
+def test_gemma3_as_shipped_is_refused_naming_what_works(tokenizer, tmp_path) -> None:
+    """Gemma 3 with its vision tower: llama.cpp reads the tower from an mmproj file headprune does not write."""
+    save_folder(family_model("gemma3", len(tokenizer), seed=1), tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
+                    "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "mmproj" in lines[0] and "safetensors, onnx" in lines[0] and "gemma3_text" in lines[0]
+    assert not (tmp_path / "o").exists()
+
+
+# (OLMo-2 and OLMoE are dense only in every format: their q/k norms span all heads)
+@pytest.mark.parametrize("model_type", sorted(t for t, f in FAMILIES.items() if f.dense_only and t in EXTRA
+                                              and t not in ("olmo2", "olmoe")))
+def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, tmp_path) -> None:
+    """Why these families are dense only: llama.cpp's loader takes per-layer head_count/head_count_kv arrays for
+    every architecture, but each of these graphs sizes layer N's tensors by layer 0's counts, so a sliced file (layer
+    1 with half its heads) does not load in llama.cpp itself."""
+    from headprune.exporter import gguf_export, llama_cpp_runtime
+    from headprune.surgery.plan import plan_layers
+    from headprune.surgery.slicing import slice_model
+
+    family = FAMILIES[model_type]
+    lm = _lm(model_type, tokenizer, **EXTRA[model_type][2])
+    removed = parse_heads("L1.H0,L1.H1")
+    plans = plan_layers(lm.grid, removed)
+    artifact = slice_model(lm, plans, removed)
+    plan = gguf_export.GgufPlan(family.arch, tuple(len(p.q_heads) for p in plans),
+                                tuple(len(p.kv_heads) for p in plans), lm.grid.head_dim, family.permuted)
+    if not _known(family.arch):
+        with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's|no llama.cpp tensor for"):
+            gguf_export.gguf_tensors(artifact, plan)
+        return
+    write, _, _ = gguf_export.tokenizer_writer(lm, lm.model.config.vocab_size, tmp_path)
+    gguf_export.write_gguf(tmp_path / "x.gguf", artifact, plan, gguf_export.gguf_tensors(artifact, plan), write,
+                           name="x", gguf_type="f32")
+    with pytest.raises(ValueError, match=r"tensor 'blk\.1\.attn_(q|qkv)\.weight' has wrong shape"):
+        llama_cpp_runtime.LlamaCpp(tmp_path / "x.gguf", n_ctx=32)
