@@ -15,7 +15,8 @@ from helpers import PROMPTS, build_tiny, choice_task, generate_task, save_folder
 
 from helpers.cli import invoke
 from helpers.gguf_file import gguf_metadata
-from headprune.exporter import export, gguf_export, gguf_families, llama_cpp_runtime, read_record, runtimes, verify_record
+from headprune.exporter import (export, gguf_export, gguf_families, llama_cpp_binding, llama_cpp_runtime, read_record,
+                                runtimes, verify_record)
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
 from headprune.heads import parse_heads
 from headprune.loading.models import wrap_model
@@ -374,7 +375,7 @@ def test_cli_gguf_export(models, tokenizer, tmp_path) -> None:
     assert "llama.cpp (deci, float32)" in result.output and "model.gguf" in result.output
     # Users are told to run it with what headprune ran it in, and how.
     ran = Gguf.details(read_record(tmp_path / "o2")).runtime.runtime
-    assert ran == llama_cpp_runtime.library().runtime and f"checked in {ran}" in result.output
+    assert ran == llama_cpp_binding.library().runtime and f"checked in {ran}" in result.output
     card = (tmp_path / "o2" / "README.md").read_text()
     assert f"Checked in {ran}" in card
     assert ("from llama_cpp import Llama" in card) == ("llama-cpp-python" in ran)

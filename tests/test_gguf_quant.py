@@ -200,10 +200,10 @@ def test_cli_prints_sizes_the_gate_and_the_task_after_quantization(wide, tmp_pat
 
 
 def test_k_quants_need_llama_cpps_quantizer_exit_2(wide, tmp_path, monkeypatch) -> None:
-    from headprune.exporter import llama_cpp_runtime
+    from headprune.exporter import llama_cpp_binding
 
     save_folder(wide.model, wide.tokenizer, tmp_path / "m")
-    monkeypatch.setattr(llama_cpp_runtime, "runtime_version", lambda: (None, "llama.cpp is not installed (test)"))
+    monkeypatch.setattr(llama_cpp_binding, "runtime_version", lambda: (None, "llama.cpp is not installed (test)"))
     result = invoke("export", str(tmp_path / "m"), "--heads", "L0.H1", "--format", "gguf", "--gguf-type", "q6_k",
                     "--out", str(tmp_path / "o"))
     assert result.exit_code == 2, result.output
@@ -235,7 +235,7 @@ def test_ctrl_c_while_llama_cpp_logs_stops_the_export_before_its_move(wide, tmp_
     import signal
     import time
 
-    from headprune.exporter.llama_cpp_runtime import library
+    from headprune.exporter.llama_cpp_binding import library
 
     save_folder(wide.model, wide.tokenizer, tmp_path / "m")
     binding, sent = library(), []

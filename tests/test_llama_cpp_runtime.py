@@ -24,7 +24,8 @@ from helpers import build_tiny
 from helpers.cli import invoke
 from headprune.cli import exits
 from headprune.errors import InternalCheckError, MissingExtraError
-from headprune.exporter import gguf_export, gguf_families, llama_cpp_runtime as rt
+from headprune.exporter import gguf_export, gguf_families, llama_cpp_binding as rt
+from headprune.exporter.llama_cpp_runtime import LlamaCpp
 from headprune.exporter.llama_cpp_decls import SUPPORTED
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,8 +115,8 @@ def test_two_same_typed_fields_swapped_are_caught(binding, tiny_gguf, struct, fi
         assert first in str(error) or second in str(error), error
         return
     with pytest.raises(InternalCheckError, match=f"did not get what headprune set: .*({first}|{second})"):
-        rt.LlamaCpp(tiny_gguf[1], n_ctx=256, threads=1, binding=found)
-    rt.LlamaCpp(tiny_gguf[1], n_ctx=256, threads=1, binding=binding).close()  # the real one still works
+        LlamaCpp(tiny_gguf[1], n_ctx=256, threads=1, binding=found)
+    LlamaCpp(tiny_gguf[1], n_ctx=256, threads=1, binding=binding).close()  # the real one still works
 
 
 def test_a_struct_of_the_wrong_size_is_caught(binding) -> None:
@@ -144,7 +145,7 @@ def test_an_unknown_release_is_refused_before_its_library_is_loaded(monkeypatch,
 
 def test_the_context_fields_set_reach_llama_cpp(binding, tiny_gguf) -> None:
     _, path = tiny_gguf
-    llm = rt.LlamaCpp(path, n_ctx=256, threads=1, binding=binding)  # llama.cpp pads n_ctx to a multiple of 256
+    llm = LlamaCpp(path, n_ctx=256, threads=1, binding=binding)  # llama.cpp pads n_ctx to a multiple of 256
     try:
         lib = binding.lib
         assert lib.llama_n_ctx(llm.ctx) == 256 and lib.llama_n_batch(llm.ctx) == 256  # defaults: 512, 2048
@@ -155,7 +156,7 @@ def test_the_context_fields_set_reach_llama_cpp(binding, tiny_gguf) -> None:
     finally:
         llm.close()
     # Rows on a shared prefix: several sequences in one unified key/value buffer (llama.cpp's default: separate).
-    llm = rt.LlamaCpp(path, n_ctx=256, threads=1, sequences=5, binding=binding)
+    llm = LlamaCpp(path, n_ctx=256, threads=1, sequences=5, binding=binding)
     try:
         log = "".join(text for _, text in binding.log)
         assert binding.lib.llama_n_seq_max(llm.ctx) == llm.sequences == 5 and re.search(r"kv_unified\s*=\s*true", log)
@@ -175,7 +176,7 @@ def test_float32_cache_is_what_llama_cpp_uses(tiny_gguf) -> None:
     assert q.abs().max() > 0 and k.abs().max() > 0
     diffs = {}
     for kv_f32 in (True, False):
-        llm = rt.LlamaCpp(path, n_ctx=256, kv_f32=kv_f32)
+        llm = LlamaCpp(path, n_ctx=256, kv_f32=kv_f32)
         llm.n_batch = 50  # three decode calls: positions and the cache carry across them
         try:
             got = torch.from_numpy(llm.eval(tokens, all_logits=True))
@@ -190,7 +191,7 @@ def test_a_file_llama_cpp_refuses_is_a_value_error_with_its_reason(binding, tmp_
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 60)
     with pytest.raises(ValueError, match="could not load bad.gguf"):
-        rt.LlamaCpp(bad, n_ctx=32)
+        LlamaCpp(bad, n_ctx=32)
 
 
 def test_llama_cpp_python_runs_the_file_as_xllamacpp_does(binding, tiny_gguf) -> None:
@@ -203,7 +204,7 @@ def test_llama_cpp_python_runs_the_file_as_xllamacpp_does(binding, tiny_gguf) ->
     tokens = list(range(5, 45))
     logits = []
     for each in (theirs, binding):
-        llm = rt.LlamaCpp(tiny_gguf[1], n_ctx=256, threads=1, binding=each)
+        llm = LlamaCpp(tiny_gguf[1], n_ctx=256, threads=1, binding=each)
         try:
             logits.append(torch.from_numpy(llm.eval(tokens, all_logits=True)))
         finally:

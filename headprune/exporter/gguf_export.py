@@ -221,7 +221,7 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
 
 def llama_cpp_version() -> tuple[str | None, str]:
     """The llama.cpp runtime headprune runs GGUF files in, or None and why it cannot be used."""
-    from headprune.exporter.llama_cpp_runtime import runtime_version
+    from headprune.exporter.llama_cpp_binding import runtime_version
 
     return runtime_version()
 

@@ -37,7 +37,7 @@ def quantizer_library() -> Any:
     Raises:
         MissingExtraError: no llama.cpp, or one whose quantizer headprune does not call (llama-cpp-python).
     """
-    from headprune.exporter.llama_cpp_runtime import library, runtime_version
+    from headprune.exporter.llama_cpp_binding import library, runtime_version
 
     version, reason = runtime_version()
     if version is None:
