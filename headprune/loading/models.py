@@ -13,7 +13,6 @@ import logging
 import os
 import pickle
 import shutil
-import struct
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +23,14 @@ from safetensors import SafetensorError
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from headprune.core.checkpoint_files import pickle_protocols, refused
-from headprune.core.extras import require
-from headprune.core.hashing import hash_weights, sha256_file
+from headprune.core.hashing import hash_weights
 from headprune.core.io import user_path
 from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
 from headprune.heads import HeadGrid
 from headprune.loading.adapters import Adapter, adapter_for, supported_model_types
 from headprune.loading.credentials import credentials_found, load_tokenizer, strip_loaded
-from headprune.loading.gguf_source import BUILTIN_MODELS, builtin_gguf, write_marker
+from headprune.loading.gguf_convert import convert_gguf
+from headprune.loading.gguf_source import BUILTIN_MODELS, builtin_gguf
 from headprune.loading.model_checks import check_config_file, check_loaded, shape_mismatches, sliced_record
 from headprune.loading.model_class import ModelClass, loading_class, task_head_of
 
@@ -119,10 +118,10 @@ def resolve_model(spec: str, *, trust_remote_code: bool = False, revision: str |
         raise SettingsError(f"revision applies to a Hub id (OWNER/NAME); {spec} is a local folder, file or built-in "
                             "model", settings=("revision",))
     if spec in BUILTIN_MODELS:
-        return _convert_gguf(builtin_gguf(spec))
+        return convert_gguf(builtin_gguf(spec), cache_dir())
     path = user_path(spec)
     if path.is_file() and path.suffix == ".gguf":
-        return _convert_gguf(path)
+        return convert_gguf(path, cache_dir())
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"{spec}: not a Hugging Face model folder (no config.json)")
@@ -309,43 +308,6 @@ def _hash_state_dict(model: PreTrainedModel) -> str:
         # Raw bytes (numpy has no bfloat16): the same digest as the tensor's own bytes in every dtype.
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return "sha256:" + digest.hexdigest()
-
-
-def _convert_gguf(path: Path) -> Path:
-    """De-quantise a GGUF file once into a plain fp32 safetensors folder in the cache; reuse it after."""
-    target = cache_dir() / "gguf" / f"{path.stem}-{sha256_file(path)[:16]}"
-    if (target / "config.json").is_file():
-        return target
-    require("gguf", f"reading a .gguf model ({path.name})")
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError, AssertionError, RuntimeError,
-            struct.error) as error:  # whatever a malformed file makes the GGUF parser raise
-        raise UnsupportedModelError(f"{path}: cannot read this GGUF file ({str(error)[:200]})") from error
-    # A de-quantised GGUF model cannot be save_pretrained-ed as is: rebuild it from a plain config.
-    config_dict = model.config.to_dict()
-    config_dict.pop("quantization_config", None)
-    config_dict.pop("_name_or_path", None)
-    config = AutoConfig.for_model(**config_dict)
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(model.state_dict())
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
-        plain.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        write_marker(staging, path)
-        staging.rename(target)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-        if not (target / "config.json").is_file():  # another process may have won the race
-            raise
-    return target
 
 
 def _looks_like_hub_id(spec: str) -> bool:
