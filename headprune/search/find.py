@@ -192,7 +192,7 @@ def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None
     check_plan_size(settings)  # the joint search's size, before anything is computed
     with one_kernel(team):
         conditions = Conditions.start(lm, inputs.split, inputs.controls, settings, out=out, resume=resume,
-                                      progress=progress, team=team, guards=inputs.guards)
+                                      progress=progress, team=team, guards=inputs.guards, fresh=inputs.fresh)
         stages = Stages(lm, conditions, settings)
         stages.guards = tuple(Guard(g.task.name, g.metric, g.margin, index) for index, g in enumerate(inputs.guards))
         stages.timings["setup"] = time.perf_counter() - started

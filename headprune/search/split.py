@@ -117,6 +117,7 @@ class Inputs:
     controls: tuple[Task, ...]
     specs: dict[str, str | None]
     guards: tuple[GuardInput, ...] = ()
+    fresh: Task | None = None  # find --shrink: examples on neither side of the split (headprune.search.fresh)
 
 
 def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike | Sequence[TaskLike] | None,
@@ -146,7 +147,12 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
     if len(set(names)) < len(names):
         raise SearchSettingsError(f"guard {next(n for n in names if names.count(n) > 1)!r} is given twice",
                                   settings=("guard",))
-    return Inputs(task, split, loaded, specs, guarded)
+    fresh = None
+    if settings.shrink is not None:
+        from headprune.search.fresh import fresh_examples
+
+        fresh = fresh_examples(task, split, settings.shrink_examples or 0, seed=settings.seed)
+    return Inputs(task, split, loaded, specs, guarded, fresh)
 
 
 def load_guard(text: str, task: Task, settings: FindSettings, load: functools.partial) -> GuardInput:
