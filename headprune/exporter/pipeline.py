@@ -25,8 +25,8 @@ from headprune.exporter.export_options import check_options, check_result_option
 from headprune.exporter.export_record import (RECORD_NAME, Counts, ExportRecord, FindOrigin, SourceInfo, Verification,
                                               file_hashes, public_name, weight_bytes)
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
-from headprune.exporter.resolve import (HeadsLike, check_ablation, pinned_revision, read_result, refuse_unconfirmed,
-                                        resolve_heads, verification_inputs)
+from headprune.exporter.resolve import (HeadsLike, check_ablation, find_origin, pinned_revision, read_result,
+                                        refuse_unconfirmed, resolve_heads, verification_inputs)
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, load_model, quiet_transformers
 from headprune.search.find_result import FindResult
@@ -164,10 +164,7 @@ def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, resul
                                                   batch_size=batch_size, trust_remote_code=trust_remote_code)
     job = _build(fmt, lm, removed, plans, task=task, ablation=ablation, means=means, batch_size=batch_size,
                  tolerance=tolerance if tolerance is not None else fmt.tolerance)
-    origin = None if result is None else FindOrigin(
-        public_name(result.task.name), set_rank, result.finalists[set_rank - 1].heldout,
-        result.compression.verdict if result.compression is not None and set_rank == 1 else None,
-        result.finalists[set_rank - 1].guards, result.guarding is None or result.guarding.kept)
+    origin = None if result is None else find_origin(result, set_rank)
     log.info("export: removing %d heads (%s, %s); writing %s", len(removed), job.layout, fmt.name, out)
     return _write_verified(fmt, job, out, origin=origin, remeasured=remeasured, started=started,
                            check=final_check(out, sources=inputs, overwrite=overwrite))

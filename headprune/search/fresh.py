@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import replace
 
 from headprune.errors import TaskError
-from headprune.search.split import Split
 from headprune.tasks import Task, load_task
 
 log = logging.getLogger("headprune")
@@ -24,16 +24,16 @@ log = logging.getLogger("headprune")
 FRESH_SEED_OFFSET = 7919  # the fresh examples' order: a seed of its own, apart from the split's
 
 
-def fresh_examples(task: Task, split: Split, count: int, *, seed: int) -> Task | None:
-    """Up to ``count`` examples of ``task`` whose inputs are on neither side of ``split`` (None when there are none).
+def fresh_examples(task: Task, sides: Sequence[Task], count: int, *, seed: int) -> Task | None:
+    """Up to ``count`` examples of ``task`` whose inputs are in none of ``sides`` (None when there are none).
 
     Args:
         task: the task the split was drawn from (held-out from another task: its inputs are excluded too).
-        split: find's discovery and held-out examples.
+        sides: find's discovery and held-out examples.
         count: how many fresh examples are wanted.
         seed: the run's seed (the leftovers' order).
     """
-    used = {e.input_key() for e in (*split.discovery.examples, *split.heldout.examples)}
+    used = {e.input_key() for side in sides for e in side.examples}
     seen = set(used)
     leftovers = []
     for index, example in enumerate(task.examples):

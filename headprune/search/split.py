@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from headprune.errors import SearchSettingsError, TaskError
+from headprune.search.fresh import fresh_examples
 from headprune.tasks import Task, load_task, portable_spec
 
 if TYPE_CHECKING:
@@ -149,9 +150,8 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
                                   settings=("guard",))
     fresh = None
     if settings.shrink is not None:
-        from headprune.search.fresh import fresh_examples
-
-        fresh = fresh_examples(task, split, settings.shrink_examples or 0, seed=settings.seed)
+        fresh = fresh_examples(task, (split.discovery, split.heldout), settings.shrink_examples or 0,
+                               seed=settings.seed)
     return Inputs(task, split, loaded, specs, guarded, fresh)
 
 
