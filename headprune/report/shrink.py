@@ -58,7 +58,10 @@ def shrink_section(result: FindResult) -> list[str]:
         v = s.verdict
         lines += [f"The test reads {v.n} fresh examples of the task ({s.fresh_asked} asked for), on neither side of "
                   "the split: discovery grew the set and held-out chose the improving set, so neither can test one "
-                  f"against the other. Tango's score test of non-inferiority at one-sided {100 * v.alpha / 2:g}%: "
+                  "against the other; having chosen nothing, they also estimate each set without selection bias"
+                  + ("" if s.original is None else f" (accuracy: the original {s.original:.1%}, the improving set "
+                     f"{v.accuracy_before:.1%}, the grown set {v.accuracy_after:.1%})")
+                  + f". Tango's score test of non-inferiority at one-sided {100 * v.alpha / 2:g}%: "
                   f"rescued {v.rescued}, damaged {v.damaged} (the grown set against the improving set). The claim "
                   "is made only when every part holds: the improving set's own verdict, this test"
                   + (", and each guard's held-out test for the grown set" if result.guard_tasks else "")

@@ -64,6 +64,7 @@ class Shrink:
     guards: tuple[GuardEffect, ...] = ()  # the grown set on each guard's held-out examples (primary: a claim part)
     rank: int | None = None
     note: str | None = None
+    original: float | None = None  # the original's accuracy on the fresh examples (they chose nothing: unbiased)
 
     def claimed(self, improving_confirmed: bool) -> bool:
         """The claim: the improving set confirmed (with its guards), the grown set non-inferior to it on the fresh
