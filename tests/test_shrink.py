@@ -52,6 +52,7 @@ def test_the_improving_set_grows_by_groups_and_is_claimed_on_fresh_examples(grou
     assert set(s.heads) in ({"L0.H0", "L0.H1"}, {"L0.H0", "L0.H2", "L0.H3"})
     assert s.fresh == 1000 - 600 and s.verdict.n == 400 and s.verdict.accepted  # H1..H3 write nothing
     assert (s.verdict.rescued, s.verdict.damaged) == (0, 0)
+    assert s.original is not None and s.original < s.verdict.accuracy_before  # H0's removal helps on fresh too
     assert result.shrunk and result.confirmed  # the exit code's meaning is unchanged: P's verdict
     assert s.size.kv_heads == 1 and s.size.kv_heads_original == 2 and s.improving_size.kv_heads == 2
     assert s.size.kv_cache_bytes * 2 == s.size.kv_cache_bytes_original

@@ -32,7 +32,8 @@ def shrink_line(result: FindResult) -> str | None:
               f"{v.accuracy_before:.1%} -> {v.accuracy_after:.1%}, {100 * v.level:g}% score CI lower end {low:+.1%}, "
               f"Tango's score test one-sided {100 * v.alpha / 2:g}%)")
     if not s.claimed(result.confirmed):
-        why = ("a guard did not hold for it on held-out guard examples" if v.accepted
+        why = ("the improving set's own claim does not hold" if not result.confirmed
+               else "a guard did not hold for it on held-out guard examples" if v.accepted
                else "it was not shown non-inferior to the improving set")
         return (f"shrink: {','.join(s.heads)} is not claimed: {why} "
                 f"({v.difference:+.1%} on {v.n} fresh examples, CI lower end {low:+.1%}, margin -{s.margin:g} points)")

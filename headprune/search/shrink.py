@@ -159,7 +159,8 @@ def judge_on_fresh(stages: Stages, grown: Grown, rank: int | None) -> Shrink:
                   names(result.chosen) if result else (), names(result.rejected) if result else (), grown.queue,
                   len(result.evaluated) if result else 0, stages.base["fresh"].n if "fresh" in stages.base else 0,
                   settings.shrink_examples or 0, discovery, verdict, size_of(stages, heads),
-                  size_of(stages, improving), guards, rank if heads != improving else None, grown.note)
+                  size_of(stages, improving), guards, rank if heads != improving else None, grown.note,
+                  stages.base["fresh"].accuracy if "fresh" in stages.base and verdict is not None else None)
 
 
 __all__ = ["Grown", "data_note", "fresh_verdict", "grow_from", "grow_on_discovery", "shrink_units", "judge_on_fresh",
