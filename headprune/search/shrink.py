@@ -130,6 +130,8 @@ def grow_on_discovery(stages: Stages, screened: Screened, prescreen: Prescreen |
                           admit=None if check is None else lambda heads: check.effects(heads, "shrink").kept)
     heads = whole(improving, [h for unit in grown.chosen for h in unit])
     note = None if heads != improving else "shrink: no key/value group could go within the margin on discovery"
+    log.info("shrink: %d of %d units taken on discovery (%d rejected, %d sets evaluated, ended by %s): %d heads",
+             len(grown.chosen), len(units), len(grown.rejected), len(grown.evaluated), grown.stopped, len(heads))
     return Grown(improving, heads, grown, len(units), note)
 
 
