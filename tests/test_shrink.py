@@ -90,6 +90,8 @@ def test_the_data_that_cannot_show_it_is_said_and_nothing_smaller_is_claimed(gro
     none = find(grouped, cue_task(tokens_per_cue=300), discovery=300, heldout=300, batch_size=64, shrink=3)
     assert none.shrink.fresh == 0 and "the test needs at least 10" in none.shrink.note and not none.shrunk
     assert data_note(10_000, 3, 0.05) is None and data_note(50, 3, 0.05) is not None
+    assert "judges discovery at its 150 examples" in data_note(1000, 3, 0.05, 150)  # growth could take nothing
+    assert data_note(1000, 5, 0.05, 150) is None and data_note(1000, 3, 0.05, 300) is None
 
 
 def test_an_unconfirmed_improving_set_is_not_shrunk(grouped) -> None:

@@ -57,8 +57,9 @@ def shrink_units(improving: Sequence[Head], queue: Sequence[Head], grid: HeadGri
     return units
 
 
-def data_note(fresh: int, margin: float, alpha: float) -> str | None:
-    """One line when ``fresh`` examples cannot show non-inferiority within ``margin`` points; else None."""
+def data_note(fresh: int, margin: float, alpha: float, discovery: int | None = None) -> str | None:
+    """One line when ``fresh`` examples cannot show non-inferiority within ``margin`` points, or growth, which judges
+    ``discovery`` at its own size where that is smaller (``growth.Budget``), could take nothing; else None."""
     if fresh < MIN_FRESH:
         return (f"shrink: {fresh} fresh examples (on neither side of the split); the test needs at least {MIN_FRESH}: "
                 "no smaller set is claimed (give a task with more examples)")
@@ -66,6 +67,11 @@ def data_note(fresh: int, margin: float, alpha: float) -> str | None:
         return (f"shrink: {fresh} fresh examples cannot show non-inferiority within {margin:g} points even with no "
                 f"answer changed (Tango's score test, one-sided {100 * alpha / 2:g}%): no smaller set is claimed "
                 "(give more with --shrink-examples and a task that has them, or a wider margin)")
+    if discovery is not None and discovery < fresh and not non_inferior(0, 0, discovery, margin=margin / 100,
+                                                                         alpha=alpha):
+        return (f"shrink: growth judges discovery at its {discovery} examples, which cannot show non-inferiority "
+                f"within {margin:g} points even with no answer changed: no smaller set is claimed (give more "
+                "discovery examples or a wider margin)")
     return None
 
 
@@ -109,7 +115,7 @@ def grow_on_discovery(stages: Stages, screened: Screened, prescreen: Prescreen |
     settings, grid = stages.settings, stages.lm.grid
     margin, alpha = float(settings.shrink or 0), settings.alpha
     fresh = stages.base["fresh"].n if "fresh" in stages.base else 0
-    note = data_note(fresh, margin, alpha)
+    note = data_note(fresh, margin, alpha, stages.base["discovery"].n)
     if note is None and not confirmed:
         note = "shrink: the improving set is not confirmed on held-out data: no smaller set is claimed"
     if note is not None:
