@@ -88,6 +88,9 @@ def find(
             non-inferiority test (``headprune.search.compress``).
         compress_search: ``greedy`` (default: galloping, with backtracking) or ``beam`` (keeps the ``beam_width``
             best sets, default 4, and tries each with the next unit every round).
+        shrink: improve only: accuracy points; the primary set is grown by whole key/value groups on discovery and
+            tested against it for non-inferiority at that margin on ``shrink_examples`` fresh examples (default
+            1,000; neither discovery nor held-out) (``headprune.search.shrink``; the record's ``shrink``).
         out: folder for journal.jsonl (resume); ``None`` keeps everything in memory. Locked for the run (one run
             per folder).
         resume: continue the journal in ``out``.
