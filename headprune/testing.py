@@ -207,16 +207,17 @@ def cue_vocab(tokens_per_cue: int) -> list[str]:
     return ["<pad>", "<eos>", "A", "B"] + [f"x{c}_{k}" for c in ("p", "n") for k in range(tokens_per_cue)]
 
 
-def cue_llama(heads: int, tokens_per_cue: int, generator: Any) -> tuple[Any, Any]:
-    """The cue model's one-layer Llama (16-dimensional residual, ``heads`` heads of 4 dimensions, MLP off) and its
-    tokenizer: every attention weight zero (the caller sets what its heads copy and write), the nuisance values
-    drawn from ``generator`` (first, so the caller's later draws stay the same)."""
+def cue_llama(heads: int, tokens_per_cue: int, generator: Any, kv_heads: int | None = None) -> tuple[Any, Any]:
+    """The cue model's one-layer Llama (16-dimensional residual, ``heads`` heads of 4 dimensions sharing ``kv_heads``
+    key/value heads (default: one each), MLP off) and its tokenizer: every attention weight zero (the caller sets
+    what its heads copy and write), the nuisance values drawn from ``generator`` (first, so the caller's later draws
+    stay the same)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     vocab = cue_vocab(tokens_per_cue)
     config = LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=8, num_hidden_layers=1,
-                         num_attention_heads=heads, num_key_value_heads=heads, head_dim=4, tie_word_embeddings=False,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads or heads, head_dim=4, tie_word_embeddings=False,
                          max_position_embeddings=32, **SPECIAL_IDS)
     model = LlamaForCausalLM(config)
     nuisance = torch.randn(tokens_per_cue, generator=generator) * NUISANCE_SD

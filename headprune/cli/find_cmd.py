@@ -15,8 +15,8 @@ from headprune.cli.options import (ablation_option, batch_option, code_execution
                                    refuse_inapplicable, revision_option, run_options, slug, task_option)
 from headprune.core.choices import OBJECTIVES, PREFER, PROTOCOLS, RANK_KEYS, SCREENS, SEARCHES
 from headprune.search.settings import (DEFAULT_BEAM_WIDTH, DEFAULT_CANDIDATES, DEFAULT_DISCOVERY, DEFAULT_HELDOUT,
-                                       DEFAULT_MAX_DROP, DEFAULT_PATIENCE, PROTOCOL_PRESETS, FindSettings,
-                                       with_protocol)
+                                       DEFAULT_MAX_DROP, DEFAULT_PATIENCE, DEFAULT_SHRINK_EXAMPLES, PROTOCOL_PRESETS,
+                                       FindSettings, check_shrink, settings_for, with_protocol)
 
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.core.folder_lock import FolderLock
@@ -103,6 +103,14 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.option("--beam-width", type=int, default=DEFAULTS.beam_width,
               help="With --compress-search beam: sets kept per round; 1 is the plain greedy "
                    f"[default: {DEFAULT_BEAM_WIDTH}].")
+@click.option("--shrink", type=float, default=DEFAULTS.shrink, metavar="POINTS",
+              help="With --objective improve: grow the primary set by whole key/value groups (what GGUF and ONNX "
+                   "slice) that the task and the guards do not need, and claim the grown set when it is no worse "
+                   "than the primary set by more than POINTS accuracy points on fresh examples (neither discovery "
+                   "nor held-out); export it with --pick.")
+@click.option("--shrink-examples", type=int, default=DEFAULTS.shrink_examples, metavar="N",
+              help=f"With --shrink: fresh examples for its test; a generated built-in task draws more where its own "
+                   f"run short [default: {DEFAULT_SHRINK_EXAMPLES}].")
 @click.option("--protocol", type=click.Choice(PROTOCOLS), default=DEFAULTS.protocol,
               help="A preset of the search: cel runs the research protocol (every head exactly, 10 nominees, their "
                    "pairs and triples, 10 finalists re-confirmed on discovery) with headprune's statistics on top.")
@@ -144,12 +152,14 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
                         ("control_limit", bool(control), "with --control"),
                         ("guard_limit", bool(guard), "with --guard"),
                         *((name, settings.objective == "improve", improve_only)
-                          for name in ("nominees", "max_heads", "extend", "finalists", "guard")),
+                          for name in ("nominees", "max_heads", "extend", "finalists", "guard", "shrink")),
+                        ("shrink_examples", settings.shrink is not None, "with --shrink"),
                         ("device", device_map is None, "without --device-map (which places the layers itself)"),
                         code_execution_rule(allow_code_execution))
     given = [name for name in PROTOCOL_PRESETS.get(settings.protocol or "", {})
              if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
     with_protocol(settings, given=given)  # a protocol fixes its search: an option given against it is refused
+    check_shrink(settings_for(settings))  # a bad margin is refused before any folder is touched
     out = out or Path("runs") / f"{slug(model)}-{slug(task_spec)}"
     guards = [parse_guard(g).task for g in guard]  # a bad margin is refused before anything is read
     inputs = run_inputs(model, [task_spec, heldout_task, *control, *guards])
@@ -187,6 +197,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
         if result.compression is not None:
             summary.update(accepted=result.accepted, compression={k: to_json(getattr(result.compression, k)) for k in (
                 "max_drop", "prefer", "heads", "verdict", "savings")})
+        if result.shrink is not None:
+            summary.update(shrunk=result.shrunk, shrink=to_json(result.shrink))
         click.echo(json.dumps(summary))
     else:
         plot = ", tradeoff.png" if result.compression is not None else ", controls.png" if control else ""

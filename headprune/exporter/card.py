@@ -119,7 +119,11 @@ def render_card(record: ExportRecord) -> str:
         numbers = (f"accuracy {v.accuracy_before:.2%} -> {v.accuracy_after:.2%} (difference {v.difference:+.2%}, "
                    f"{100 * v.level:.3g}% interval [{v.interval[0]:+.2%}, {v.interval[1]:+.2%}]")
         lines += ["", "## Held-out result from `headprune find`", ""]
-        if v.role == "exploratory":
+        if record.origin.shrink is not None:
+            lines.append(f"Finalist {record.origin.rank}, the primary set grown by `find --shrink`; its own held-out "
+                         f"numbers are exploratory (the primary set was chosen on them): {numbers}, Bonferroni-adjusted "
+                         f"p = {v.adjusted_p:.3g} over the finalists).")
+        elif v.role == "exploratory":
             lines.append(f"**Exploratory**: finalist {record.origin.rank}, not the set find chose on discovery; picked "
                          f"by a user who could see the finalists' held-out numbers. On {v.n} held-out examples: "
                          f"{numbers}, Bonferroni-adjusted p = {v.adjusted_p:.3g} over the finalists). No improvement is "
@@ -134,7 +138,7 @@ def render_card(record: ExportRecord) -> str:
                          f"exact McNemar test p = {v.p_value:.3g}, confirmed when p < {v.size:g} and the gain is "
                          f"positive{gate}): " + ("**confirmed**." if v.confirmed
                                                  else "**not confirmed** (no improvement is claimed).") + chosen)
-        lines += _guard_lines(record.origin)
+        lines += _guard_lines(record.origin) + _shrink_lines(record.origin)
         lines.append(_metadata_note(record))
     lines += ["", "## How to load", ""] + format_class(record.format).card_usage(record)
     changed = [f"L{p.layer}: {p.layout}" for p in record.layers if p.layout != "unchanged"]
@@ -148,6 +152,8 @@ def claim_line(record: ExportRecord) -> str:
         return ("**No claim**: these heads were given by hand, not chosen by `headprune find`; no improvement "
                 "is claimed.")
     v, ni = record.origin.verdict, record.origin.non_inferiority
+    if record.origin.shrink is not None:
+        return _shrink_claim(record.origin)
     if ni is not None and not v.confirmed:  # find --objective compress: a test of not being worse
         low = 100 * ni.interval[0]
         if ni.accepted:
@@ -174,6 +180,37 @@ def claim_line(record: ExportRecord) -> str:
                 "exported with --allow-unconfirmed. No claim is made.")
     return (f"**Unconfirmed**: find's held-out verdict did not confirm a gain ({v.difference * 100:+.1f} points, "
             f"p = {v.p_value:.3g}); exported with --allow-unconfirmed. No improvement is claimed.")
+
+
+def _shrink_claim(origin: FindOrigin) -> str:
+    """The claim line of a ``find --shrink`` grown set: better than the original (the primary set's verdict), no worse
+    than the primary set by more than the margin (on fresh examples), this much smaller."""
+    s, better = origin.shrink, origin.improving
+    assert s is not None and better is not None
+    ni = s.verdict
+    if not origin.shrink_claimed or ni is None:
+        return (f"**Unconfirmed**: the smaller set find grew from the primary set was not shown no worse than it by "
+                f"more than {s.margin:g} points ({s.note or 'see below'}); exported with --allow-unconfirmed. No claim "
+                "is made.")
+    return (f"**Better and smaller**: the head set find chose improves `{origin.task}` on held-out data "
+            f"({better.difference * 100:+.1f} points, p = {better.p_value:.3g}); this model removes whole key/value "
+            f"groups on top of it and is no worse than that set by more than {s.margin:g} points on {ni.n} fresh "
+            f"examples ({100 * ni.level:g}% score CI lower end {100 * ni.interval[0]:+.1f} points).")
+
+
+def _shrink_lines(origin: FindOrigin) -> list[str]:
+    """What ``find --shrink`` tested for this grown set, and what it saves."""
+    s = origin.shrink
+    if s is None or s.verdict is None:
+        return []
+    ni, z = s.verdict, s.size
+    return ["", f"This is the primary set `{','.join(s.improving)}` grown by whole key/value groups on discovery "
+            f"({', '.join(s.added)}). Against the primary set on {ni.n} fresh examples (neither discovery nor "
+            f"held-out): accuracy {ni.accuracy_before:.2%} -> {ni.accuracy_after:.2%}, {ni.rescued} rescued, "
+            f"{ni.damaged} damaged; {ni.test}, one-sided at {100 * ni.alpha / 2:g}%, margin {s.margin:g} points: "
+            + ("**non-inferior**." if ni.accepted else "**not shown non-inferior**.")
+            + f" Sliced: {z.parameters:,} parameters against {z.parameters_original:,}, {z.kv_heads} key/value heads "
+            f"against {z.kv_heads_original}. The held-out figures above are exploratory for this set."]
 
 
 def _guard_lines(origin: FindOrigin) -> list[str]:
@@ -225,7 +262,9 @@ def _metadata_note(record: ExportRecord) -> str:
     """Says whether the card's Hub metadata carries the held-out accuracy, and why not where it does not."""
     if publishes_heldout(record):
         return "The Hub metadata (`model-index`) of this card carries these held-out accuracies."
-    why = ("it is an exploratory finalist, picked after its held-out numbers were seen, so they are "
+    why = ("its own held-out numbers are exploratory: the primary set it was grown from was chosen on them"
+           if record.origin.shrink is not None else
+           "it is an exploratory finalist, picked after its held-out numbers were seen, so they are "
            "selection-biased" if record.origin.verdict.role == "exploratory" else
            "the held-out test did not support the claim it was run for")
     return f"The Hub metadata (`model-index`) of this card carries no held-out result: {why}."

@@ -16,6 +16,7 @@ from headprune.core.io import user_path
 from headprune.core.record_json import from_json, to_json
 from headprune.errors import ResultFileError
 from headprune.search.guards import GuardEffect
+from headprune.search.shrink_record import Shrink
 from headprune.search.stats import NonInferiority, Verdict
 from headprune.surgery.plan import LayerPlan
 
@@ -131,6 +132,9 @@ class FindOrigin:
     non_inferiority: NonInferiority | None = None
     guards: tuple[GuardEffect, ...] = ()  # find --guard: the finalist's change on each guard's held-out examples
     guards_kept: bool = True  # with guards: a candidate kept them on discovery (else the set is the best trade)
+    shrink: Shrink | None = None  # find --shrink: this is the grown set; its record (the test against the primary)
+    improving: Verdict | None = None  # with shrink: the primary set's held-out verdict (better than the original)
+    shrink_claimed: bool = False  # with shrink: the claim held (the primary confirmed, the grown set non-inferior)
 
     @property
     def guards_held(self) -> bool:

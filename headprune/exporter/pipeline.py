@@ -15,17 +15,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from headprune.core.choices import ABLATIONS, EXPORT_FORMATS, EXPORT_LAYOUTS
+from headprune.core.choices import EXPORT_FORMATS, EXPORT_LAYOUTS
 from headprune.core.folder_lock import FolderLock
 from headprune.core.io import atomic_folder, temporary_folder
 from headprune.core.record_json import to_json
-from headprune.errors import ExportSettingsError, ResultFileError, VerificationError
+from headprune.errors import ResultFileError, VerificationError
 from headprune.exporter.destination import check_destination, export_inputs, final_check
+from headprune.exporter.export_options import check_options, check_result_options, format_option_values
 from headprune.exporter.export_record import (RECORD_NAME, Counts, ExportRecord, FindOrigin, SourceInfo, Verification,
                                               file_hashes, public_name, weight_bytes)
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
-from headprune.exporter.resolve import (HeadsLike, check_ablation, pinned_revision, read_result, refuse_unconfirmed,
-                                        resolve_heads, verification_inputs)
+from headprune.exporter.resolve import (HeadsLike, check_ablation, find_origin, pinned_revision, read_result,
+                                        refuse_unconfirmed, resolve_heads, verification_inputs)
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, load_model, quiet_transformers
 from headprune.search.find_result import FindResult
@@ -120,10 +121,10 @@ def export(
     """
     # A loaded model keeps its own dtype: only a dtype it is loaded in is an option to check.
     fmt = format_for(format, ExportOptions(layout, dtype if isinstance(model, str) else None, max_shard_size,
-                                           _format_options(format_options, gguf_type=gguf_type)))
-    _check_options(fmt, ablation, tolerance)
+                                           format_option_values(format_options, gguf_type=gguf_type)))
+    check_options(fmt, ablation, tolerance)
     result = read_result(heads)
-    _check_result_options(result, set_rank, allow_unconfirmed)
+    check_result_options(result, set_rank, allow_unconfirmed)
     check_ablation(result, ablation, verify_task)  # every option is checked before the model is touched
     revision = pinned_revision(model, result, revision)
     out, inputs = Path(out), export_inputs(model, heads, verify_task, result)
@@ -163,64 +164,10 @@ def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, resul
                                                   batch_size=batch_size, trust_remote_code=trust_remote_code)
     job = _build(fmt, lm, removed, plans, task=task, ablation=ablation, means=means, batch_size=batch_size,
                  tolerance=tolerance if tolerance is not None else fmt.tolerance)
-    origin = None if result is None else FindOrigin(
-        public_name(result.task.name), set_rank, result.finalists[set_rank - 1].heldout,
-        result.compression.verdict if result.compression is not None and set_rank == 1 else None,
-        result.finalists[set_rank - 1].guards, result.guarding is None or result.guarding.kept)
+    origin = None if result is None else find_origin(result, set_rank)
     log.info("export: removing %d heads (%s, %s); writing %s", len(removed), job.layout, fmt.name, out)
     return _write_verified(fmt, job, out, origin=origin, remeasured=remeasured, started=started,
                            check=final_check(out, sources=inputs, overwrite=overwrite))
-
-
-def _format_options(given: Mapping[str, str] | None, **keywords: str | None) -> dict[str, str]:
-    """``format_options`` with the format options ``export`` also takes as keywords (``gguf_type``) merged in.
-
-    Raises:
-        ExportSettingsError: one given both ways, differently.
-    """
-    options = dict(given or {})
-    for name, value in keywords.items():
-        if value is None:
-            continue
-        if options.get(name, value) != value:
-            raise ExportSettingsError(f"{name} is given twice ({value!r}, and {options[name]!r} in format_options)",
-                                      settings=(name,))
-        options[name] = value
-    return options
-
-
-def _check_result_options(result: object, set_rank: int, allow_unconfirmed: bool) -> None:
-    """Refuse the options about a find result's finalists when the heads were given as a list (one set, which
-    claims nothing): they would be ignored.
-
-    Raises:
-        ExportSettingsError
-    """
-    if result is not None:
-        return
-    for name, given in (("set_rank", set_rank != 1), ("allow_unconfirmed", allow_unconfirmed)):
-        if given:
-            raise ExportSettingsError(f"{name} applies only to heads from a find result (its finalists and their "
-                                      "verdicts); heads given as a list are one set that claims no gain",
-                                      settings=(name,))
-
-
-def _check_options(fmt: ExportFormat, ablation: str, tolerance: float | None) -> None:
-    """The options on their own and the format's (the model is not loaded yet).
-
-    Raises:
-        ExportSettingsError, MissingExtraError.
-    """
-    from headprune.exporter.verify import MAX_TOLERANCE
-
-    for name, value, allowed in (("layout", fmt.options.layout, LAYOUTS), ("ablation", ablation, ABLATIONS)):
-        if value not in allowed:
-            raise ExportSettingsError(f"{name} must be one of {', '.join(allowed)}, not {value!r}", settings=(name,))
-    fmt.check_options()
-    if tolerance is not None and not 0 <= tolerance <= MAX_TOLERANCE:
-        raise ExportSettingsError(f"tolerance must be between 0 and {MAX_TOLERANCE} (relative to the largest logit), "
-                                  f"not {tolerance:g}: a larger one would pass a broken export",
-                                  settings=("tolerance",))
 
 
 def _build(fmt: ExportFormat, lm: LoadedModel, removed: tuple[Head, ...], plans: list, *, task: Task, ablation: str,

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, UnconfirmedSetError
+from headprune.exporter.export_record import FindOrigin, public_name
 from headprune.heads import Head, parse_heads
 from headprune.loading.models import LoadedModel, builtin_hub_id
 from headprune.search.find_result import FindResult
@@ -92,6 +93,8 @@ def refuse_unconfirmed(result: FindResult, set_rank: int) -> None:
     verdict = result.finalists[set_rank - 1].heldout
     if verdict.confirmed and result.guards_held:
         return
+    if result.shrink is not None and result.shrink.rank == set_rank and result.shrunk:
+        return  # find --shrink: better than the original, no worse than the primary set on fresh examples
     if verdict.confirmed:  # the task's gain held, a guard did not
         missed = [g.task for g in result.finalists[0].guards if not g.held]
         why = ("no candidate set kept the guards on discovery (this is the best trade found)"
@@ -115,6 +118,17 @@ def refuse_unconfirmed(result: FindResult, set_rank: int) -> None:
                f"p = {verdict.p_value:.3g})")
     raise UnconfirmedSetError(f"{why}; give allow_unconfirmed to export it anyway (its model card then says it is "
                               "unconfirmed)", settings=("allow_unconfirmed",))
+
+
+def find_origin(result: FindResult, set_rank: int) -> FindOrigin:
+    """What the export's card says of the find result its heads came from: finalist ``set_rank``'s verdict (and a
+    compression's, or a shrink's claim where that finalist is the grown set)."""
+    finalist = result.finalists[set_rank - 1]
+    shrink = result.shrink if result.shrink is not None and result.shrink.rank == set_rank else None
+    return FindOrigin(public_name(result.task.name), set_rank, finalist.heldout,
+                      result.compression.verdict if result.compression is not None and set_rank == 1 else None,
+                      finalist.guards, result.guarding is None or result.guarding.kept, shrink,
+                      result.verdict if shrink is not None else None, shrink is not None and result.shrunk)
 
 
 def result_splits(result: FindResult, *, trust_remote_code: bool = False) -> tuple[Task, Task] | None:

@@ -10,6 +10,7 @@ from headprune.report.compress import compression_line, render_compression
 from headprune.report.examples import examples_section
 from headprune.report.guards import guards_line, guards_section
 from headprune.report.selection import selection_section
+from headprune.report.shrink import shrink_line, shrink_section
 from headprune.report.text import (control_level, control_text, interval_text, level_text, pct, prescreen_note,
                                    stage_times_table, verdict_sentence)
 from headprune.search.find_result import FindResult
@@ -26,7 +27,9 @@ def verdict_line(result: FindResult) -> str:
     """The terminal's last line: the primary set and its held-out verdict."""
     if result.compression is not None:
         return compression_line(result.compression)
-    return f"primary set {','.join(result.finalists[0].heads)}: {verdict_sentence(result.verdict)}{guards_line(result)}"
+    line = f"primary set {','.join(result.finalists[0].heads)}: {verdict_sentence(result.verdict)}{guards_line(result)}"
+    shrunk = shrink_line(result)  # find --shrink: the smaller set's claim, or why none is made
+    return line if shrunk is None else f"{line}\n{shrunk}"
 
 
 def render_markdown(result: FindResult) -> str:
@@ -65,6 +68,7 @@ def render_markdown(result: FindResult) -> str:
     elif not result.guards_held:
         lines += ["No improvement is claimed: the task's gain is confirmed, but not every guard held (below).", ""]
     lines += guards_section(result)
+    lines += shrink_section(result)
     lines += selection_section(result)
     controls = result.control_tasks
     lines += ["## Finalists (the primary set, then the other candidates and the best other sets on discovery)", "",

@@ -17,65 +17,17 @@ The set is fixed on discovery. Held-out data only gives the verdict, a non-infer
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from headprune.heads import Head, HeadGrid
-from headprune.loading.models import LoadedModel
-from headprune.search.find_result import Compression, FindResult, Prescreen, Savings
+from headprune.heads import Head
+from headprune.search.find_result import Compression, FindResult, Prescreen
 from headprune.search.growth import Budget, GrowResult, Unit, beam, grow
-from headprune.search.paired import Paired
 from headprune.search.split import Inputs
 from headprune.search.stages import Evaluated, Screened, Stages
 from headprune.search.stats import NonInferiority, non_inferiority
+from headprune.search.units import head_queue, savings, units_of
 
 log = logging.getLogger("headprune")
-
-
-def head_queue(screened: Sequence[tuple[Head, Paired, float | None]], prescreen: Prescreen | None,
-               grid: HeadGrid, rank: Callable[[Paired, tuple[Head, ...]], tuple]) -> list[Head]:
-    """Every head, least harmful first: those screened exactly by find's ranking key, then the rest by the
-    pre-screen (attribution estimate, or the later halving round and its ranking)."""
-    exact = [head for head, _, _ in sorted(screened, key=lambda row: rank(row[1], (row[0],)))]
-    rest = [h for h in grid.all_heads() if h not in set(exact)]
-    if prescreen is not None and prescreen.estimates:
-        rest.sort(key=lambda h: (-prescreen.estimates[str(h)], h))
-    elif prescreen is not None and prescreen.rounds:
-        rounds = prescreen.rounds
-        rest.sort(key=lambda h: (-rounds[str(h)].round, rank(rounds[str(h)].paired, (h,))))
-    return exact + rest
-
-
-def units_of(queue: Sequence[Head], grid: HeadGrid, prefer: str) -> list[Unit]:
-    """The queue in units: single heads, or whole key/value groups ordered by their heads' mean place."""
-    if prefer == "heads":
-        return [(h,) for h in queue]
-    size = grid.num_heads // grid.num_kv_heads
-    place = {h: i for i, h in enumerate(queue)}
-    groups = [tuple(Head(layer, kv * size + q) for q in range(size)) for layer in range(grid.num_layers)
-              for kv in range(grid.num_kv_heads)]
-    return sorted(groups, key=lambda g: (sum(place[h] for h in g) / len(g), g))
-
-
-def savings(lm: LoadedModel, heads: Sequence[Head]) -> Savings:
-    """Parameters and weight bytes of the sliced export of ``heads``, counted on the sliced model itself."""
-    from headprune.core.devices import dtype_name
-    from headprune.surgery.plan import plan_layers
-    from headprune.surgery.slicing import count_parameters
-    from headprune.surgery.slicing import slice_model
-
-    grid, itemsize = lm.grid, lm.model.dtype.itemsize
-    before = count_parameters(lm.model)
-    kv_before = grid.num_layers * grid.num_kv_heads
-    if not heads:
-        return Savings(before, before, before * itemsize, before * itemsize, dtype_name(lm.dtype), kv_before,
-                       kv_before)
-    plans = plan_layers(grid, heads)
-    sliced = slice_model(lm, plans, heads)  # a copy; shapes do not depend on the ablation's means
-    after = count_parameters(sliced)
-    del sliced
-    return Savings(before, after, before * itemsize, after * itemsize, dtype_name(lm.dtype), kv_before,
-                   sum(len(p.kv_heads) for p in plans))
 
 
 def verdict_for(before, after, *, max_drop: float, removed: int, alpha: float) -> NonInferiority:  # noqa: ANN001

@@ -55,9 +55,10 @@ class Conditions:
     @classmethod
     def start(cls, lm: LoadedModel, split: Split, controls: Sequence[Task], settings: FindSettings, *,
               out: Path | None, resume: bool, progress: bool, team: Team | None = None,
-              guards: Sequence[GuardInput] = ()) -> Conditions:
+              guards: Sequence[GuardInput] = (), fresh: Task | None = None) -> Conditions:
         """Open (or resume) the journal for these inputs and build one evaluator per set (a guard's discovery and
-        held-out examples are two sets, ``guard-discovery:i`` and ``guard-heldout:i``).
+        held-out examples are two sets, ``guard-discovery:i`` and ``guard-heldout:i``; ``find --shrink``'s fresh
+        examples are the set ``fresh``).
 
         In a data-parallel run rank 0 owns the journal file and the other processes get its entries.
         """
@@ -70,6 +71,8 @@ class Conditions:
         if guards:  # only then: a journal of a run without guards resumes as before
             identity["guards"] = [{"task": g.task.content_hash(), "discovery": g.split.discovery.content_hash(),
                                    "margin": g.margin} for g in guards]
+        if fresh is not None:  # only then, as guards
+            identity["fresh"] = fresh.content_hash()
         batch = settings.batch_size
         # Discovery is evaluated hundreds of times: it reuses the intact model's layer inputs. Every input is
         # checked against the model (lengths, then finite outputs) before a journal is written.
@@ -80,6 +83,8 @@ class Conditions:
         for index, guard in enumerate(guards):
             evaluators[f"guard-discovery:{index}"] = Evaluator(lm, guard.split.discovery, batch_size=batch)
             evaluators[f"guard-heldout:{index}"] = Evaluator(lm, guard.split.heldout, batch_size=batch)
+        if fresh is not None:
+            evaluators["fresh"] = Evaluator(lm, fresh, batch_size=batch)
         evaluators["discovery"].check_finite()
         opened: list[Journal] = []  # rank 0's, with the file and its lock; the others get its entries
 

@@ -88,6 +88,9 @@ def find(
             non-inferiority test (``headprune.search.compress``).
         compress_search: ``greedy`` (default: galloping, with backtracking) or ``beam`` (keeps the ``beam_width``
             best sets, default 4, and tries each with the next unit every round).
+        shrink: improve only: accuracy points; the primary set is grown by whole key/value groups on discovery and
+            tested against it for non-inferiority at that margin on ``shrink_examples`` fresh examples (default
+            1,000; neither discovery nor held-out) (``headprune.search.shrink``; the record's ``shrink``).
         out: folder for journal.jsonl (resume); ``None`` keeps everything in memory. Locked for the run (one run
             per folder).
         resume: continue the journal in ``out``.
@@ -192,7 +195,7 @@ def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None
     check_plan_size(settings)  # the joint search's size, before anything is computed
     with one_kernel(team):
         conditions = Conditions.start(lm, inputs.split, inputs.controls, settings, out=out, resume=resume,
-                                      progress=progress, team=team, guards=inputs.guards)
+                                      progress=progress, team=team, guards=inputs.guards, fresh=inputs.fresh)
         stages = Stages(lm, conditions, settings)
         stages.guards = tuple(Guard(g.task.name, g.metric, g.margin, index) for index, g in enumerate(inputs.guards))
         stages.timings["setup"] = time.perf_counter() - started

@@ -28,6 +28,7 @@ from headprune.search.paired import Paired
 from headprune.search.parsimony import HeadContribution, Parsimony
 from headprune.search.selection import Selection
 from headprune.search.settings import FindSettings
+from headprune.search.shrink_record import Shrink
 from headprune.search.stats import NonInferiority, Verdict
 
 SCHEMA_VERSION = 4
@@ -225,6 +226,7 @@ class FindResult:
     generations: Generations | None = None  # generate tasks: held-out texts of the baseline and every finalist
     guard_tasks: tuple[GuardTask, ...] = ()  # find --guard: tasks the primary set must not hurt
     guarding: Guarding | None = None  # with guards: the candidate sets checked on their discovery examples
+    shrink: Shrink | None = None  # find --shrink: the primary set grown by key/value groups, tested on fresh examples
 
     @property
     def primary(self) -> tuple[Head, ...]:
@@ -248,6 +250,12 @@ class FindResult:
     def confirmed(self) -> bool:
         """The task's improvement is confirmed and, with guards, every guard held."""
         return self.verdict.confirmed and self.guards_held
+
+    @property
+    def shrunk(self) -> bool:
+        """find --shrink: the grown set is claimed (better than the original, no worse than the primary set by more
+        than the margin, on data that chose neither)."""
+        return self.shrink is not None and self.shrink.claimed(self.confirmed)
 
     @property
     def accepted(self) -> bool:

@@ -78,7 +78,8 @@ class Budget:
 
 
 def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, budget: Budget,
-         patience: int, sets_per_unit: int | None = SETS_PER_UNIT) -> GrowResult:
+         patience: int, sets_per_unit: int | None = SETS_PER_UNIT, removed: Sequence[Head] = (),
+         admit: Callable[[tuple[Head, ...]], bool] | None = None) -> GrowResult:
     """The galloping greedy search with backtracking described in the module docstring.
 
     Args:
@@ -90,13 +91,17 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, budget: B
             cost cap).
         sets_per_unit: the cost cap's distinct sets per (patience + units taken); ``None``: no cap (the rule
             before the cap, which ``scripts/bench/compress.py`` compares against).
+        removed: heads already removed, outside the sets grown (``find --shrink`` grows from the improving set;
+            ``evaluate`` adds them): they count against their layers' last head.
+        admit: a further test of a set within budget, after it (``find --shrink``: the guards' search parts).
     """
     chosen: list[Unit] = []
     queue = list(units)
     curve: list[CurvePoint] = []
     rejected: list[Unit] = []
     evaluated: dict[tuple[Head, ...], Paired] = {}
-    left = {layer: grid.num_heads for layer in range(grid.num_layers)}  # heads each layer still has
+    left = {layer: grid.num_heads - sum(h.layer == layer for h in removed)  # heads each layer still has
+            for layer in range(grid.num_layers)}
     step, streak, rounds, stopped = 1, 0, 0, "queue"
     while True:
         capped = sets_per_unit is not None and len(evaluated) >= sets_per_unit * (patience + len(chosen))
@@ -112,7 +117,7 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, budget: B
         results = evaluate(sets, "compress")
         evaluated.update(results)
         rounds += 1
-        fits = [m for m, heads in zip(sizes, sets) if budget(results[heads])]
+        fits = [m for m, heads in zip(sizes, sets) if budget(results[heads]) and (admit is None or admit(heads))]
         best = max(fits, default=0)
         for m, heads in zip(sizes, sets):
             curve.append(CurvePoint(len(heads), results[heads].accuracy_after, m in fits, m == best))

@@ -60,6 +60,14 @@ def improve(stages: Stages, inputs: Inputs) -> FindResult:
     frozen = finalists_order(stages, choice, chosen)
     if chosen.heads not in choice.evaluated:  # a kept set the search did not score (cut from an extended one)
         choice.evaluated.update(stages.evaluate([chosen.heads], "membership"))
+    grown = None
+    if stages.settings.shrink is not None:  # grown on discovery, after P is fixed; a finalist, for export --pick
+        from headprune.search.shrink import grow_on_discovery
+
+        grown = grow_on_discovery(stages, choice.screened, choice.prescreen, chosen.heads, chosen.verdict.confirmed)
+        if grown.heads != chosen.heads:
+            frozen = list(dict.fromkeys([*frozen, grown.heads]))
+            choice.evaluated.update(stages.evaluate([grown.heads], "shrink"))
     records = stages.finalists(frozen, choice.evaluated)
     kept = tuple(c for c in chosen.selection.contributions if c.earned)
     from_proposal = chosen.heads == tuple(map(Head.parse, chosen.selection.kept))  # not the single head's
@@ -68,8 +76,14 @@ def improve(stages: Stages, inputs: Inputs) -> FindResult:
     if choice.guard is not None:
         candidates = [choice.proposal.heads] if choice.proposal is not None else []
         guarding = choice.guard.record([*candidates, (choice.single,)])
+    shrunk = None
+    if grown is not None:
+        from headprune.search.shrink import judge_on_fresh
+
+        shrunk = judge_on_fresh(stages, grown, frozen.index(grown.heads) + 1)
     return replace(stages.record(inputs, choice.screened, choice.prescreen, choice.nominees, choice.evaluated,
-                                 records), selection=chosen.selection, reconfirmed=reconfirmed, guarding=guarding)
+                                 records), selection=chosen.selection, reconfirmed=reconfirmed, guarding=guarding,
+                   shrink=shrunk)
 
 
 def choose(stages: Stages) -> Choice:

@@ -7,10 +7,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from headprune.evaluation.results import EvalResult
+if TYPE_CHECKING:  # records that hold a Paired (the export's, through find --shrink's) load no torch
+    from headprune.evaluation.results import EvalResult
 
 
 @dataclass(frozen=True)

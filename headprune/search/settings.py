@@ -27,6 +27,8 @@ DEFAULT_PATIENCE = 3
 DEFAULT_BEAM_WIDTH = 4
 COMPRESS_ONLY = ("max_drop", "prefer", "patience", "compress_search", "beam_width")
 DEFAULT_CANDIDATES = 30
+MIN_FRESH = 10  # find --shrink: the fewest fresh examples asked for (as a split's side)
+DEFAULT_SHRINK_EXAMPLES = 1000  # find --shrink: fresh examples for its non-inferiority test
 # The search each protocol fixes (headprune.search.protocol says what and why).
 PROTOCOL_PRESETS: dict[str, dict[str, object]] = {
     "cel": {"objective": "improve", "screen": "exact", "nominees": 10, "max_heads": 3, "extend": 0, "finalists": 10},
@@ -59,6 +61,8 @@ class FindSettings:
     compress_search: str | None = None  # compress: "greedy" (galloping, with backtracking) or "beam"
     beam_width: int | None = None  # compress with beam: sets kept per round
     protocol: str | None = None  # a preset of the search fields above (headprune.search.protocol)
+    shrink: float | None = None  # improve: grow the primary set by key/value groups within this many points of it
+    shrink_examples: int | None = None  # with shrink: fresh examples for its non-inferiority test
 
 
 SETTING_NAMES = tuple(f.name for f in fields(FindSettings))
@@ -76,7 +80,10 @@ def settings_for(given: FindSettings) -> FindSettings:
                 "candidates", "screen")
     if given.screen != "exact" and candidates is None:
         candidates = DEFAULT_CANDIDATES
-    return replace(given, candidates=candidates, **compress_fields(
+    shrink_examples = given.shrink_examples
+    if given.shrink is not None and shrink_examples is None:
+        shrink_examples = DEFAULT_SHRINK_EXAMPLES
+    return replace(given, candidates=candidates, shrink_examples=shrink_examples, **compress_fields(
         given.objective, given.max_drop, given.prefer, given.patience, given.compress_search, given.beam_width))
 
 
@@ -149,6 +156,27 @@ def check_settings(settings: FindSettings, *, resume: bool = False, out: Path | 
     if guarded and settings.objective != "improve":
         _refuse("guard: only with objective improve (compress has its own budget, max_drop)", "guard", "objective")
     check_objective(settings)
+    check_shrink(settings)
+
+
+def check_shrink(settings: FindSettings) -> None:
+    """Refuse ``shrink`` options that cannot work (``headprune.search.shrink``).
+
+    Raises:
+        SearchSettingsError
+    """
+    if settings.shrink is None:
+        if settings.shrink_examples is not None:
+            _refuse("shrink_examples: only with shrink", "shrink_examples", "shrink")
+        return
+    if settings.objective != "improve":
+        _refuse("shrink: only with objective improve (it grows the improving set; compress grows its own)", "shrink",
+                "objective")
+    if not (isinstance(settings.shrink, (int, float)) and 0 < settings.shrink <= MAX_DROP_LIMIT):
+        _refuse(f"shrink must be a number of accuracy points above 0 and at most {MAX_DROP_LIMIT:g}, got "
+                f"{settings.shrink}", "shrink")
+    if settings.shrink_examples is None or settings.shrink_examples < MIN_FRESH:
+        _refuse(f"shrink_examples must be at least {MIN_FRESH}, got {settings.shrink_examples}", "shrink_examples")
 
 
 def check_plan_size(settings: FindSettings) -> None:
@@ -229,7 +257,7 @@ def fit_to_grid(settings: FindSettings, grid: HeadGrid) -> FindSettings:
 
 
 __all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_CANDIDATES", "DEFAULT_DISCOVERY", "DEFAULT_HELDOUT", "DEFAULT_MAX_DROP",
-           "DEFAULT_PATIENCE", "MAX_DROP_LIMIT", "OBJECTIVES", "PREFER", "PROTOCOLS", "PROTOCOL_PRESETS", "RANK_KEYS",
+           "DEFAULT_PATIENCE", "DEFAULT_SHRINK_EXAMPLES", "MAX_DROP_LIMIT", "OBJECTIVES", "PREFER", "PROTOCOLS", "PROTOCOL_PRESETS", "RANK_KEYS",
            "SCREENS", "SEARCHES", "SETTING_NAMES", "FindSettings", "check_layout", "check_objective",
-           "check_placement", "check_plan_size", "check_settings", "compress_fields", "fit_to_grid", "settings_for",
+           "check_placement", "check_plan_size", "check_settings", "check_shrink", "compress_fields", "fit_to_grid", "settings_for",
            "with_protocol"]

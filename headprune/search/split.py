@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from headprune.errors import SearchSettingsError, TaskError
+from headprune.search.fresh import fresh_examples
 from headprune.tasks import Task, load_task, portable_spec
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ class Inputs:
     controls: tuple[Task, ...]
     specs: dict[str, str | None]
     guards: tuple[GuardInput, ...] = ()
+    fresh: Task | None = None  # find --shrink: examples on neither side of the split (headprune.search.fresh)
 
 
 def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike | Sequence[TaskLike] | None,
@@ -146,7 +148,11 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
     if len(set(names)) < len(names):
         raise SearchSettingsError(f"guard {next(n for n in names if names.count(n) > 1)!r} is given twice",
                                   settings=("guard",))
-    return Inputs(task, split, loaded, specs, guarded)
+    fresh = None
+    if settings.shrink is not None:
+        fresh = fresh_examples(task, (split.discovery, split.heldout), settings.shrink_examples or 0,
+                               seed=settings.seed)
+    return Inputs(task, split, loaded, specs, guarded, fresh)
 
 
 def load_guard(text: str, task: Task, settings: FindSettings, load: functools.partial) -> GuardInput:

@@ -34,15 +34,16 @@ PASSENGERS = {1: 0.001, 2: 0.02}
 
 
 def build_model(seed: int = 0, passengers: dict[int, float] | None = None, harm: float = HARM,
-                tokens_per_cue: int = TOKENS_PER_CUE):  # noqa: ANN201
+                tokens_per_cue: int = TOKENS_PER_CUE, kv_heads: int | None = None):  # noqa: ANN201
     """The hand-made model as a LoadedModel (a real LlamaForCausalLM with set weights: ``headprune.testing``'s cue
     model with four heads).
 
     ``passengers`` maps a head index (1..3) to a strength: that head writes the cue back negated like H0,
     ``strength`` times the cue instead of ``harm`` times. ``tokens_per_cue`` sets the vocabulary (tasks
-    built with the same value have ``2 * tokens_per_cue`` examples).
+    built with the same value have ``2 * tokens_per_cue`` examples). ``kv_heads``: key/value heads the four query
+    heads share (2: H0 and H1 share the first; H1 writes nothing all the same).
     """
-    model, tokenizer = cue_llama(4, tokens_per_cue, torch.Generator().manual_seed(seed))
+    model, tokenizer = cue_llama(4, tokens_per_cue, torch.Generator().manual_seed(seed), kv_heads)
     with torch.no_grad():
         head = model.model.layers[0].self_attn
         head.v_proj.weight[0, 0] = 1.0  # head 0, value dim 0 <- normalised cue
