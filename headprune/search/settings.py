@@ -257,7 +257,7 @@ def fit_to_grid(settings: FindSettings, grid: HeadGrid) -> FindSettings:
 
 
 __all__ = ["DEFAULT_BEAM_WIDTH", "DEFAULT_CANDIDATES", "DEFAULT_DISCOVERY", "DEFAULT_HELDOUT", "DEFAULT_MAX_DROP",
-           "DEFAULT_PATIENCE", "DEFAULT_SHRINK_EXAMPLES", "MAX_DROP_LIMIT", "OBJECTIVES", "PREFER", "PROTOCOLS", "PROTOCOL_PRESETS", "RANK_KEYS",
-           "SCREENS", "SEARCHES", "SETTING_NAMES", "FindSettings", "check_layout", "check_objective",
-           "check_placement", "check_plan_size", "check_settings", "check_shrink", "compress_fields", "fit_to_grid", "settings_for",
-           "with_protocol"]
+           "DEFAULT_PATIENCE", "DEFAULT_SHRINK_EXAMPLES", "MAX_DROP_LIMIT", "OBJECTIVES", "PREFER", "PROTOCOLS",
+           "PROTOCOL_PRESETS", "RANK_KEYS", "SCREENS", "SEARCHES", "SETTING_NAMES", "FindSettings", "check_layout",
+           "check_objective", "check_placement", "check_plan_size", "check_settings", "check_shrink", "compress_fields",
+           "fit_to_grid", "settings_for", "with_protocol"]
