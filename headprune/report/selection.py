@@ -80,7 +80,8 @@ def sequence_table(sel: Selection, measure: str) -> list[str]:
     lines = [f"**The proposal's fixed sequence** (its claim): the heads in the order `{','.join(sel.sequence)}` "
              f"(each head's gain on the search half, its own or, where larger, within the proposal); each prefix against the one before it (the first against "
              f"the intact model), on {measure}, on the check half ({sel.check}) and held-out ({sel.heldout}) "
-             f"together: b = better with the prefix removed, c = worse, p the one-sided exact sign test, at "
+             f"together: b = better with the prefix removed than with the one before it, c = worse, p the one-sided "
+             f"exact sign test, at "
              f"alpha/2 x the branch's share ({sel.share:g}); the sequence stops at the first increment that does not "
              "reject, and the last prefix reached of two heads or more is the set it confirms: each of its heads "
              "adds to the heads before it.", "",
@@ -90,8 +91,7 @@ def sequence_table(sel: Selection, measure: str) -> list[str]:
               f"{t.heldout_rescued} | {t.heldout_damaged} | {t.p_value:.3g} | {t.level:.3g} | "
               f"{'yes' if t.rejected else 'no'} |" for i, t in enumerate(sel.steps, start=1)]
     untested = len(sel.sequence) - len(sel.steps)
-    return lines + ([""] if not untested else ["", f"Not tested (after the first that did not reject): {untested}."]) \
-        + [""]
+    return lines + ([""] if not untested else ["", f"Not tested (after the first that did not reject): {untested}.", ""])
 
 
 def admission_table(result: FindResult) -> list[str]:
