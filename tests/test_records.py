@@ -76,7 +76,7 @@ def test_version_2_export_record_reads_with_the_runtime_checks_file_type(tmp_pat
     folder.mkdir()
     shutil.copy(V2 / RECORD_NAME, folder / RECORD_NAME)
     record = read_record(folder)
-    assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 5
+    assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 6
     typed, info = raw["gguf"]["typed_runtime"], Gguf.details(record)
     assert typed["gguf_type"] == "q8_0" and info.typed_runtime.file_type == "q8_0"  # not the default f32
     assert info.runtime.file_type == raw["gguf"]["runtime"]["gguf_type"] == "f32"
@@ -96,7 +96,7 @@ def test_version_3_export_record_upgrades_to_the_same_values_card_and_summary(tm
     folder.mkdir()
     shutil.copy(V3 / RECORD_NAME, folder / RECORD_NAME)
     record = read_record(folder)
-    assert raw["schema_version"] == 3 and raw["format"] == "gguf" and record.schema_version == 5
+    assert raw["schema_version"] == 3 and raw["format"] == "gguf" and record.schema_version == 6
     # The quantized check (added later) reads as absent.
     assert record.format_details == raw["gguf"]
     assert to_json(Gguf.details(record)) == {**raw["gguf"], "quantized": None, "size": None}
