@@ -40,7 +40,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: rule "check" reads scripts.admission
 from headprune.search.find_result import FindSettings  # noqa: E402
-from headprune.search.simulation import RULES, Outcome, run_compress, run_improve, run_masked  # noqa: E402
+from headprune.search.compress_simulation import run_compress  # noqa: E402
+from headprune.search.simulation import RULES, Outcome, run_improve, run_masked  # noqa: E402
 
 FLIPS = (0.001, 0.003, 0.01, 0.03, 0.05)
 SIZES = {"2000/1000": (2000, 1000, (0.008, 0.002)), "150/300": (150, 300, (0.078, 0.003))}
