@@ -270,7 +270,7 @@ def run_masked(seed: int, *, flip: float = 0.003, discovery: int = 2000, heldout
     Every head also flips ``flip`` of the answers at random. A confirmed {C, D} is a false confirmation; ``real``
     lists A, B, C and D (each has an effect within S)."""
     from headprune.search.folds import Folds
-    from headprune.search.membership import propose
+    from headprune.search.membership import needed, propose
     from headprune.search.selection import select
 
     rng = np.random.default_rng(seed)
@@ -283,8 +283,8 @@ def run_masked(seed: int, *, flip: float = 0.003, discovery: int = 2000, heldout
     conditions = CountsConditions(splits, grid)
     heads = tuple(Head(0, i) for i in (a, b, c, d))
     folds = Folds.halves(discovery, seed)
-    proposal = propose(heads, lambda sets: conditions.many("discovery", sets, ""), splits["discovery"].result(()),
-                       search=folds.search, check=folds.check, measure="accuracy", tolerance=0.0)
+    proposal = propose(heads, conditions.many("discovery", needed(heads), ""), search=folds.search,
+                       check=folds.check, measure="accuracy", tolerance=0.0)
     base = splits["heldout"].result(())
     chosen = select(proposal, Head(0, a), lambda sets: conditions.many("heldout", sets, ""), base, alpha=alpha,
                     measure="accuracy", tolerance=0.0, sizes=folds.sizes)
