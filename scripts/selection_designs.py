@@ -1,0 +1,341 @@
+"""Selection designs that give every shipped set a test on examples that did not choose it (issue 54), measured
+against find's rule through find's own search code (``headprune.search.simulation``): the cells the issue's power
+floors name (both real heads kept >= 60% at 150/300, >= 35% at 2,000/1,000), one real head, no real head, the
+exact-null family and the masked family. A measurement, not find's rule: each design replaces
+``headprune.search.selection.select`` for the runs it measures (discovery is find's, unchanged).
+
+Designs (``--designs``, comma-separated):
+
+- ``parts`` (find's): membership on the check half and all of held-out; the kept set T tested on held-out at its
+  Bonferroni part of the proposal's share (exact, but T's test reads the examples that chose it).
+- ``reserve-F[-W]``: a share F of held-out, drawn at random before any held-out number is read, is reserved;
+  membership reads the check half and the rest of held-out. T = S: S's exact test on all of held-out at W (default
+  0.5) of the proposal's share; T cut down: T's exact test on the reserve alone at the rest (fresh). ``W`` = ``R``:
+  every proposal test on the reserve, at the whole share.
+- ``sequence[:key=value...]``: no test of a kept set. The proposal's heads in an order fixed on the search half,
+  the prefixes P_1 = {h_1}, ..., P_k = S; each increment "h_j adds to P_(j-1)" is an exact one-sided sign test on
+  the check half and held-out (neither chose the order), at half the branch's level, in a fixed sequence that stops
+  at the first increment that does not reject. The shipped set is the last prefix reached: every head of it adds to
+  the heads before it, and the set improves (the increments add up), each wrong with probability at most alpha/2
+  times the branch's share, for any model (a fixed-sequence test is a closed test). Keys: ``order`` = ``drop``
+  (the proposal's membership order) / ``single`` (each head's own net gain on the search half) / ``greedy``;
+  ``show`` = ``single`` / ``kept`` (where nothing is confirmed, show find's membership kept set, not confirmed);
+  ``fav`` = ``check`` (find's: the proposal favoured when two of its heads help on the check half; the sequence
+  then reads the data its share was chosen on) / ``search`` (two of its heads help alone on the search half) /
+  ``proposal``; ``ship`` = ``2`` (a prefix of two heads or more) / ``1`` (P_1 alone is a confirmed single head).
+
+    python scripts/selection_designs.py [--runs 1000] [--designs parts,reserve-0.33,sequence:order=single]
+        [--cells "150/300 2 real,2000/1000 2 real,n:2000/1000:0.003:1,masked"] [--json FILE]
+
+Cells: the named ones in :data:`CELLS` (null heads flipping 0.3%), ``n:SIZE:FLIP:REALS`` (REALS real heads among
+null heads flipping FLIP) and ``masked`` (``run_masked``: the held-out stage alone, no discovery stages, so the
+sequence there keeps the membership order). docs/find.md ("Designs measured for a fresh test") has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import headprune.search.improve as improve_module  # noqa: E402
+import headprune.search.selection as selection  # noqa: E402
+import headprune.search.simulation as simulation  # noqa: E402
+from headprune.heads import Head  # noqa: E402
+from headprune.search.binomial import upper_tail  # noqa: E402
+from headprune.search.find_result import FindSettings  # noqa: E402
+from headprune.search.membership import Proposal, contributions, heldout_counts, kept, needed  # noqa: E402
+from headprune.search.parsimony import HeadSet, counts  # noqa: E402
+from headprune.search.stats import test_size, verdict  # noqa: E402
+
+SHARE_S = 0.5  # reserve designs: of the proposal's share, for S's own test (T = S); T's on the reserve: the rest
+_STAGES: list = []  # the running find's stages (sequence designs read the check half's prefixes on discovery)
+
+
+def _chosen(heads: HeadSet, test, proposal: Proposal | None, single: Head, base, alpha: float,
+            sizes: tuple[int, int], kept_heads: HeadSet = ()) -> selection.Chosen:
+    record = selection.Selection(tuple(map(str, proposal.heads)) if proposal else (), str(single), "proposal",
+                                 proposal.support if proposal else 0, (), tuple(map(str, kept_heads)), (),
+                                 "proposal" if test.confirmed else "none", alpha, "accuracy", sizes[0], sizes[1],
+                                 base.n)
+    return selection.Chosen(heads, test, record)
+
+
+def _branches(proposal: Proposal | None, favour: str = "check", favoured_share: float = selection.FAVOURED_SHARE,
+              helps: float = 0.3) -> tuple[str, float, float]:
+    """``favour``: ``check`` (find's: the proposal when two of its heads help on the check half), ``proposal``
+    (always, where there is one), or ``search`` (two of its heads help alone on the search half)."""
+    if favour == "search" and proposal is not None and _STAGES:
+        stages = _STAGES[-1]
+        alone = stages.conditions.many("discovery", [(h,) for h in proposal.heads], "")
+        helped = [counts(r, stages.base["discovery"], "accuracy", 0.0, stages.folds.search) for r in alone]
+        favoured = "proposal" if sum(b > c and upper_tail(b, b + c) <= helps for b, c in helped) >= 2 else "single"
+    elif favour == "proposal":
+        favoured = "proposal" if proposal is not None else "single"
+    else:
+        favoured = "proposal" if proposal is not None and proposal.support >= 2 else "single"
+    share = favoured_share if proposal is not None else 1.0
+    return favoured, (share if favoured == "proposal" else 1 - share), (share if favoured == "single" else 1 - share)
+
+
+def _primary(verdicts: dict, favoured: str) -> str:
+    """find's choice among the tested candidates: a confirmed kept set, else a confirmed single head, else the
+    favoured candidate where it was tested, not confirmed."""
+    for candidate in ("proposal", "single"):
+        if candidate in verdicts and verdicts[candidate][1].confirmed:
+            return candidate
+    return favoured if favoured in verdicts else "single"
+
+
+def reserve_select(fraction: float, share_s: float | None = SHARE_S) -> Callable:
+    """``share_s`` None: S (T = S) is tested on the reserve too, at the whole share (every test reads the reserve)."""
+    def select(proposal, single, heldout, base, *, alpha, measure, tolerance, sizes):
+        sets = [(single,)] + (needed(proposal.heads) if proposal is not None else [])
+        results = dict(zip(sets, heldout(sets)))
+        n = base.n
+        reserve = np.zeros(n, dtype=bool)
+        reserve[np.random.default_rng(n).permutation(n)[: round(fraction * n)]] = True
+        trimmed: HeadSet = ()
+        if proposal is not None:
+            with_set, *withouts = [results[s] for s in needed(proposal.heads)]
+            by_head = dict(zip(proposal.heads, withouts))
+            rest = tuple(counts(with_set, by_head[h], measure, tolerance, ~reserve) for h in proposal.order)
+            trimmed = kept(proposal.heads, contributions(proposal, rest, level=alpha))
+            if trimmed and trimmed not in results:
+                results[trimmed] = heldout([trimmed])[0]
+        favoured, p_share, s_share = _branches(proposal)
+        order = [("proposal", p_share), ("single", s_share)] if favoured == "proposal" else \
+            [("single", s_share), ("proposal", p_share)]
+        verdicts, carried = {}, 0.0
+        for candidate, share in order:
+            share += carried
+            carried = 0.0
+            if candidate == "single":
+                test = replace(verdict(base.correct, results[(single,)].correct, alpha=alpha), share=share)
+                verdicts["single"] = (single,), test
+                carried = share if test.confirmed else 0.0
+                continue
+            if proposal is None or len(trimmed) < 2:
+                continue
+            if share_s is None:
+                test = replace(verdict(base.correct[reserve], results[trimmed].correct[reserve], alpha=alpha),
+                               share=share)
+            elif trimmed == proposal.heads:
+                test = replace(verdict(base.correct, results[trimmed].correct, alpha=alpha), share=share * share_s)
+            else:
+                test = replace(verdict(base.correct[reserve], results[trimmed].correct[reserve], alpha=alpha),
+                               share=share * (1 - share_s))
+            verdicts["proposal"] = trimmed, test
+            carried = test.size / alpha if test.confirmed else 0.0
+        heads, test = verdicts[_primary(verdicts, favoured)]
+        return _chosen(heads, test, proposal, single, base, alpha, sizes, trimmed)
+    return select
+
+
+def sequence_select(*, check: bool = True, side: str = "two", show_kept: bool = False, order_by: str = "drop",
+                    favour: str = "check", ship_from: int = 2, favoured_share: float = selection.FAVOURED_SHARE,
+                    helps: float = 0.3) -> Callable:
+    """Fixed-sequence increments over the proposal's prefixes (see the module docstring). ``side``: ``two`` tests
+    each increment one-sided at half the level (so a confirmed set's claim is at alpha/2), ``one`` at the level.
+    ``show_kept``: where nothing is confirmed, the primary set shown is the membership tests' kept set (find's
+    membership, on the check half and held-out), not confirmed, as find shows it now."""
+    def select(proposal, single, heldout, base, *, alpha, measure, tolerance, sizes):
+        order = list(proposal.order) if proposal is not None else []
+        stages = _STAGES[-1] if _STAGES else None
+        if order and order_by != "drop" and stages is not None:
+            order = _order(stages, order, order_by, measure, tolerance)
+        prefixes = [tuple(sorted(order[:j])) for j in range(1, len(order) + 1)]
+        sets = list(dict.fromkeys([(single,), *prefixes, *(needed(proposal.heads) if show_kept and proposal else [])]))
+        results = dict(zip(sets, heldout(sets)))
+        disc = {}
+        if check and prefixes and stages is not None:
+            disc = dict(zip(prefixes, stages.conditions.many("discovery", prefixes, "")))
+        favoured, p_share, s_share = _branches(proposal, favour, favoured_share, helps)
+        order_ = [("proposal", p_share), ("single", s_share)] if favoured == "proposal" else \
+            [("single", s_share), ("proposal", p_share)]
+        verdicts, carried, shipped = {}, 0.0, ()
+        for candidate, share in order_:
+            share += carried
+            carried = 0.0
+            if candidate == "single":
+                test = replace(verdict(base.correct, results[(single,)].correct, alpha=alpha), share=share)
+                verdicts["single"] = (single,), test
+                carried = share if test.confirmed else 0.0
+                continue
+            if proposal is None:
+                continue
+            level = test_size(alpha, share) / (2 if side == "two" else 1)
+            passed, before = 0, None
+            for j, prefix in enumerate(prefixes):
+                after = results[prefix]
+                b, c = counts(after, base if before is None else results[before], measure, tolerance)
+                if disc:
+                    cb, cc = counts(disc[prefix], stages.base["discovery"] if before is None else disc[before],
+                                    measure, tolerance, stages.folds.check)
+                    b, c = b + cb, c + cc
+                if not (b > c and upper_tail(b, b + c) <= level):
+                    break
+                passed, before = j + 1, prefix
+            if passed >= ship_from:  # ship_from 1: a prefix of one head is a confirmed single head
+                shipped = prefixes[passed - 1]
+                test = replace(verdict(base.correct, results[shipped].correct, alpha=alpha), share=share)
+                # The claim is the sequence's: mark it confirmed through the counts the sequence tested.
+                verdicts["proposal"] = shipped, _Confirmed(test, True)
+                carried = share if passed == len(prefixes) else 0.0
+        pick = next((c for c in ("proposal", "single") if c in verdicts and verdicts[c][1].confirmed), "single")
+        heads, test = verdicts[pick]
+        if show_kept and not test.confirmed and proposal is not None and favoured == "proposal":
+            rest = heldout_counts(proposal, [results[s] for s in needed(proposal.heads)], measure=measure,
+                                  tolerance=tolerance)
+            trimmed = kept(proposal.heads, contributions(proposal, rest, level=alpha))
+            if len(trimmed) >= 2:
+                shown = results.get(trimmed) or heldout([trimmed])[0]
+                heads, test = trimmed, _Confirmed(verdict(base.correct, shown.correct, alpha=alpha), False)
+        return _chosen(heads, test, proposal, single, base, alpha, sizes, shipped)
+    return select
+
+
+def _order(stages, heads: list, how: str, measure: str, tolerance: float) -> list:
+    """The proposal's heads ordered on the search half alone: ``single`` by each head's own net gain there,
+    ``greedy`` by forward selection (the best head alone, then the best addition to it, ...)."""
+    search, base = stages.folds.search, stages.base["discovery"]
+    def net(heads, prior) -> tuple:
+        now = stages.conditions.many("discovery", [tuple(sorted(heads))], "")[0]
+        b, c = counts(now, prior, measure, tolerance, search)
+        return -(b - c), c, str(heads[-1])
+    if how == "single":
+        return sorted(heads, key=lambda h: net([h], base))
+    chosen, prior, left = [], base, list(heads)
+    while left:
+        best = min(left, key=lambda h: net(chosen + [h], prior))
+        chosen.append(best)
+        left.remove(best)
+        prior = stages.conditions.many("discovery", [tuple(sorted(chosen))], "")[0]
+    return chosen
+
+
+class _Confirmed:
+    """A verdict whose confirmation is the fixed sequence's (the set's own McNemar p is not the claim)."""
+
+    def __init__(self, test, confirmed: bool) -> None:
+        self._test, self.confirmed = test, confirmed
+
+    def __getattr__(self, name):
+        return getattr(self._test, name)
+
+
+def design(name: str) -> Callable | None:
+    if name == "parts":
+        return None
+    if name.startswith("reserve-"):
+        fields = name.split("-")[1:]
+        share_s = SHARE_S if len(fields) == 1 else None if fields[1] == "R" else float(fields[1])
+        return reserve_select(float(fields[0]), share_s)
+    if name.startswith("sequence"):
+        kw = dict(part.split("=") for part in name.split(":")[1:])
+        return sequence_select(check=kw.get("check", "1") == "1", side=kw.get("side", "two"),
+                               show_kept=kw.get("show", "single") == "kept", order_by=kw.get("order", "drop"),
+                               favour=kw.get("fav", "check"), ship_from=int(kw.get("ship", "2")),
+                               favoured_share=float(kw.get("share", selection.FAVOURED_SHARE)),
+                               helps=float(kw.get("helps", 0.3)))
+    raise ValueError(name)
+
+
+def _with(select: Callable | None, run: Callable) -> object:
+    original = selection.select, improve_module.select, simulation.choose_on_heldout
+    def hold(stages, choice):
+        _STAGES.append(stages)
+        try:
+            return improve_module.choose_on_heldout(stages, choice)
+        finally:
+            _STAGES.pop()
+    try:
+        if select is not None:
+            selection.select = improve_module.select = select
+            simulation.choose_on_heldout = hold
+        return run()
+    finally:
+        selection.select, improve_module.select, simulation.choose_on_heldout = original
+
+
+CELLS = {"150/300 2 real": (150, 300, (0.078, 0.003), {}), "2000/1000 2 real": (2000, 1000, (0.008, 0.002), {}),
+         "150/300 2 exclusive": (150, 300, (0.078, 0.003), {"exclusive": True}),
+         "2000/1000 2 exclusive": (2000, 1000, (0.008, 0.002), {"exclusive": True})}
+
+
+def cell(name: str, select: Callable | None, runs: int, flip: float = 0.003) -> dict:
+    discovery, held, effect, extra = CELLS[name]
+    out = _with(select, lambda: [simulation.run_improve(seed, flip=flip, real=[effect] * 2, discovery=discovery,
+                                                        heldout=held, settings=FindSettings(seed=seed), **extra)
+                                 for seed in range(runs)])
+    return _figures(out)
+
+
+def null_cell(size: str, select: Callable | None, runs: int, flip: float, reals: int = 0) -> dict:
+    discovery, held, effect, extra = CELLS[f"{size} 2 real"]
+    out = _with(select, lambda: [simulation.run_improve(seed, flip=flip, real=[effect] * reals, discovery=discovery,
+                                                        heldout=held, settings=FindSettings(seed=seed))
+                                 for seed in range(runs)])
+    return _figures(out)
+
+
+def masked(select: Callable | None, runs: int, flip: float = 0.003) -> dict:
+    # run_masked calls select without discovery's stages: sequence designs read held-out alone there.
+    return _figures(_with(select, lambda: [simulation.run_masked(seed, flip=flip) for seed in range(runs)]))
+
+
+def _figures(out: Sequence) -> dict:
+    """The cell's rates (fractions of runs; ``gain``: the expected true gain confirmed, points)."""
+    return {"all_kept": float(np.mean([o.all_kept for o in out])),
+            "confirmed_all": float(np.mean([o.confirmed and o.all_kept for o in out])),
+            "passenger": float(np.mean([o.passenger for o in out])),
+            "false": float(np.mean([o.false_confirmation for o in out])),
+            "confirmed": float(np.mean([o.confirmed for o in out])),
+            "gain": float(100 * np.mean([o.confirmed_gain for o in out]))}
+
+
+def shown(row: dict, runs: int) -> dict:
+    """``row`` for reading: each rate in percent with its standard error."""
+    def rate(p: float) -> str:
+        return f"{100 * p:.1f} ± {100 * (p * (1 - p) / runs) ** 0.5:.1f}"
+    return {key: (round(value, 3) if key == "gain" else rate(value)) for key, value in row.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--designs", default="parts,reserve-0.33,sequence:order=single:show=kept:fav=search")
+    parser.add_argument("--cells", default=",".join(CELLS) + ",masked")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    logging.getLogger("headprune").setLevel(logging.WARNING)
+    rows = {}
+    for name in args.designs.split(","):
+        select = design(name)
+        for cell_name in args.cells.split(","):
+            started = time.perf_counter()
+            if cell_name == "masked":
+                row = masked(select, args.runs)
+            elif cell_name.startswith("n:"):  # n:SIZE:FLIP:REALS (real heads among ordinary null heads)
+                _, size, flip, reals = cell_name.split(":")
+                row = null_cell(size, select, args.runs, float(flip), int(reals))
+            else:
+                row = cell(cell_name, select, args.runs)
+            rows[f"{name} | {cell_name}"] = row
+            print(json.dumps({"design": name, "cell": cell_name, **shown(row, args.runs),
+                              "s": round(time.perf_counter() - started, 1)}), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
