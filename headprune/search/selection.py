@@ -39,10 +39,12 @@ test rejected. A head with no contribution to S enters T only when its own membe
 What held-out cannot give a cut-down set: an unbiased estimate. T's held-out change reads the examples that chose
 T, so it runs high; its verdict is marked ``selected`` and shown as exploratory. Its test stays exact, and so does
 its interval: printed at the part's level, it is one of the subsets' intervals that hold together with probability
-at least ``1 - alpha * share``. Reserving a part of held-out for T's own test
-would avoid that, at a price in power measured through this code (``scripts/passengers.py``'s cells): a third
-reserved kept both real heads in 45% of runs at 150/300 and 26% at 2,000/1,000 (64% and 35% with this rule),
-because the membership tests then read fewer examples.
+at least ``1 - alpha * share``. T's test is not on fresh
+data; the designs that would make it so are measured through this code by ``scripts/selection_designs.py``
+(docs/find.md, "Designs measured for a fresh test"): a part of held-out reserved for T's own test kept both real
+heads in at most 44% of runs at 150/300 and 28% at 2,000/1,000 (63% and 36% with this rule: membership needs every
+example); a fixed sequence over the proposal's prefixes in a search-half order meets both (67% and 40%) and is not
+yet this rule.
 
 Cost: held-out conditions for S, s and each S without one head (|S| + 2; fewer where they coincide), plus T when
 it is none of those.
