@@ -50,6 +50,15 @@ def test_uneven_key_value_heads_follow_what_genai_runs(llama, tmp_path) -> None:
     graph = onnx.load(str(tmp_path / "onnx" / "model.onnx"), load_external_data=False).graph
     dims = {i.name: i.type.tensor_type.shape.dim[1].dim_value for i in graph.input if i.name.startswith("past_")}
     assert dims["past_key_values.0.key"] == 2 and dims["past_key_values.1.value"] == 1
+    # The cache GenAI gives this decoder: a float32 buffer per past input of the written graph, at a 4k context.
+    widths = [i.type.tensor_type.shape.dim[1].dim_value * i.type.tensor_type.shape.dim[3].dim_value
+              for i in graph.input if i.name.startswith("past_")]
+    cache = record.format_details
+    assert cache["kv_bytes"] == sum(widths) * 4096 * 4 and cache["context"] == 4096
+    assert cache["original_kv_bytes"] == 2 * llama.grid.num_layers * llama.grid.num_kv_heads * llama.grid.head_dim * \
+        4096 * 4 and cache["kv_bytes"] == cache["original_kv_bytes"] * 3 // 4  # 2 + 1 of 2 + 2 key/value heads
+    assert f"{cache['kv_bytes']:,} bytes against the original's {cache['original_kv_bytes']:,} (0.750x)" in \
+        (tmp_path / "onnx" / "README.md").read_text()
     assert genai["model"]["decoder"]["num_key_value_heads"] == 2
     checked = record.verification.runtime  # the export's gate ran GenAI on the sliced folder
     assert checked.done and checked.identical == checked.prompts and checked.mismatches == 0
@@ -80,3 +89,8 @@ def test_without_per_layer_support_the_dense_layout_is_written_and_said(llama, t
     assert record.layout_note == note and f"layout: {note}" in result.output
     assert result.stdout.splitlines()[0].startswith(f"removed {HEADS} (dense, zero)")
     assert f"Layout written: {note}." in (tmp_path / "o" / "README.md").read_text()
+    # The dense layout keeps every key/value head: the cache is the original's, and the CLI says so.
+    cache = record.format_details
+    assert cache["kv_bytes"] == cache["original_kv_bytes"] > 0
+    assert "size in ONNX Runtime GenAI: key/value cache at a 4,096-token context (float32) " \
+           f"{cache['kv_bytes']:,} bytes against the original's {cache['kv_bytes']:,} (1.000x)" in result.output

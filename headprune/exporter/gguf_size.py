@@ -47,16 +47,16 @@ def deploy_size(file_bytes: int, original_file_bytes: int, head_count_kv: Sequen
                       kv_cache_bytes(head_count_kv, head_dim, flash_attn=False))
 
 
-def _against(value: int, original: int) -> str:
+def against(value: int, original: int) -> str:
     return f"{value:,} bytes against the original's {original:,} ({value / original:.3f}x)" if original else \
         f"{value:,} bytes"
 
 
 def summary_line(size: DeploySize, gguf_type: str) -> str:
     """What the CLI prints (plain text)."""
-    return (f"size in llama.cpp ({gguf_type}): file {_against(size.file_bytes, size.original_file_bytes)}; key/value "
+    return (f"size in llama.cpp ({gguf_type}): file {against(size.file_bytes, size.original_file_bytes)}; key/value "
             f"cache at a {size.context:,}-token context ({size.cache_type}) "
-            f"{_against(size.kv_bytes, size.original_kv_bytes)}")
+            f"{against(size.kv_bytes, size.original_kv_bytes)}")
 
 
 def card_line(size: DeploySize, gguf_type: str) -> str:
@@ -65,7 +65,7 @@ def card_line(size: DeploySize, gguf_type: str) -> str:
         f"; with flash attention off, llama.cpp pads every layer's values to the widest layer's: "
         f"{size.kv_bytes_no_flash:,} bytes")
     return (f"- Size where it runs (llama.cpp, `{gguf_type}`): the file is "
-            f"{_against(size.file_bytes, size.original_file_bytes)} (the original written in the same type); its "
+            f"{against(size.file_bytes, size.original_file_bytes)} (the original written in the same type); its "
             f"key/value cache at a {size.context:,}-token context "
             f"({size.cache_type}, llama.cpp's default, flash attention on) is "
-            f"{_against(size.kv_bytes, size.original_kv_bytes)}{padded}.")
+            f"{against(size.kv_bytes, size.original_kv_bytes)}{padded}.")

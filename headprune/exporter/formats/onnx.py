@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,28 @@ ONNX_TOLERANCE = 5e-5
 FLOAT32_ONLY = "ONNX export runs in float32; give dtype float32"
 
 
+@dataclass(frozen=True)
+class GenaiCache:
+    """An ONNX decoder's key/value cache in ONNX Runtime GenAI at a 4k context against the original's (the record's
+    ``format_details``). GenAI gives each layer a float32 buffer of its own key/value heads (what the sliced layout
+    writes only where the installed GenAI runs per-layer counts: ``layout_for``), keys and values alike."""
+
+    context: int
+    kv_bytes: int
+    original_kv_bytes: int
+
+
+def genai_cache(job: Job) -> GenaiCache:
+    """The cache the written decoder gets in GenAI, and the original's, at ``gguf_size.CONTEXT`` tokens."""
+    from headprune.exporter.gguf_size import CONTEXT, kv_cache_bytes
+
+    grid = job.lm.grid
+    original = [grid.num_kv_heads] * grid.num_layers
+    kept = [len(p.kv_heads) for p in job.plans] if job.layout == "sliced" else original
+    return GenaiCache(CONTEXT, kv_cache_bytes(kept, grid.head_dim, item=4),
+                      kv_cache_bytes(original, grid.head_dim, item=4))
+
+
 def _generates(lm: LoadedModel) -> bool:
     from headprune.exporter.onnx_export import generates
 
@@ -39,6 +62,7 @@ class Onnx(ExportFormat):
     weight_suffixes = (".onnx",)
     extra = "onnx"
     tolerance = ONNX_TOLERANCE
+    details_type = GenaiCache  # a decoder for GenAI: its key/value cache against the original's
 
     def check_options(self) -> None:
         super().check_options()
@@ -109,17 +133,36 @@ class Onnx(ExportFormat):
 
         if not _generates(job.lm):
             return None, None
+        cache = genai_cache(job)
         version, reason = genai_version()
         if version is None:
             log.warning("export: the ONNX model was not run in ONNX Runtime GenAI: %s", reason)
-            return RuntimeCheck("", False, reason), None
+            return RuntimeCheck("", False, reason), cache
         lm = job.lm
         prompts = [list(lm.tokenizer(text)["input_ids"]) for text in task_texts(job.task)[:job.greedy_prompts]]
         check = compare_greedy(lm, job.removed, GenaiRunner(written.exported.folder), prompts, steps=job.greedy_steps,
                                mode=job.ablation, means=job.means, tolerance=job.tolerance,
                                runtime=f"ONNX Runtime GenAI {version}", file_type="f32", gated=True, texts=[])
         gate(check, job.tolerance, "ONNX Runtime GenAI")
-        return check, None
+        return check, cache
+
+    @classmethod
+    def summary_lines(cls, record: ExportRecord) -> list[str]:
+        from headprune.exporter.gguf_size import against
+
+        cache = cls.details(record)
+        return [] if cache is None else [f"size in ONNX Runtime GenAI: key/value cache at a {cache.context:,}-token "
+                                         f"context (float32) {against(cache.kv_bytes, cache.original_kv_bytes)}"]
+
+    @classmethod
+    def card_lines(cls, record: ExportRecord) -> list[str]:
+        from headprune.exporter.gguf_size import against
+
+        cache = cls.details(record)
+        return [] if cache is None else [
+            f"- Size where it runs (ONNX Runtime GenAI): its key/value cache at a {cache.context:,}-token context "
+            f"(float32, a buffer per layer) is {against(cache.kv_bytes, cache.original_kv_bytes)}; the weight "
+            "bytes are in the table above."]
 
     @classmethod
     def load_hint(cls, record: ExportRecord, out: str) -> str:
