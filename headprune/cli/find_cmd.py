@@ -124,8 +124,8 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @run_options
 @click.pass_context
 def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: str | None, discovery: int,
-                 heldout: int, control: tuple[str, ...], guard: tuple[str, ...], out: Path | None, resume: bool, overwrite: bool, device: str,
-                 device_map: str | None, max_memory: str | None, dtype: str, trust_remote_code: bool,
+                 heldout: int, control: tuple[str, ...], guard: tuple[str, ...], out: Path | None, resume: bool,
+                 overwrite: bool, device: str, device_map: str | None, max_memory: str | None, dtype: str, trust_remote_code: bool,
                  allow_code_execution: bool, sandbox_mode: str | None, as_json: bool, revision: str | None,
                  **options: object) -> None:
     """Find a small head set whose removal improves TASK on MODEL (or, with --objective compress, a large
@@ -139,7 +139,6 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.core import distributed
     from headprune.core.folder_lock import FolderLock
     from headprune.core.io import check_writable_folder
-    from headprune.core.record_json import to_json
     from headprune.report.markdown import verdict_line, write_outputs
     from headprune.report.run_folder import check_run_destination, run_inputs
     from headprune.report.text import stage_times_line
@@ -175,8 +174,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
         present = team.from_main(lambda: _claim(lock, out, inputs))
         with permit_code_execution(allow_code_execution, mode=sandbox_mode):
             result = find(model, task_spec, settings=settings, heldout_task=heldout_task, discovery=discovery,
-                          heldout=heldout, control=control or None, guard=guard or None, out=out, resume=resume, overwrite=overwrite,
-                          device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
+                          heldout=heldout, control=control or None, guard=guard or None, out=out, resume=resume,
+                          overwrite=overwrite, device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
                           trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team,
                           revision=revision)
         if team.is_main:
@@ -192,14 +191,7 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
         ctx.exit(exits.OK)  # rank 0 reports; a launcher reads any other code as a crashed worker
     click.echo(stage_times_line(result), err=True)
     if as_json:
-        summary = {"confirmed": result.confirmed, "primary": list(result.finalists[0].heads),
-                   "verdict": to_json(result.verdict), "out": str(out)}
-        if result.compression is not None:
-            summary.update(accepted=result.accepted, compression={k: to_json(getattr(result.compression, k)) for k in (
-                "max_drop", "prefer", "heads", "verdict", "savings")})
-        if result.shrink is not None:
-            summary.update(shrunk=result.shrunk, shrink=to_json(result.shrink))
-        click.echo(json.dumps(summary))
+        click.echo(json.dumps(_json_summary(result, out)))
     else:
         plot = ", tradeoff.png" if result.compression is not None else ", controls.png" if control else ""
         click.echo(f"wrote {out}/result.json, report.md, screen.png{plot}", err=True)
@@ -207,3 +199,18 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     # Under a launcher a non-zero code means a crashed worker (torchrun --max-restarts would restart it):
     # the verdict is in the output and result.json instead.
     ctx.exit(exits.OK if team.parallel else exits.for_verdict(result.accepted))
+
+
+def _json_summary(result, out: Path) -> dict:  # noqa: ANN001
+    """What ``find --json`` prints: the verdict, and the compression's or the grown set's claim where there is one."""
+    from headprune.core.record_json import to_json
+
+    summary = {"confirmed": result.confirmed, "primary": list(result.finalists[0].heads),
+               "verdict": to_json(result.verdict), "out": str(out)}
+    if result.compression is not None:
+        summary.update(accepted=result.accepted, compression={k: to_json(getattr(result.compression, k)) for k in (
+            "max_drop", "prefer", "heads", "verdict", "savings")})
+    if result.shrink is not None:
+        summary.update(shrunk=result.shrunk, shrink=to_json(result.shrink))
+    return summary
+

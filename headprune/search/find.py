@@ -88,11 +88,9 @@ def find(
             non-inferiority test (``headprune.search.compress``).
         compress_search: ``greedy`` (default: galloping, with backtracking) or ``beam`` (keeps the ``beam_width``
             best sets, default 4, and tries each with the next unit every round).
-        shrink: improve only: accuracy points; the primary set is grown by whole key/value groups on discovery and
-            tested against it for non-inferiority at that margin on ``shrink_examples`` fresh examples (default
-            1,000; neither discovery nor held-out) (``headprune.search.shrink``; the record's ``shrink``).
-        out: folder for journal.jsonl (resume); ``None`` keeps everything in memory. Locked for the run (one run
-            per folder).
+        shrink: improve only: the primary set grown by whole key/value groups within this many accuracy points of it,
+            tested on ``shrink_examples`` fresh examples, default 1,000 (``headprune.search.shrink``).
+        out: folder for journal.jsonl (resume), locked for the run; ``None`` keeps everything in memory.
         resume: continue the journal in ``out``.
         overwrite: start afresh in an ``out`` that holds an earlier run (its journal is replaced); without it, or
             ``resume``, such a folder is refused.
@@ -122,8 +120,7 @@ def find(
     lock = _claim(out, team, resume=resume, overwrite=overwrite)
     try:
         return _run(model, task, heldout_task, control, settings, discovery, heldout, guard=guard, out=out,
-                    resume=resume,
-                    progress=progress, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                    resume=resume, progress=progress, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
                     device_map=device_map, max_memory=max_memory, team=team, started=started, revision=revision)
     finally:
         if lock is not None:
