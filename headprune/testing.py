@@ -158,7 +158,8 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
 
 def family_model(model_type: str, vocab_size: int, seed: int = 0, **changes: Any) -> Any:
     """The tiny random model of ``model_type`` (a key of :data:`FAMILY_MODELS`), eager attention, in eval mode;
-    ``changes``: config values of a variant (a text model's, for a vision-language one: not taken)."""
+    ``changes``: config values of a variant (for a vision-language model, the outer config's: a ``text_config`` given
+    replaces the entry's, over the same sizes)."""
     import torch
     import transformers
 
