@@ -103,6 +103,10 @@ def tiny_model(family: str, vocab_size: int, seed: int = 0, layers: int = 2) -> 
 # tests/test_families.py. model_type -> (config class, model class, config overrides).
 _GQA = dict(num_key_value_heads=2)
 _MOE = dict(num_experts_per_tok=2)
+_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+               patch_size=14)
+_MROPE = dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])
+_QWEN_VL_IDS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
 FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", _GQA),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", _GQA),
@@ -126,11 +130,25 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
     "cohere": ("CohereConfig", "CohereForCausalLM", dict(**_GQA, use_qk_norm=True)),  # Command R+'s per-head norms
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(**_GQA, **_MOE, num_local_experts=4, head_dim=16,
                                                           sliding_window=4)),
-    # Gemma 3 as shipped: a vision-language model (a one-layer vision tower) around the text model's sizes
+    # Vision-language models as shipped (a one-layer vision tower) around the text model's sizes; image_ids: the
+    # config's special token ids, given the tiny vocabulary's last ids in this order
     "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration", dict(
-        text_config=dict(**_GQA, head_dim=16), mm_tokens_per_image=4, vision_config=dict(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
-            patch_size=14))),
+        text_config=dict(**_GQA, head_dim=16), mm_tokens_per_image=4, vision_config=_VISION,
+        image_ids=("image_token_index", "boi_token_index", "eoi_token_index"))),
+    "llava": ("LlavaConfig", "LlavaForConditionalGeneration", dict(  # a 2 x 2 patch image: 4 image tokens
+        text_config=dict(**_GQA, model_type="llama"), vision_config=dict(_VISION, projection_dim=32),
+        image_ids=("image_token_index",))),
+    # M-RoPE: the sections of each head's 8 rotary frequencies (temporal, height, width); a 4 x 4 patch image merged
+    # 2 x 2: 4 image tokens
+    "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration", dict(
+        text_config=dict(**_GQA, rope_parameters=_MROPE), vision_config=dict(
+            depth=1, embed_dim=32, num_heads=2, hidden_size=64, mlp_ratio=2, patch_size=14, spatial_merge_size=2,
+            temporal_patch_size=2), image_ids=_QWEN_VL_IDS)),
+    "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", dict(
+        text_config=dict(**_GQA, rope_parameters=_MROPE), vision_config=dict(
+            depth=2, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=14,
+            spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1]),
+        image_ids=_QWEN_VL_IDS)),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_embd=64, n_layer=2, n_head=4, n_positions=256)),
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
     "bert": ("BertConfig", "BertForMaskedLM", {}),
@@ -140,7 +158,8 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
 
 def family_model(model_type: str, vocab_size: int, seed: int = 0, **changes: Any) -> Any:
     """The tiny random model of ``model_type`` (a key of :data:`FAMILY_MODELS`), eager attention, in eval mode;
-    ``changes``: config values of a variant (a text model's, for a vision-language one: not taken)."""
+    ``changes``: config values of a variant (for a vision-language model, the outer config's: a ``text_config`` given
+    replaces the entry's, over the same sizes)."""
     import torch
     import transformers
 
@@ -150,8 +169,9 @@ def family_model(model_type: str, vocab_size: int, seed: int = 0, **changes: Any
                  max_position_embeddings=256, vocab_size=vocab_size, **SPECIAL_IDS)
     if "text_config" in overrides:  # a vision-language model: the sizes are its text model's; its image tokens are
         # the tiny vocabulary's last ids
-        overrides = dict(overrides, text_config={**sizes, **overrides["text_config"]}, image_token_index=vocab_size - 1,
-                         boi_token_index=vocab_size - 2, eoi_token_index=vocab_size - 3)
+        image_ids = overrides.pop("image_ids")
+        overrides = dict(overrides, text_config={**sizes, **overrides["text_config"]},
+                         **{name: vocab_size - 1 - i for i, name in enumerate(image_ids)})
         sizes = {}
     config = getattr(transformers, config_class)(**{**sizes, **overrides}, attn_implementation="eager")
     torch.manual_seed(seed)

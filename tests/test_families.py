@@ -71,7 +71,7 @@ def test_family_through_eval_export_and_load(model_type, tokenizer, tmp_path) ->
         saved = stock.state_dict()
         # Only attention changes: every router, expert, MLP, norm and embedding tensor is the original's exactly.
         untouched = [n for n in original if ".self_attn." not in n and ".attn." not in n and ".attention." not in n
-                     and "vision_tower" not in n]  # (a vision tower's own attention: checked in the Gemma 3 test)
+                     and "vision_tower" not in n]  # (a vision tower's own attention: checked in the image test)
         assert untouched and all(torch.equal(saved[n], original[n]) for n in untouched if n in saved)
         if layout == "sliced":
             assert record.parameters.after < record.parameters.before
@@ -92,7 +92,8 @@ def _task_file(tmp_path: Path) -> Path:
 # One model of each adapter the ONNX exports of the other tests do not cover (MoE layers are exported through
 # transformers' batched_mm experts), run in onnxruntime against the masked original.
 @pytest.mark.slow  # dynamo's export takes about 40 s a model on one core
-@pytest.mark.parametrize("model_type", ["granite", "mixtral", "gpt_oss", "phi3", "cohere", "olmoe", "gemma3"])
+@pytest.mark.parametrize("model_type", ["granite", "mixtral", "gpt_oss", "phi3", "cohere", "olmoe", "gemma3", "llava",
+                                        "qwen2_vl"])
 def test_family_onnx_equals_the_masked_original(model_type, tokenizer, tmp_path) -> None:
     import numpy as np
     from helpers.extras import needs
@@ -184,49 +185,108 @@ def test_known_unsupported_families_say_why_and_what_works(config_class, words, 
     assert "supported model types: " in str(caught.value) and "phi3" in str(caught.value)
 
 
-def test_gemma3_as_shipped_keeps_its_vision_tower_working(tokenizer, tmp_path) -> None:
-    """Gemma 3 4B-27B ship as Gemma3ForConditionalGeneration (type gemma3): its language model's heads are removed,
-    the vision tower and projector are kept byte for byte, and the pruned checkpoint (loaded by stock transformers)
-    reads an image as the masked original does."""
+def _image_inputs(config) -> dict:  # noqa: ANN001
+    """Text around one image's 4 tokens, and the image (seeded random pixels), as each family's processor gives them:
+    Gemma 3 and LLaVA a 28 x 28 picture; Qwen2-VL its 14 x 14 patches flattened (2 frames x 3 channels), a 4 x 4 grid
+    its merger reads 2 x 2, and the image tokens' type for M-RoPE's positions."""
+    image = config.image_token_id
+    generator = torch.Generator().manual_seed(0)
+    if config.model_type in ("qwen2_vl", "qwen2_5_vl"):
+        ids = torch.tensor([[5, 9, config.vision_start_token_id] + [image] * 4 + [config.vision_end_token_id, 14, 3]])
+        return dict(input_ids=ids, pixel_values=torch.randn(16, 3 * 2 * 14 * 14, generator=generator),
+                    image_grid_thw=torch.tensor([[1, 4, 4]]), mm_token_type_ids=(ids == image).int())
+    ids = torch.tensor([[5, 9] + [image] * 4 + [14, 3, 27]])
+    inputs = dict(input_ids=ids, pixel_values=torch.randn(1, 3, 28, 28, generator=generator))
+    return dict(inputs, token_type_ids=(ids == image).long()) if config.model_type == "gemma3" else inputs
+
+
+def _load_as_hinted(output: str, out: Path):  # noqa: ANN202
+    """The export loaded by stock transformers as the CLI's hint says (``load with ...``): its auto class, with
+    remote code where the hint passes it."""
+    import re
+
     import transformers
 
-    vlm = family_model("gemma3", len(tokenizer), seed=1)
-    save_folder(vlm, tokenizer, tmp_path / "vlm")
-    lm = load_model(str(tmp_path / "vlm"), device="cpu")
-    assert lm.adapter.family == "gemma3" and lm.grid.num_heads == 4 and lm.task_head == "causal-lm"
+    hint = re.search(r"load with (.*)\)$", output, re.MULTILINE)
+    assert hint, output
+    auto = re.search(r"(AutoModel\w*)\.from_pretrained", hint.group(1))
+    assert auto, hint.group(1)
+    trust = "trust_remote_code=True" in hint.group(1)
+    return getattr(transformers, auto.group(1)).from_pretrained(out, trust_remote_code=trust).eval()
+
+
+# Vision-language checkpoints as shipped (Gemma 3 4B-27B, LLaVA around each language model it takes, Qwen2-VL,
+# Qwen2.5-VL): their language model's heads are removed, the vision tower and projector kept byte for byte.
+@pytest.mark.parametrize(("model_type", "text_type"), [
+    ("gemma3", None), ("llava", "llama"), ("llava", "mistral"), ("llava", "qwen2"), ("qwen2_vl", None),
+    ("qwen2_5_vl", None)])
+def test_vision_language_export_reads_an_image_as_the_masked_original(model_type, text_type, tokenizer,
+                                                                      tmp_path) -> None:
+    """Both layouts, exported by the CLI and loaded by headprune and as the CLI's hint says, give the masked
+    original's logits on text and on an image that reaches them through the vision tower."""
+    changes = {"text_config": dict(num_key_value_heads=2, model_type=text_type)} if text_type else {}
+    vlm = family_model(model_type, len(tokenizer), seed=1, **changes)
+    folder = save_folder(vlm, tokenizer, tmp_path / "vlm")
+    lm = load_model(str(folder), device="cpu")
+    assert lm.adapter.family == model_type.replace("qwen2_5_vl", "qwen2_vl") and lm.task_head == "causal-lm"
+    assert lm.grid.num_heads == 4 and lm.grid.num_kv_heads == 2
     heads = parse_heads(HEADS)
-    export(lm, heads, verify_task=choice_task(), out=tmp_path / "pruned")
-    pruned = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "pruned", trust_remote_code=True)
-    assert type(pruned).__name__ == "Gemma3ForConditionalGeneration"
-    image_token = vlm.config.image_token_index
-    ids = torch.tensor([[5, 9] + [image_token] * vlm.config.mm_tokens_per_image + [14, 3, 27]])
-    pixels = torch.randn(1, 3, 28, 28, generator=torch.Generator().manual_seed(0))
-    inputs = dict(input_ids=ids, pixel_values=pixels, token_type_ids=(ids == image_token).long())
-    with torch.no_grad():
-        with ablated(lm, heads):
-            want = lm.model(**inputs).logits
-            text_only = lm.model(input_ids=ids.masked_fill(ids == image_token, 7)).logits
-        got = pruned(**inputs).logits
-    assert float((want - text_only).abs().max()) > 1e-3  # the image reaches the logits
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    original, saved = lm.model.state_dict(), pruned.state_dict()
-    vision = [n for n in original if "vision_tower" in n or "multi_modal_projector" in n]
-    assert vision and all(torch.equal(saved[n], original[n]) for n in vision)
-    assert saved["model.language_model.layers.1.self_attn.q_proj.weight"].shape[0] == 2 * lm.grid.head_dim
+    image = _image_inputs(vlm.config)
+    text_only = dict(input_ids=image["input_ids"].masked_fill(image["input_ids"] == vlm.config.image_token_id, 7))
+    with torch.no_grad(), ablated(lm, heads):
+        want_image, want_text = lm.model(**image).logits, lm.model(**text_only).logits
+    assert float((want_image - want_text).abs().max()) > 1e-3  # the image reaches the logits
+    original = lm.model.state_dict()
+    vision = [n for n in original if "language_model" not in n and not n.startswith("lm_head")]
+    assert any("attn" in n or "attention" in n for n in vision)  # the tower's own attention, never sliced
+    for layout in ("sliced", "dense"):
+        out = tmp_path / layout
+        result = invoke("export", str(folder), "--heads", HEADS, "--layout", layout, "--out", str(out),
+                        "--verify-task", str(_task_file(tmp_path)))
+        assert result.exit_code == 0, result.output
+        for loaded in (load(out, device="cpu").model, _load_as_hinted(result.output, out)):
+            assert type(loaded).__name__ == type(vlm).__name__
+            with torch.no_grad():
+                torch.testing.assert_close(loaded(**image).logits, want_image, atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(loaded(**text_only).logits, want_text, atol=1e-5, rtol=1e-5)
+            saved = loaded.state_dict()
+            assert all(saved[n].dtype == original[n].dtype and torch.equal(saved[n], original[n]) for n in vision)
+        q_rows = saved["model.language_model.layers.1.self_attn.q_proj.weight"].shape[0]
+        assert q_rows == (2 if layout == "sliced" else 4) * lm.grid.head_dim
 
 
-def test_llava_style_checkpoints_get_the_same_message() -> None:
+def test_llava_around_a_language_model_it_does_not_take_is_refused_in_one_line(tokenizer, tmp_path) -> None:
+    """LLaVA wraps a language model of any family: one headprune does not slice as Llama is refused, naming those it
+    takes (and, where headprune supports that family alone, the recipe's section)."""
     import transformers
 
-    with pytest.raises(Exception, match=r"'llava' \(LlavaConfig\) is a vision-language checkpoint.*\(llama\) is "
-                                        r"supported"):
-        adapter_for(transformers.LlavaConfig())
-    with pytest.raises(Exception, match=r"\(qwen2_vl_text\) is not supported either; supported model types"):
-        adapter_for(transformers.Qwen2VLConfig())
+    for text, alone in (("gemma2", True), ("phi", False)):
+        config = transformers.LlavaConfig(text_config={"model_type": text})
+        with pytest.raises(Exception, match=r"'llava' \(LlavaConfig\) with a '" + text + "' language model is not "
+                                            r"supported: headprune prunes llava checkpoints whose language model is "
+                                            r"llama, mistral, qwen2") as caught:
+            adapter_for(config)
+        assert ("its language model alone is supported" in str(caught.value)) == alone
+    vlm = family_model("llava", len(tokenizer), seed=1, text_config=dict(model_type="gemma2", head_dim=16))
+    save_folder(vlm, tokenizer, tmp_path / "vlm")
+    result = invoke("eval", str(tmp_path / "vlm"), "--task", str(_task_file(tmp_path)))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "'gemma2' language model" in lines[0], result.output
+
+
+def test_other_vision_language_checkpoints_say_which_are_taken_whole() -> None:
+    import transformers
+
+    with pytest.raises(Exception, match=r"'llava_next' \(LlavaNextConfig\) is a vision-language checkpoint headprune "
+                                        r"does not take whole \(it does: gemma3, llava, qwen2_5_vl, qwen2_vl\); its "
+                                        r"language model \(llama\) is supported"):
+        adapter_for(transformers.LlavaNextConfig())
+    with pytest.raises(Exception, match=r"\(cohere2\) is not supported either; supported model types"):
+        adapter_for(transformers.AyaVisionConfig())
 
 
 def test_the_documented_recipe_takes_a_language_model_out(tokenizer, tmp_path) -> None:
-    """docs/models.md's recipe for a vision-language checkpoint headprune does not take whole (LLaVA-style), run
+    """docs/models.md's recipe for a vision-language checkpoint headprune does not take whole (LLaVA-NeXT), run
     here: the folder it writes loads in headprune, with the full model's logits on text."""
     import transformers
 
@@ -235,13 +295,13 @@ def test_the_documented_recipe_takes_a_language_model_out(tokenizer, tmp_path) -
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
                   patch_size=14, projection_dim=32)
     torch.manual_seed(1)
-    config = transformers.LlavaConfig(text_config=transformers.LlamaConfig(**text),
-                                      vision_config=transformers.CLIPVisionConfig(**vision),
-                                      image_token_index=len(tokenizer) - 1)
-    save_folder(transformers.LlavaForConditionalGeneration(config).eval(), tokenizer, tmp_path / "vlm")
+    config = transformers.LlavaNextConfig(text_config=transformers.MistralConfig(**text),
+                                          vision_config=transformers.CLIPVisionConfig(**vision),
+                                          image_token_index=len(tokenizer) - 1)
+    save_folder(transformers.LlavaNextForConditionalGeneration(config).eval(), tokenizer, tmp_path / "vlm")
     result = invoke("eval", str(tmp_path / "vlm"), "--task", str(_task_file(tmp_path)))
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2 and len(lines) == 1 and "(llama) is supported" in lines[0], result.output
+    assert result.exit_code == 2 and len(lines) == 1 and "(mistral) is supported" in lines[0], result.output
     # docs/models.md's recipe, as written there.
     vlm = transformers.AutoModelForImageTextToText.from_pretrained(tmp_path / "vlm")
     text = transformers.AutoModelForCausalLM.from_config(vlm.config.text_config)
@@ -263,6 +323,7 @@ def family_table() -> str:
         config_class = FAMILY_MODELS[model_type][0]
         adapter = adapter_for(type("C", (), {"model_type": model_type})())
         onnx = "decoder with cache (GenAI)" if model_type in GENAI_TYPES else "logits graph"
+        onnx += ", text only" if adapter.text_config else ""  # a vision-language model: no vision tower in the graph
         family = GGUF_FAMILIES.get(model_type)  # run in llama.cpp: test_gguf.py, test_gguf_families.py
         gguf = "-" if family is None else f"llama.cpp `{family.arch}`" + (
             ", dense only" if family.dense_only else "; sliced as `deci`")

@@ -265,14 +265,18 @@ def test_phi4_mini_longrope_and_partial_rotation_run_in_llama_cpp(tokenizer, tmp
     assert meta["phi3.rope.dimension_count"] == 12 and meta["phi3.rope.scaling.attn_factor"] > 1.0
 
 
-def test_gemma3_as_shipped_is_refused_naming_what_works(tokenizer, tmp_path) -> None:
-    """Gemma 3 with its vision tower: llama.cpp reads the tower from an mmproj file headprune does not write."""
-    save_folder(family_model("gemma3", len(tokenizer), seed=1), tokenizer, tmp_path / "m")
+@pytest.mark.parametrize(("model_type", "alone"), [("gemma3", "gemma3_text"), ("llava", "llama"), ("qwen2_vl", None)])
+def test_vision_language_models_as_shipped_are_refused_naming_what_works(model_type, alone, tokenizer,
+                                                                         tmp_path) -> None:
+    """Gemma 3, LLaVA and Qwen2-VL with their vision tower: llama.cpp reads the tower from an mmproj file headprune
+    does not write; the line names the formats that keep it and, where GGUF export takes it, the language model."""
+    save_folder(family_model(model_type, len(tokenizer), seed=1), tokenizer, tmp_path / "m")
     result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
                     "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
-    assert "mmproj" in lines[0] and "safetensors, onnx" in lines[0] and "gemma3_text" in lines[0]
+    assert "mmproj" in lines[0] and "exported as safetensors, onnx" in lines[0]
+    assert (f"its language model saved alone ({alone}," in lines[0]) if alone else "saved alone" not in lines[0]
     assert not (tmp_path / "o").exists()
 
 

@@ -229,11 +229,14 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
     check_type(gguf_type)
     config = lm.model.config
     model_type = getattr(config, "model_type", "")
-    if model_type == "gemma3":  # as shipped: llama.cpp keeps the vision tower in a separate mmproj file
+    if lm.adapter.text_config:  # a vision-language model as shipped: llama.cpp keeps the tower in an mmproj file
+        text_type = getattr(getattr(config, lm.adapter.text_config), "model_type", "")
+        alone = (f", and its language model saved alone ({text_type}, docs/models.md) as GGUF"
+                 if text_type in MODEL_TYPES else "")
         raise UnsupportedModelError(
-            f"{lm.name} (gemma3, Gemma 3 with its vision tower) cannot be exported as GGUF: llama.cpp runs its "
-            "vision tower from a separate mmproj file, which headprune does not write (a text-only GGUF would drop "
-            f"it); this model can be exported as {OTHER_FORMATS}, and a Gemma 3 text model (gemma3_text) as GGUF")
+            f"{lm.name} ({model_type}, a vision-language model with its vision tower) cannot be exported as GGUF: "
+            "llama.cpp runs a vision tower from a separate mmproj file, which headprune does not write (a text-only "
+            f"GGUF would drop it); this model can be exported as {OTHER_FORMATS}{alone}")
     if lm.is_encoder or model_type not in MODEL_TYPES or lm.task_head != "causal-lm":
         raise UnsupportedModelError(
             f"{lm.name} ({model_type or lm.adapter.family}"

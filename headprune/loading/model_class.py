@@ -20,6 +20,8 @@ from headprune.errors import ModelNotFoundError, UnsupportedModelError
 # (head, auto class, name of the mapping in transformers.models.auto.modeling_auto), most specific first.
 _HEADS: tuple[tuple[str, str, str], ...] = (
     ("causal-lm", "AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    # a vision-language model transformers does not list as a causal LM (LLaVA, Qwen2-VL): its language model's head
+    ("causal-lm", "AutoModelForImageTextToText", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"),
     ("masked-lm", "AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
     ("sequence-classification", "AutoModelForSequenceClassification",
      "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),

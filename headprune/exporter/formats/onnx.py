@@ -74,6 +74,9 @@ class Onnx(ExportFormat):
         super().check_model(lm)
         self.output = onnx_output(lm.task_head)  # refuses heads whose outputs are not one tensor
         refuse_unless_float32(lm.dtype, FLOAT32_ONLY)
+        if lm.adapter.text_config:  # a vision-language model: the graph is traced from text inputs alone
+            log.warning("export: the ONNX graph of this vision-language model (%s) is its language model on text: "
+                        "the vision tower is not in it (--format safetensors keeps it)", lm.model.config.model_type)
 
     def layout_for(self, lm: LoadedModel, plans: Sequence[Any]) -> str:
         """The sliced layout where layers keep different key/value head counts only when the installed ONNX Runtime

@@ -58,6 +58,9 @@ class Adapter:
     first_position_classes: tuple[str, ...] = ()
     # the sub-config holding the heads' sizes (a vision-language model's "text_config"); empty: the config itself
     text_config: str = ""
+    # the model types that sub-config may have, where the language model can be of several families (LLaVA's);
+    # another is refused when the adapter is looked up. Empty: whatever the family ships.
+    text_model_types: tuple[str, ...] = ()
     # (path from a layer, "q" or "kv"): parameters with a row per query (or key/value) head, sliced with their heads:
     # GPT-OSS's attention sinks, Cohere's per-head q/k norm weights. A path a model lacks is skipped.
     head_params: tuple[tuple[str, str], ...] = ()

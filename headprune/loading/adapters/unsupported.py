@@ -26,22 +26,38 @@ WHY_NOT: dict[str, str] = {
 }
 
 
-def refusal(config: Any, supported: list[str], is_supported: Any) -> str:
+def _architecture(config: Any) -> str:
+    return (getattr(config, "architectures", None) or [type(config).__name__])[0]
+
+
+def refusal(config: Any, supported: list[str], is_supported: Any, whole: list[str]) -> str:
     """The one-line refusal of ``config``: why its family is not supported where that is known, and for a
-    vision-language checkpoint whether its language model is supported and how to use it."""
+    vision-language checkpoint whether its language model is supported, how to use it, and which vision-language
+    model types headprune takes whole (``whole``)."""
     model_type = getattr(config, "model_type", None)
     text = getattr(config, "text_config", None)
     vision = getattr(config, "vision_config", None)
     supported_line = f"supported model types: {', '.join(supported)}"
     if text is not None and vision is not None:
-        architecture = (getattr(config, "architectures", None) or [type(config).__name__])[0]
         text_type = getattr(text, "model_type", None)
-        head = f"{model_type!r} ({architecture}) is a vision-language checkpoint; headprune prunes text models' heads"
+        head = (f"{model_type!r} ({_architecture(config)}) is a vision-language checkpoint headprune does not take "
+                f"whole (it does: {', '.join(whole)})")
         if is_supported(text_type):
-            return (f"{head}, and its language model ({text_type}) is supported: save the language model alone "
+            return (f"{head}; its language model ({text_type}) is supported: save the language model alone "
                     f"(docs/models.md, \"Vision-language checkpoints\": AutoModelForCausalLM.from_config(config."
                     f"text_config) with the weights of model.language_model and lm_head) and give that folder; the "
                     f"vision tower is not kept")
         return f"{head}, and its language model ({text_type}) is not supported either; {supported_line}"
     why = WHY_NOT.get(model_type or "")
     return f"unsupported architecture {model_type!r}{': ' + why if why else ''}; {supported_line}"
+
+
+def text_family_refusal(config: Any, text_model_types: tuple[str, ...], is_supported: Any) -> str:
+    """The one-line refusal of a vision-language checkpoint whose adapter takes only some language-model families
+    (``text_model_types``: LLaVA's), when its own is another."""
+    text_type = getattr(config.text_config, "model_type", None)
+    alone = (f"; its language model alone is supported (docs/models.md, \"Vision-language checkpoints\")"
+             if is_supported(text_type) else "")
+    return (f"{config.model_type!r} ({_architecture(config)}) with a {text_type!r} language model is not supported: "
+            f"headprune prunes {config.model_type} checkpoints whose language model is "
+            f"{', '.join(text_model_types)}{alone}")

@@ -1,0 +1,20 @@
+"""LLaVA (``LlavaForConditionalGeneration``, model type ``llava``: LLaVA 1.5, BakLLaVA, LLaVA-Interleave, Pixtral):
+the language model's heads, ``model.language_model.layers[i].self_attn.{q,k,v,o}_proj``, sized by
+``config.text_config``. LLaVA wraps a language model of any family; headprune takes those laid out as Llama (q, k, v
+and o separate, grouped key/value heads through ``num_key_value_heads``) and refuses the others in one line. The vision
+tower and the projector into the language model are never touched, so the pruned checkpoint still reads images.
+"""
+
+from headprune.loading.adapters.base import Adapter
+
+LLAVA = Adapter(
+    family="llava",
+    model_types=("llava",),
+    layers_path="language_model.layers",
+    attention_path="self_attn",
+    output_projection_path="self_attn.o_proj",
+    kv_heads_attr="num_key_value_heads",
+    qkv_paths=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    text_config="text_config",
+    text_model_types=("llama", "mistral", "qwen2"),
+)
