@@ -153,17 +153,27 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
     "bert": ("BertConfig", "BertForMaskedLM", {}),
     "roberta": ("RobertaConfig", "RobertaForMaskedLM", dict(max_position_embeddings=260, pad_token_id=1)),
+    # DeBERTa-v3 as shipped: relative positions only, projected by the shared query/key projections, in log buckets
+    # (8 here, so the tests' 7-token rows reach them)
+    "deberta-v2": ("DebertaV2Config", "DebertaV2ForMaskedLM", dict(
+        relative_attention=True, pos_att_type=["p2c", "c2p"], share_att_key=True, position_biased_input=False,
+        position_buckets=8, max_relative_positions=-1, norm_rel_ebd="layer_norm", type_vocab_size=0)),
+    # a global layer, then a local one whose window (4 positions) is shorter than the tests' rows
+    "modernbert": ("ModernBertConfig", "ModernBertForMaskedLM", dict(local_attention=4, cls_token_id=1,
+                                                                       sep_token_id=1)),
 }
 
 
-def family_model(model_type: str, vocab_size: int, seed: int = 0, **changes: Any) -> Any:
+def family_model(model_type: str, vocab_size: int, seed: int = 0, *, model_class: str | None = None,
+                 **changes: Any) -> Any:
     """The tiny random model of ``model_type`` (a key of :data:`FAMILY_MODELS`), eager attention, in eval mode;
+    ``model_class``: another class of the family than the matrix's (``DebertaV2ForSequenceClassification``);
     ``changes``: config values of a variant (for a vision-language model, the outer config's: a ``text_config`` given
     replaces the entry's, over the same sizes)."""
     import torch
     import transformers
 
-    config_class, model_class, overrides = FAMILY_MODELS[model_type]
+    config_class, matrix_class, overrides = FAMILY_MODELS[model_type]
     overrides = {**overrides, **changes}
     sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  max_position_embeddings=256, vocab_size=vocab_size, **SPECIAL_IDS)
@@ -175,7 +185,7 @@ def family_model(model_type: str, vocab_size: int, seed: int = 0, **changes: Any
         sizes = {}
     config = getattr(transformers, config_class)(**{**sizes, **overrides}, attn_implementation="eager")
     torch.manual_seed(seed)
-    return getattr(transformers, model_class)(config).eval()
+    return getattr(transformers, model_class or matrix_class)(config).eval()
 
 
 def llama_config(shape: str, layers: int | None = None, **overrides: Any) -> Any:

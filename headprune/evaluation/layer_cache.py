@@ -32,10 +32,21 @@ def default_budget_mb() -> int:
 
 
 class _PassThrough(nn.Module):
-    """Stands in for a skipped layer: returns the hidden states it is given."""
+    """Stands in for a skipped layer: returns the hidden states it is given (with no attention weights beside them
+    where the family's layers return a pair: ``Adapter.layer_returns_tuple``)."""
 
-    def forward(self, hidden_states: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
-        return hidden_states
+    def __init__(self, layer: nn.Module, pair: bool = False) -> None:
+        super().__init__()
+        # The model's loop may read a layer's own plain settings (ModernBERT picks each layer's mask by its
+        # attention_type): the stand-in has them too.
+        for name, value in vars(layer).items():
+            if not name.startswith("_") and isinstance(value, (str, int, float, bool, type(None))):
+                setattr(self, name, value)
+        self.pair = pair
+
+    def forward(self, hidden_states: torch.Tensor, *args: object, **kwargs: object
+                ) -> torch.Tensor | tuple[torch.Tensor, None]:
+        return (hidden_states, None) if self.pair else hidden_states
 
 
 def _hidden_from(args: tuple, kwargs: dict) -> torch.Tensor:
@@ -119,7 +130,7 @@ def starting_at(lm: LoadedModel, start: int, hidden: torch.Tensor, what: str) ->
     handle = container[start].register_forward_pre_hook(substitute, with_kwargs=True)
     try:
         for i in range(start):
-            container[i] = _PassThrough()
+            container[i] = _PassThrough(originals[i], lm.adapter.layer_returns_tuple)
         yield
     finally:
         for i, layer in enumerate(originals):

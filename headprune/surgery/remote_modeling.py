@@ -55,6 +55,15 @@ def head_param(module: nn.Module, path: str) -> nn.Parameter | None:
     return found if isinstance(found, nn.Parameter) else None
 
 
+def head_projection(module: nn.Module, path: str) -> nn.Module | None:
+    """The projection at ``path``, or None where the model has none (DeBERTa's position projections exist only
+    without ``share_att_key``)."""
+    try:
+        return _get(module, path)
+    except AttributeError:
+        return None
+
+
 def _linear(old: nn.Module, out_features: int | None = None, in_features: int | None = None) -> nn.Module:
     """A module like ``old`` (Linear or GPT-2 Conv1D) with new sizes, on ``old``'s device and dtype."""
     weight = old.weight
@@ -123,6 +132,10 @@ def shrink(model: nn.Module, record: dict) -> None:
         else:
             raise ValueError(f"unknown qkv layout {paths['qkv_layout']!r}")
         _set(layer, paths["output"], _linear(_get(layer, paths["output"]), in_features=n_q * head_dim))
+        for path, which in paths.get("head_projections", ()):  # head_dim rows a head: DeBERTa's position projections
+            old = head_projection(layer, path)
+            if old is not None:
+                _set(layer, path, _linear(old, out_features=(n_q if which == "q" else n_kv) * head_dim))
         for path, which in paths.get("head_params", ()):  # a row per head: GPT-OSS's sinks, per-head norms
             old = head_param(layer, path)
             if old is not None:

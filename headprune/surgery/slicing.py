@@ -20,7 +20,7 @@ from headprune.heads import Head
 from headprune.loading.adapters.base import get_path
 from headprune.loading.models import LoadedModel
 from headprune.surgery.plan import LayerPlan
-from headprune.surgery.remote_modeling import head_param, shrink
+from headprune.surgery.remote_modeling import head_param, head_projection, shrink
 
 
 def _rows(weight: torch.Tensor, blocks: Sequence[int], size: int, dim: int) -> torch.Tensor:
@@ -129,6 +129,12 @@ def _sliced_weights(lm: LoadedModel, layer: nn.Module, plan: LayerPlan, means: t
         out[paths[0]] = (_rows(fused.weight, blocks, hd, 0), bias)
     else:  # an adapter refuses an unknown layout when it is declared; this keeps slicing from guessing
         raise ValueError(f"unknown qkv layout {adapter.qkv_layout!r}")
+    for path, which in adapter.head_projections:
+        module = head_projection(layer, path)
+        if module is not None:  # head_dim output rows a head, as q/k/v
+            blocks = plan.q_heads if which == "q" else plan.kv_heads
+            bias = None if module.bias is None else _rows(module.bias, blocks, hd, 0)
+            out[path] = (_rows(module.weight, blocks, hd, 0), bias)
     for path, which in adapter.head_params:
         parameter = head_param(layer, path)
         if parameter is not None:  # rows per head: (heads, ...) -> (kept heads, ...)

@@ -19,6 +19,7 @@ from torch import nn
 from headprune.heads import Head, parse_heads
 from headprune.loading.adapters.base import get_path
 from headprune.loading.models import LoadedModel
+from headprune.surgery.remote_modeling import head_projection
 
 
 def sliced_away(lm: LoadedModel) -> tuple[Head, ...]:
@@ -44,9 +45,11 @@ def unslice(lm: LoadedModel) -> LoadedModel:
         full = base(config).to(lm.dtype).eval()
     sliced_layers = [i for i, layer in enumerate(record["layers"]) if layer.get("layout") != "unchanged"]
     adapter = lm.adapter
-    paths = [*adapter.qkv_paths, adapter.output_projection_path]
+    paths = [*adapter.qkv_paths, *(p for p, _ in adapter.head_projections), adapter.output_projection_path]
     names = {id(module): name for name, module in lm.model.named_modules()}
-    rebuilt = {names[id(get_path(adapter.layers(lm.model)[i], path))] for i in sliced_layers for path in paths}
+    layers = adapter.layers(lm.model)
+    rebuilt = {names[id(module)] for i in sliced_layers for path in paths
+               if (module := head_projection(layers[i], path)) is not None}
     kept = {key: tensor for key, tensor in lm.model.state_dict().items()
             if key.rsplit(".", 1)[0] not in rebuilt}
     missing, unexpected = full.load_state_dict(kept, strict=False)
@@ -86,8 +89,22 @@ def _place_layer(lm: LoadedModel, full: nn.Module, index: int, layer: dict, hd: 
         _place(f.weight.data, s.weight.data, q_heads, 3 * hd, 0)
         if f.bias is not None:
             _place(f.bias.data, s.bias.data, q_heads, 3 * hd, 0)
+    elif adapter.qkv_layout == "fused":  # rows [q heads | k heads | v heads]
+        (s, f), = pairs
+        blocks = [*q_heads, *(grid.num_heads + k for k in kv_heads), *(grid.num_heads + grid.num_kv_heads + k
+                                                                          for k in kv_heads)]
+        _place(f.weight.data, s.weight.data, blocks, hd, 0)
+        if f.bias is not None:
+            _place(f.bias.data, s.bias.data, blocks, hd, 0)
     else:
         raise ValueError(f"unknown qkv layout {adapter.qkv_layout!r}")
+    for path, which in adapter.head_projections:  # DeBERTa's position projections: rows by head, as q/k
+        s, f = head_projection(small, path), head_projection(large, path)
+        if s is not None and f is not None:
+            blocks = q_heads if which == "q" else kv_heads
+            _place(f.weight.data, s.weight.data, blocks, hd, 0)
+            if f.bias is not None:
+                _place(f.bias.data, s.bias.data, blocks, hd, 0)
     s, f = get_path(small, adapter.output_projection_path), get_path(large, adapter.output_projection_path)
     _place(f.weight.data, s.weight.data, q_heads, hd, 0 if adapter.projection_is_conv1d else 1)
     if f.bias is not None:

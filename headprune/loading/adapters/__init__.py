@@ -12,11 +12,13 @@ from headprune.errors import UnsupportedModelError
 from headprune.loading.adapters.base import Adapter
 from headprune.loading.adapters.bert import BERT
 from headprune.loading.adapters.cohere import COHERE
+from headprune.loading.adapters.deberta import DEBERTA
 from headprune.loading.adapters.gemma3 import GEMMA3
 from headprune.loading.adapters.gpt2 import GPT2
 from headprune.loading.adapters.gpt_oss import GPT_OSS
 from headprune.loading.adapters.llama import LLAMA
 from headprune.loading.adapters.llava import LLAVA
+from headprune.loading.adapters.modernbert import MODERNBERT
 from headprune.loading.adapters.moe import MOE
 from headprune.loading.adapters.neox import NEOX
 from headprune.loading.adapters.olmo2 import OLMO2
@@ -24,7 +26,8 @@ from headprune.loading.adapters.phi3 import PHI3
 from headprune.loading.adapters.qwen2_vl import QWEN2_VL
 from headprune.loading.adapters.unsupported import refusal, text_family_refusal
 
-_ADAPTERS: tuple[Adapter, ...] = (LLAMA, GEMMA3, LLAVA, QWEN2_VL, MOE, GPT_OSS, PHI3, COHERE, OLMO2, GPT2, NEOX, BERT)
+_ADAPTERS: tuple[Adapter, ...] = (LLAMA, GEMMA3, LLAVA, QWEN2_VL, MOE, GPT_OSS, PHI3, COHERE, OLMO2, GPT2, NEOX, BERT,
+                                 DEBERTA, MODERNBERT)
 _BY_MODEL_TYPE: Registry[str, Adapter] = Registry("model type")  # two adapters claiming one type: an error
 for _adapter in _ADAPTERS:
     for _model_type in _adapter.model_types:

@@ -64,6 +64,11 @@ class Adapter:
     # (path from a layer, "q" or "kv"): parameters with a row per query (or key/value) head, sliced with their heads:
     # GPT-OSS's attention sinks, Cohere's per-head q/k norm weights. A path a model lacks is skipped.
     head_params: tuple[tuple[str, str], ...] = ()
+    # (path from a layer, "q" or "kv"): further linear projections whose output rows are head_dim rows a head, sliced
+    # with their heads like q/k/v: DeBERTa-v2's projections of the relative positions. A path a model lacks is skipped.
+    head_projections: tuple[tuple[str, str], ...] = ()
+    # a layer returns (hidden states, attention weights) (DeBERTa): a skipped layer's stand-in must return a pair too
+    layer_returns_tuple: bool = False
     # (config attribute, why): a family setting headprune cannot prune exactly, refused when the attribute is true
     unsupported_settings: tuple[tuple[str, str], ...] = ()
     # why removing a head's rows cannot give the masked model's outputs (empty: it can); such a family exports dense
@@ -78,7 +83,8 @@ class Adapter:
         """The paths export records in config.json, so a pruned checkpoint can be rebuilt without headprune."""
         return {"layers": self.layers_path, "attention": self.attention_path, "output": self.output_projection_path,
                 "qkv": list(self.qkv_paths), "qkv_layout": self.qkv_layout, "count_attrs": list(self.count_attrs),
-                **({"head_params": [list(p) for p in self.head_params]} if self.head_params else {})}
+                **({"head_params": [list(p) for p in self.head_params]} if self.head_params else {}),
+                **({"head_projections": [list(p) for p in self.head_projections]} if self.head_projections else {})}
 
     def check_config(self, config: PretrainedConfig, where: str = "config.json") -> None:
         """Refuse a config no model can be built from, before any weight is allocated: sizes and counts that are

@@ -17,10 +17,6 @@ WHY_NOT: dict[str, str] = {
     "opt": f"OPT: {_FUSED_OR_OTHER}",
     "bloom": f"Bloom's ALiBi per-head slopes: {_FUSED_OR_OTHER}",
     "cohere2": "Cohere 2's interleaved sliding-window layers have no headprune adapter yet (cohere is supported)",
-    "deberta-v2": "DeBERTa-v3's disentangled relative-position attention has no headprune adapter yet (bert and "
-                  "roberta encoders are supported)",
-    "modernbert": "ModernBERT's fused Wqkv with alternating local attention has no headprune adapter yet (bert and "
-                  "roberta encoders are supported)",
     "t5": "encoder-decoder models (T5) have two attention stacks and cross-attention; headprune prunes decoder-only "
           "and encoder-only models",
 }
