@@ -223,3 +223,26 @@ def test_onnx_runs_in_onnxruntime_as_the_masked_original(model_type, class_name,
     with ablated(lm, heads):
         want = _outputs(lm.model)
     torch.testing.assert_close(got if class_name else got[MASK.bool()], want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow  # dynamo's export takes about 10 s a model on one core
+@pytest.mark.parametrize("model_type", ["bert", "deberta-v2", "modernbert"])
+def test_a_masked_lm_onnx_export_verified_on_a_choice_task(model_type, tokenizer, tmp_path) -> None:
+    """A masked-LM encoder's graph gives logits, and a choice task scores an encoder's hidden states: the task is
+    measured on the torch model the graph was exported from (the record says so), and the graph's logits are still
+    checked against the masked original's. Before, the export stopped with an AttributeError (exit 3)."""
+    from helpers.extras import needs
+
+    needs("onnx", "onnxruntime", "onnxscript", extra="onnx")
+    import onnxruntime
+
+    lm = wrap_model(family_model(model_type, len(tokenizer), seed=2), tokenizer, name=f"tiny-{model_type}")
+    heads = parse_heads(HEADS)
+    record = export(lm, heads, format="onnx", verify_task=choice_task(), out=tmp_path / "o")
+    task = record.verification.task
+    assert task.measured_on.startswith("the torch model the ONNX graph was exported from") and task.disagreements == 0
+    session = onnxruntime.InferenceSession(str(tmp_path / "o" / "model.onnx"))
+    got = torch.from_numpy(np.asarray(session.run(None, {"input_ids": IDS.numpy(), "attention_mask": MASK.numpy()})[0]))
+    with ablated(lm, heads):
+        want = _outputs(lm.model)
+    torch.testing.assert_close(got[MASK.bool()], want, atol=1e-4, rtol=1e-4)

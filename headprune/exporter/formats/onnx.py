@@ -116,10 +116,14 @@ class Onnx(ExportFormat):
         exported = LoadedModel(str(staging), staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
                                lm.model_class)
         measured_on = "onnxruntime"
-        if scorer_for(job.task, lm).generates:
-            # Decoding needs generate(); the ONNX graph is the sliced model's logits.
+        scorer = scorer_for(job.task, lm)
+        # Decoding needs generate(), and an encoder's choice task its hidden states; the ONNX graph gives the
+        # sliced model's logits (checked against the masked original's all the same).
+        why = ("decoding" if scorer.generates else "the task reads hidden states, the graph gives logits"
+               if scorer.readout == "pooled" and self.output != "last_hidden_state" else "")
+        if why:
             exported = LoadedModel("sliced", staging, artifact, lm.tokenizer, lm.adapter, lm.grid, lm.model_class)
-            measured_on = "the torch model the ONNX graph was exported from (decoding)"
+            measured_on = f"the torch model the ONNX graph was exported from ({why})"
         return Written(exported, runner, artifact, measured_on)  # the graph's weights are the artifact's
 
     def runtime_check(self, job: Job, written: Written) -> tuple[Any, Any]:
