@@ -41,24 +41,22 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: rule "check" reads scripts.admission
 from headprune.search.find_result import FindSettings  # noqa: E402
 from headprune.search.compress_simulation import run_compress  # noqa: E402
-from headprune.search.simulation import RULES, Outcome, run_improve, run_masked  # noqa: E402
+from headprune.search.simulation import FAMILIES, RULES, Outcome, family, run_improve, run_masked  # noqa: E402
 
 FLIPS = (0.001, 0.003, 0.01, 0.03, 0.05)
 SIZES = {"2000/1000": (2000, 1000, (0.008, 0.002)), "150/300": (150, 300, (0.078, 0.003))}
 SEARCHES = {"defaults": {}, "extend 0": {"extend": 0}, "extend 2": {"extend": 2},
             "main job": {"nominees": 3, "max_heads": 2, "finalists": 2}}
-REALS = ("0", "1", "2", "pair", "2 exclusive")  # real heads, an interacting pair, or 2 real heads among exact nulls
+REALS = FAMILIES  # real heads, an interacting pair, 2 real heads among exact nulls, or two acting only together
 EXCLUSIVE_MAX_FLIP = 0.03
 
 
 def run_cell(size: str, reals: str, flip: float, search: str, rule: str, runs: int) -> list[Outcome]:
     """``runs`` simulated find runs of one cell, seeds 0..runs-1 (the same models for every rule)."""
     discovery, heldout, effect = SIZES[size]
-    kind: dict = ({"partners": [(effect, effect)]} if reals == "pair" else
-                  {"real": [effect] * 2, "exclusive": True} if reals == "2 exclusive" else
-                  {"real": [effect] * int(reals)})
     return [run_improve(seed, flip=flip, discovery=discovery, heldout=heldout, rule=rule,
-                        settings=FindSettings(seed=seed, **SEARCHES[search]), **kind) for seed in range(runs)]
+                        settings=FindSettings(seed=seed, **SEARCHES[search]), **family(reals, effect, flip))
+            for seed in range(runs)]
 
 
 def figures(out: Sequence[Outcome], reals: str) -> dict:

@@ -6,8 +6,12 @@ exact-null family and the masked family. A measurement, not find's rule: each de
 
 Designs (``--designs``, comma-separated):
 
-- ``parts`` (find's): membership on the check half and all of held-out; the kept set T tested on held-out at its
-  Bonferroni part of the proposal's share (exact, but T's test reads the examples that chose it).
+- ``find``: find's rule now (``headprune.search.selection``: the fixed sequence below, ordered by each head's own
+  or within-S gain and started with a block of the heads that improve the task only together, the two branches at
+  half of alpha each; the ``sequence`` designs start with one head). The rule of parts these designs were measured against
+  (membership on the check half and all of held-out; the kept set T tested on held-out at its Bonferroni part of the
+  proposal's share: exact, but T's test reads the examples that chose it) was find's up to commit 79e78db, where
+  this script's ``parts`` reproduces its figures in docs/find.md.
 - ``reserve-F[-W]``: a share F of held-out, drawn at random before any held-out number is read, is reserved;
   membership reads the check half and the rest of held-out. T = S: S's exact test on all of held-out at W (default
   0.5) of the proposal's share; T cut down: T's exact test on the reserve alone at the rest (fresh). ``W`` = ``R``:
@@ -24,10 +28,11 @@ Designs (``--designs``, comma-separated):
   then reads the data its share was chosen on) / ``search`` (two of its heads help alone on the search half) /
   ``proposal``; ``ship`` = ``2`` (a prefix of two heads or more) / ``1`` (P_1 alone is a confirmed single head).
 
-    python scripts/selection_designs.py [--runs 1000] [--designs parts,reserve-0.33,sequence:order=single]
+    python scripts/selection_designs.py [--runs 1000] [--designs find,reserve-0.33,sequence:order=single]
         [--cells "150/300 2 real,2000/1000 2 real,n:2000/1000:0.003:1,masked"] [--json FILE]
 
-Cells: the named ones in :data:`CELLS` (null heads flipping 0.3%), ``n:SIZE:FLIP:REALS`` (REALS real heads among
+Cells: the named ones in :data:`CELLS` (null heads flipping 0.3%; ``together``: two heads that improve the task
+only together, ``headprune.search.simulation.family``), ``n:SIZE:FLIP:REALS`` (REALS real heads among
 null heads flipping FLIP) and ``masked`` (``run_masked``: the held-out stage alone, no discovery stages, so the
 sequence there keeps the membership order). docs/find.md ("Designs measured for a fresh test") has the figures.
 """
@@ -54,22 +59,28 @@ from headprune.search.binomial import upper_tail  # noqa: E402
 from headprune.search.find_result import FindSettings  # noqa: E402
 from headprune.search.membership import Proposal, contributions, heldout_counts, kept, needed  # noqa: E402
 from headprune.search.parsimony import HeadSet, counts  # noqa: E402
+from headprune.search.sequence import gain_order, hypotheses, increments, prefixes, reached, run  # noqa: E402
 from headprune.search.stats import test_size, verdict  # noqa: E402
 
+FAVOURED_SHARE = 0.9  # the rule of parts (find's before the sequence): of alpha, for the favoured candidate
 SHARE_S = 0.5  # reserve designs: of the proposal's share, for S's own test (T = S); T's on the reserve: the rest
 _STAGES: list = []  # the running find's stages (sequence designs read the check half's prefixes on discovery)
 
 
 def _chosen(heads: HeadSet, test, proposal: Proposal | None, single: Head, base, alpha: float,
             sizes: tuple[int, int], kept_heads: HeadSet = ()) -> selection.Chosen:
-    record = selection.Selection(tuple(map(str, proposal.heads)) if proposal else (), str(single), "proposal",
-                                 proposal.support if proposal else 0, (), tuple(map(str, kept_heads)), (),
-                                 "proposal" if test.confirmed else "none", alpha, "accuracy", sizes[0], sizes[1],
-                                 base.n)
+    record = selection.Selection(tuple(map(str, proposal.heads)) if proposal else (), str(single), (),
+                                 tuple(map(str, kept_heads)), (), "proposal" if test.confirmed else "none", alpha,
+                                 "accuracy", sizes[0], sizes[1], base.n)
     return selection.Chosen(heads, test, record)
 
 
-def _branches(proposal: Proposal | None, favour: str = "check", favoured_share: float = selection.FAVOURED_SHARE,
+def _support(proposal: Proposal, helps: float = 0.3) -> int:
+    """The rule of parts' look at the check half: heads of S whose drop-one p there is at most ``helps``."""
+    return sum(b > c and upper_tail(b, b + c) <= helps for b, c in proposal.check)
+
+
+def _branches(proposal: Proposal | None, favour: str = "check", favoured_share: float = FAVOURED_SHARE,
               helps: float = 0.3) -> tuple[str, float, float]:
     """``favour``: ``check`` (find's: the proposal when two of its heads help on the check half), ``proposal``
     (always, where there is one), or ``search`` (two of its heads help alone on the search half)."""
@@ -81,7 +92,7 @@ def _branches(proposal: Proposal | None, favour: str = "check", favoured_share: 
     elif favour == "proposal":
         favoured = "proposal" if proposal is not None else "single"
     else:
-        favoured = "proposal" if proposal is not None and proposal.support >= 2 else "single"
+        favoured = "proposal" if proposal is not None and _support(proposal) >= 2 else "single"
     share = favoured_share if proposal is not None else 1.0
     return favoured, (share if favoured == "proposal" else 1 - share), (share if favoured == "single" else 1 - share)
 
@@ -93,20 +104,6 @@ def _primary(verdicts: dict, favoured: str) -> str:
         if candidate in verdicts and verdicts[candidate][1].confirmed:
             return candidate
     return favoured if favoured in verdicts else "single"
-
-
-def _tested_order(favoured: str, p_share: float, s_share: float) -> list[tuple[str, float]]:
-    """The two branches with their shares, the favoured one tested first."""
-    branches = [("proposal", p_share), ("single", s_share)]
-    return branches if favoured == "proposal" else branches[::-1]
-
-
-def _single_test(verdicts: dict, single: Head, results: dict, base, alpha: float, share: float) -> float:  # noqa: ANN001
-    """The single head's exact test at ``share`` into ``verdicts``; the share it passes on (all of it when it
-    rejected, else nothing)."""
-    test = replace(verdict(base.correct, results[(single,)].correct, alpha=alpha), share=share)
-    verdicts["single"] = (single,), test
-    return share if test.confirmed else 0.0
 
 
 def reserve_select(fraction: float, share_s: float | None = SHARE_S) -> Callable:
@@ -126,12 +123,16 @@ def reserve_select(fraction: float, share_s: float | None = SHARE_S) -> Callable
             if trimmed and trimmed not in results:
                 results[trimmed] = heldout([trimmed])[0]
         favoured, p_share, s_share = _branches(proposal)
+        order = [("proposal", p_share), ("single", s_share)] if favoured == "proposal" else \
+            [("single", s_share), ("proposal", p_share)]
         verdicts, carried = {}, 0.0
-        for candidate, share in _tested_order(favoured, p_share, s_share):
+        for candidate, share in order:
             share += carried
             carried = 0.0
             if candidate == "single":
-                carried = _single_test(verdicts, single, results, base, alpha, share)
+                test = replace(verdict(base.correct, results[(single,)].correct, alpha=alpha), share=share)
+                verdicts["single"] = (single,), test
+                carried = share if test.confirmed else 0.0
                 continue
             if proposal is None or len(trimmed) < 2:
                 continue
@@ -151,7 +152,7 @@ def reserve_select(fraction: float, share_s: float | None = SHARE_S) -> Callable
 
 
 def sequence_select(*, check: bool = True, side: str = "two", show_kept: bool = False, order_by: str = "drop",
-                    favour: str = "check", ship_from: int = 2, favoured_share: float = selection.FAVOURED_SHARE,
+                    favour: str = "check", ship_from: int = 2, favoured_share: float = FAVOURED_SHARE,
                     helps: float = 0.3) -> Callable:
     """Fixed-sequence increments over the proposal's prefixes (see the module docstring). ``side``: ``two`` tests
     each increment one-sided at half the level (so a confirmed set's claim is at alpha/2), ``one`` at the level.
@@ -162,40 +163,40 @@ def sequence_select(*, check: bool = True, side: str = "two", show_kept: bool = 
         stages = _STAGES[-1] if _STAGES else None
         if order and order_by != "drop" and stages is not None:
             order = _order(stages, order, order_by, measure, tolerance)
-        prefixes = [tuple(sorted(order[:j])) for j in range(1, len(order) + 1)]
-        sets = list(dict.fromkeys([(single,), *prefixes, *(needed(proposal.heads) if show_kept and proposal else [])]))
+        prefixes_ = prefixes(order)
+        sets = list(dict.fromkeys([(single,), *prefixes_, *(needed(proposal.heads) if show_kept and proposal else [])]))
         results = dict(zip(sets, heldout(sets)))
         disc = {}
-        if check and prefixes and stages is not None:
-            disc = dict(zip(prefixes, stages.conditions.many("discovery", prefixes, "")))
+        if check and prefixes_ and stages is not None:
+            disc = dict(zip(prefixes_, stages.conditions.many("discovery", prefixes_, "")))
         favoured, p_share, s_share = _branches(proposal, favour, favoured_share, helps)
+        order_ = [("proposal", p_share), ("single", s_share)] if favoured == "proposal" else \
+            [("single", s_share), ("proposal", p_share)]
         verdicts, carried, shipped = {}, 0.0, ()
-        for candidate, share in _tested_order(favoured, p_share, s_share):
+        for candidate, share in order_:
             share += carried
             carried = 0.0
             if candidate == "single":
-                carried = _single_test(verdicts, single, results, base, alpha, share)
+                test = replace(verdict(base.correct, results[(single,)].correct, alpha=alpha), share=share)
+                verdicts["single"] = (single,), test
+                carried = share if test.confirmed else 0.0
                 continue
             if proposal is None:
                 continue
             level = test_size(alpha, share) / (2 if side == "two" else 1)
-            passed, before = 0, None
-            for j, prefix in enumerate(prefixes):
-                after = results[prefix]
-                b, c = counts(after, base if before is None else results[before], measure, tolerance)
-                if disc:
-                    cb, cc = counts(disc[prefix], stages.base["discovery"] if before is None else disc[before],
-                                    measure, tolerance, stages.folds.check)
-                    b, c = b + cb, c + cc
-                if not (b > c and upper_tail(b, b + c) <= level):
-                    break
-                passed, before = j + 1, prefix
+            # find's fixed sequence (headprune.search.sequence), over this design's order, with or without the
+            # check half's increments
+            hyps = hypotheses(order, 1)  # started with one head, find's before its block
+            on_heldout = increments(hyps, results, base, measure=measure, tolerance=tolerance)
+            on_check = (increments(hyps, disc, stages.base["discovery"], measure=measure, tolerance=tolerance,
+                                   mask=stages.folds.check) if disc else ((0, 0),) * len(hyps))
+            passed = reached(run(hyps, on_check, on_heldout, level=level))
             if passed >= ship_from:  # ship_from 1: a prefix of one head is a confirmed single head
-                shipped = prefixes[passed - 1]
+                shipped = prefixes_[passed - 1]
                 test = replace(verdict(base.correct, results[shipped].correct, alpha=alpha), share=share)
                 # The claim is the sequence's: mark it confirmed through the counts the sequence tested.
                 verdicts["proposal"] = shipped, _Confirmed(test, True)
-                carried = share if passed == len(prefixes) else 0.0
+                carried = share if passed == len(prefixes_) else 0.0
         pick = next((c for c in ("proposal", "single") if c in verdicts and verdicts[c][1].confirmed), "single")
         heads, test = verdicts[pick]
         if show_kept and not test.confirmed and proposal is not None and favoured == "proposal":
@@ -213,12 +214,13 @@ def _order(stages, heads: list, how: str, measure: str, tolerance: float) -> lis
     """The proposal's heads ordered on the search half alone: ``single`` by each head's own net gain there,
     ``greedy`` by forward selection (the best head alone, then the best addition to it, ...)."""
     search, base = stages.folds.search, stages.base["discovery"]
+    if how == "single":  # find's order (headprune.search.sequence.gain_order)
+        alone = stages.conditions.many("discovery", [(h,) for h in heads], "")
+        return list(gain_order(heads, alone, base, search=search, measure=measure, tolerance=tolerance))
     def net(heads, prior) -> tuple:
         now = stages.conditions.many("discovery", [tuple(sorted(heads))], "")[0]
         b, c = counts(now, prior, measure, tolerance, search)
         return -(b - c), c, str(heads[-1])
-    if how == "single":
-        return sorted(heads, key=lambda h: net([h], base))
     chosen, prior, left = [], base, list(heads)
     while left:
         best = min(left, key=lambda h: net(chosen + [h], prior))
@@ -239,7 +241,7 @@ class _Confirmed:
 
 
 def design(name: str) -> Callable | None:
-    if name == "parts":
+    if name == "find":
         return None
     if name.startswith("reserve-"):
         fields = name.split("-")[1:]
@@ -250,7 +252,7 @@ def design(name: str) -> Callable | None:
         return sequence_select(check=kw.get("check", "1") == "1", side=kw.get("side", "two"),
                                show_kept=kw.get("show", "single") == "kept", order_by=kw.get("order", "drop"),
                                favour=kw.get("fav", "check"), ship_from=int(kw.get("ship", "2")),
-                               favoured_share=float(kw.get("share", selection.FAVOURED_SHARE)),
+                               favoured_share=float(kw.get("share", FAVOURED_SHARE)),
                                helps=float(kw.get("helps", 0.3)))
     raise ValueError(name)
 
@@ -274,13 +276,16 @@ def _with(select: Callable | None, run: Callable) -> object:
 
 CELLS = {"150/300 2 real": (150, 300, (0.078, 0.003), {}), "2000/1000 2 real": (2000, 1000, (0.008, 0.002), {}),
          "150/300 2 exclusive": (150, 300, (0.078, 0.003), {"exclusive": True}),
-         "2000/1000 2 exclusive": (2000, 1000, (0.008, 0.002), {"exclusive": True})}
+         "2000/1000 2 exclusive": (2000, 1000, (0.008, 0.002), {"exclusive": True}),
+         "150/300 together": (150, 300, (0.078, 0.003), {"together": True}),
+         "2000/1000 together": (2000, 1000, (0.008, 0.002), {"together": True})}
 
 
 def cell(name: str, select: Callable | None, runs: int, flip: float = 0.003) -> dict:
     discovery, held, effect, extra = CELLS[name]
-    out = _with(select, lambda: [simulation.run_improve(seed, flip=flip, real=[effect] * 2, discovery=discovery,
-                                                        heldout=held, settings=FindSettings(seed=seed), **extra)
+    heads = simulation.family("together" if extra.get("together") else "2 exclusive" if extra else "2", effect, flip)
+    out = _with(select, lambda: [simulation.run_improve(seed, flip=flip, discovery=discovery, heldout=held,
+                                                        settings=FindSettings(seed=seed), **heads)
                                  for seed in range(runs)])
     return _figures(out)
 
@@ -318,7 +323,7 @@ def shown(row: dict, runs: int) -> dict:
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--designs", default="parts,reserve-0.33,sequence:order=single:show=kept:fav=search")
+    parser.add_argument("--designs", default="find,reserve-0.33,sequence:order=single:show=kept:fav=search")
     parser.add_argument("--cells", default=",".join(CELLS) + ",masked")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)

@@ -44,7 +44,7 @@ def test_a_result_of_0_2_reads_and_renders() -> None:
 def test_version_1_result_reads_into_typed_records() -> None:
     raw = json.loads((V1 / "result.json").read_text())
     result = FindResult.load(V1 / "result.json")
-    assert raw["schema_version"] == 1 and result.schema_version == 4
+    assert raw["schema_version"] == 1 and result.schema_version == 5
     assert list(result.finalists[0].heads) == raw["verdict"]["heads"] == ["L0.H0"]
     assert result.verdict.p_value == raw["verdict"]["p_value"] and result.confirmed == raw["verdict"]["confirmed"]
     # The stored bootstrap interval is gone; the interval shown is recomputed from the counts and agrees with p.
@@ -76,7 +76,7 @@ def test_version_2_export_record_reads_with_the_runtime_checks_file_type(tmp_pat
     folder.mkdir()
     shutil.copy(V2 / RECORD_NAME, folder / RECORD_NAME)
     record = read_record(folder)
-    assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 5
+    assert raw["schema_version"] == 2 and record.schema_version == SCHEMA_VERSION == 6
     typed, info = raw["gguf"]["typed_runtime"], Gguf.details(record)
     assert typed["gguf_type"] == "q8_0" and info.typed_runtime.file_type == "q8_0"  # not the default f32
     assert info.runtime.file_type == raw["gguf"]["runtime"]["gguf_type"] == "f32"
@@ -96,7 +96,7 @@ def test_version_3_export_record_upgrades_to_the_same_values_card_and_summary(tm
     folder.mkdir()
     shutil.copy(V3 / RECORD_NAME, folder / RECORD_NAME)
     record = read_record(folder)
-    assert raw["schema_version"] == 3 and raw["format"] == "gguf" and record.schema_version == 5
+    assert raw["schema_version"] == 3 and raw["format"] == "gguf" and record.schema_version == 6
     # The quantized check (added later) reads as absent.
     assert record.format_details == raw["gguf"]
     assert to_json(Gguf.details(record)) == {**raw["gguf"], "quantized": None, "size": None}
@@ -128,5 +128,5 @@ def test_a_result_of_version_3_reads_with_its_gate() -> None:
     assert FindResult.from_dict(data).confirmed  # without a gate, as 0.2 wrote it
     verdict["gate"] = {"heads": ["L0.H0", "L0.H2"], "rescued": 9, "damaged": 8, "p_value": 1.0}
     result = FindResult.from_dict(data)
-    assert result.schema_version == 4 and result.verdict.gate.heads == ("L0.H0", "L0.H2")
+    assert result.schema_version == 5 and result.verdict.gate.heads == ("L0.H0", "L0.H2")
     assert not result.confirmed and not result.verdict.selected

@@ -131,13 +131,18 @@ def render_card(record: ExportRecord) -> str:
         else:
             gate = "" if v.gate is None else (f" and the set it was cut down from ({', '.join(v.gate.heads)}) "
                                               f"passes the same test (p = {v.gate.p_value:.3g})")
-            chosen = (" Its heads were kept from the proposed set by held-out tests, so these held-out numbers are an "
+            chosen = (" Its heads were chosen from the proposed set by held-out tests, so these held-out numbers are an "
                       "exploratory estimate (they read the examples that chose the heads); the test's level allows "
                       "for that choice." if v.selected else "")
+            test = (f"exact McNemar test p = {v.p_value:.3g}, confirmed when p < {v.size:g} and the gain is "
+                    f"positive{gate}")
+            if v.steps:  # the claim is the proposal's fixed sequence: each head adds to the heads before it
+                test = (f"the set's own exact McNemar p = {v.p_value:.3g}; its claim is a fixed sequence of "
+                        f"{len(v.steps)} exact one-sided tests on the check half and held-out, each head against the "
+                        f"heads before it, each at level {v.steps[0].level:g}, confirmed when every one rejects")
             lines.append(f"Discovery-selected set, tested on {v.n} held-out examples the search never saw: {numbers}, "
-                         f"exact McNemar test p = {v.p_value:.3g}, confirmed when p < {v.size:g} and the gain is "
-                         f"positive{gate}): " + ("**confirmed**." if v.confirmed
-                                                 else "**not confirmed** (no improvement is claimed).") + chosen)
+                         f"{test}): " + ("**confirmed**." if v.confirmed
+                                         else "**not confirmed** (no improvement is claimed).") + chosen)
         lines += _guard_lines(record.origin) + _shrink_lines(record.origin)
         lines.append(_metadata_note(record))
     lines += ["", "## How to load", ""] + format_class(record.format).card_usage(record)

@@ -23,7 +23,7 @@ from headprune.surgery.plan import LayerPlan
 RECORD_NAME = "headprune_export.json"
 # 3: RuntimeCheck.gguf_type became file_type (it holds ONNX's file type too); 4: the GGUF-only field "gguf" became
 # "format_details", each format's own (GGUF's: formats.gguf.GgufInfo).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -308,4 +308,10 @@ def _upgrade_v4(data: dict) -> dict:
     return {**data, "schema_version": 5}
 
 
-_UPGRADES = {2: _upgrade_v2, 3: _upgrade_v3, 4: _upgrade_v4}  # schema version -> the step to the next one
+def _upgrade_v5(data: dict) -> dict:
+    """Version 5 to 6: the find verdict may be confirmed by the proposal's fixed sequence (``steps``), which an
+    older headprune would ignore, judging the set by its own test; a version 5 verdict has no steps."""
+    return {**data, "schema_version": 6}
+
+
+_UPGRADES = {2: _upgrade_v2, 3: _upgrade_v3, 4: _upgrade_v4, 5: _upgrade_v5}  # schema version -> the step to the next one

@@ -7,7 +7,9 @@ Version 1 files (headprune before typed records) and version 2 (0.2: heads admit
 older headprune would misread (a primary set tested at a share of alpha, or behind a gate), so it refuses them.
 Version 4 tests a kept set at its part of the proposal's share and marks its estimate exploratory
 (``Verdict.selected``), which a headprune reading version 3 would drop; version 3 files are read as they were
-(their cut-down sets behind the proposal's gate).
+(their cut-down sets behind the proposal's gate). Version 5 confirms a set of several heads by the proposal's fixed
+sequence of increments (``Verdict.steps``, ``Selection.steps``), not by the set's own test, which a headprune
+reading version 4 would take for the claim; version 4 files are read as they were.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from headprune.search.settings import FindSettings
 from headprune.search.shrink_record import Shrink
 from headprune.search.stats import NonInferiority, Verdict
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 RESULT_NAME = "result.json"
 
 
@@ -275,7 +277,7 @@ class FindResult:
         version = data.get("schema_version")
         if version == 1:
             data = _upgrade_v1(data)
-        elif version in (2, 3):  # 0.2: without the selection; 3: without parts and selected estimates
+        elif version in (2, 3, 4):  # 0.2: no selection; 3: no parts, no selected estimates; 4: no sequence
             data = {**data, "schema_version": SCHEMA_VERSION}
         elif version != SCHEMA_VERSION:
             raise ResultFileError(f"unsupported result schema version {version!r} "

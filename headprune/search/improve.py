@@ -3,9 +3,10 @@
 After the shared baseline and screen (``headprune.search.stages``), discovery is split into a search half and a
 check half (``headprune.search.folds``). On the search half: take the best M single heads as nominees, evaluate
 every subset of them of size 2..K, and grow the best set from a screen taken at it (``headprune.search.partners``);
-the best set of several heads is the **proposal**. On all of discovery: the best single head. On held-out (with the
-check half for the membership tests): which heads of the proposal stay, and which candidate is the primary set,
-at level alpha after selection (``headprune.search.selection``). Then the finalists: the primary set first, the
+the best set of several heads is the **proposal**, with the order of its fixed sequence (each head's gain on
+the search half) and its prefixes' increments on the check half. On all of discovery: the best single head. On
+held-out (with the check half): the sequence's increments, the single head's test and the membership tests of the
+proposal's heads, at level alpha after selection (``headprune.search.selection``). Then the finalists: the primary set first, the
 other candidates and the best remaining sets after it, exploratory.
 """
 
@@ -29,6 +30,7 @@ from headprune.search.parsimony import HeadSet
 from headprune.search.partners import extend
 from headprune.search.protocol import reconfirm
 from headprune.search.selection import Chosen, select
+from headprune.search.sequence import prefixes, reached, sets_read
 from headprune.search.split import Inputs
 from headprune.search.stages import Evaluated, Screened, Stages, single_order
 
@@ -107,12 +109,14 @@ def choose(stages: Stages) -> Choice:
         if several:
             heads = (guard.choose(sorted(several, key=stages.search_rank), "proposal") if guard is not None
                      else min(several, key=stages.search_rank))
-            sets = needed(heads)
-            results = stages.results(sets, "membership")
-            evaluated.update({s: compare(stages.base["discovery"], r) for s, r in zip(sets, results)
-                              if s not in evaluated})
-            proposal = propose(heads, results, search=folds.search, check=folds.check, measure=measure,
-                               tolerance=slack)
+            def discovery(sets: list[HeadSet]) -> list:
+                results = stages.results(sets, "membership")
+                evaluated.update({s: compare(stages.base["discovery"], r) for s, r in zip(sets, results)
+                                  if s not in evaluated})
+                return results
+
+            proposal = propose(heads, discovery, stages.base["discovery"], search=folds.search, check=folds.check,
+                               measure=measure, tolerance=slack)
     return Choice(screened, prescreen, nominees, evaluated, proposal, single, measure, slack, guard)
 
 
@@ -125,17 +129,20 @@ def choose_on_heldout(stages: Stages, choice: Choice) -> Chosen:
                         stages.base["heldout"], alpha=stages.settings.alpha, measure=choice.measure,
                         tolerance=choice.tolerance, sizes=stages.folds.sizes)
     record = chosen.selection
-    log.info("proposal %s (search half), single %s; %s favoured (%d of its heads help on the check half); "
-             "kept %s on the check half and held-out (%d examples)", ",".join(record.proposal) or "none",
-             record.single, record.favoured, record.support, ",".join(record.kept) or "none",
+    log.info("proposal %s (search half), single %s; the sequence %s reached %d of its prefixes, kept %s on the "
+             "check half and held-out (%d examples)", ",".join(record.proposal) or "none", record.single,
+             ",".join(record.sequence) or "none", reached(record.steps), ",".join(record.kept) or "none",
              record.check + record.heldout)
     return chosen
 
 
 def frozen_sets(stages: Stages, choice: Choice) -> list[HeadSet]:
     """Every set discovery fixes before held-out is read: the proposal and each of it without one head (what the
-    membership tests read), the single head, and the best other sets by search-half rank, up to ``finalists``."""
-    fixed = ([*needed(choice.proposal.heads)] if choice.proposal is not None else []) + [(choice.single,)]
+    membership tests read), its sequence's prefixes and its block without each of its heads, the single head, and the
+    best other sets by search-half rank, up to ``finalists``."""
+    proposal = choice.proposal
+    fixed = ([*needed(proposal.heads), *prefixes(proposal.sequence), *sets_read(proposal.sequence, proposal.block)]
+             if proposal is not None else []) + [(choice.single,)]
     ranked = sorted(choice.evaluated, key=stages.search_rank)[: stages.settings.finalists]
     return list(dict.fromkeys([*fixed, *ranked]))
 
@@ -155,9 +162,15 @@ def announce_cost(stages: Stages) -> None:
     screen = settings.candidates if settings.screen != "exact" else stages.lm.grid.total
     joint_sets = expected_joint_evaluations(min(settings.nominees, screen), settings.max_heads)
     extend = settings.extend * 2 * settings.nominees  # the partners scored at the best set, per step
-    membership = 1 + settings.max_heads + settings.extend  # the proposal and each of it without one head
-    # Held-out: the membership sets, the single head and the finalists; each finalist on each control.
-    finals = membership + 1 + settings.finalists + settings.finalists * len(conditions.control_names)
+    # The proposal and each of it without one head; its sequence's prefixes between its first head and itself, and
+    # its block without each of its heads where that is no prefix (at most size - 2 of each); its heads alone where
+    # the screen did not evaluate them (the sequence's order).
+    size = settings.max_heads + settings.extend
+    membership = 1 + size + 2 * max(0, size - 2) + (size if settings.screen != "exact" else 0)
+    # Held-out: the membership sets, the prefixes but the whole set, the block's other sets, the single head and the
+    # finalists; each finalist on each control.
+    finals = (1 + size + (size - 1) + max(0, size - 2) + 1 + settings.finalists
+              + settings.finalists * len(conditions.control_names))
     planned = (f"{screen} screen, {joint_sets} joint, {extend} extend, {membership} membership and {finals} "
                f"held-out/control conditions at most")
     if stages.guards:  # checked on discovery (each set and, where it breaks one, its heads), then the finalists

@@ -195,6 +195,23 @@ class Outcome:
         return self.confirmed and (any(h not in self.real for h in self.primary) or self.gain <= 0)
 
 
+FAMILIES = ("0", "1", "2", "pair", "2 exclusive", "together")  # the grid's models, by their heads with an effect
+
+
+def family(name: str, effect: Rates, flip: float) -> dict:
+    """:func:`run_improve`'s keyword arguments for a family of :data:`FAMILIES`, real heads of ``effect``: ``0``-``2``
+    real heads; ``pair``, an interacting pair (a real head and a partner that helps only once it is removed, by as
+    much again); ``2 exclusive``, two real heads among exact nulls; ``together``, two heads that improve the task
+    only together (each alone a null head flipping ``flip``; together as much as two real heads)."""
+    if name == "pair":
+        return {"partners": [(effect, effect)]}
+    if name == "2 exclusive":
+        return {"real": [effect] * 2, "exclusive": True}
+    if name == "together":
+        return {"partners": [((flip / 2, flip / 2), (2 * effect[0], 2 * effect[1]))]}
+    return {"real": [effect] * int(name)}
+
+
 def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), partners: Sequence[tuple[Rates, Rates]] = (),
                 layers: int = 2, heads: int = 9, discovery: int = 2000, heldout: int = 1000, accuracy: float = 0.6,
                 settings: FindSettings | None = None, rule: str = "heldout", exclusive: bool = False) -> Outcome:
@@ -270,7 +287,7 @@ def run_masked(seed: int, *, flip: float = 0.003, discovery: int = 2000, heldout
     Every head also flips ``flip`` of the answers at random. A confirmed {C, D} is a false confirmation; ``real``
     lists A, B, C and D (each has an effect within S)."""
     from headprune.search.folds import Folds
-    from headprune.search.membership import needed, propose
+    from headprune.search.membership import propose
     from headprune.search.selection import select
 
     rng = np.random.default_rng(seed)
@@ -283,8 +300,8 @@ def run_masked(seed: int, *, flip: float = 0.003, discovery: int = 2000, heldout
     conditions = CountsConditions(splits, grid)
     heads = tuple(Head(0, i) for i in (a, b, c, d))
     folds = Folds.halves(discovery, seed)
-    proposal = propose(heads, conditions.many("discovery", needed(heads), ""), search=folds.search,
-                       check=folds.check, measure="accuracy", tolerance=0.0)
+    proposal = propose(heads, lambda sets: conditions.many("discovery", sets, ""), splits["discovery"].result(()),
+                       search=folds.search, check=folds.check, measure="accuracy", tolerance=0.0)
     base = splits["heldout"].result(())
     chosen = select(proposal, Head(0, a), lambda sets: conditions.many("heldout", sets, ""), base, alpha=alpha,
                     measure="accuracy", tolerance=0.0, sizes=folds.sizes)
@@ -293,5 +310,5 @@ def run_masked(seed: int, *, flip: float = 0.003, discovery: int = 2000, heldout
                                                                                 groups=groups))
 
 
-__all__ = ["MASKED", "RULES", "CountsConditions", "CountsModel", "CountsResult", "CountsSplit", "Outcome",
-           "run_improve", "run_masked", "true_change"]
+__all__ = ["FAMILIES", "MASKED", "RULES", "CountsConditions", "CountsModel", "CountsResult", "CountsSplit", "Outcome",
+           "family", "run_improve", "run_masked", "true_change"]

@@ -67,6 +67,36 @@ class Gate:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One increment of the proposal's fixed sequence (``headprune.search.sequence``): the prefix P_j against
+    P_(j-1) (the intact model for j = 1), b and c counted on the check half and held-out, the one-sided exact sign
+    test's p, and the level it was tested at; it rejects when ``b > c`` and ``p <= level``."""
+
+    prefix: tuple[str, ...]
+    added: str
+    check_rescued: int
+    check_damaged: int
+    heldout_rescued: int
+    heldout_damaged: int
+    p_value: float
+    level: float
+
+    _derived = ("rescued", "damaged", "rejected")
+
+    @property
+    def rescued(self) -> int:
+        return self.check_rescued + self.heldout_rescued
+
+    @property
+    def damaged(self) -> int:
+        return self.check_damaged + self.heldout_damaged
+
+    @property
+    def rejected(self) -> bool:
+        return self.rescued > self.damaged and self.p_value <= self.level
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The held-out test of one head set: the paired accuracy change, the exact McNemar test and its interval.
 
@@ -87,8 +117,13 @@ class Verdict:
     discovery), and so is its interval (simultaneous over those subsets); but its point estimate reads the examples
     that chose it, so it runs high and is shown as exploratory.
 
-    ``interval`` is :func:`headprune.search.score.paired_interval` at ``alpha * share / family``: it lies above 0
-    exactly when the set's own test rejects (or, for an exploratory set, it is significant after adjustment),
+    ``steps``: a set of several heads shipped by the proposal's fixed sequence (``headprune.search.sequence``,
+    files of schema 5): its claim is the sequence's, confirmed exactly when every step rejected (each head adds to
+    the heads before it), not the set's own McNemar test, which is shown beside it; its interval is simultaneous
+    over the prefixes the sequence could have shipped (``family``).
+
+    ``interval`` is :func:`headprune.search.score.paired_interval` at ``alpha * share / family``: without
+    ``steps``, it lies above 0 exactly when the set's own test rejects (or, for an exploratory set, it is significant after adjustment),
     contains 0 exactly when the test does not reject, and is recomputed from the counts, so a result file written
     with the percentile bootstrap interval of earlier versions is shown with this one when it is read.
     """
@@ -106,6 +141,7 @@ class Verdict:
     share: float = 1.0  # of alpha, for the primary set's test (headprune.search.selection)
     gate: Gate | None = None  # files of 0.3's first rule: the proposal's own test, which a cut-down set passed too
     selected: bool = False  # a set cut down from the proposal by held-out tests: its estimate is exploratory
+    steps: tuple[Step, ...] = ()  # schema 5: the fixed sequence whose rejections are the claim (none: own test)
 
     _derived = ("difference", "confirmed", "test", "level", "interval")
 
@@ -120,6 +156,8 @@ class Verdict:
 
     @property
     def confirmed(self) -> bool:
+        if self.steps:  # the sequence's claim: every increment up to this set rejected
+            return self.role == "primary" and all(step.rejected for step in self.steps)
         return (self.role == "primary" and self.rescued > self.damaged and self.p_value < self.size
                 and (self.gate is None or self.gate.passes(self.size)))
 
@@ -219,5 +257,5 @@ def non_inferiority(before: np.ndarray, after: np.ndarray, *, margin: float, rem
                           removed, alpha)
 
 
-__all__ = ["IMPROVEMENT_TEST", "Gate", "NonInferiority", "Verdict", "exploratory", "holm",
+__all__ = ["IMPROVEMENT_TEST", "Gate", "NonInferiority", "Step", "Verdict", "exploratory", "holm",
            "non_inferiority", "spearman", "test_size", "verdict"]

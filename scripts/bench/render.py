@@ -89,11 +89,14 @@ def passengers(record: dict[str, Any], view: str = "defaults") -> str:
                 cells = [r for r in rows if r["size"] == size and r["search"] == search]
                 two = next(r for r in cells if r["real"] == "2" and r["flip"] == 0.003)
                 pair_ = next(r for r in cells if r["real"] == "pair" and r["flip"] == 0.003)
+                together = next((r for r in cells if r["real"] == "together" and r["flip"] == 0.003), None)
                 out.append([size, search, _pct(max(r[now]["passenger"] for r in cells)),
                             _pct(max(r[now]["false_confirmed"] for r in cells)), pair(two, "all_kept"),
-                            pair(two, "confirmed_all"), pair(pair_, "all_kept")])
+                            pair(two, "confirmed_all"), pair(pair_, "all_kept"),
+                            pair(together, "confirmed_all") if together else "-"])
         return _table(["discovery/held-out", "search", "passengers, worst cell", "false confirmations, worst cell",
-                       "2 real heads: both kept", "both kept, confirmed", "interacting pair: both kept"], out)
+                       "2 real heads: both kept", "both kept, confirmed", "interacting pair: both kept",
+                       "acting together: both kept, confirmed"], out)
     gain = lambda value: f"{round(value, 2) + 0.0:+.2f}"  # noqa: E731  (no "-0.00")
     search, flips = ("defaults", {0.003}) if view == "readme" else (view, None)  # readme: null heads flip 0.3%
     return _table(["discovery/held-out", "real heads", "null heads flip", "passengers", "false confirmations",
