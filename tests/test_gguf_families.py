@@ -315,19 +315,26 @@ def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, t
         llama_cpp_runtime.LlamaCpp(tmp_path / "x.gguf", n_ctx=32)
 
 
-def test_gpt_neox_sequential_tied_and_fully_rotated_runs_in_llama_cpp(tokenizer, tmp_path) -> None:
-    """The other GPT-NeoX variants llama.cpp's gptneox graph computes: attention then MLP (use_parallel_residual
-    false), every head dimension rotated, and tied embeddings (the graph reads its own output matrix, so the file
-    holds one)."""
-    rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}
-    lm = _lm("gpt_neox", tokenizer, use_parallel_residual=False, tie_word_embeddings=True, rope_parameters=rope)
+_FULL_ROTATION = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}
+
+
+@pytest.mark.parametrize(("model_type", "changes", "keys"), [
+    ("gpt_neox", {"use_parallel_residual": False, "tie_word_embeddings": True, "rope_parameters": _FULL_ROTATION},
+     {"gptneox.use_parallel_residual": False, "gptneox.rope.dimension_count": 16}),
+    ("gpt2", {"tie_word_embeddings": False}, {}),
+])
+def test_gpt_variants_run_in_llama_cpp(model_type, changes, keys, tokenizer, tmp_path) -> None:
+    """The other variants llama.cpp's gpt2 and gptneox graphs compute: GPT-NeoX with attention then MLP
+    (use_parallel_residual false), every head dimension rotated and tied embeddings (the graph reads its own output
+    matrix, so the file holds one); GPT-2 with an output matrix of its own."""
+    lm = _lm(model_type, tokenizer, **changes)
     record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
     assert Gguf.details(record).runtime.mismatches == 0
     diff, effect, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf", generate_task())
-    assert effect > 1e-3 and diff <= FAMILIES["gpt_neox"].tolerance * max(1.0, scale), (diff, effect, scale)
+    assert effect > 1e-3 and diff <= FAMILIES[model_type].tolerance * max(1.0, scale), (diff, effect, scale)
     reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
     assert "output.weight" in {t.name for t in reader.tensors}
-    assert meta["gptneox.use_parallel_residual"] is False and meta["gptneox.rope.dimension_count"] == 16
+    assert all(meta[key] == value for key, value in keys.items()), {key: meta[key] for key in keys}
 
 
 def test_fused_layouts_are_the_converters() -> None:
