@@ -26,11 +26,16 @@ class GgufFamily:
     keys: Callable[[Any, Any], None] | None = None  # (gguf.GGUFWriter, config) -> None
     refuse: Callable[[Any], str | None] | None = None  # config -> what llama.cpp's graph would compute otherwise
     k_quants: bool = False  # llama.cpp's choice of K-quant tensor types is reproduced (gguf_quant) for its tensors
-    activation: str = "silu"  # the gated MLP's, as the config names it
+    activation: tuple[str, ...] = ("silu",)  # the MLP's, as the config names it (those llama.cpp's graph computes)
     norm_offset: float = 0.0  # added to every norm gain: Gemma's RMSNorm scales by (1 + w), llama.cpp's by w
     tolerance: float | None = None  # the runtime gate's, where llama.cpp's kernels round (GELU_TABLE below)
     interleaved_experts: bool = False  # GPT-OSS: experts as x @ W, gate and up columns alternating (gguf_experts)
     sliding_window: bool = False  # the config's sliding window is written, and llama.cpp's graph applies it
+    gated: bool = True  # a gated MLP without biases; else up and down projections with biases (GPT-2, NeoX)
+    rotary: bool = True  # RoPE keys are written (GPT-2 has learned positions: position_embd)
+    qkv_layout: str | None = None  # "gpt2", "neox": fused tensors llama.cpp takes in another layout (gguf_fused)
+    ffn_length: Callable[[Any], int] | None = None  # config -> the MLP's width, where not intermediate_size
+    own_output: bool = False  # the graph reads output.weight even where the embeddings are tied: written then
 
 
 def _experts(writer: Any, config: Any) -> None:
@@ -61,8 +66,30 @@ def _granite_scales(writer: Any, config: Any) -> None:
 
 
 def _layer_norm(writer: Any, config: Any) -> None:
-    """The epsilon of a LayerNorm family (OLMo's norms have no gain and a fixed 1e-5; Cohere names its own)."""
-    writer.add_layer_norm_eps(float(getattr(config, "layer_norm_eps", None) or 1e-5))
+    """The epsilon of a LayerNorm family (OLMo's norms have no gain and a fixed 1e-5; Cohere and GPT-2 name their
+    own)."""
+    eps = getattr(config, "layer_norm_eps", None) or getattr(config, "layer_norm_epsilon", None)
+    writer.add_layer_norm_eps(float(eps or 1e-5))
+
+
+def _neox(writer: Any, config: Any) -> None:
+    """GPT-NeoX (the converter's ``GPTNeoXModel``): attention and MLP in parallel or one after the other."""
+    _layer_norm(writer, config)
+    writer.add_parallel_residual(bool(getattr(config, "use_parallel_residual", True)))
+
+
+def _gpt2_attention(config: Any) -> str | None:
+    """llama.cpp's gpt2 graph scales every layer's scores by 1/sqrt(head size)."""
+    if getattr(config, "scale_attn_by_inverse_layer_idx", False) or not getattr(config, "scale_attn_weights", True):
+        return ("its attention scores are scaled otherwise than by 1/sqrt(head size) (scale_attn_weights, "
+                "scale_attn_by_inverse_layer_idx), which llama.cpp's gpt2 graph fixes")
+    return None
+
+
+def _neox_biases(config: Any) -> str | None:
+    if not getattr(config, "attention_bias", True):
+        return "its attention has no biases (attention_bias false), which llama.cpp's gptneox graph reads"
+    return None
 
 
 def _olmo(writer: Any, config: Any) -> None:
@@ -153,6 +180,14 @@ GELU_NOTE = ("llama.cpp's CPU GELU rounds through a float16 table, so its logits
              f"original's within {GELU_TABLE:g} of the largest logit (GGUF's usual 5e-05 elsewhere)")
 
 
+_TANH_GELU = ("gelu_pytorch_tanh",)
+# llama.cpp's gpt2 and gptneox graphs compute GELU's tanh form (ggml_gelu, through the float16 table); Pythia's configs
+# name the exact (erf) GELU, which differs from it by at most 4.7e-4 (a note says so; within the same gate here).
+_GPT_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+ERF_GELU_NOTE = ("the checkpoint's MLP computes the exact (erf) GELU, llama.cpp's gptneox graph its tanh form (as for "
+                 "every Pythia GGUF), which moves the logits slightly (within the gate here)")
+
+
 # Why each family is dense only: llama.cpp sizes every layer by layer 0's head counts except in its deci graph
 # (test_gguf's test_plain_llama_architecture_cannot_take_per_layer_head_counts), and deci is a plain Llama layer.
 _ONE_COUNT = "llama.cpp's {arch} graph takes one head count for every layer"
@@ -175,20 +210,26 @@ FAMILIES: dict[str, GgufFamily] = {
     "olmo2": GgufFamily("olmo2", False, "its q/k norms are taken over all heads", None),
     "olmoe": GgufFamily("olmoe", False, "its q/k norms are taken over all heads", _experts, _olmoe),
     "gemma2": GgufFamily("gemma2", False, _ONE_COUNT.format(arch="gemma2"), _gemma,
-                         lambda config: _gemma_layers(config, 2, 46), activation="gelu_pytorch_tanh",
+                         lambda config: _gemma_layers(config, 2, 46), activation=_TANH_GELU,
                          norm_offset=1.0, tolerance=GELU_TABLE, sliding_window=True),
     "gemma3_text": GgufFamily("gemma3", False, _ONE_COUNT.format(arch="gemma3"), _gemma,
-                              lambda config: _gemma_layers(config, 6, 62), activation="gelu_pytorch_tanh",
+                              lambda config: _gemma_layers(config, 6, 62), activation=_TANH_GELU,
                               norm_offset=1.0, tolerance=GELU_TABLE, sliding_window=True),
     "glm4": GgufFamily("glm4", False, _ONE_COUNT.format(arch="glm4"), None),
     "gpt_oss": GgufFamily("gpt-oss", False, _ONE_COUNT.format(arch="gpt-oss") + _NO_DECI.format(
         what="attention sinks or experts", name="GPT-OSS"), _gpt_oss, _gpt_oss_layers,
         interleaved_experts=True, sliding_window=True),
-    "gemma": GgufFamily("gemma", False, _ONE_COUNT.format(arch="gemma"), None, activation="gelu_pytorch_tanh",
+    "gemma": GgufFamily("gemma", False, _ONE_COUNT.format(arch="gemma"), None, activation=_TANH_GELU,
                         norm_offset=1.0, tolerance=GELU_TABLE),
     "glm": GgufFamily("chatglm", False, _ONE_COUNT.format(arch="chatglm"), None),
     "smollm3": GgufFamily("smollm3", True, _ONE_COUNT.format(arch="smollm3"), None, _smollm3_layers),
     "cohere": GgufFamily("command-r", False, _ONE_COUNT.format(arch="command-r"), _cohere, _cohere_norms),
+    "gpt2": GgufFamily("gpt2", False, _ONE_COUNT.format(arch="gpt2") + " (its fused attn_qkv is sized by it)",
+                       _layer_norm, _gpt2_attention, activation=_GPT_GELU, tolerance=GELU_TABLE, gated=False,
+                       rotary=False, qkv_layout="gpt2", ffn_length=lambda c: int(c.n_inner or 4 * c.n_embd)),
+    "gpt_neox": GgufFamily("gptneox", False, _ONE_COUNT.format(arch="gptneox") + " (its fused attn_qkv is sized by "
+                           "it)", _neox, _neox_biases, activation=("gelu", *_GPT_GELU), tolerance=GELU_TABLE,
+                           gated=False, qkv_layout="neox", own_output=True),
 }
 MODEL_TYPES = tuple(FAMILIES)
 # Families headprune writes as GGUF only in the dense layout, and why (the refusal of a sliced one says it).
@@ -247,10 +288,12 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
         raise UnsupportedModelError(f"{lm.name}: sliding-window attention is not written to GGUF by headprune; "
                                     f"this model can be exported as {OTHER_FORMATS}")
     family = FAMILIES[model_type]
-    activation = getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None) or "silu"
-    if activation != family.activation or getattr(config, "mlp_bias", False):
-        raise UnsupportedModelError(f"{lm.name}: GGUF export of {model_type} needs a {family.activation} gated MLP "
-                                    f"without biases, as llama.cpp's graph computes it; this model can be exported as "
+    activation = (getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None)
+                  or getattr(config, "activation_function", None) or "silu")
+    if activation not in family.activation or (family.gated and getattr(config, "mlp_bias", False)):
+        kind = "gated MLP without biases" if family.gated else "MLP"
+        raise UnsupportedModelError(f"{lm.name}: GGUF export of {model_type} needs a {' or '.join(family.activation)} "
+                                    f"{kind}, as llama.cpp's graph computes it; this model can be exported as "
                                     f"{OTHER_FORMATS}")
     if gguf_type in K_QUANTS and not FAMILIES[model_type].k_quants:
         raise UnsupportedModelError(f"{lm.name}: --gguf-type {gguf_type} is not written for {model_type}: llama.cpp's "
