@@ -161,7 +161,7 @@ def test_onnx_decoder_with_a_sliding_window_shorter_than_its_inputs(tokenizer, t
     assert checked.done and checked.runtime.startswith("ONNX Runtime GenAI") and checked.mismatches == 0
     ids = torch.randint(2, 200, (1, 13))
     session = onnxruntime.InferenceSession(str(tmp_path / "o" / "model.onnx"))
-    empty = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), dtype=np.float32) for i in session.get_inputs()[3:]}
+    empty = {i.name: empty_past(i.shape, 1) for i in session.get_inputs()[3:]}
     names = [o.name for o in session.get_outputs()]
     first = dict(zip(names, session.run(None, {"input_ids": ids[:, :12].numpy(), "attention_mask": np.ones((1, 12),
                  dtype=np.int64), "position_ids": np.arange(12)[None], **empty})))

@@ -23,7 +23,7 @@ from headprune.exporter.formats.gguf import GGUF_TOLERANCE
 from headprune.exporter.formats.onnx import ONNX_TOLERANCE
 from headprune.exporter.pipeline import GREEDY_STEPS
 from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
-from headprune.exporter.runtimes import GenaiRunner, LlamaCppModel
+from headprune.exporter.runtimes import GenaiRunner, LlamaCppModel, empty_past
 from headprune.heads import parse_heads
 
 HEADS = "L0.H1,L1.H0,L1.H1"
@@ -141,7 +141,7 @@ def _onnx_against_masked(lm, heads, path) -> tuple[float, float]:  # noqa: ANN00
         feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones_like(ids.numpy()),
                  "position_ids": np.arange(ids.shape[1])[None]}
         for past in session.get_inputs()[3:]:
-            feeds[past.name] = np.zeros((1, past.shape[1], 0, past.shape[3]), dtype=np.float32)
+            feeds[past.name] = empty_past(past.shape, 1)
         got = torch.from_numpy(session.run(["logits"], feeds)[0])[0]
         with torch.no_grad(), ablated(lm, heads):
             want = lm.model(input_ids=ids).logits[0].float()
