@@ -38,6 +38,7 @@ import torch
 from headprune.errors import UnsupportedModelError
 from headprune.exporter.gguf_families import (GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES, family_of,
                                               rope_parameters)
+from headprune.exporter.gguf_encoders import ENCODER_NOTE
 from headprune.exporter.gguf_experts import split_experts
 from headprune.exporter.gguf_quant import K_QUANTS, typer
 from headprune.exporter.gguf_read import read_back
@@ -110,8 +111,10 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
     tied = bool(getattr(artifact.config, "tie_word_embeddings", False))
     out: dict[str, torch.Tensor] = {}
     family = family_of(artifact.config)
+    offset = family.position_offset(artifact.config) if family.position_offset else 0
     for name, tensor in state.items():
-        if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight"):
+        dropped = bool(family.dropped) and name.startswith(family.dropped)  # the converter leaves it out too
+        if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight") or dropped:
             continue
         data = tensor.detach().to("cpu", torch.float32)
         experts = split_experts(name, data, family.interleaved_experts)
@@ -124,6 +127,8 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
                                         f"model can be exported as {OTHER_FORMATS}")
         if new.endswith("norm.weight"):
             data = data + family.norm_offset
+        if new == "position_embd.weight":  # RoBERTa's rows before its first position are not in the file
+            data = data[offset:]
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
         out[new] = data.contiguous()
@@ -131,15 +136,21 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
     return out
 
 
+# Matrices the converter keeps in float32 whatever the type (its tensor_force_quant): llama.cpp's bert graph adds a
+# row of the token types to the embeddings, which its CPU add does not take from f16 or q8_0 (it aborts).
+FLOAT32_TENSORS = ("token_types.weight", "position_embd.weight")
+
+
 def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any]:
-    """The array to store and its GGML type: 1-D tensors (norms, biases) and the experts' stacked biases stay
-    float32, as the converter keeps them (llama.cpp's graph adds them in float32); matrices take the requested type
+    """The array to store and its GGML type: 1-D tensors (norms, biases), the experts' stacked biases and
+    :data:`FLOAT32_TENSORS` stay float32, as the converter keeps them (llama.cpp's graph adds them in float32);
+    matrices take the requested type
     (q8_0 falls back to f16 for rows that are not a multiple of 32)."""
     import gguf
     from gguf.quants import QuantError, quantize
 
     qt = gguf.GGMLQuantizationType
-    if data.ndim == 1 or name.endswith(".bias") or gguf_type == "f32":
+    if data.ndim == 1 or name.endswith(".bias") or name in FLOAT32_TENSORS or gguf_type == "f32":
         return data.astype(np.float32), qt.F32
     if gguf_type == "f16":
         return data.astype(np.float16), qt.F16
@@ -171,8 +182,10 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     writer = gguf.GGUFWriter(str(path), plan.arch)
     writer.add_type(gguf.GGUFType.MODEL)
     writer.add_name(name)
+    family = family_of(config)
     writer.add_block_count(len(plan.head_count))
-    writer.add_context_length(int(config.max_position_embeddings))
+    offset = family.position_offset(config) if family.position_offset else 0
+    writer.add_context_length(int(config.max_position_embeddings) - offset)
     writer.add_embedding_length(int(config.hidden_size))
     writer.add_feed_forward_length(int(config.intermediate_size))
     if plan.arch == "deci" or len(set(plan.head_count)) > 1 or len(set(plan.head_count_kv)) > 1:
@@ -185,14 +198,15 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     writer.add_value_length(plan.head_dim)
     if getattr(config, "rms_norm_eps", None) is not None:  # LayerNorm families write theirs with their own keys
         writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    rope = rope_parameters(config)
-    writer.add_rope_freq_base(float(rope["rope_theta"]))
+    if family.rope:
+        rope = rope_parameters(config)
+        writer.add_rope_freq_base(float(rope["rope_theta"]))
+        if plan.arch != "qwen2":
+            # Phi-4-mini and others rotate only part of each head (partial_rotary_factor)
+            writer.add_rope_dimension_count(int(plan.head_dim * rope.get("partial_rotary_factor", 1.0)))
+        add_rope_keys(writer, config)
     if plan.arch != "qwen2":
-        # Phi-4-mini and others rotate only part of each head (partial_rotary_factor)
-        writer.add_rope_dimension_count(int(plan.head_dim * rope.get("partial_rotary_factor", 1.0)))
         writer.add_vocab_size(int(config.vocab_size))
-    add_rope_keys(writer, config)
-    family = family_of(config)
     if family.keys is not None:
         family.keys(writer, config)
     writer.add_file_type(FILE_TYPES[gguf_type])
@@ -292,7 +306,9 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if window and getattr(artifact.config, "use_sliding_window", True) and not family.sliding_window:
         notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's {arch} graph does "
                      "not apply: the two agree on contexts up to that length")
-    if family.tolerance is not None:
+    if family.encoder:
+        notes.append(ENCODER_NOTE.format(tolerance=family.tolerance))
+    elif family.tolerance is not None:
         notes.append(GELU_NOTE)
     rope = rope_parameters(artifact.config)
     if rope.get("rope_type") == "dynamic":

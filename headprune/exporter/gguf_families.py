@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from headprune.core.choices import GGUF_TYPES
 from headprune.errors import ExportSettingsError, UnsupportedModelError
+from headprune.exporter.gguf_encoders import bert_keys, bert_refusal, roberta_offset
 from headprune.exporter.gguf_quant import K_QUANTS
 
 
@@ -31,6 +32,10 @@ class GgufFamily:
     tolerance: float | None = None  # the runtime gate's, where llama.cpp's kernels round (GELU_TABLE below)
     interleaved_experts: bool = False  # GPT-OSS: experts as x @ W, gate and up columns alternating (gguf_experts)
     sliding_window: bool = False  # the config's sliding window is written, and llama.cpp's graph applies it
+    encoder: bool = False  # a bare encoder: llama.cpp's graph gives its last hidden states (embeddings), not logits
+    rope: bool = True  # RoPE keys are written (absolute position embeddings: none)
+    position_offset: Callable[[Any], int] | None = None  # config -> position rows the file leaves out (RoBERTa's)
+    dropped: tuple[str, ...] = ()  # tensors (prefixes) llama.cpp's graph does not read, left out as the converter does
 
 
 def _experts(writer: Any, config: Any) -> None:
@@ -189,8 +194,16 @@ FAMILIES: dict[str, GgufFamily] = {
     "glm": GgufFamily("chatglm", False, _ONE_COUNT.format(arch="chatglm"), None),
     "smollm3": GgufFamily("smollm3", True, _ONE_COUNT.format(arch="smollm3"), None, _smollm3_layers),
     "cohere": GgufFamily("command-r", False, _ONE_COUNT.format(arch="command-r"), _cohere, _cohere_norms),
+    # Bare encoders, as the converter's BertModel and RobertaModel write them: embeddings (llama.cpp's GELU is the
+    # float16 table of its tanh approximation, so they are gated as Gemma's logits are, gguf_encoders.ENCODER_NOTE)
+    "bert": GgufFamily("bert", False, _ONE_COUNT.format(arch="bert"), bert_keys, bert_refusal, activation="gelu",
+                       tolerance=GELU_TABLE, encoder=True, rope=False, dropped=("pooler.",)),
+    "roberta": GgufFamily("bert", False, _ONE_COUNT.format(arch="bert"), bert_keys, bert_refusal, activation="gelu",
+                          tolerance=GELU_TABLE, encoder=True, rope=False, position_offset=roberta_offset,
+                          dropped=("pooler.",)),
 }
-MODEL_TYPES = tuple(FAMILIES)
+MODEL_TYPES = tuple(t for t, f in FAMILIES.items() if not f.encoder)
+ENCODER_TYPES = tuple(t for t, f in FAMILIES.items() if f.encoder)
 # Families headprune writes as GGUF only in the dense layout, and why (the refusal of a sliced one says it).
 DENSE_ONLY = {t: f.dense_only for t, f in FAMILIES.items() if f.dense_only}
 OTHER_FORMATS = "safetensors, onnx"
@@ -237,12 +250,14 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
             f"{lm.name} ({model_type}, a vision-language model with its vision tower) cannot be exported as GGUF: "
             "llama.cpp runs a vision tower from a separate mmproj file, which headprune does not write (a text-only "
             f"GGUF would drop it); this model can be exported as {OTHER_FORMATS}{alone}")
+    if model_type in ENCODER_TYPES:
+        return _encoder(lm, layout, gguf_type)
     if lm.is_encoder or model_type not in MODEL_TYPES or lm.task_head != "causal-lm":
         raise UnsupportedModelError(
             f"{lm.name} ({model_type or lm.adapter.family}"
             f"{'' if lm.task_head == 'causal-lm' else ', ' + lm.task_head + ' head'}) cannot be exported as GGUF: GGUF export "
-            f"supports these causal language models ({', '.join(MODEL_TYPES)}); this model can be exported "
-            f"as {OTHER_FORMATS}")
+            f"supports these causal language models ({', '.join(MODEL_TYPES)}) and the bare encoders of "
+            f"{', '.join(ENCODER_TYPES)}; this model can be exported as {OTHER_FORMATS}")
     if getattr(config, "use_sliding_window", False):
         raise UnsupportedModelError(f"{lm.name}: sliding-window attention is not written to GGUF by headprune; "
                                     f"this model can be exported as {OTHER_FORMATS}")
@@ -281,6 +296,31 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
                                     f"(RoPE types written: {', '.join(ROPE_TYPES)}); this model can be exported as "
                                     f"{OTHER_FORMATS}")
     return arch
+
+
+def _encoder(lm: Any, layout: str, gguf_type: str) -> str:
+    """The architecture of a bare encoder's file (llama.cpp's ``bert`` gives embeddings; the converter writes no
+    head of a masked-LM model, and a classifier's only for llama.cpp's reranking pooling)."""
+    config = lm.model.config
+    model_type, family = config.model_type, FAMILIES[config.model_type]
+    if lm.task_head != "base":
+        raise UnsupportedModelError(
+            f"{lm.name} ({model_type}, {lm.task_head} head) cannot be exported as GGUF: llama.cpp's {family.arch} "
+            f"graph gives the encoder's embeddings (its last hidden states), not a {lm.task_head} head; GGUF takes "
+            f"the bare encoder ({model_type} loaded as its base model, what headprune scores by embedding "
+            f"similarity), and this model can be exported as {OTHER_FORMATS}")
+    if gguf_type in K_QUANTS:
+        raise UnsupportedModelError(f"{lm.name}: --gguf-type {gguf_type} is not written for {model_type}: give f32, "
+                                    "f16, bf16 or q8_0")
+    odd = family.refuse(config) if family.refuse else None
+    if odd:
+        raise UnsupportedModelError(f"{lm.name}: GGUF export of this {model_type} model is not written: {odd}; this "
+                                    f"model can be exported as {OTHER_FORMATS}")
+    if layout == "sliced":
+        raise UnsupportedModelError(f"{lm.name}: a sliced GGUF cannot be written: {family.dense_only}; give "
+                                    f"--layout dense (every head kept in shape, removed ones zeroed), or export "
+                                    f"sliced as {OTHER_FORMATS}")
+    return family.arch
 
 
 def rope_parameters(config: Any) -> dict:

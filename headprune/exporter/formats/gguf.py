@@ -62,6 +62,7 @@ class GgufInfo:
     notes: tuple[str, ...] = ()
     quantized: QuantCheck | None = None  # a lossy file against its float32 one, and the task on it and the original
     size: DeploySize | None = None  # the file and llama.cpp's key/value cache against the original's
+    pooling: str = ""  # an encoder's file: the pooling it carries (mean), which the runtime check ran; "": a decoder
 
 
 @register
@@ -78,6 +79,7 @@ class Gguf(ExportFormat):
                           "in the same type."),)
     details_type = GgufInfo
     weight_suffixes = (".gguf",)
+    encoder = False  # the model is a bare encoder (set by check_model)
 
     def check_options(self) -> None:
         from headprune.exporter.gguf_export import llama_cpp_version
@@ -96,14 +98,13 @@ class Gguf(ExportFormat):
 
         super().check_model(lm)
         self.arch = check_supported(lm, self.options.layout, self.chosen["gguf_type"])
+        self.encoder = family_of(lm.model.config).encoder  # embeddings (llama_cpp_encoder), not logits
         self.tolerance = family_of(lm.model.config).tolerance or self.tolerance  # (Gemma: llama.cpp's GELU table)
         refuse_unless_float32(lm.dtype, FLOAT32_ONLY)
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
         """``model.gguf`` (it carries its tokenizer), and llama.cpp on its float32 file when llama.cpp is here."""
         from headprune.exporter import gguf_export
-        from headprune.exporter.runtime_check import eos_ids
-        from headprune.exporter.runtimes import LlamaCppModel
         from headprune.loading.models import LoadedModel
 
         lm, artifact = job.lm, job.artifact
@@ -117,8 +118,7 @@ class Gguf(ExportFormat):
             return Written(exported, artifact, artifact,
                            "the torch model the GGUF file was written from (llama.cpp was not available)",
                            files=files)
-        runner = LlamaCppModel(files.f32_path, n_ctx=_context_for(lm, job.task, job.greedy_steps), eos=eos_ids(lm),
-                               rows=TASK_ROWS)
+        runner = _runner(lm, files.f32_path, _context_for(lm, job.task, job.greedy_steps), self.encoder)
         exported = LoadedModel("gguf", staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
                                lm.model_class)
         return Written(exported, runner, artifact, f"{version}, float32 file", [runner], files=files)
@@ -135,6 +135,8 @@ class Gguf(ExportFormat):
         from headprune.exporter.runtimes import LlamaCppModel
 
         lm, files, gguf_type = job.lm, written.files, self.chosen["gguf_type"]
+        if self.encoder and written.closers:
+            return None, self._encoder_check(job, written)
         texts = task_texts(job.task)[:job.greedy_prompts]
         prompts = [list(lm.tokenizer(text)["input_ids"]) for text in texts]
         typed = quantized = None
@@ -158,6 +160,33 @@ class Gguf(ExportFormat):
                         files.notes, quantized, _size(job, files))
         return None, info
 
+    def _encoder_check(self, job: Job, written: Written) -> GgufInfo:
+        """An encoder's file with the pooling it carries, against the masked original's mean-pooled hidden states
+        (:func:`llama_cpp_encoder.compare_pooled`), gated on the float32 file; a lossy file gated on it as a
+        decoder's is (on the hidden states, not logits), with the task run on it and on the original.
+
+        Raises:
+            VerificationError: the float32 file disagrees, or the lossy one beyond its rounding.
+        """
+        from headprune.exporter.llama_cpp_encoder import compare_pooled, encoder_texts
+        from headprune.exporter.runtime_check import gate
+
+        files, gguf_type, runner = written.files, self.chosen["gguf_type"], written.runner
+        options = dict(n_ctx=runner.n_ctx, mode=job.ablation, means=job.means, tolerance=job.tolerance,
+                       runtime=self.runtime)
+        texts = encoder_texts(job.task)[:job.greedy_prompts * 4]
+        check = compare_pooled(job.lm, job.removed, files.f32_path, texts, file_type="f32", gated=True, **options)
+        gate(check, job.tolerance, "llama.cpp")
+        typed = quantized = None
+        if gguf_type != "f32":
+            typed = compare_pooled(job.lm, job.removed, files.path, texts, file_type=gguf_type, gated=False, **options)
+            typed_runner = _runner(job.lm, files.path, runner.n_ctx, True)
+            written.closers.append(typed_runner)
+            quantized = self._quantized(job, written, typed_runner)
+        return GgufInfo(files.plan.arch, gguf_type, files.path.name, files.plan.head_count, files.plan.head_count_kv,
+                        files.tokenizer, files.chat_template, files.read_back, files.read_back_diff, check, typed,
+                        files.notes, quantized, None, pooling="mean")
+
     def _quantized(self, job: Job, written: Written, typed_runner: Any) -> QuantCheck:
         """The lossy file gated on the float32 one, and the task on it and on the original in the same type.
 
@@ -168,16 +197,26 @@ class Gguf(ExportFormat):
         from headprune.exporter.runtimes import LlamaCppModel
 
         runner = written.runner
-        original = LlamaCppModel(written.files.original_path, n_ctx=runner.n_ctx, eos=runner.eos, rows=TASK_ROWS)
+        original = _runner(job.lm, written.files.original_path, runner.n_ctx, self.encoder)
         written.closers.append(original)
         return check_quantized(job, written.files, runner, typed_runner, original, gguf_type=self.chosen["gguf_type"])
 
     @classmethod
     def summary_lines(cls, record: ExportRecord) -> list[str]:
+        from headprune.exporter.gguf_quant_check import summary
+
         info = cls.details(record)
         if info is None:
             return []
         check, typed = info.runtime, info.typed_runtime
+        if info.pooling and check.done:
+            return [f"llama.cpp ({info.architecture}, float32, {info.pooling} pooling): {check.identical} of "
+                    f"{check.prompts} task texts' embeddings match the masked original's (largest difference "
+                    f"{check.max_abs_logit_diff:.2e}); tokenizer agrees on {check.tokenizer_agree} of "
+                    f"{check.tokenizer_texts} texts"] + ([
+                f"{info.gguf_type} file (lossy, reported, not gated): {typed.identical} of {typed.prompts} texts' "
+                f"embeddings within the tolerance (largest difference {typed.max_abs_logit_diff:.2e})"]
+                if typed is not None and typed.done else []) + (summary(info.quantized) if info.quantized else [])
         lines = [f"note: the GGUF file was not run in llama.cpp: {check.reason}" if not check.done else
                  f"llama.cpp ({info.architecture}, float32): {check.identical} of {check.prompts} prompts decode "
                  f"greedily to the masked original's tokens ({check.ties} near-ties, {check.tokens} tokens); "
@@ -186,8 +225,6 @@ class Gguf(ExportFormat):
             lines.append(f"{info.gguf_type} file (lossy, reported, not gated): {typed.identical} of {typed.prompts} "
                          f"prompts give the same greedy tokens ({typed.mismatches} diverge)")
         if info.quantized is not None:
-            from headprune.exporter.gguf_quant_check import summary
-
             lines += summary(info.quantized)
         if info.size is not None:
             from headprune.exporter.gguf_size import summary_line
@@ -221,6 +258,13 @@ class Gguf(ExportFormat):
                 lines.append(f"- Not run in llama.cpp ({check.file_type}): {check.reason}.")
                 continue
             lossy = "" if check.gated else " (lossy: reported, not gated)"
+            if info.pooling:
+                lines.append(f"- In {check.runtime}, {check.file_type} file{lossy}, with its own {info.pooling} "
+                             f"pooling: {check.identical} of {check.prompts} task texts' embeddings within the "
+                             f"tolerance of the masked original's mean-pooled last hidden states (largest difference "
+                             f"{check.max_abs_logit_diff:.2e}); llama.cpp's tokenizer agrees on "
+                             f"{check.tokenizer_agree} of {check.tokenizer_texts} texts.")
+                continue
             lines.append(f"- In {check.runtime}, {check.file_type} file{lossy}: {check.identical} of {check.prompts} "
                          f"task prompts decode greedily to the masked original's tokens ({check.ties} near-ties, "
                          f"{check.mismatches} mismatches; {check.tokens} tokens, largest logit difference "
@@ -260,6 +304,17 @@ def _size(job: Job, files: Any) -> DeploySize:
                        files.plan.head_dim)
 
 
+def _runner(lm: LoadedModel, path: Path, n_ctx: int, encoder: bool) -> Any:
+    """llama.cpp on ``path`` as the verification calls a model: an encoder's hidden states or a decoder's logits."""
+    from headprune.exporter.llama_cpp_encoder import LlamaCppEncoder
+    from headprune.exporter.runtime_check import eos_ids
+    from headprune.exporter.runtimes import LlamaCppModel
+
+    if encoder:
+        return LlamaCppEncoder(path, n_ctx=n_ctx)
+    return LlamaCppModel(path, n_ctx=n_ctx, eos=eos_ids(lm), rows=TASK_ROWS)
+
+
 def usage(runtime: str, file: str) -> list[str]:
     """How to run a GGUF export in the runtime headprune checked it in (``runtime`` as the record names it; empty:
     none was), as markdown: llama-cpp-python's ``Llama``, or llama.cpp's own programs and xllamacpp's server."""
@@ -282,7 +337,13 @@ def _context_for(lm: LoadedModel, task: Task, steps: int) -> int:
     """A llama.cpp context that holds the longest verification input plus the greedy tokens."""
     from headprune.evaluation import Evaluator
 
+    from headprune.exporter.gguf_families import family_of
+
+    config = lm.model.config
+    family = family_of(config)
     longest = max(ids.shape[1] for ids, _, _ in Evaluator(lm, task, share_prefix=False).reference_batches())
-    need = longest + max(steps, task.max_new_tokens or 0) + 8
-    return min(int(lm.model.config.max_position_embeddings), 64 * -(-need // 64))
+    need = longest + (0 if family.encoder else max(steps, task.max_new_tokens or 0)) + 8
+    positions = int(config.max_position_embeddings) - (family.position_offset(config) if family.position_offset
+                                                       else 0)  # the file's context (RoBERTa's: without its offset)
+    return min(positions, 64 * -(-need // 64))
 

@@ -1,0 +1,103 @@
+"""An encoder's GGUF file in llama.cpp (BERT, RoBERTa: :mod:`headprune.exporter.gguf_encoders`): the runner that
+answers the calls headprune's evaluator and verifier make of a bare encoder (each real token's last hidden state),
+and the runtime check of the file as llama.cpp's embedding tools use it, pooled as the file says.
+
+The verification compares the runner's per-token hidden states with the masked original's at every real token of
+the verification inputs, and re-measures the task on them (an encoder's choice task mean-pools them, as
+:mod:`headprune.evaluation.evaluator` does). The runtime check then runs the file with the pooling it carries (mean:
+what ``llama-embedding`` and ``llama-server --embeddings`` give) on the task's texts (prompts and choices) against the
+masked original's mean over each text's tokens, and llama.cpp's tokenizer against the model's on the same texts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from headprune.errors import VerificationError
+from headprune.exporter.llama_cpp_runtime import LlamaCpp
+
+
+def _open(path: Path, n_ctx: int, embeddings: str, threads: int | None = None) -> LlamaCpp:
+    try:
+        return LlamaCpp(path, n_ctx=n_ctx, threads=threads, embeddings=embeddings)
+    except ValueError as error:
+        raise VerificationError(f"{error}; nothing was written") from error
+
+
+class LlamaCppEncoder:
+    """An encoder's GGUF file in llama.cpp, called as a transformers base model is: ``last_hidden_state``
+    ``(B, T, n_embd)`` at every real token of each row (each row run alone, from position 0), zeros at padding.
+
+    Raises:
+        VerificationError: llama.cpp refused the file or the context.
+    """
+
+    def __init__(self, path: Path, *, n_ctx: int, threads: int | None = None) -> None:
+        self.llm = _open(path, n_ctx, "tokens", threads)
+        self.n_ctx = n_ctx
+
+    def close(self) -> None:
+        self.llm.close()
+
+    def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: object) -> SimpleNamespace:
+        batch, width = input_ids.shape
+        out = torch.zeros(batch, width, self.llm.n_embd)
+        for row in range(batch):
+            columns = attention_mask[row].cpu().nonzero()[:, 0]  # the row's real tokens
+            tokens = input_ids[row].cpu()[columns].tolist()
+            if tokens:
+                out[row, columns] = torch.from_numpy(self.llm.embed(tokens))
+        return SimpleNamespace(last_hidden_state=out)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.llm.tokenize(text)
+
+
+def encoder_texts(task: Any) -> list[str]:
+    """Every text an encoder embeds for the task: each example's prompt (or text) and its choices."""
+    texts = []
+    for example in task.examples:
+        texts += [t for t in (example.prompt or example.text, *(example.choices or ())) if t]
+    return list(dict.fromkeys(texts))
+
+
+@torch.inference_mode()
+def compare_pooled(lm: Any, heads: Any, path: Path, texts: list[str], *, n_ctx: int, mode: str,
+                   means: torch.Tensor | None, tolerance: float, runtime: str, file_type: str, gated: bool) -> Any:
+    """The file's own pooled embedding of each text in llama.cpp against the masked original's mean of that text's
+    last hidden states, and llama.cpp's tokens of each text against the model's tokenizer's: a ``RuntimeCheck``
+    whose prompts are the texts, ``identical`` those within ``tolerance`` x max(1, largest |value|), ``mismatches``
+    the others (what :func:`runtime_check.gate` refuses).
+
+    Raises:
+        VerificationError: the file pools otherwise than by the mean headprune scores with.
+    """
+    from headprune.exporter.export_record import RuntimeCheck
+    from headprune.surgery.ablation import ablated
+
+    llm = _open(path, n_ctx, "pooled")
+    diffs, tokens, agree, scale = [], 0, 0, 0.0
+    try:
+        if llm.pooling != "mean":
+            raise VerificationError(f"llama.cpp pools {path.name}'s embeddings by {llm.pooling}, not by the mean "
+                                    "headprune scores with; nothing was written")
+        for text in texts:
+            ids = list(lm.tokenizer(text)["input_ids"])
+            with ablated(lm, heads, mode=mode, means=means):  # type: ignore[arg-type]
+                hidden = lm.model(input_ids=torch.tensor([ids], device=lm.device)).last_hidden_state[0]
+            want = hidden.float().mean(0).cpu()
+            got = torch.from_numpy(llm.embed(ids)[0])
+            diffs.append(float((got - want).abs().max()))
+            scale = max(scale, float(want.abs().max()))
+            tokens += len(ids)
+            agree += llm.tokenize(text) == ids
+    finally:
+        llm.close()
+    allowed = tolerance * max(1.0, scale)
+    within = sum(d <= allowed for d in diffs)
+    return RuntimeCheck(runtime, True, "", file_type, gated, len(texts), tokens, within, 0, len(texts) - within,
+                        max(diffs, default=0.0), scale, len(texts), agree)
