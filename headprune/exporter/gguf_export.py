@@ -38,7 +38,7 @@ import torch
 from headprune.errors import UnsupportedModelError
 from headprune.exporter.gguf_families import (GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES, family_of,
                                               rope_parameters)
-from headprune.exporter.gguf_encoders import ENCODER_NOTE
+from headprune.exporter.gguf_encoders import ENCODER_NOTE, GELU_TABLE_NOTE
 from headprune.exporter.gguf_experts import split_experts
 from headprune.exporter.gguf_quant import K_QUANTS, typer
 from headprune.exporter.gguf_read import read_back
@@ -307,9 +307,9 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
         notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's {arch} graph does "
                      "not apply: the two agree on contexts up to that length")
     if family.encoder:
-        notes.append(ENCODER_NOTE.format(tolerance=family.tolerance))
-    elif family.tolerance is not None:
-        notes.append(GELU_NOTE)
+        notes.append(ENCODER_NOTE)
+    if family.tolerance is not None:
+        notes.append(GELU_TABLE_NOTE.format(tolerance=family.tolerance) if family.encoder else GELU_NOTE)
     rope = rope_parameters(artifact.config)
     if rope.get("rope_type") == "dynamic":
         trained = rope.get("original_max_position_embeddings") or artifact.config.max_position_embeddings

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from headprune.core.choices import GGUF_TYPES
 from headprune.errors import ExportSettingsError, UnsupportedModelError
-from headprune.exporter.gguf_encoders import bert_keys, bert_refusal, roberta_offset
+from headprune.exporter.gguf_encoders import (bert_keys, bert_refusal, modernbert_keys, modernbert_refusal,
+                                              roberta_offset)
 from headprune.exporter.gguf_quant import K_QUANTS
 
 
@@ -194,13 +195,15 @@ FAMILIES: dict[str, GgufFamily] = {
     "glm": GgufFamily("chatglm", False, _ONE_COUNT.format(arch="chatglm"), None),
     "smollm3": GgufFamily("smollm3", True, _ONE_COUNT.format(arch="smollm3"), None, _smollm3_layers),
     "cohere": GgufFamily("command-r", False, _ONE_COUNT.format(arch="command-r"), _cohere, _cohere_norms),
-    # Bare encoders, as the converter's BertModel and RobertaModel write them: embeddings (llama.cpp's GELU is the
-    # float16 table of its tanh approximation, so they are gated as Gemma's logits are, gguf_encoders.ENCODER_NOTE)
+    # Bare encoders, as the converter's BertModel, RobertaModel and ModernBertModel write them: embeddings (BERT's
+    # GELU in llama.cpp is the float16 table of its tanh approximation: gated as Gemma's logits are, gguf_encoders)
     "bert": GgufFamily("bert", False, _ONE_COUNT.format(arch="bert"), bert_keys, bert_refusal, activation="gelu",
                        tolerance=GELU_TABLE, encoder=True, rope=False, dropped=("pooler.",)),
     "roberta": GgufFamily("bert", False, _ONE_COUNT.format(arch="bert"), bert_keys, bert_refusal, activation="gelu",
                           tolerance=GELU_TABLE, encoder=True, rope=False, position_offset=roberta_offset,
                           dropped=("pooler.",)),
+    "modernbert": GgufFamily("modern-bert", False, _ONE_COUNT.format(arch="modern-bert"), modernbert_keys,
+                             modernbert_refusal, encoder=True, sliding_window=True),
 }
 MODEL_TYPES = tuple(t for t, f in FAMILIES.items() if not f.encoder)
 ENCODER_TYPES = tuple(t for t, f in FAMILIES.items() if f.encoder)
