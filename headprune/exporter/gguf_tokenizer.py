@@ -83,8 +83,27 @@ def _hf_tokenizer_writer(tokenizer: Any, vocab_size: int, scratch: Path) -> tupl
             special.add_to_gguf(writer, quiet=True)
         return write, "llama (SentencePiece-style BPE with byte fallback)", special.chat_template is not None
     if model.get("type") == "WordPiece":
-        return _wordpiece(tokenizer, spec, vocab_size, special)
+        return _wordpiece(tokenizer, spec, vocab_size, gguf.SpecialVocab(folder, n_vocab=vocab_size))
     raise UnsupportedModelError(f"GGUF export: a {model.get('type')} tokenizer is not written by headprune")
+
+
+def check_wordpiece(spec: dict) -> None:
+    """Refuse a WordPiece tokenizer (``spec``: its ``tokenizer.json``) llama.cpp's would split otherwise; another
+    kind passes (checked when it is written).
+
+    Raises:
+        UnsupportedModelError
+    """
+    if (spec.get("model") or {}).get("type") != "WordPiece":
+        return
+    norm = spec.get("normalizer") or {}
+    if norm.get("type") != "BertNormalizer" or not norm.get("lowercase") or norm.get("strip_accents") is False:
+        raise UnsupportedModelError("GGUF export: llama.cpp's WordPiece tokenizer lowercases every text and strips "
+                                    "its accents, which this tokenizer does not (a cased model's words would be split "
+                                    "otherwise); this model can be exported as safetensors, onnx")
+    if spec["model"].get("continuing_subword_prefix", "##") != "##":
+        raise UnsupportedModelError("GGUF export: llama.cpp's WordPiece tokenizer takes continuations marked '##' "
+                                    "only; this model can be exported as safetensors, onnx")
 
 
 def _wordpiece(tokenizer: Any, spec: dict, vocab_size: int, special: Any) -> tuple[Any, str, bool]:
@@ -96,13 +115,7 @@ def _wordpiece(tokenizer: Any, spec: dict, vocab_size: int, special: Any) -> tup
     """
     import gguf
 
-    norm = spec.get("normalizer") or {}
-    if norm.get("type") != "BertNormalizer" or not norm.get("lowercase") or norm.get("strip_accents") is False:
-        raise UnsupportedModelError("GGUF export: llama.cpp's WordPiece tokenizer lowercases every text and strips "
-                                    "its accents, which this tokenizer does not (a cased model's words would be split "
-                                    "otherwise)")
-    if spec["model"].get("continuing_subword_prefix", "##") != "##":
-        raise UnsupportedModelError("GGUF export: llama.cpp's WordPiece tokenizer takes continuations marked '##'")
+    check_wordpiece(spec)
     vocab = tokenizer.get_vocab()
     if len(vocab) != vocab_size or max(vocab.values()) != vocab_size - 1:
         raise UnsupportedModelError(f"GGUF export: the tokenizer has {len(vocab)} tokens, the model {vocab_size} "

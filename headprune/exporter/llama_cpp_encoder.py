@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from headprune.errors import VerificationError
 from headprune.exporter.llama_cpp_runtime import LlamaCpp
+
+if TYPE_CHECKING:  # pragma: no cover - torch is imported where it is used: the card's lines below need none
+    import torch
 
 
 def _open(path: Path, n_ctx: int, embeddings: str, threads: int | None = None) -> LlamaCpp:
@@ -44,6 +45,8 @@ class LlamaCppEncoder:
         self.llm.close()
 
     def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, **_: object) -> SimpleNamespace:
+        import torch
+
         batch, width = input_ids.shape
         out = torch.zeros(batch, width, self.llm.n_embd)
         for row in range(batch):
@@ -65,7 +68,6 @@ def encoder_texts(task: Any) -> list[str]:
     return list(dict.fromkeys(texts))
 
 
-@torch.inference_mode()
 def compare_pooled(lm: Any, heads: Any, path: Path, texts: list[str], *, n_ctx: int, mode: str,
                    means: torch.Tensor | None, tolerance: float, runtime: str, file_type: str, gated: bool) -> Any:
     """The file's own pooled embedding of each text in llama.cpp against the masked original's mean of that text's
@@ -76,6 +78,8 @@ def compare_pooled(lm: Any, heads: Any, path: Path, texts: list[str], *, n_ctx: 
     Raises:
         VerificationError: the file pools otherwise than by the mean headprune scores with.
     """
+    import torch
+
     from headprune.exporter.export_record import RuntimeCheck
     from headprune.surgery.ablation import ablated
 
@@ -87,9 +91,9 @@ def compare_pooled(lm: Any, heads: Any, path: Path, texts: list[str], *, n_ctx: 
                                     "headprune scores with; nothing was written")
         for text in texts:
             ids = list(lm.tokenizer(text)["input_ids"])
-            with ablated(lm, heads, mode=mode, means=means):  # type: ignore[arg-type]
+            with ablated(lm, heads, mode=mode, means=means), torch.inference_mode():  # type: ignore[arg-type]
                 hidden = lm.model(input_ids=torch.tensor([ids], device=lm.device)).last_hidden_state[0]
-            want = hidden.float().mean(0).cpu()
+            want = hidden.float().mean(0).cpu()  # (D,): headprune's pooling, the mean over the text's tokens
             got = torch.from_numpy(llm.embed(ids)[0])
             diffs.append(float((got - want).abs().max()))
             scale = max(scale, float(want.abs().max()))
@@ -101,3 +105,23 @@ def compare_pooled(lm: Any, heads: Any, path: Path, texts: list[str], *, n_ctx: 
     within = sum(d <= allowed for d in diffs)
     return RuntimeCheck(runtime, True, "", file_type, gated, len(texts), tokens, within, 0, len(texts) - within,
                         max(diffs, default=0.0), scale, len(texts), agree)
+
+
+def pooled_lines(info: Any) -> list[str]:
+    """What ``headprune export`` prints of an encoder's GGUF checks (``info``: its ``GgufInfo``)."""
+    check, typed = info.runtime, info.typed_runtime
+    lines = [f"llama.cpp ({info.architecture}, float32, {info.pooling} pooling): {check.identical} of {check.prompts} "
+             f"task texts' embeddings match the masked original's (largest difference {check.max_abs_logit_diff:.2e});"
+             f" tokenizer agrees on {check.tokenizer_agree} of {check.tokenizer_texts} texts"]
+    if typed is not None and typed.done:
+        lines.append(f"{info.gguf_type} file (lossy, reported, not gated): {typed.identical} of {typed.prompts} texts' "
+                     f"embeddings within the tolerance (largest difference {typed.max_abs_logit_diff:.2e})")
+    return lines
+
+
+def pooled_card_line(check: Any, pooling: str, lossy: str) -> str:
+    """The card's line of one encoder file's run in llama.cpp (``lossy``: what is said of a lossy type's)."""
+    return (f"- In {check.runtime}, {check.file_type} file{lossy}, with its own {pooling} pooling: {check.identical} of "
+            f"{check.prompts} task texts' embeddings within the tolerance of the masked original's mean-pooled last "
+            f"hidden states (largest difference {check.max_abs_logit_diff:.2e}); llama.cpp's tokenizer agrees on "
+            f"{check.tokenizer_agree} of {check.tokenizer_texts} texts.")

@@ -13,6 +13,7 @@ The record's ``format_details`` is a :class:`GgufInfo`: what the CLI prints and 
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,10 +96,14 @@ class Gguf(ExportFormat):
 
     def check_model(self, lm: LoadedModel) -> None:
         from headprune.exporter.gguf_families import check_supported, family_of
+        from headprune.exporter.gguf_tokenizer import check_wordpiece
 
         super().check_model(lm)
         self.arch = check_supported(lm, self.options.layout, self.chosen["gguf_type"])
         self.encoder = family_of(lm.model.config).encoder  # embeddings (llama_cpp_encoder), not logits
+        backend = getattr(lm.tokenizer, "backend_tokenizer", None)
+        if backend is not None:  # a tokenizer llama.cpp would split otherwise: refused before anything is built
+            check_wordpiece(json.loads(backend.to_str()))
         self.tolerance = family_of(lm.model.config).tolerance or self.tolerance  # (Gemma: llama.cpp's GELU table)
         refuse_unless_float32(lm.dtype, FLOAT32_ONLY)
 
@@ -209,14 +214,10 @@ class Gguf(ExportFormat):
         if info is None:
             return []
         check, typed = info.runtime, info.typed_runtime
-        if info.pooling and check.done:
-            return [f"llama.cpp ({info.architecture}, float32, {info.pooling} pooling): {check.identical} of "
-                    f"{check.prompts} task texts' embeddings match the masked original's (largest difference "
-                    f"{check.max_abs_logit_diff:.2e}); tokenizer agrees on {check.tokenizer_agree} of "
-                    f"{check.tokenizer_texts} texts"] + ([
-                f"{info.gguf_type} file (lossy, reported, not gated): {typed.identical} of {typed.prompts} texts' "
-                f"embeddings within the tolerance (largest difference {typed.max_abs_logit_diff:.2e})"]
-                if typed is not None and typed.done else []) + (summary(info.quantized) if info.quantized else [])
+        if info.pooling and check.done:  # an encoder's embeddings
+            from headprune.exporter.llama_cpp_encoder import pooled_lines
+
+            return pooled_lines(info) + (summary(info.quantized) if info.quantized else [])
         lines = [f"note: the GGUF file was not run in llama.cpp: {check.reason}" if not check.done else
                  f"llama.cpp ({info.architecture}, float32): {check.identical} of {check.prompts} prompts decode "
                  f"greedily to the masked original's tokens ({check.ties} near-ties, {check.tokens} tokens); "
@@ -258,12 +259,10 @@ class Gguf(ExportFormat):
                 lines.append(f"- Not run in llama.cpp ({check.file_type}): {check.reason}.")
                 continue
             lossy = "" if check.gated else " (lossy: reported, not gated)"
-            if info.pooling:
-                lines.append(f"- In {check.runtime}, {check.file_type} file{lossy}, with its own {info.pooling} "
-                             f"pooling: {check.identical} of {check.prompts} task texts' embeddings within the "
-                             f"tolerance of the masked original's mean-pooled last hidden states (largest difference "
-                             f"{check.max_abs_logit_diff:.2e}); llama.cpp's tokenizer agrees on "
-                             f"{check.tokenizer_agree} of {check.tokenizer_texts} texts.")
+            if info.pooling:  # an encoder's embeddings
+                from headprune.exporter.llama_cpp_encoder import pooled_card_line
+
+                lines.append(pooled_card_line(check, info.pooling, lossy))
                 continue
             lines.append(f"- In {check.runtime}, {check.file_type} file{lossy}: {check.identical} of {check.prompts} "
                          f"task prompts decode greedily to the masked original's tokens ({check.ties} near-ties, "
