@@ -73,6 +73,7 @@ def test_encoder_gguf_gives_the_masked_originals_embeddings_in_llama_cpp(model_t
     task = record.verification.task
     assert task is not None and task.disagreements == 0 and "llama.cpp" in task.measured_on
     assert record.verification.logits.outputs == ("last_hidden_state",)
+    assert "llama-embedding -m model.gguf" in (tmp_path / "g" / "README.md").read_text()  # an embedding model's usage
     diff, effect, scale = against_masked(lm, tmp_path / "g" / "model.gguf")
     # GGUF's gate, or BERT's (llama.cpp's float16 GELU table: 7.5e-6 of the largest value measured here)
     tolerance = FAMILIES[model_type].tolerance or GGUF_TOLERANCE

@@ -107,6 +107,24 @@ def compare_pooled(lm: Any, heads: Any, path: Path, texts: list[str], *, n_ctx: 
                         max(diffs, default=0.0), scale, len(texts), agree)
 
 
+def check_files(job: Any, files: Any, n_ctx: int, *, gguf_type: str, runtime: str) -> tuple[Any, Any]:
+    """The runtime check of an export's encoder files (``files``: its ``GgufFiles``): the float32 one with its own
+    pooling on the task's texts, gated (:func:`runtime_check.gate`), and a lossy one beside it, reported.
+
+    Raises:
+        VerificationError: the float32 file disagrees with the masked original, or pools otherwise.
+    """
+    from headprune.exporter.runtime_check import gate
+
+    texts = encoder_texts(job.task)[:job.greedy_prompts * 4]  # a choice task's prompts and their choices
+    options = dict(n_ctx=n_ctx, mode=job.ablation, means=job.means, tolerance=job.tolerance, runtime=runtime)
+    check = compare_pooled(job.lm, job.removed, files.f32_path, texts, file_type="f32", gated=True, **options)
+    gate(check, job.tolerance, "llama.cpp")
+    typed = None if gguf_type == "f32" else compare_pooled(job.lm, job.removed, files.path, texts,
+                                                            file_type=gguf_type, gated=False, **options)
+    return check, typed
+
+
 def pooled_lines(info: Any) -> list[str]:
     """What ``headprune export`` prints of an encoder's GGUF checks (``info``: its ``GgufInfo``)."""
     check, typed = info.runtime, info.typed_runtime
@@ -121,7 +139,7 @@ def pooled_lines(info: Any) -> list[str]:
 
 def pooled_card_line(check: Any, pooling: str, lossy: str) -> str:
     """The card's line of one encoder file's run in llama.cpp (``lossy``: what is said of a lossy type's)."""
-    return (f"- In {check.runtime}, {check.file_type} file{lossy}, with its own {pooling} pooling: {check.identical} of "
-            f"{check.prompts} task texts' embeddings within the tolerance of the masked original's mean-pooled last "
+    return (f"- In {check.runtime}, {check.file_type} file{lossy}, with its own {pooling} pooling: "
+            f"{check.identical} of {check.prompts} task texts' embeddings within the tolerance of the masked original's mean-pooled last "
             f"hidden states (largest difference {check.max_abs_logit_diff:.2e}); llama.cpp's tokenizer agrees on "
             f"{check.tokenizer_agree} of {check.tokenizer_texts} texts.")

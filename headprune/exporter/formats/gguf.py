@@ -166,28 +166,20 @@ class Gguf(ExportFormat):
         return None, info
 
     def _encoder_check(self, job: Job, written: Written) -> GgufInfo:
-        """An encoder's file with the pooling it carries, against the masked original's mean-pooled hidden states
-        (:func:`llama_cpp_encoder.compare_pooled`), gated on the float32 file; a lossy file gated on it as a
-        decoder's is (on the hidden states, not logits), with the task run on it and on the original.
+        """An encoder's files (:func:`llama_cpp_encoder.check_files`); a lossy one gated on the float32 one as a
+        decoder's is (its hidden states, not logits), with the task run on it and on the original.
 
         Raises:
             VerificationError: the float32 file disagrees, or the lossy one beyond its rounding.
         """
-        from headprune.exporter.llama_cpp_encoder import compare_pooled, encoder_texts
-        from headprune.exporter.runtime_check import gate
+        from headprune.exporter.llama_cpp_encoder import check_files
 
         files, gguf_type, runner = written.files, self.chosen["gguf_type"], written.runner
-        options = dict(n_ctx=runner.n_ctx, mode=job.ablation, means=job.means, tolerance=job.tolerance,
-                       runtime=self.runtime)
-        texts = encoder_texts(job.task)[:job.greedy_prompts * 4]
-        check = compare_pooled(job.lm, job.removed, files.f32_path, texts, file_type="f32", gated=True, **options)
-        gate(check, job.tolerance, "llama.cpp")
-        typed = quantized = None
+        check, typed = check_files(job, files, runner.n_ctx, gguf_type=gguf_type, runtime=self.runtime)
+        quantized = None
         if gguf_type != "f32":
-            typed = compare_pooled(job.lm, job.removed, files.path, texts, file_type=gguf_type, gated=False, **options)
-            typed_runner = _runner(job.lm, files.path, runner.n_ctx, True)
-            written.closers.append(typed_runner)
-            quantized = self._quantized(job, written, typed_runner)
+            written.closers.append(_runner(job.lm, files.path, runner.n_ctx, True))
+            quantized = self._quantized(job, written, written.closers[-1])
         return GgufInfo(files.plan.arch, gguf_type, files.path.name, files.plan.head_count, files.plan.head_count_kv,
                         files.tokenizer, files.chat_template, files.read_back, files.read_back_diff, check, typed,
                         files.notes, quantized, None, pooling="mean")
@@ -239,7 +231,11 @@ class Gguf(ExportFormat):
         checked = info.runtime.runtime if info is not None else ""
         file = info.file if info is not None else "model.gguf"
         if "llama-cpp-python" in checked:
-            return f'llama_cpp.Llama("{out}/{file}"), as checked in {checked}'
+            embedding = ", embedding=True" if info is not None and info.pooling else ""
+            return f'llama_cpp.Llama("{out}/{file}"{embedding}), as checked in {checked}'
+        if info is not None and info.pooling:  # an encoder: an embedding model
+            return f"llama-embedding or llama-server --embeddings -m {out}/{file}" + (f"; checked in {checked}"
+                                                                                      if checked else "")
         return f"llama-cli or llama-server -m {out}/{file}, or xllamacpp.Server" + (
             f"; checked in {checked}" if checked else "; not run in llama.cpp here")
 
@@ -285,6 +281,10 @@ class Gguf(ExportFormat):
         if info is None:
             return usage("", "model.gguf")
         lines = usage(info.runtime.runtime, info.file)
+        if info.pooling:  # an encoder: llama.cpp's embedding tools, which pool as the file says
+            lines = [f"Checked in {info.runtime.runtime}: an embedding model ({info.pooling} pooling, as headprune "
+                     "scores it):", "", "```bash", f"llama-embedding -m {info.file} -p \"the film is a delight\"",
+                     f"llama-server --embeddings -m {info.file}", "```"]
         if info.architecture == "deci":
             lines += ["", "Layers have different head counts: the file uses llama.cpp's `deci` architecture, which "
                       "reads them per layer (`deci.attention.head_count`, `deci.attention.head_count_kv`)."]
