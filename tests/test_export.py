@@ -17,6 +17,7 @@ from helpers import ALL_FAMILIES, break_slicing, build_tiny
 from headprune.core.folder_lock import lock_path
 from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, VerificationError
 from headprune.exporter import export, verify_record
+from headprune.exporter.runtimes import empty_past
 from headprune.heads import Head, parse_heads
 from headprune.loading.models import load, wrap_model
 from headprune.surgery.ablation import ablated
@@ -106,7 +107,7 @@ def test_onnx_equals_torch(models, family, tmp_path) -> None:
     if not lm.is_encoder:
         feeds["position_ids"] = (MASK.cumsum(-1) - 1).clamp(min=0).numpy()
     for past in session.get_inputs()[3:]:  # a decoder with a key/value cache: an empty past
-        feeds[past.name] = np.zeros((IDS.shape[0], past.shape[1], 0, past.shape[3]), dtype=np.float32)
+        feeds[past.name] = empty_past(past.shape, IDS.shape[0])
     got = torch.from_numpy(session.run(None, feeds)[0])[MASK.bool()]
     torch.testing.assert_close(got, _masked(lm, heads), atol=1e-4, rtol=1e-4)
 

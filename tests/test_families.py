@@ -16,6 +16,7 @@ from helpers.cli import invoke
 
 from headprune.evaluation import evaluate
 from headprune.exporter import export, verify_record
+from headprune.exporter.runtimes import empty_past
 from headprune.heads import parse_heads
 from headprune.loading.adapters import adapter_for, supported_model_types
 from headprune.loading.models import load, load_model, wrap_model
@@ -111,7 +112,7 @@ def test_family_onnx_equals_the_masked_original(model_type, tokenizer, tmp_path)
     feeds = {"input_ids": IDS.numpy(), "attention_mask": MASK.numpy(),
              "position_ids": (MASK.cumsum(-1) - 1).clamp(min=0).numpy()}
     for past in session.get_inputs()[3:]:  # a decoder with a key/value cache (GenAI's families): an empty past
-        feeds[past.name] = np.zeros((IDS.shape[0], past.shape[1], 0, past.shape[3]), dtype=np.float32)
+        feeds[past.name] = empty_past(past.shape, IDS.shape[0])
     got = torch.from_numpy(np.asarray(session.run(["logits"], feeds)[0]))[MASK.bool()]
     with ablated(lm, heads):
         torch.testing.assert_close(got, _logits(lm.model, False), atol=1e-4, rtol=1e-4)
@@ -122,7 +123,7 @@ def test_family_onnx_equals_the_masked_original(model_type, tokenizer, tmp_path)
 # gate runs GenAI itself, decoding task prompts greedily against the masked original.
 @pytest.mark.slow  # about 50 s a model on one core
 @pytest.mark.parametrize("model_type", ["qwen3", "phi3", "granite", "gemma", "gemma2", "gemma3_text", "olmo",
-                                        "smollm3", "gpt_oss"])
+                                        "smollm3", "gpt_oss", "gpt2"])
 def test_family_onnx_decoder_generates_in_genai(model_type, tokenizer, tmp_path) -> None:
     from helpers import generate_task
     from helpers.extras import needs
@@ -137,6 +138,22 @@ def test_family_onnx_decoder_generates_in_genai(model_type, tokenizer, tmp_path)
     assert checked.mismatches == 0 and checked.identical + checked.ties == checked.prompts
     genai = json.loads((tmp_path / "o" / "genai_config.json").read_text())
     assert genai["model"]["type"] == GENAI_TYPES[model_type]
+
+
+@pytest.mark.slow  # an ONNX export with a key/value cache and GenAI's gate, about 15 s on one core
+def test_gpt2_in_genai_keeps_one_head_count_a_layer(tokenizer, tmp_path) -> None:
+    """GenAI runs a gpt2 graph's cache as one tensor a layer (keys and values stacked) with one head count for every
+    layer: layers left with different counts are written dense, and the record says why; GenAI's gate still ran."""
+    from helpers import generate_task
+    from helpers.extras import needs
+
+    needs("onnx", "onnxruntime", "onnxscript", "onnxruntime_genai", extra="onnx")
+    lm = wrap_model(family_model("gpt2", len(tokenizer), seed=2), tokenizer, name="tiny-gpt2")
+    record = export(lm, "L0.H1,L1.H0,L1.H2", format="onnx", verify_task=generate_task(), out=tmp_path / "o")
+    assert record.layout == "dense" and "one tensor a layer" in record.layout_note
+    assert record.verification.runtime.done and record.verification.runtime.mismatches == 0
+    genai = json.loads((tmp_path / "o" / "genai_config.json").read_text())["model"]["decoder"]
+    assert genai["inputs"]["past_names"] == "past_%d" and genai["outputs"]["present_names"] == "present_%d"
 
 
 def test_moe_experts_and_router_are_kept_while_heads_go(tokenizer, tmp_path) -> None:

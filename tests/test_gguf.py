@@ -346,7 +346,9 @@ def test_without_llama_cpp_the_record_says_it_was_not_run(models, tmp_path, monk
 
 
 @pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "bert", "gemma2"])
-def test_families_without_gguf_are_refused_with_exit_2(family, tokenizer, tmp_path) -> None:
+def test_a_gguf_headprune_cannot_write_is_refused_with_exit_2(family, tokenizer, tmp_path) -> None:
+    """The default (sliced) layout of a family llama.cpp runs only dense (gpt2, gpt_neox, gemma2), or an encoder
+    llama.cpp's graphs do not run as headprune scores it (bert): one line naming what works, nothing written."""
     lm = build_tiny(family, tokenizer)
     save_folder(lm.model, tokenizer, tmp_path / "m")
     task = tmp_path / "t.jsonl"

@@ -44,7 +44,9 @@ EXTRA = {"mixtral": ("blk.0.ffn_gate_exps.weight", "llama.expert_count", {}),
          "smollm3": ("blk.3.attn_q.weight", "smollm3.block_count", {"num_hidden_layers": 4}),  # layer 3 without RoPE
          "gemma2": ("blk.0.post_ffw_norm.weight", "gemma2.final_logit_softcapping", {"query_pre_attn_scalar": 16}),
          "gemma3_text": ("blk.0.attn_q_norm.weight", "gemma3.attention.sliding_window",
-                         {"query_pre_attn_scalar": 16})}
+                         {"query_pre_attn_scalar": 16}),
+         "gpt2": ("position_embd.weight", "gpt2.attention.layer_norm_epsilon", {}),  # learned positions, tied output
+         "gpt_neox": ("blk.0.attn_qkv.bias", "gptneox.use_parallel_residual", {})}  # a quarter of each head rotated
 
 
 def test_every_gguf_family_is_run_in_llama_cpp_by_the_suite() -> None:
@@ -147,7 +149,7 @@ def _task_file(tmp_path):  # noqa: ANN001, ANN202
     return path
 
 
-@pytest.mark.parametrize("model_type", ["mixtral", "phi3"])
+@pytest.mark.parametrize("model_type", ["mixtral", "phi3", "gpt2", "gpt_neox"])
 def test_sliced_gguf_is_refused_naming_dense_and_other_formats(model_type, tokenizer, tmp_path) -> None:
     save_folder(_lm(model_type, tokenizer).model, tokenizer, tmp_path / "m")
     result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--verify-task",
@@ -171,10 +173,11 @@ def test_qwen3_moe_without_renormalised_routing_is_refused(tokenizer, tmp_path) 
     assert "norm_topk_prob" in lines[0] and "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
 
 
-def test_k_quants_of_these_families_are_refused_naming_the_types_written(tokenizer, tmp_path) -> None:
+@pytest.mark.parametrize("model_type", ["mixtral", "gpt2"])
+def test_k_quants_of_these_families_are_refused_naming_the_types_written(model_type, tokenizer, tmp_path) -> None:
     """llama.cpp's quantizer picks a fused attn_qkv's or an expert's K-quant type by rules headprune does not
     reproduce: refused in one line (the float and q8_0 types are written, as above)."""
-    save_folder(_lm("mixtral", tokenizer).model, tokenizer, tmp_path / "m")
+    save_folder(_lm(model_type, tokenizer).model, tokenizer, tmp_path / "m")
     result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
                     "--gguf-type", "q4_k_m", "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
     lines = [line for line in result.output.splitlines() if line.strip()]
@@ -215,6 +218,9 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(m
     ("olmoe", {}, "groups key/value heads"),
     ("cohere", {}, "64 layers or more"),
     ("smollm3", {"num_hidden_layers": 4, "no_rope_layers": [1, 1, 0, 1]}, "every 4th"),
+    ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, "which llama.cpp's gpt2 graph fixes"),
+    ("gpt_neox", {"attention_bias": False}, "no biases (attention_bias false)"),
+    ("gpt2", {"activation_function": "relu"}, "needs a gelu_new or gelu_pytorch_tanh or gelu_fast MLP"),
     ("qwen3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
      "only llama.cpp's llama and deci graphs read its factors"),
@@ -308,3 +314,70 @@ def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, t
                            name="x", gguf_type="f32")
     with pytest.raises(ValueError, match=r"tensor 'blk\.1\.attn_(q|qkv)\.weight' has wrong shape"):
         llama_cpp_runtime.LlamaCpp(tmp_path / "x.gguf", n_ctx=32)
+
+
+_FULL_ROTATION = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}
+
+
+@pytest.mark.parametrize(("model_type", "changes", "keys"), [
+    ("gpt_neox", {"use_parallel_residual": False, "tie_word_embeddings": True, "rope_parameters": _FULL_ROTATION},
+     {"gptneox.use_parallel_residual": False, "gptneox.rope.dimension_count": 16}),
+    ("gpt2", {"tie_word_embeddings": False}, {}),
+])
+def test_gpt_variants_run_in_llama_cpp(model_type, changes, keys, tokenizer, tmp_path) -> None:
+    """The other variants llama.cpp's gpt2 and gptneox graphs compute: GPT-NeoX with attention then MLP
+    (use_parallel_residual false), every head dimension rotated and tied embeddings (the graph reads its own output
+    matrix, so the file holds one); GPT-2 with an output matrix of its own."""
+    lm = _lm(model_type, tokenizer, **changes)
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    assert Gguf.details(record).runtime.mismatches == 0
+    diff, effect, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf", generate_task())
+    assert effect > 1e-3 and diff <= FAMILIES[model_type].tolerance * max(1.0, scale), (diff, effect, scale)
+    reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert "output.weight" in {t.name for t in reader.tensors}
+    assert all(meta[key] == value for key, value in keys.items()), {key: meta[key] for key in keys}
+
+
+def test_fused_layouts_are_the_converters() -> None:
+    """GPT-NeoX's per-head q/k/v rows regrouped as llama.cpp's converter does (GPTNeoXModel.modify_tensors, verbatim
+    below), GPT-2's Conv1D weights transposed, and each undone exactly for a lossy file's check."""
+    from headprune.exporter.gguf_fused import from_llama_cpp, to_llama_cpp
+
+    n_head, n_embed = 4, 32
+    weight, bias = torch.randn(3 * n_embed, n_embed), torch.randn(3 * n_embed)
+    qkv_weights = weight.reshape((n_head, 3, n_embed // n_head, n_embed))
+    want = torch.cat((qkv_weights[:, 0, :, :].reshape((-1, n_embed)), qkv_weights[:, 1, :, :].reshape((-1, n_embed)),
+                      qkv_weights[:, 2, :, :].reshape((-1, n_embed))), dim=0)
+    qkv_bias = bias.reshape((n_head, 3, n_embed // n_head))
+    want_bias = torch.cat((qkv_bias[:, 0, :].reshape((n_embed,)), qkv_bias[:, 1, :].reshape((n_embed,)),
+                           qkv_bias[:, 2, :].reshape((n_embed,))), dim=0)
+    name = "gpt_neox.layers.0.attention.query_key_value"
+    assert torch.equal(to_llama_cpp(f"{name}.weight", weight, "neox", n_embed // n_head), want)
+    assert torch.equal(to_llama_cpp(f"{name}.bias", bias, "neox", n_embed // n_head), want_bias)
+    assert torch.equal(from_llama_cpp(f"{name}.weight", want, "neox", n_embed // n_head), weight)
+    conv = torch.randn(n_embed, 3 * n_embed)  # GPT-2's c_attn: (in, out)
+    assert torch.equal(to_llama_cpp("transformer.h.0.attn.c_attn.weight", conv, "gpt2", 8), conv.T)
+    assert torch.equal(to_llama_cpp("transformer.h.0.attn.c_attn.bias", bias, "gpt2", 8), bias)
+    assert torch.equal(from_llama_cpp("transformer.h.0.mlp.c_proj.weight", conv.T, "gpt2", 8), conv)
+
+
+@pytest.mark.parametrize(("model_type", "fused"), [("gpt2", "transformer.h.1.attn.c_attn.weight"),
+                                                   ("gpt_neox", "gpt_neox.layers.1.attention.query_key_value.weight")])
+def test_a_lossy_gpt_file_is_checked_on_its_own_rounded_weights(model_type, fused, tokenizer, tmp_path) -> None:
+    """A q8_0 file of GPT-2 or GPT-NeoX: gated in llama.cpp on its float32 file, the torch reference rebuilt from the
+    file's de-quantised tensors put back in the model's layout (a layout wrong there would be off by the weights'
+    own size, not by q8_0's rounding)."""
+    from headprune.exporter import gguf_export
+    from headprune.exporter.gguf_quant_check import with_stored
+
+    lm = _lm(model_type, tokenizer)
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
+                    gguf_type="q8_0")
+    assert Gguf.details(record).quantized is not None and Gguf.details(record).runtime.mismatches == 0
+    (tmp_path / "w").mkdir()
+    written = gguf_export.write_files(lm, lm.model, FAMILIES[model_type].arch, None, tmp_path / "w", tmp_path / "w",
+                                      "q8_0", with_original=False)
+    rounded = with_stored(lm.model, written.plan, written.stored).state_dict()
+    for name in (fused, "lm_head.weight"):
+        original = lm.model.state_dict()[name]
+        assert 0 < float((rounded[name] - original).abs().max()) < 1e-2 * float(original.abs().max()), name

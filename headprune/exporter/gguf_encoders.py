@@ -28,6 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from headprune.errors import UnsupportedModelError
+from headprune.exporter.gguf_quant import K_QUANTS
+
 ENCODER_NOTE = ("the file holds the bare encoder (pooling mean: each text's embedding is the mean of its tokens' last "
                 "hidden states, as headprune scores it), without a pooler or a masked-LM head, which llama.cpp's "
                 "graph does not read")
@@ -92,3 +95,49 @@ def modernbert_refusal(config: Any) -> str | None:
     if kinds != {"default"}:
         return f"its RoPE is {', '.join(sorted(kinds))}, and llama.cpp's modern-bert graph rotates plainly"
     return None
+
+
+# The gate (x the largest value) of files whose GELU is llama.cpp's float16 table: Gemma's, GPT-2's and BERT's (the
+# measurements: gguf_families' note on it, this module's docstring).
+GELU_TABLE = 1e-3
+_ONE_COUNT = "llama.cpp's {arch} graph takes one head count for every layer"
+# gguf_families.GgufFamily's fields for each bare encoder (a tensor prefix in ``dropped`` is left out of the file)
+ENCODERS: dict[str, dict[str, Any]] = {
+    "bert": dict(arch="bert", permuted=False, dense_only=_ONE_COUNT.format(arch="bert"), keys=bert_keys,
+                 refuse=bert_refusal, tolerance=GELU_TABLE, encoder=True, rotary=False, dropped=("pooler.",)),
+    "roberta": dict(arch="bert", permuted=False, dense_only=_ONE_COUNT.format(arch="bert"), keys=bert_keys,
+                    refuse=bert_refusal, tolerance=GELU_TABLE, encoder=True, rotary=False,
+                    position_offset=roberta_offset, dropped=("pooler.",)),
+    "modernbert": dict(arch="modern-bert", permuted=False, dense_only=_ONE_COUNT.format(arch="modern-bert"),
+                       keys=modernbert_keys, refuse=modernbert_refusal, encoder=True, sliding_window=True),
+}
+
+
+def check_encoder(lm: Any, family: Any, layout: str, gguf_type: str, other_formats: str) -> str:
+    """The architecture of a bare encoder's file (``family``: its ``GgufFamily``). llama.cpp's graphs give
+    embeddings: the converter writes no head of a masked-LM model, and a classifier's only for llama.cpp's reranking
+    pooling, which headprune does not check.
+
+    Raises:
+        UnsupportedModelError: another head, a K-quant, a configuration the graph computes otherwise, a sliced file.
+    """
+    config = lm.model.config
+    model_type = config.model_type
+    if lm.task_head != "base":
+        raise UnsupportedModelError(
+            f"{lm.name} ({model_type}, {lm.task_head} head) cannot be exported as GGUF: llama.cpp's {family.arch} "
+            f"graph gives the encoder's embeddings (its last hidden states), not a {lm.task_head} head; GGUF takes "
+            f"the bare encoder ({model_type} loaded as its base model, what headprune scores by embedding "
+            f"similarity), and this model can be exported as {other_formats}")
+    if gguf_type in K_QUANTS:
+        raise UnsupportedModelError(f"{lm.name}: --gguf-type {gguf_type} is not written for {model_type}: give f32, "
+                                    "f16, bf16 or q8_0")
+    odd = family.refuse(config) if family.refuse else None
+    if odd:
+        raise UnsupportedModelError(f"{lm.name}: GGUF export of this {model_type} model is not written: {odd}; this "
+                                    f"model can be exported as {other_formats}")
+    if layout == "sliced":
+        raise UnsupportedModelError(f"{lm.name}: a sliced GGUF cannot be written: {family.dense_only}; give "
+                                    f"--layout dense (every head kept in shape, removed ones zeroed), or export "
+                                    f"sliced as {other_formats}")
+    return family.arch

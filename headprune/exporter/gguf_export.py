@@ -20,7 +20,8 @@ Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel`
   pairs (GLM-4, Cohere) and take the rows as they are;
 - ``attention.key_length`` / ``value_length`` are always written: llama.cpp otherwise derives the head size
   from layer 0's head count, which a sliced layer 0 no longer has;
-- experts: :mod:`headprune.exporter.gguf_experts`; RoPE scalings' keys and factor tensors:
+- experts: :mod:`headprune.exporter.gguf_experts`; GPT-2's ``Conv1D`` weights and NeoX's per-head fused q/k/v:
+  :mod:`headprune.exporter.gguf_fused`; RoPE scalings' keys and factor tensors:
   :mod:`headprune.exporter.gguf_rope`; the tokenizer:
   :mod:`headprune.exporter.gguf_tokenizer`; reading the file back:
   :mod:`headprune.exporter.gguf_read`.
@@ -36,10 +37,11 @@ import numpy as np
 import torch
 
 from headprune.errors import UnsupportedModelError
-from headprune.exporter.gguf_families import (GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES, family_of,
-                                              rope_parameters)
+from headprune.exporter.gguf_families import (ERF_GELU_NOTE, GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES,
+                                              family_of, rope_parameters)
 from headprune.exporter.gguf_encoders import ENCODER_NOTE, GELU_TABLE_NOTE
 from headprune.exporter.gguf_experts import split_experts
+from headprune.exporter.gguf_fused import to_llama_cpp
 from headprune.exporter.gguf_quant import K_QUANTS, typer
 from headprune.exporter.gguf_read import read_back
 from headprune.exporter.gguf_rope import add_rope_keys, rope_notes, rope_tensors
@@ -108,9 +110,9 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
                                     "architecture: a newer gguf writes it (pip install -U gguf)")
     names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
     state = artifact.state_dict()
-    tied = bool(getattr(artifact.config, "tie_word_embeddings", False))
-    out: dict[str, torch.Tensor] = {}
     family = family_of(artifact.config)
+    tied = bool(getattr(artifact.config, "tie_word_embeddings", False)) and not family.own_output
+    out: dict[str, torch.Tensor] = {}
     offset = family.position_offset(artifact.config) if family.position_offset else 0
     for name, tensor in state.items():
         dropped = bool(family.dropped) and name.startswith(family.dropped)  # the converter leaves it out too
@@ -131,14 +133,15 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
             data = data[offset:]
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
+        data = to_llama_cpp(name, data, family.qkv_layout, plan.head_dim)  # GPT-2's Conv1D, NeoX's fused q/k/v
         out[new] = data.contiguous()
     out.update(rope_tensors(artifact.config, plan.head_dim))
     return out
 
 
-# Matrices the converter keeps in float32 whatever the type (its tensor_force_quant): llama.cpp's bert graph adds a
-# row of the token types to the embeddings, which its CPU add does not take from f16 or q8_0 (it aborts).
-FLOAT32_TENSORS = ("token_types.weight", "position_embd.weight")
+# Matrices kept in float32 whatever the type, as the converter keeps them (its tensor_force_quant): llama.cpp's bert
+# graph adds a row of the token types to the embeddings, which its CPU add does not take from f16 or q8_0 (it aborts).
+FLOAT32_TENSORS = ("token_types.weight",)
 
 
 def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any]:
@@ -187,7 +190,7 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     offset = family.position_offset(config) if family.position_offset else 0
     writer.add_context_length(int(config.max_position_embeddings) - offset)
     writer.add_embedding_length(int(config.hidden_size))
-    writer.add_feed_forward_length(int(config.intermediate_size))
+    writer.add_feed_forward_length(family.ffn_length(config) if family.ffn_length else int(config.intermediate_size))
     if plan.arch == "deci" or len(set(plan.head_count)) > 1 or len(set(plan.head_count_kv)) > 1:
         writer.add_head_count(list(plan.head_count))
         writer.add_head_count_kv(list(plan.head_count_kv))
@@ -198,15 +201,15 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     writer.add_value_length(plan.head_dim)
     if getattr(config, "rms_norm_eps", None) is not None:  # LayerNorm families write theirs with their own keys
         writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    if family.rope:
-        rope = rope_parameters(config)
+    rope = rope_parameters(config)
+    if family.rotary:
         writer.add_rope_freq_base(float(rope["rope_theta"]))
-        if plan.arch != "qwen2":
-            # Phi-4-mini and others rotate only part of each head (partial_rotary_factor)
-            writer.add_rope_dimension_count(int(plan.head_dim * rope.get("partial_rotary_factor", 1.0)))
-        add_rope_keys(writer, config)
     if plan.arch != "qwen2":
+        if family.rotary:  # Phi-4-mini, Pythia and others rotate only part of each head (partial_rotary_factor)
+            writer.add_rope_dimension_count(int(plan.head_dim * rope.get("partial_rotary_factor", 1.0)))
         writer.add_vocab_size(int(config.vocab_size))
+    if family.rotary:
+        add_rope_keys(writer, config)
     if family.keys is not None:
         family.keys(writer, config)
     writer.add_file_type(FILE_TYPES[gguf_type])
@@ -310,6 +313,8 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
         notes.append(ENCODER_NOTE)
     if family.tolerance is not None:
         notes.append(GELU_TABLE_NOTE.format(tolerance=family.tolerance) if family.encoder else GELU_NOTE)
+    if not family.gated and getattr(artifact.config, "hidden_act", None) == "gelu":  # Pythia
+        notes.append(ERF_GELU_NOTE)
     rope = rope_parameters(artifact.config)
     if rope.get("rope_type") == "dynamic":
         trained = rope.get("original_max_position_embeddings") or artifact.config.max_position_embeddings

@@ -11,8 +11,7 @@ from typing import Any, Callable
 
 from headprune.core.choices import GGUF_TYPES
 from headprune.errors import ExportSettingsError, UnsupportedModelError
-from headprune.exporter.gguf_encoders import (bert_keys, bert_refusal, modernbert_keys, modernbert_refusal,
-                                              roberta_offset)
+from headprune.exporter.gguf_encoders import ENCODERS, GELU_TABLE, check_encoder
 from headprune.exporter.gguf_quant import K_QUANTS
 
 
@@ -28,13 +27,17 @@ class GgufFamily:
     keys: Callable[[Any, Any], None] | None = None  # (gguf.GGUFWriter, config) -> None
     refuse: Callable[[Any], str | None] | None = None  # config -> what llama.cpp's graph would compute otherwise
     k_quants: bool = False  # llama.cpp's choice of K-quant tensor types is reproduced (gguf_quant) for its tensors
-    activation: str = "silu"  # the gated MLP's, as the config names it
+    activation: tuple[str, ...] = ("silu",)  # the MLP's, as the config names it (those llama.cpp's graph computes)
     norm_offset: float = 0.0  # added to every norm gain: Gemma's RMSNorm scales by (1 + w), llama.cpp's by w
     tolerance: float | None = None  # the runtime gate's, where llama.cpp's kernels round (GELU_TABLE below)
     interleaved_experts: bool = False  # GPT-OSS: experts as x @ W, gate and up columns alternating (gguf_experts)
     sliding_window: bool = False  # the config's sliding window is written, and llama.cpp's graph applies it
+    gated: bool = True  # a gated MLP without biases; else up and down projections with biases (GPT-2, NeoX)
+    rotary: bool = True  # RoPE keys are written (GPT-2 has learned positions: position_embd)
+    qkv_layout: str | None = None  # "gpt2", "neox": fused tensors llama.cpp takes in another layout (gguf_fused)
+    ffn_length: Callable[[Any], int] | None = None  # config -> the MLP's width, where not intermediate_size
+    own_output: bool = False  # the graph reads output.weight even where the embeddings are tied: written then
     encoder: bool = False  # a bare encoder: llama.cpp's graph gives its last hidden states (embeddings), not logits
-    rope: bool = True  # RoPE keys are written (absolute position embeddings: none)
     position_offset: Callable[[Any], int] | None = None  # config -> position rows the file leaves out (RoBERTa's)
     dropped: tuple[str, ...] = ()  # tensors (prefixes) llama.cpp's graph does not read, left out as the converter does
 
@@ -67,8 +70,30 @@ def _granite_scales(writer: Any, config: Any) -> None:
 
 
 def _layer_norm(writer: Any, config: Any) -> None:
-    """The epsilon of a LayerNorm family (OLMo's norms have no gain and a fixed 1e-5; Cohere names its own)."""
-    writer.add_layer_norm_eps(float(getattr(config, "layer_norm_eps", None) or 1e-5))
+    """The epsilon of a LayerNorm family (OLMo's norms have no gain and a fixed 1e-5; Cohere and GPT-2 name their
+    own)."""
+    eps = getattr(config, "layer_norm_eps", None) or getattr(config, "layer_norm_epsilon", None)
+    writer.add_layer_norm_eps(float(eps or 1e-5))
+
+
+def _neox(writer: Any, config: Any) -> None:
+    """GPT-NeoX (the converter's ``GPTNeoXModel``): attention and MLP in parallel or one after the other."""
+    _layer_norm(writer, config)
+    writer.add_parallel_residual(bool(getattr(config, "use_parallel_residual", True)))
+
+
+def _gpt2_attention(config: Any) -> str | None:
+    """llama.cpp's gpt2 graph scales every layer's scores by 1/sqrt(head size)."""
+    if getattr(config, "scale_attn_by_inverse_layer_idx", False) or not getattr(config, "scale_attn_weights", True):
+        return ("its attention scores are scaled otherwise than by 1/sqrt(head size) (scale_attn_weights, "
+                "scale_attn_by_inverse_layer_idx), which llama.cpp's gpt2 graph fixes")
+    return None
+
+
+def _neox_biases(config: Any) -> str | None:
+    if not getattr(config, "attention_bias", True):
+        return "its attention has no biases (attention_bias false), which llama.cpp's gptneox graph reads"
+    return None
 
 
 def _olmo(writer: Any, config: Any) -> None:
@@ -153,10 +178,17 @@ def _gemma_layers(config: Any, every: int, big: int) -> str | None:
 # On the suite's tiny Gemma 2 that alone moves the logits by 2.3e-4 (3.5e-4 of the largest); transformers with the same
 # rounding done in torch comes within 3e-7 on one prompt and 1.2e-4 of the largest logit over the test prompts (values
 # on a float16 rounding boundary go either way). So Gemma files are gated at 1e-3 of the largest logit, not GGUF's
-# 5e-5, and the record says why.
-GELU_TABLE = 1e-3
+# 5e-5, and the record says why (GELU_TABLE, 1e-3: defined with the encoders, which gguf_families imports).
 GELU_NOTE = ("llama.cpp's CPU GELU rounds through a float16 table, so its logits are checked against the masked "
              f"original's within {GELU_TABLE:g} of the largest logit (GGUF's usual 5e-05 elsewhere)")
+
+
+_TANH_GELU = ("gelu_pytorch_tanh",)
+# llama.cpp's gpt2 and gptneox graphs compute GELU's tanh form (ggml_gelu, through the float16 table); Pythia's configs
+# name the exact (erf) GELU, which differs from it by at most 4.7e-4 (a note says so; within the same gate here).
+_GPT_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+ERF_GELU_NOTE = ("the checkpoint's MLP computes the exact (erf) GELU, llama.cpp's gptneox graph its tanh form (as for "
+                 "every Pythia GGUF), which moves the logits slightly (within the gate here)")
 
 
 # Why each family is dense only: llama.cpp sizes every layer by layer 0's head counts except in its deci graph
@@ -181,29 +213,27 @@ FAMILIES: dict[str, GgufFamily] = {
     "olmo2": GgufFamily("olmo2", False, "its q/k norms are taken over all heads", None),
     "olmoe": GgufFamily("olmoe", False, "its q/k norms are taken over all heads", _experts, _olmoe),
     "gemma2": GgufFamily("gemma2", False, _ONE_COUNT.format(arch="gemma2"), _gemma,
-                         lambda config: _gemma_layers(config, 2, 46), activation="gelu_pytorch_tanh",
+                         lambda config: _gemma_layers(config, 2, 46), activation=_TANH_GELU,
                          norm_offset=1.0, tolerance=GELU_TABLE, sliding_window=True),
     "gemma3_text": GgufFamily("gemma3", False, _ONE_COUNT.format(arch="gemma3"), _gemma,
-                              lambda config: _gemma_layers(config, 6, 62), activation="gelu_pytorch_tanh",
+                              lambda config: _gemma_layers(config, 6, 62), activation=_TANH_GELU,
                               norm_offset=1.0, tolerance=GELU_TABLE, sliding_window=True),
     "glm4": GgufFamily("glm4", False, _ONE_COUNT.format(arch="glm4"), None),
     "gpt_oss": GgufFamily("gpt-oss", False, _ONE_COUNT.format(arch="gpt-oss") + _NO_DECI.format(
         what="attention sinks or experts", name="GPT-OSS"), _gpt_oss, _gpt_oss_layers,
         interleaved_experts=True, sliding_window=True),
-    "gemma": GgufFamily("gemma", False, _ONE_COUNT.format(arch="gemma"), None, activation="gelu_pytorch_tanh",
+    "gemma": GgufFamily("gemma", False, _ONE_COUNT.format(arch="gemma"), None, activation=_TANH_GELU,
                         norm_offset=1.0, tolerance=GELU_TABLE),
     "glm": GgufFamily("chatglm", False, _ONE_COUNT.format(arch="chatglm"), None),
     "smollm3": GgufFamily("smollm3", True, _ONE_COUNT.format(arch="smollm3"), None, _smollm3_layers),
     "cohere": GgufFamily("command-r", False, _ONE_COUNT.format(arch="command-r"), _cohere, _cohere_norms),
-    # Bare encoders, as the converter's BertModel, RobertaModel and ModernBertModel write them: embeddings (BERT's
-    # GELU in llama.cpp is the float16 table of its tanh approximation: gated as Gemma's logits are, gguf_encoders)
-    "bert": GgufFamily("bert", False, _ONE_COUNT.format(arch="bert"), bert_keys, bert_refusal, activation="gelu",
-                       tolerance=GELU_TABLE, encoder=True, rope=False, dropped=("pooler.",)),
-    "roberta": GgufFamily("bert", False, _ONE_COUNT.format(arch="bert"), bert_keys, bert_refusal, activation="gelu",
-                          tolerance=GELU_TABLE, encoder=True, rope=False, position_offset=roberta_offset,
-                          dropped=("pooler.",)),
-    "modernbert": GgufFamily("modern-bert", False, _ONE_COUNT.format(arch="modern-bert"), modernbert_keys,
-                             modernbert_refusal, encoder=True, sliding_window=True),
+    "gpt2": GgufFamily("gpt2", False, _ONE_COUNT.format(arch="gpt2") + " (its fused attn_qkv is sized by it)",
+                       _layer_norm, _gpt2_attention, activation=_GPT_GELU, tolerance=GELU_TABLE, gated=False,
+                       rotary=False, qkv_layout="gpt2", ffn_length=lambda c: int(c.n_inner or 4 * c.n_embd)),
+    "gpt_neox": GgufFamily("gptneox", False, _ONE_COUNT.format(arch="gptneox") + " (its fused attn_qkv is sized by "
+                           "it)", _neox, _neox_biases, activation=("gelu", *_GPT_GELU), tolerance=GELU_TABLE,
+                           gated=False, qkv_layout="neox", own_output=True),
+    **{t: GgufFamily(**spec) for t, spec in ENCODERS.items()},  # bare encoders: gguf_encoders
 }
 MODEL_TYPES = tuple(t for t, f in FAMILIES.items() if not f.encoder)
 ENCODER_TYPES = tuple(t for t, f in FAMILIES.items() if f.encoder)
@@ -254,7 +284,7 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
             "llama.cpp runs a vision tower from a separate mmproj file, which headprune does not write (a text-only "
             f"GGUF would drop it); this model can be exported as {OTHER_FORMATS}{alone}")
     if model_type in ENCODER_TYPES:
-        return _encoder(lm, layout, gguf_type)
+        return check_encoder(lm, FAMILIES[model_type], layout, gguf_type, OTHER_FORMATS)
     if lm.is_encoder or model_type not in MODEL_TYPES or lm.task_head != "causal-lm":
         raise UnsupportedModelError(
             f"{lm.name} ({model_type or lm.adapter.family}"
@@ -265,10 +295,12 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
         raise UnsupportedModelError(f"{lm.name}: sliding-window attention is not written to GGUF by headprune; "
                                     f"this model can be exported as {OTHER_FORMATS}")
     family = FAMILIES[model_type]
-    activation = getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None) or "silu"
-    if activation != family.activation or getattr(config, "mlp_bias", False):
-        raise UnsupportedModelError(f"{lm.name}: GGUF export of {model_type} needs a {family.activation} gated MLP "
-                                    f"without biases, as llama.cpp's graph computes it; this model can be exported as "
+    activation = (getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None)
+                  or getattr(config, "activation_function", None) or "silu")
+    if activation not in family.activation or (family.gated and getattr(config, "mlp_bias", False)):
+        kind = "gated MLP without biases" if family.gated else "MLP"
+        raise UnsupportedModelError(f"{lm.name}: GGUF export of {model_type} needs a {' or '.join(family.activation)} "
+                                    f"{kind}, as llama.cpp's graph computes it; this model can be exported as "
                                     f"{OTHER_FORMATS}")
     if gguf_type in K_QUANTS and not FAMILIES[model_type].k_quants:
         raise UnsupportedModelError(f"{lm.name}: --gguf-type {gguf_type} is not written for {model_type}: llama.cpp's "
@@ -299,31 +331,6 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
                                     f"(RoPE types written: {', '.join(ROPE_TYPES)}); this model can be exported as "
                                     f"{OTHER_FORMATS}")
     return arch
-
-
-def _encoder(lm: Any, layout: str, gguf_type: str) -> str:
-    """The architecture of a bare encoder's file (llama.cpp's ``bert`` gives embeddings; the converter writes no
-    head of a masked-LM model, and a classifier's only for llama.cpp's reranking pooling)."""
-    config = lm.model.config
-    model_type, family = config.model_type, FAMILIES[config.model_type]
-    if lm.task_head != "base":
-        raise UnsupportedModelError(
-            f"{lm.name} ({model_type}, {lm.task_head} head) cannot be exported as GGUF: llama.cpp's {family.arch} "
-            f"graph gives the encoder's embeddings (its last hidden states), not a {lm.task_head} head; GGUF takes "
-            f"the bare encoder ({model_type} loaded as its base model, what headprune scores by embedding "
-            f"similarity), and this model can be exported as {OTHER_FORMATS}")
-    if gguf_type in K_QUANTS:
-        raise UnsupportedModelError(f"{lm.name}: --gguf-type {gguf_type} is not written for {model_type}: give f32, "
-                                    "f16, bf16 or q8_0")
-    odd = family.refuse(config) if family.refuse else None
-    if odd:
-        raise UnsupportedModelError(f"{lm.name}: GGUF export of this {model_type} model is not written: {odd}; this "
-                                    f"model can be exported as {OTHER_FORMATS}")
-    if layout == "sliced":
-        raise UnsupportedModelError(f"{lm.name}: a sliced GGUF cannot be written: {family.dense_only}; give "
-                                    f"--layout dense (every head kept in shape, removed ones zeroed), or export "
-                                    f"sliced as {OTHER_FORMATS}")
-    return family.arch
 
 
 def rope_parameters(config: Any) -> dict:

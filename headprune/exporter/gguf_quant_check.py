@@ -125,6 +125,7 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
     from headprune.exporter.gguf_experts import join_experts
     from headprune.exporter.gguf_export import gguf_name, unpermute
     from headprune.exporter.gguf_families import family_of
+    from headprune.exporter.gguf_fused import from_llama_cpp
 
     arch_enum = next(a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == plan.arch)
     names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
@@ -136,7 +137,9 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
             joined = join_experts(name, stored, family.interleaved_experts)
             if joined is None and new not in stored:  # rotary frequencies, a tied output
                 continue
-            data = (joined if joined is not None else torch.from_numpy(stored[new])).reshape(-1, *tensor.shape[1:])
+            if joined is None:  # GPT-2's Conv1D and NeoX's fused q/k/v back in the model's layout
+                joined = from_llama_cpp(name, torch.from_numpy(stored[new]), family.qkv_layout, plan.head_dim)
+            data = joined.reshape(-1, *tensor.shape[1:])  # (RoBERTa's positions: rows cut)
             if new is not None and new.endswith("norm.weight"):  # Gemma's gains: stored as llama.cpp takes them
                 data = data - family.norm_offset
             if new == "position_embd.weight" and family.position_offset:  # RoBERTa's rows the file leaves out

@@ -34,7 +34,10 @@ OUTPUTS = ("logits", "last_hidden_state")
 # model_type -> the model type ONNX Runtime GenAI names it by (its decoder-only types; each run by the export's gate)
 GENAI_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
                "granite": "granite", "gemma": "gemma", "gemma2": "gemma2", "gemma3_text": "gemma3_text", "olmo": "olmo",
-               "smollm3": "smollm3", "gpt_oss": "gptoss"}
+               "smollm3": "smollm3", "gpt_oss": "gptoss", "gpt2": "gpt2"}
+# GenAI model types whose cache is one tensor a layer, keys and values stacked ``(2, batch, heads, sequence, head)``
+# (``past_%d`` / ``present_%d``), with one head count for every layer (GenAI's ``CombinedKeyValueCache``)
+COMBINED_CACHE = {"gpt2"}
 
 
 def onnx_output(head: str) -> str:
@@ -108,11 +111,12 @@ def generates(model_type: str, head: str) -> bool:
 
 class _WithCache(nn.Module):
     """The model's forward with its key/value cache as flat tensors: ``(ids, mask, positions, k0, v0, k1, ...)``
-    -> ``(logits, k0', v0', ...)``."""
+    -> ``(logits, k0', v0', ...)``; ``combined``: each layer's keys and values stacked in one tensor,
+    ``(ids, mask, positions, kv0, kv1, ...)`` -> ``(logits, kv0', kv1', ...)``."""
 
-    def __init__(self, model: nn.Module, layers: int) -> None:
+    def __init__(self, model: nn.Module, layers: int, combined: bool = False) -> None:
         super().__init__()
-        self.model, self.layers = model, layers
+        self.model, self.layers, self.combined = model, layers, combined
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                 *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -123,10 +127,13 @@ class _WithCache(nn.Module):
         # step's past (GenAI) does not expect. The window is applied by the attention mask the model builds from
         # its config either way, so the logits are the same.
         cache = DynamicCache()
-        for layer in range(self.layers):
-            cache.update(past[2 * layer], past[2 * layer + 1], layer)
+        pairs = [(kv[0], kv[1]) for kv in past] if self.combined else list(zip(past[0::2], past[1::2]))
+        for layer, (keys, values) in enumerate(pairs):
+            cache.update(keys, values, layer)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          **passing_cache(cache), use_cache=True)
+        if self.combined:
+            return (out.logits, *(torch.stack((layer.keys, layer.values)) for layer in cache_of(out).layers))
         return (out.logits, *(t for layer in cache_of(out).layers for t in (layer.keys, layer.values)))
 
 
@@ -146,17 +153,30 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
     counts = kv_heads(model)
     layers, head_dim = len(counts), int(getattr(config, "head_dim", None) or
                                         config.hidden_size // config.num_attention_heads)
-    wrapper = _WithCache(model, layers).eval()
+    combined = GENAI_TYPES[config.model_type] in COMBINED_CACHE
+    if combined and len(set(counts)) > 1:  # the ONNX format writes such a model dense (ONNX.layout_for)
+        raise ValueError(f"a combined key/value cache takes one head count for every layer, not {counts}")
+    wrapper = _WithCache(model, layers, combined).eval()
     batch, past_len, width = 2, 3, 4
     ids = torch.randint(2, 50, (batch, width))
     mask = torch.ones(batch, past_len + width, dtype=torch.long)
     positions = torch.arange(past_len, past_len + width).expand(batch, width)
-    past = tuple(torch.randn(batch, counts[i // 2], past_len, head_dim) for i in range(2 * layers))
     b, s, t, p = (torch.export.Dim(n) for n in ("batch", "sequence", "total_sequence", "past_sequence"))
-    inputs = ["input_ids", "attention_mask", "position_ids"] + [
-        f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
-    outputs = ["logits"] + [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
-    shapes = ({0: b, 1: s}, {0: b, 1: t}, {0: b, 1: s}, tuple({0: b, 2: p} for _ in past))
+    if combined:
+        past = tuple(torch.randn(2, batch, counts[i], past_len, head_dim) for i in range(layers))
+        names = ([f"past_{i}" for i in range(layers)], [f"present_{i}" for i in range(layers)])
+        past_shapes = tuple({1: b, 3: p} for _ in past)
+        cache_io = {"past_names": "past_%d"}, {"present_names": "present_%d"}
+    else:
+        past = tuple(torch.randn(batch, counts[i // 2], past_len, head_dim) for i in range(2 * layers))
+        names = ([f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")],
+                 [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")])
+        past_shapes = tuple({0: b, 2: p} for _ in past)
+        cache_io = ({"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"},
+                    {"present_key_names": "present.%d.key", "present_value_names": "present.%d.value"})
+    inputs = ["input_ids", "attention_mask", "position_ids", *names[0]]
+    outputs = ["logits", *names[1]]
+    shapes = ({0: b, 1: s}, {0: b, 1: t}, {0: b, 1: s}, past_shapes)
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     with warnings.catch_warnings(), _traceable_experts(model):
         warnings.simplefilter("ignore")
@@ -175,9 +195,8 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
                 "num_attention_heads": config.num_attention_heads, "num_key_value_heads": max(counts),
                 "num_hidden_layers": layers,
                 "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask", "position_ids": "position_ids",
-                           "past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"},
-                "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
-                            "present_value_names": "present.%d.value"},
+                           **cache_io[0]},
+                "outputs": {"logits": "logits", **cache_io[1]},
             },
         },
         "search": {"do_sample": False, "num_beams": 1, "num_return_sequences": 1, "max_length":

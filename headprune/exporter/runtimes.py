@@ -101,6 +101,13 @@ class TorchRunner:
         pass
 
 
+def empty_past(shape: Sequence[Any], batch: int) -> np.ndarray:
+    """An empty past for a decoder graph's cache input of ``shape`` (its dimensions as onnxruntime lists them):
+    ``(batch, heads, 0, head)``, or ``(2, batch, heads, 0, head)`` where keys and values are stacked."""
+    sizes = (batch, shape[1], 0, shape[3]) if len(shape) == 4 else (2, batch, shape[2], 0, shape[4])
+    return np.zeros(sizes, dtype=np.float32)
+
+
 class OnnxModel:
     """An onnxruntime session that answers the calls headprune's evaluator and verifier make of a model.
 
@@ -118,9 +125,9 @@ class OnnxModel:
         options.log_severity_level = 3
         self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.output, self.positions = output, positions
-        # A decoder with a key/value cache: whole sequences go in with an empty past.
-        self.past = {i.name: (i.shape[1], i.shape[3]) for i in self.session.get_inputs()
-                     if i.name.startswith("past_key_values.")}
+        # A decoder with a key/value cache: whole sequences go in with an empty past (each layer's keys and values
+        # apart, or stacked in one tensor: GenAI's gpt2), every dimension but the batch and the past's length fixed.
+        self.past = {i.name: i.shape for i in self.session.get_inputs() if i.name.startswith("past_")}
 
     def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None
                  = None, logits_to_keep: int = 0, **_: object) -> SimpleNamespace:
@@ -128,8 +135,8 @@ class OnnxModel:
                  "attention_mask": attention_mask.cpu().numpy().astype(np.int64)}
         if self.positions:
             feeds["position_ids"] = position_ids.cpu().numpy().astype(np.int64)
-        for name, (heads, head_dim) in self.past.items():
-            feeds[name] = np.zeros((input_ids.shape[0], heads, 0, head_dim), dtype=np.float32)
+        for name, shape in self.past.items():
+            feeds[name] = empty_past(shape, input_ids.shape[0])
         (output,) = self.session.run([self.output], feeds)
         tensor = torch.from_numpy(output)
         if self.output == "logits" and logits_to_keep and tensor.dim() == 3:

@@ -53,7 +53,7 @@ from headprune.search.sequence import hypotheses, increments, prefixes, reached,
 from headprune.search.stats import Step, Verdict, test_size, verdict
 
 BRANCH_SHARE = 0.5  # of alpha, for each of the two branches (the proposal's sequence, the single head)
-RULE = "fixed sequence of the proposal's prefixes"  # what the journal records, so that a run of another rule is not resumed
+RULE = "fixed sequence of the proposal's prefixes from a block"  # what the journal records, so that a run of another rule is not resumed
 
 
 @dataclass(frozen=True)

@@ -82,10 +82,13 @@ class Onnx(ExportFormat):
         """The sliced layout where layers keep different key/value head counts only when the installed ONNX Runtime
         GenAI runs them (:func:`genai_probe.per_layer_kv_heads`, which runs it); else the dense one, and why."""
         from headprune.exporter.genai_probe import per_layer_kv_heads
+        from headprune.exporter.onnx_export import COMBINED_CACHE, GENAI_TYPES
 
         counts = [len(p.kv_heads) for p in plans]
         if self.options.layout == "sliced" and _generates(lm) and len(set(counts)) > 1:
-            runs, why = per_layer_kv_heads()
+            kind = GENAI_TYPES[lm.model.config.model_type]
+            runs, why = ((False, f"ONNX Runtime GenAI keeps a {kind} model's cache as one tensor a layer, with one "
+                                 "head count for every layer") if kind in COMBINED_CACHE else per_layer_kv_heads())
             if runs:
                 self.layout_note = f"sliced with per-layer key/value heads {counts}: {why}"
                 return "sliced"

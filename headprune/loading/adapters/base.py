@@ -24,6 +24,13 @@ def get_path(module: nn.Module, path: str) -> nn.Module:
     return module
 
 
+# A vision-language model as shipped (Gemma 3, LLaVA, Qwen2-VL): its language model's Llama-style attention, from the
+# model's base module, sized by the text sub-config; the vision tower and projector sit beside it, never touched.
+VISION_LANGUAGE = dict(layers_path="language_model.layers", attention_path="self_attn",
+                       output_projection_path="self_attn.o_proj", kv_heads_attr="num_key_value_heads",
+                       qkv_paths=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), text_config="text_config")
+
+
 @dataclass(frozen=True)
 class Adapter:
     """One architecture family.

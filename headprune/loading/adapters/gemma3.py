@@ -4,15 +4,10 @@
 pruned checkpoint still reads images.
 """
 
-from headprune.loading.adapters.base import Adapter
+from headprune.loading.adapters.base import VISION_LANGUAGE, Adapter
 
 GEMMA3 = Adapter(
     family="gemma3",
     model_types=("gemma3",),
-    layers_path="language_model.layers",
-    attention_path="self_attn",
-    output_projection_path="self_attn.o_proj",
-    kv_heads_attr="num_key_value_heads",
-    qkv_paths=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    text_config="text_config",
+    **VISION_LANGUAGE,  # type: ignore[arg-type]
 )

@@ -5,16 +5,11 @@ and o separate, grouped key/value heads through ``num_key_value_heads``) and ref
 tower and the projector into the language model are never touched, so the pruned checkpoint still reads images.
 """
 
-from headprune.loading.adapters.base import Adapter
+from headprune.loading.adapters.base import VISION_LANGUAGE, Adapter
 
 LLAVA = Adapter(
     family="llava",
     model_types=("llava",),
-    layers_path="language_model.layers",
-    attention_path="self_attn",
-    output_projection_path="self_attn.o_proj",
-    kv_heads_attr="num_key_value_heads",
-    qkv_paths=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    text_config="text_config",
+    **VISION_LANGUAGE,  # type: ignore[arg-type]
     text_model_types=("llama", "mistral", "qwen2"),
 )

@@ -5,15 +5,10 @@ own (its sections split the head size, not the heads), so removing whole heads i
 (``model.visual``, with its merger into the language model) is never touched: the pruned checkpoint still reads images.
 """
 
-from headprune.loading.adapters.base import Adapter
+from headprune.loading.adapters.base import VISION_LANGUAGE, Adapter
 
 QWEN2_VL = Adapter(
     family="qwen2_vl",
     model_types=("qwen2_vl", "qwen2_5_vl"),
-    layers_path="language_model.layers",
-    attention_path="self_attn",
-    output_projection_path="self_attn.o_proj",
-    kv_heads_attr="num_key_value_heads",
-    qkv_paths=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    text_config="text_config",
+    **VISION_LANGUAGE,  # type: ignore[arg-type]
 )
