@@ -140,7 +140,7 @@ def pooled_lines(info: Any) -> list[str]:
 def pooled_card_line(check: Any, pooling: str, lossy: str) -> str:
     """The card's line of one encoder file's run in llama.cpp (``lossy``: what is said of a lossy type's)."""
     return (f"- In {check.runtime}, {check.file_type} file{lossy}, with its own {pooling} pooling: "
-            f"{check.identical} of {check.prompts} task texts' embeddings within the tolerance of the masked original's "
-            "mean-pooled last "
-            f"hidden states (largest difference {check.max_abs_logit_diff:.2e}); llama.cpp's tokenizer agrees on "
+            f"{check.identical} of {check.prompts} task texts' embeddings within the tolerance of the masked "
+            f"original's mean-pooled last hidden states (largest difference {check.max_abs_logit_diff:.2e}); "
+            "llama.cpp's tokenizer agrees on "
             f"{check.tokenizer_agree} of {check.tokenizer_texts} texts.")
