@@ -65,6 +65,25 @@ def word_tokenizer(vocab: list[str]) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=vocab[0], eos_token=vocab[1])
 
 
+def wordpiece_tokenizer(corpus: tuple[str, ...] | list[str] = CORPUS, vocab_size: int = 300, *,
+                        lowercase: bool = True) -> Any:
+    """BERT's kind of tokenizer, trained in memory on ``corpus``: WordPiece with BERT's normalizer (``lowercase``, as
+    uncased checkpoints) and ``[CLS] ... [SEP]`` around every text (ids 0 to 4: ``[PAD] [UNK] [CLS] [SEP] [MASK]``)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    core.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    core.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    core.train_from_iterator(list(corpus) * 20, trainers.WordPieceTrainer(vocab_size=vocab_size,
+                                                                           special_tokens=special))
+    core.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                        special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]")
+
+
 def tiny_config(family: str, vocab_size: int, layers: int = 2, **overrides: Any) -> Any:
     """A ``layers``-layer, 4-head config of ``family`` (one of :data:`ALL_FAMILIES`); random weights come from the
     model's own init."""

@@ -42,6 +42,8 @@ FUNCTIONS = ("llama_backend_init", "llama_log_set", "llama_model_default_params"
              "llama_get_logits_ith", "llama_get_memory", "llama_memory_clear", "llama_tokenize",
              # several sequences in one context: a shared prompt prefix's cells given to each row (task checks)
              "llama_n_seq_max", "llama_memory_seq_rm", "llama_memory_seq_cp",
+             # an encoder's per-token embeddings (GGUF of BERT-style models) and the pooling its context uses
+             "llama_get_embeddings_ith", "llama_get_embeddings_seq", "llama_model_n_embd", "llama_pooling_type",
              # llama.cpp's per-row quantizers (what llama_model_quantize calls for every tensor; xllamacpp does not
              # export llama_model_quantize itself) and the block sizes its tensor-type choice reads
              "ggml_quantize_chunk", "ggml_validate_row_data", "ggml_row_size", "ggml_blck_size")

@@ -341,8 +341,10 @@ def family_table() -> str:
         adapter = adapter_for(type("C", (), {"model_type": model_type})())
         onnx = "decoder with cache (GenAI)" if model_type in GENAI_TYPES else "logits graph"
         onnx += ", text only" if adapter.text_config else ""  # a vision-language model: no vision tower in the graph
-        family = GGUF_FAMILIES.get(model_type)  # run in llama.cpp: test_gguf.py, test_gguf_families.py
+        # run in llama.cpp: test_gguf.py, test_gguf_families.py, test_gguf_encoders.py
+        family = GGUF_FAMILIES.get(model_type)
         gguf = "-" if family is None else f"llama.cpp `{family.arch}`" + (
+            " (embeddings: the bare encoder)" if family.encoder else "") + (
             ", dense only" if family.dense_only else "; sliced as `deci`")
         rows.append(f"| `{model_type}` ({config_class.removesuffix('Config')}) | {adapter.family} | "
                     f"{'-' if adapter.dense_only else 'yes'} | yes | {onnx} | {gguf} |")

@@ -20,7 +20,7 @@ from helpers.gguf_file import gguf_metadata
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, runtimes
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
-from headprune.exporter.gguf_families import FAMILIES
+from headprune.exporter.gguf_families import ENCODER_TYPES, FAMILIES
 from headprune.heads import parse_heads
 from headprune.loading.models import wrap_model
 from headprune.surgery.ablation import ablated
@@ -50,8 +50,9 @@ EXTRA = {"mixtral": ("blk.0.ffn_gate_exps.weight", "llama.expert_count", {}),
 
 
 def test_every_gguf_family_is_run_in_llama_cpp_by_the_suite() -> None:
-    """docs/models.md's GGUF column is gguf_families.FAMILIES: each is run here or in test_gguf.py."""
-    assert set(FAMILIES) == set(EXTRA) | {"llama", "mistral", "qwen2", "qwen3"}
+    """docs/models.md's GGUF column is gguf_families.FAMILIES: each is run here, in test_gguf.py or (the bare
+    encoders) in test_gguf_encoders.py."""
+    assert set(FAMILIES) == set(EXTRA) | {"llama", "mistral", "qwen2", "qwen3"} | set(ENCODER_TYPES)
 
 
 def _lm(model_type: str, tokenizer, **changes):  # noqa: ANN001, ANN003, ANN202

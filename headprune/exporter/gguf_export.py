@@ -39,6 +39,7 @@ import torch
 from headprune.errors import UnsupportedModelError
 from headprune.exporter.gguf_families import (ERF_GELU_NOTE, GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES,
                                               family_of, rope_parameters)
+from headprune.exporter.gguf_encoders import ENCODER_NOTE, GELU_TABLE_NOTE
 from headprune.exporter.gguf_experts import split_experts
 from headprune.exporter.gguf_fused import to_llama_cpp
 from headprune.exporter.gguf_quant import K_QUANTS, typer
@@ -112,8 +113,10 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
     family = family_of(artifact.config)
     tied = bool(getattr(artifact.config, "tie_word_embeddings", False)) and not family.own_output
     out: dict[str, torch.Tensor] = {}
+    offset = family.position_offset(artifact.config) if family.position_offset else 0
     for name, tensor in state.items():
-        if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight"):
+        dropped = bool(family.dropped) and name.startswith(family.dropped)  # the converter leaves it out too
+        if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight") or dropped:
             continue
         data = tensor.detach().to("cpu", torch.float32)
         experts = split_experts(name, data, family.interleaved_experts)
@@ -126,6 +129,8 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
                                         f"model can be exported as {OTHER_FORMATS}")
         if new.endswith("norm.weight"):
             data = data + family.norm_offset
+        if new == "position_embd.weight":  # RoBERTa's rows before its first position are not in the file
+            data = data[offset:]
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
         data = to_llama_cpp(name, data, family.qkv_layout, plan.head_dim)  # GPT-2's Conv1D, NeoX's fused q/k/v
@@ -134,15 +139,21 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
     return out
 
 
+# Matrices kept in float32 whatever the type, as the converter keeps them (its tensor_force_quant): llama.cpp's bert
+# graph adds a row of the token types to the embeddings, which its CPU add does not take from f16 or q8_0 (it aborts).
+FLOAT32_TENSORS = ("token_types.weight",)
+
+
 def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any]:
-    """The array to store and its GGML type: 1-D tensors (norms, biases) and the experts' stacked biases stay
-    float32, as the converter keeps them (llama.cpp's graph adds them in float32); matrices take the requested type
+    """The array to store and its GGML type: 1-D tensors (norms, biases), the experts' stacked biases and
+    :data:`FLOAT32_TENSORS` stay float32, as the converter keeps them (llama.cpp's graph adds them in float32);
+    matrices take the requested type
     (q8_0 falls back to f16 for rows that are not a multiple of 32)."""
     import gguf
     from gguf.quants import QuantError, quantize
 
     qt = gguf.GGMLQuantizationType
-    if data.ndim == 1 or name.endswith(".bias") or gguf_type == "f32":
+    if data.ndim == 1 or name.endswith(".bias") or name in FLOAT32_TENSORS or gguf_type == "f32":
         return data.astype(np.float32), qt.F32
     if gguf_type == "f16":
         return data.astype(np.float16), qt.F16
@@ -174,10 +185,11 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     writer = gguf.GGUFWriter(str(path), plan.arch)
     writer.add_type(gguf.GGUFType.MODEL)
     writer.add_name(name)
-    writer.add_block_count(len(plan.head_count))
-    writer.add_context_length(int(config.max_position_embeddings))
-    writer.add_embedding_length(int(config.hidden_size))
     family = family_of(config)
+    writer.add_block_count(len(plan.head_count))
+    offset = family.position_offset(config) if family.position_offset else 0
+    writer.add_context_length(int(config.max_position_embeddings) - offset)
+    writer.add_embedding_length(int(config.hidden_size))
     writer.add_feed_forward_length(family.ffn_length(config) if family.ffn_length else int(config.intermediate_size))
     if plan.arch == "deci" or len(set(plan.head_count)) > 1 or len(set(plan.head_count_kv)) > 1:
         writer.add_head_count(list(plan.head_count))
@@ -297,8 +309,10 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if window and getattr(artifact.config, "use_sliding_window", True) and not family.sliding_window:
         notes.append(f"the checkpoint declares a {window}-token sliding window, which llama.cpp's {arch} graph does "
                      "not apply: the two agree on contexts up to that length")
+    if family.encoder:
+        notes.append(ENCODER_NOTE)
     if family.tolerance is not None:
-        notes.append(GELU_NOTE)
+        notes.append(GELU_TABLE_NOTE.format(tolerance=family.tolerance) if family.encoder else GELU_NOTE)
     if not family.gated and getattr(artifact.config, "hidden_act", None) == "gelu":  # Pythia
         notes.append(ERF_GELU_NOTE)
     rope = rope_parameters(artifact.config)

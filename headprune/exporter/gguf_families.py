@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from headprune.core.choices import GGUF_TYPES
 from headprune.errors import ExportSettingsError, UnsupportedModelError
+from headprune.exporter.gguf_encoders import ENCODERS, GELU_TABLE, check_encoder
 from headprune.exporter.gguf_quant import K_QUANTS
 
 
@@ -36,6 +37,9 @@ class GgufFamily:
     qkv_layout: str | None = None  # "gpt2", "neox": fused tensors llama.cpp takes in another layout (gguf_fused)
     ffn_length: Callable[[Any], int] | None = None  # config -> the MLP's width, where not intermediate_size
     own_output: bool = False  # the graph reads output.weight even where the embeddings are tied: written then
+    encoder: bool = False  # a bare encoder: llama.cpp's graph gives its last hidden states (embeddings), not logits
+    position_offset: Callable[[Any], int] | None = None  # config -> position rows the file leaves out (RoBERTa's)
+    dropped: tuple[str, ...] = ()  # tensors (prefixes) llama.cpp's graph does not read, left out as the converter does
 
 
 def _experts(writer: Any, config: Any) -> None:
@@ -174,8 +178,7 @@ def _gemma_layers(config: Any, every: int, big: int) -> str | None:
 # On the suite's tiny Gemma 2 that alone moves the logits by 2.3e-4 (3.5e-4 of the largest); transformers with the same
 # rounding done in torch comes within 3e-7 on one prompt and 1.2e-4 of the largest logit over the test prompts (values
 # on a float16 rounding boundary go either way). So Gemma files are gated at 1e-3 of the largest logit, not GGUF's
-# 5e-5, and the record says why.
-GELU_TABLE = 1e-3
+# 5e-5, and the record says why (GELU_TABLE, 1e-3: defined with the encoders, which gguf_families imports).
 GELU_NOTE = ("llama.cpp's CPU GELU rounds through a float16 table, so its logits are checked against the masked "
              f"original's within {GELU_TABLE:g} of the largest logit (GGUF's usual 5e-05 elsewhere)")
 
@@ -230,8 +233,10 @@ FAMILIES: dict[str, GgufFamily] = {
     "gpt_neox": GgufFamily("gptneox", False, _ONE_COUNT.format(arch="gptneox") + " (its fused attn_qkv is sized by "
                            "it)", _neox, _neox_biases, activation=("gelu", *_GPT_GELU), tolerance=GELU_TABLE,
                            gated=False, qkv_layout="neox", own_output=True),
+    **{t: GgufFamily(**spec) for t, spec in ENCODERS.items()},  # bare encoders: gguf_encoders
 }
-MODEL_TYPES = tuple(FAMILIES)
+MODEL_TYPES = tuple(t for t, f in FAMILIES.items() if not f.encoder)
+ENCODER_TYPES = tuple(t for t, f in FAMILIES.items() if f.encoder)
 # Families headprune writes as GGUF only in the dense layout, and why (the refusal of a sliced one says it).
 DENSE_ONLY = {t: f.dense_only for t, f in FAMILIES.items() if f.dense_only}
 OTHER_FORMATS = "safetensors, onnx"
@@ -278,12 +283,14 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
             f"{lm.name} ({model_type}, a vision-language model with its vision tower) cannot be exported as GGUF: "
             "llama.cpp runs a vision tower from a separate mmproj file, which headprune does not write (a text-only "
             f"GGUF would drop it); this model can be exported as {OTHER_FORMATS}{alone}")
+    if model_type in ENCODER_TYPES:
+        return check_encoder(lm, FAMILIES[model_type], layout, gguf_type, OTHER_FORMATS)
     if lm.is_encoder or model_type not in MODEL_TYPES or lm.task_head != "causal-lm":
         raise UnsupportedModelError(
             f"{lm.name} ({model_type or lm.adapter.family}"
             f"{'' if lm.task_head == 'causal-lm' else ', ' + lm.task_head + ' head'}) cannot be exported as GGUF: GGUF export "
-            f"supports these causal language models ({', '.join(MODEL_TYPES)}); this model can be exported "
-            f"as {OTHER_FORMATS}")
+            f"supports these causal language models ({', '.join(MODEL_TYPES)}) and the bare encoders of "
+            f"{', '.join(ENCODER_TYPES)}; this model can be exported as {OTHER_FORMATS}")
     if getattr(config, "use_sliding_window", False):
         raise UnsupportedModelError(f"{lm.name}: sliding-window attention is not written to GGUF by headprune; "
                                     f"this model can be exported as {OTHER_FORMATS}")

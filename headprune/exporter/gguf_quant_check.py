@@ -60,8 +60,15 @@ class QuantCheck:
     change: Verdict | None = None  # paired: the quantized original (before) against the quantized pruned (after)
 
 
+def _values(out: Any) -> Any:
+    """A forward pass's compared values: a decoder's logits, an encoder's last hidden states (its GGUF's)."""
+    logits = getattr(out, "logits", None)
+    return logits if logits is not None else out.last_hidden_state
+
+
 def _differences(want: Any, have: Any, evaluator: Any) -> tuple[float, float, float, int]:
-    """Root mean square and largest |have - want| and largest |want| over the real tokens' logits of the
+    """Root mean square and largest |have - want| and largest |want| over the real tokens' logits (an encoder's:
+    last hidden states) of the
     ``evaluator``'s task inputs; the tokens compared (every sequence's, a shared prefix's included).
 
     A prompt prefix the inputs share is computed once: by two torch models (its keys and values then serve every
@@ -82,7 +89,7 @@ def _differences(want: Any, have: Any, evaluator: Any) -> tuple[float, float, fl
         ids = torch.tensor([evaluator.prefix.tokens], device=evaluator.lm.device)
         options = {"use_cache": True} if modules else {}
         outs = [m(input_ids=ids, attention_mask=torch.ones_like(ids), **options) for m in (want, have)]
-        a, b = (out.logits[0].float().cpu() for out in outs)
+        a, b = (_values(out)[0].float().cpu() for out in outs)
         diff = a - b
         worst, scale = float(diff.abs().max()), float(a.abs().max())
         prefix = (float(diff.double().square().sum()), diff.numel())
@@ -91,12 +98,12 @@ def _differences(want: Any, have: Any, evaluator: Any) -> tuple[float, float, fl
     for ids, mask, extra in evaluator.reference_batches(after_prefix=shared):
         if shared and not modules:  # whole rows: the prefix's tokens, then each row's own (right-padded)
             whole = torch.cat([torch.tensor([evaluator.prefix.tokens] * len(ids), device=ids.device), ids], dim=1)
-            a = want(input_ids=whole, attention_mask=mask, logits_to_keep=ids.shape[1]).logits.float().cpu()
-            b = have(input_ids=whole, attention_mask=mask, logits_to_keep=ids.shape[1]).logits.float().cpu()
+            a = _values(want(input_ids=whole, attention_mask=mask, logits_to_keep=ids.shape[1])).float().cpu()
+            b = _values(have(input_ids=whole, attention_mask=mask, logits_to_keep=ids.shape[1])).float().cpu()
         else:
             past = [passing_cache(SharedPrefix.rows(c, len(ids))) for c in caches] if shared else [{}, {}]
-            a = want(input_ids=ids, attention_mask=mask, **extra, **past[0]).logits.float().cpu()
-            b = have(input_ids=ids, attention_mask=mask, **extra, **past[1]).logits.float().cpu()
+            a = _values(want(input_ids=ids, attention_mask=mask, **extra, **past[0])).float().cpu()
+            b = _values(have(input_ids=ids, attention_mask=mask, **extra, **past[1])).float().cpu()
         real = mask[:, start:].bool().cpu()
         diff = a[real] - b[real]
         if diff.numel():
@@ -132,9 +139,11 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
                 continue
             if joined is None:  # GPT-2's Conv1D and NeoX's fused q/k/v back in the model's layout
                 joined = from_llama_cpp(name, torch.from_numpy(stored[new]), family.qkv_layout, plan.head_dim)
-            data = joined.reshape(tensor.shape)
+            data = joined.reshape(-1, *tensor.shape[1:])  # (RoBERTa's positions: rows cut)
             if new is not None and new.endswith("norm.weight"):  # Gemma's gains: stored as llama.cpp takes them
                 data = data - family.norm_offset
+            if new == "position_embd.weight" and family.position_offset:  # RoBERTa's rows the file leaves out
+                data = torch.cat([tensor[:family.position_offset(artifact.config)], data])
             permuted = plan.permuted and new is not None and (".attn_q." in new or ".attn_k." in new)
             tensor.copy_(unpermute(data, plan.head_dim) if permuted else data)
     return model.eval()

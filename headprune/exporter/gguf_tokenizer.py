@@ -3,8 +3,10 @@
 Copied from the source GGUF file when the model came from one (the default model does: the file is found
 through :mod:`headprune.loading.gguf_source`), else built from the Hugging Face tokenizer the way llama.cpp's converter
 builds it: byte-level BPE as ``gpt2`` with the pre-tokenizer identified by hashing a test string's tokens;
-SentencePiece-style BPE with byte fallback as ``llama``; special token ids and the chat template through
-``gguf.SpecialVocab``. A tokenizer llama.cpp cannot represent exactly is refused.
+SentencePiece-style BPE with byte fallback as ``llama``; BERT's WordPiece as ``bert`` (the converter's
+``BertModel.set_vocab``: word-initial pieces marked with a leading "\u2581", continuations without their "##");
+special token ids and the chat template through ``gguf.SpecialVocab``. A tokenizer llama.cpp cannot represent exactly
+is refused.
 """
 
 from __future__ import annotations
@@ -80,7 +82,57 @@ def _hf_tokenizer_writer(tokenizer: Any, vocab_size: int, scratch: Path) -> tupl
             writer.add_token_types([k for _, _, k in entries])
             special.add_to_gguf(writer, quiet=True)
         return write, "llama (SentencePiece-style BPE with byte fallback)", special.chat_template is not None
+    if model.get("type") == "WordPiece":
+        return _wordpiece(tokenizer, spec, vocab_size, gguf.SpecialVocab(folder, n_vocab=vocab_size))
     raise UnsupportedModelError(f"GGUF export: a {model.get('type')} tokenizer is not written by headprune")
+
+
+def check_wordpiece(spec: dict) -> None:
+    """Refuse a WordPiece tokenizer (``spec``: its ``tokenizer.json``) llama.cpp's would split otherwise; another
+    kind passes (checked when it is written).
+
+    Raises:
+        UnsupportedModelError
+    """
+    if (spec.get("model") or {}).get("type") != "WordPiece":
+        return
+    norm = spec.get("normalizer") or {}
+    if norm.get("type") != "BertNormalizer" or not norm.get("lowercase") or norm.get("strip_accents") is False:
+        raise UnsupportedModelError("GGUF export: llama.cpp's WordPiece tokenizer lowercases every text and strips "
+                                    "its accents, which this tokenizer does not (a cased model's words would be split "
+                                    "otherwise); this model can be exported as safetensors, onnx")
+    if spec["model"].get("continuing_subword_prefix", "##") != "##":
+        raise UnsupportedModelError("GGUF export: llama.cpp's WordPiece tokenizer takes continuations marked '##' "
+                                    "only; this model can be exported as safetensors, onnx")
+
+
+def _wordpiece(tokenizer: Any, spec: dict, vocab_size: int, special: Any) -> tuple[Any, str, bool]:
+    """BERT's WordPiece as llama.cpp's ``bert`` vocabulary, which lowercases every text and strips its accents
+    (measured: a cased tokenizer's "The Film" becomes other tokens there), so only such a tokenizer is written.
+
+    Raises:
+        UnsupportedModelError: a tokenizer that keeps case or accents, or another continuation prefix.
+    """
+    import gguf
+
+    check_wordpiece(spec)
+    vocab = tokenizer.get_vocab()
+    if len(vocab) != vocab_size or max(vocab.values()) != vocab_size - 1:
+        raise UnsupportedModelError(f"GGUF export: the tokenizer has {len(vocab)} tokens, the model {vocab_size} "
+                                    "embeddings")
+    reverse = {i: t for t, i in vocab.items()}
+    controls = set(tokenizer.all_special_ids)
+    types = [int(gguf.TokenType.CONTROL if i in controls else gguf.TokenType.NORMAL) for i in range(vocab_size)]
+    tokens = [reverse[i] if i in controls else reverse[i][2:] if reverse[i].startswith("##") else
+              "\u2581" + reverse[i] for i in range(vocab_size)]  # (a word's first piece, a continuation)
+
+    def write(writer: Any) -> None:
+        writer.add_tokenizer_model("bert")
+        writer.add_tokenizer_pre("default")
+        writer.add_token_list(tokens)
+        writer.add_token_types(types)
+        special.add_to_gguf(writer, quiet=True)
+    return write, "bert (WordPiece, lowercased)", False
 
 
 def _bpe_tokens(tokenizer: Any, vocab_size: int) -> tuple[list[str], list[int]]:

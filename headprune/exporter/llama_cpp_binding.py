@@ -224,15 +224,18 @@ def runtime_version() -> tuple[str | None, str]:
     return library().runtime, ""
 
 
-def read_back(binding: Binding, ctx: int, params: Any) -> list[str]:
+def read_back(binding: Binding, ctx: int, params: Any, *, cache: bool = True) -> list[str]:
     """The fields set in ``params`` that did not reach llama.cpp's context ``ctx``: its getters and the log of
-    the context it made (flash attention, key and value cache types, one key/value buffer for every sequence)."""
+    the context it made (flash attention, key and value cache types, one key/value buffer for every sequence;
+    ``cache`` False: a model without a key/value cache, an encoder, whose log names no cache types)."""
     lib, constants, found = binding.lib, binding.decls.CONSTANTS, []
     got = {"n_ctx": lib.llama_n_ctx(ctx), "n_batch": lib.llama_n_batch(ctx), "n_ubatch": lib.llama_n_ubatch(ctx),
            "n_threads": lib.llama_n_threads(ctx), "n_threads_batch": lib.llama_n_threads_batch(ctx),
-           "n_seq_max": lib.llama_n_seq_max(ctx)}
+           "n_seq_max": lib.llama_n_seq_max(ctx), "pooling_type": lib.llama_pooling_type(ctx)}
     for name, value in got.items():
         want = params.n_ctx if name == "n_ctx" else getattr(params, name)
+        if name == "pooling_type" and want == constants["LLAMA_POOLING_TYPE_UNSPECIFIED"]:
+            continue  # the file's own (a decoder's: none)
         if not (want <= value < want + 256 if name == "n_ctx" else value == want):  # n_ctx: padded to 256
             found.append(f"{name} {want} was set, llama.cpp uses {value}")
     log = "".join(text for _, text in binding.log)
@@ -241,6 +244,8 @@ def read_back(binding: Binding, ctx: int, params: Any) -> list[str]:
             "type_v": ("GGML_TYPE_", re.findall(r"\bV \((\w+)\)", log)),
             "kv_unified": ("", re.findall(r"kv_unified\s*=\s*(\w+)", log))}
     for name, (prefix, words) in said.items():
+        if not cache and name in ("type_k", "type_v"):
+            continue
         value = getattr(params, name)
         want = str(value).lower() if isinstance(value, bool) else next(
             k[len(prefix):].lower() for k, v in constants.items() if k.startswith(prefix) and v == value)

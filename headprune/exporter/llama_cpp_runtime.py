@@ -1,6 +1,7 @@
 """A GGUF file in llama.cpp: one model and one context, through the runtime
 :mod:`headprune.exporter.llama_cpp_binding` loads and checks (per-position logits, batched decoding of several
-sequences, tokenization). Every field set on a context is read back from llama.cpp before it is used."""
+sequences, an encoder's per-token embeddings, tokenization). Every field set on a context is read back from llama.cpp
+before it is used."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ class LlamaCpp:
         sequences: sequences the context holds at once (``n_seq_max``); with more than one, in one unified key/value
             buffer, where a sequence copied from another shares its cells instead of copying them
             (:meth:`copy_sequence`).
+        embeddings: an encoder's context (BERT-style files), a whole sequence in one micro-batch (its attention reads
+            every token of it), without a key/value cache: ``"tokens"``, each token's last hidden state (no pooling,
+            llama.cpp's ``LLAMA_POOLING_TYPE_NONE``); ``"pooled"``, the sequence's embedding pooled as the file says
+            (:attr:`pooling`). None: a decoder's logits.
         binding: the runtime (default: :func:`library`'s).
 
     Raises:
@@ -36,7 +41,8 @@ class LlamaCpp:
     """
 
     def __init__(self, path: Path, *, n_ctx: int, kv_f32: bool = True, flash_attn: bool = False,
-                 threads: int | None = None, sequences: int = 1, binding: Binding | None = None) -> None:
+                 threads: int | None = None, sequences: int = 1, embeddings: str | None = None,
+                 binding: Binding | None = None) -> None:
         self.binding = binding = binding or library()
         self.lib = lib = binding.lib
         constants = binding.decls.CONSTANTS
@@ -55,13 +61,17 @@ class LlamaCpp:
             raise ValueError(f"llama.cpp could not load {Path(path).name}: {self._errors() or 'no reason'}")
         params = lib.llama_context_default_params()
         threads = threads or physical_cores()
-        params.n_ctx, params.n_batch = n_ctx, min(n_ctx, 512)
+        params.n_ctx, params.n_batch = n_ctx, n_ctx if embeddings else min(n_ctx, 512)
         params.n_ubatch, params.n_threads, params.n_threads_batch = params.n_batch, threads, threads
         params.flash_attn_type = constants[f"LLAMA_FLASH_ATTN_TYPE_{'ENABLED' if flash_attn else 'DISABLED'}"]
         # Separate buffers (llama.cpp's default) would copy a whole buffer for each sequence copied across them.
         params.n_seq_max, params.kv_unified = sequences, sequences > 1
-        if kv_f32:
+        if kv_f32 and not embeddings:
             params.type_k = params.type_v = constants["GGML_TYPE_F32"]
+        if embeddings:
+            params.embeddings = True
+            params.pooling_type = constants["LLAMA_POOLING_TYPE_" + ("NONE" if embeddings == "tokens" else
+                                                                     "UNSPECIFIED")]
         del binding.log[:]
         try:
             with deferred_interrupt():
@@ -72,12 +82,17 @@ class LlamaCpp:
         if not self.ctx:
             lib.llama_model_free(self.model)
             raise ValueError(f"llama.cpp could not make a context for {Path(path).name}: {self._errors()}")
-        wrong = read_back(binding, self.ctx, params)
+        wrong = read_back(binding, self.ctx, params, cache=not embeddings)
         if wrong:
             self.close()
             raise InternalCheckError(f"{binding.runtime} did not get what headprune set: " + "; ".join(wrong))
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        self.n_embd = int(lib.llama_model_n_embd(self.model))
+        self.embeddings = embeddings
+        pooling = int(lib.llama_pooling_type(self.ctx))  # the pooling the context uses ("pooled": the file's)
+        self.pooling = next(k.removeprefix("LLAMA_POOLING_TYPE_").lower() for k, v in constants.items()
+                            if k.startswith("LLAMA_POOLING_TYPE_") and v == pooling)
         self.n_ctx, self.n_batch = int(lib.llama_n_ctx(self.ctx)), int(lib.llama_n_batch(self.ctx))
         self.sequences = int(lib.llama_n_seq_max(self.ctx))
         self.memory = lib.llama_get_memory(self.ctx)
@@ -131,6 +146,34 @@ class LlamaCpp:
                     rows.append(np.ctypeslib.as_array(self.lib.llama_get_logits_ith(self.ctx, i),
                                                       shape=(self.n_vocab,)).copy())
         return np.stack(rows) if rows else np.zeros((0, self.n_vocab), dtype=np.float32)
+
+    def embed(self, tokens: list[int]) -> np.ndarray:
+        """One sequence, alone, in an ``embeddings`` context (one batch, positions from 0): the last hidden state
+        of every token, ``(n, n_embd)`` float32, or (``"pooled"``) the sequence's pooled embedding, ``(1, n_embd)``.
+
+        Raises:
+            ValueError: a sequence longer than the context, or llama.cpp refused it.
+        """
+        if len(tokens) > self.n_batch:
+            raise ValueError(f"a sequence of {len(tokens)} tokens is longer than the context ({self.n_batch})")
+        batch = self.batch
+        for i, token in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, i, 1, True
+            batch.seq_id[i][0] = 0
+        batch.n_tokens = len(tokens)
+        with deferred_interrupt():
+            status = self.lib.llama_decode(self.ctx, batch)
+        if status != 0:
+            raise ValueError(f"llama_decode returned {status} ({len(tokens)} tokens: "
+                             f"{self._errors() or 'no reason logged'})")
+        rows = []
+        found = [self.lib.llama_get_embeddings_seq(self.ctx, 0)] if self.embeddings == "pooled" else [
+            self.lib.llama_get_embeddings_ith(self.ctx, i) for i in range(len(tokens))]
+        for row in found:
+            if not row:  # llama.cpp gives none where the context does not compute embeddings
+                raise InternalCheckError("llama.cpp gave no embeddings for a context made to compute them")
+            rows.append(np.ctypeslib.as_array(row, shape=(self.n_embd,)).copy())
+        return np.stack(rows) if rows else np.zeros((0, self.n_embd), dtype=np.float32)
 
     def copy_sequence(self, source: int, target: int) -> None:
         """Give sequence ``target`` every cell of ``source`` (in a unified buffer: shared, not copied)."""

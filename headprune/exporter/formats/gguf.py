@@ -13,6 +13,7 @@ The record's ``format_details`` is a :class:`GgufInfo`: what the CLI prints and 
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,7 @@ class GgufInfo:
     notes: tuple[str, ...] = ()
     quantized: QuantCheck | None = None  # a lossy file against its float32 one, and the task on it and the original
     size: DeploySize | None = None  # the file and llama.cpp's key/value cache against the original's
+    pooling: str = ""  # an encoder's file: the pooling it carries (mean), which the runtime check ran; "": a decoder
 
 
 @register
@@ -78,6 +80,7 @@ class Gguf(ExportFormat):
                           "in the same type."),)
     details_type = GgufInfo
     weight_suffixes = (".gguf",)
+    encoder = False  # the model is a bare encoder (set by check_model)
 
     def check_options(self) -> None:
         from headprune.exporter.gguf_export import llama_cpp_version
@@ -93,17 +96,20 @@ class Gguf(ExportFormat):
 
     def check_model(self, lm: LoadedModel) -> None:
         from headprune.exporter.gguf_families import check_supported, family_of
+        from headprune.exporter.gguf_tokenizer import check_wordpiece
 
         super().check_model(lm)
         self.arch = check_supported(lm, self.options.layout, self.chosen["gguf_type"])
+        self.encoder = family_of(lm.model.config).encoder  # embeddings (llama_cpp_encoder), not logits
+        backend = getattr(lm.tokenizer, "backend_tokenizer", None)
+        if backend is not None:  # a tokenizer llama.cpp would split otherwise: refused before anything is built
+            check_wordpiece(json.loads(backend.to_str()))
         self.tolerance = family_of(lm.model.config).tolerance or self.tolerance  # (Gemma: llama.cpp's GELU table)
         refuse_unless_float32(lm.dtype, FLOAT32_ONLY)
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
         """``model.gguf`` (it carries its tokenizer), and llama.cpp on its float32 file when llama.cpp is here."""
         from headprune.exporter import gguf_export
-        from headprune.exporter.runtime_check import eos_ids
-        from headprune.exporter.runtimes import LlamaCppModel
         from headprune.loading.models import LoadedModel
 
         lm, artifact = job.lm, job.artifact
@@ -117,8 +123,7 @@ class Gguf(ExportFormat):
             return Written(exported, artifact, artifact,
                            "the torch model the GGUF file was written from (llama.cpp was not available)",
                            files=files)
-        runner = LlamaCppModel(files.f32_path, n_ctx=_context_for(lm, job.task, job.greedy_steps), eos=eos_ids(lm),
-                               rows=TASK_ROWS)
+        runner = _runner(lm, files.f32_path, _context_for(lm, job.task, job.greedy_steps), self.encoder)
         exported = LoadedModel("gguf", staging, runner, lm.tokenizer, lm.adapter, lm.grid,  # type: ignore
                                lm.model_class)
         return Written(exported, runner, artifact, f"{version}, float32 file", [runner], files=files)
@@ -135,6 +140,8 @@ class Gguf(ExportFormat):
         from headprune.exporter.runtimes import LlamaCppModel
 
         lm, files, gguf_type = job.lm, written.files, self.chosen["gguf_type"]
+        if self.encoder and written.closers:
+            return None, self._encoder_check(job, written)
         texts = task_texts(job.task)[:job.greedy_prompts]
         prompts = [list(lm.tokenizer(text)["input_ids"]) for text in texts]
         typed = quantized = None
@@ -158,6 +165,25 @@ class Gguf(ExportFormat):
                         files.notes, quantized, _size(job, files))
         return None, info
 
+    def _encoder_check(self, job: Job, written: Written) -> GgufInfo:
+        """An encoder's files (:func:`llama_cpp_encoder.check_files`); a lossy one gated on the float32 one as a
+        decoder's is (its hidden states, not logits), with the task run on it and on the original.
+
+        Raises:
+            VerificationError: the float32 file disagrees, or the lossy one beyond its rounding.
+        """
+        from headprune.exporter.llama_cpp_encoder import check_files
+
+        files, gguf_type, runner = written.files, self.chosen["gguf_type"], written.runner
+        check, typed = check_files(job, files, runner.n_ctx, gguf_type=gguf_type, runtime=self.runtime)
+        quantized = None
+        if gguf_type != "f32":
+            written.closers.append(_runner(job.lm, files.path, runner.n_ctx, True))
+            quantized = self._quantized(job, written, written.closers[-1])
+        return GgufInfo(files.plan.arch, gguf_type, files.path.name, files.plan.head_count, files.plan.head_count_kv,
+                        files.tokenizer, files.chat_template, files.read_back, files.read_back_diff, check, typed,
+                        files.notes, quantized, None, pooling="mean")
+
     def _quantized(self, job: Job, written: Written, typed_runner: Any) -> QuantCheck:
         """The lossy file gated on the float32 one, and the task on it and on the original in the same type.
 
@@ -168,16 +194,22 @@ class Gguf(ExportFormat):
         from headprune.exporter.runtimes import LlamaCppModel
 
         runner = written.runner
-        original = LlamaCppModel(written.files.original_path, n_ctx=runner.n_ctx, eos=runner.eos, rows=TASK_ROWS)
+        original = _runner(job.lm, written.files.original_path, runner.n_ctx, self.encoder)
         written.closers.append(original)
         return check_quantized(job, written.files, runner, typed_runner, original, gguf_type=self.chosen["gguf_type"])
 
     @classmethod
     def summary_lines(cls, record: ExportRecord) -> list[str]:
+        from headprune.exporter.gguf_quant_check import summary
+
         info = cls.details(record)
         if info is None:
             return []
         check, typed = info.runtime, info.typed_runtime
+        if info.pooling and check.done:  # an encoder's embeddings
+            from headprune.exporter.llama_cpp_encoder import pooled_lines
+
+            return pooled_lines(info) + (summary(info.quantized) if info.quantized else [])
         lines = [f"note: the GGUF file was not run in llama.cpp: {check.reason}" if not check.done else
                  f"llama.cpp ({info.architecture}, float32): {check.identical} of {check.prompts} prompts decode "
                  f"greedily to the masked original's tokens ({check.ties} near-ties, {check.tokens} tokens); "
@@ -186,8 +218,6 @@ class Gguf(ExportFormat):
             lines.append(f"{info.gguf_type} file (lossy, reported, not gated): {typed.identical} of {typed.prompts} "
                          f"prompts give the same greedy tokens ({typed.mismatches} diverge)")
         if info.quantized is not None:
-            from headprune.exporter.gguf_quant_check import summary
-
             lines += summary(info.quantized)
         if info.size is not None:
             from headprune.exporter.gguf_size import summary_line
@@ -201,7 +231,11 @@ class Gguf(ExportFormat):
         checked = info.runtime.runtime if info is not None else ""
         file = info.file if info is not None else "model.gguf"
         if "llama-cpp-python" in checked:
-            return f'llama_cpp.Llama("{out}/{file}"), as checked in {checked}'
+            embedding = ", embedding=True" if info is not None and info.pooling else ""
+            return f'llama_cpp.Llama("{out}/{file}"{embedding}), as checked in {checked}'
+        if info is not None and info.pooling:  # an encoder: an embedding model
+            return f"llama-embedding or llama-server --embeddings -m {out}/{file}" + (f"; checked in {checked}"
+                                                                                      if checked else "")
         return f"llama-cli or llama-server -m {out}/{file}, or xllamacpp.Server" + (
             f"; checked in {checked}" if checked else "; not run in llama.cpp here")
 
@@ -221,6 +255,11 @@ class Gguf(ExportFormat):
                 lines.append(f"- Not run in llama.cpp ({check.file_type}): {check.reason}.")
                 continue
             lossy = "" if check.gated else " (lossy: reported, not gated)"
+            if info.pooling:  # an encoder's embeddings
+                from headprune.exporter.llama_cpp_encoder import pooled_card_line
+
+                lines.append(pooled_card_line(check, info.pooling, lossy))
+                continue
             lines.append(f"- In {check.runtime}, {check.file_type} file{lossy}: {check.identical} of {check.prompts} "
                          f"task prompts decode greedily to the masked original's tokens ({check.ties} near-ties, "
                          f"{check.mismatches} mismatches; {check.tokens} tokens, largest logit difference "
@@ -242,6 +281,10 @@ class Gguf(ExportFormat):
         if info is None:
             return usage("", "model.gguf")
         lines = usage(info.runtime.runtime, info.file)
+        if info.pooling:  # an encoder: llama.cpp's embedding tools, which pool as the file says
+            lines = [f"Checked in {info.runtime.runtime}: an embedding model ({info.pooling} pooling, as headprune "
+                     "scores it):", "", "```bash", f"llama-embedding -m {info.file} -p \"the film is a delight\"",
+                     f"llama-server --embeddings -m {info.file}", "```"]
         if info.architecture == "deci":
             lines += ["", "Layers have different head counts: the file uses llama.cpp's `deci` architecture, which "
                       "reads them per layer (`deci.attention.head_count`, `deci.attention.head_count_kv`)."]
@@ -258,6 +301,17 @@ def _size(job: Job, files: Any) -> DeploySize:
     original = weight_bytes(files.original_path) if files.original_path is not None else 0
     return deploy_size(weight_bytes(files.path), original, files.plan.head_count_kv, stock.head_count_kv,
                        files.plan.head_dim)
+
+
+def _runner(lm: LoadedModel, path: Path, n_ctx: int, encoder: bool) -> Any:
+    """llama.cpp on ``path`` as the verification calls a model: an encoder's hidden states or a decoder's logits."""
+    from headprune.exporter.llama_cpp_encoder import LlamaCppEncoder
+    from headprune.exporter.runtime_check import eos_ids
+    from headprune.exporter.runtimes import LlamaCppModel
+
+    if encoder:
+        return LlamaCppEncoder(path, n_ctx=n_ctx)
+    return LlamaCppModel(path, n_ctx=n_ctx, eos=eos_ids(lm), rows=TASK_ROWS)
 
 
 def usage(runtime: str, file: str) -> list[str]:
@@ -282,7 +336,13 @@ def _context_for(lm: LoadedModel, task: Task, steps: int) -> int:
     """A llama.cpp context that holds the longest verification input plus the greedy tokens."""
     from headprune.evaluation import Evaluator
 
+    from headprune.exporter.gguf_families import family_of
+
+    config = lm.model.config
+    family = family_of(config)
     longest = max(ids.shape[1] for ids, _, _ in Evaluator(lm, task, share_prefix=False).reference_batches())
-    need = longest + max(steps, task.max_new_tokens or 0) + 8
-    return min(int(lm.model.config.max_position_embeddings), 64 * -(-need // 64))
+    need = longest + (0 if family.encoder else max(steps, task.max_new_tokens or 0)) + 8
+    positions = int(config.max_position_embeddings) - (family.position_offset(config) if family.position_offset
+                                                       else 0)  # the file's context (RoBERTa's: without its offset)
+    return min(positions, 64 * -(-need // 64))
 
