@@ -97,9 +97,9 @@ def test_version_3_export_record_upgrades_to_the_same_values_card_and_summary(tm
     shutil.copy(V3 / RECORD_NAME, folder / RECORD_NAME)
     record = read_record(folder)
     assert raw["schema_version"] == 3 and raw["format"] == "gguf" and record.schema_version == 6
-    # The quantized check (added later) reads as absent.
+    # The quantized check and an encoder's pooling (added later) read as absent.
     assert record.format_details == raw["gguf"]
-    assert to_json(Gguf.details(record)) == {**raw["gguf"], "quantized": None, "size": None}
+    assert to_json(Gguf.details(record)) == {**raw["gguf"], "quantized": None, "size": None, "pooling": ""}
     assert Gguf.details(record).gguf_type == "q8_0"  # the GGUF type is still recorded ...
     written = to_json(record)
     # Fields added since (the source's commit, the layout's note) read as absent.
