@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers import generate_task, save_folder
 from helpers.cli import invoke
-from helpers.gguf_file import gguf_metadata
+from helpers.gguf_file import gguf_knows, gguf_metadata
 
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, runtimes
@@ -62,23 +62,6 @@ def _lm(model_type: str, tokenizer, **changes):  # noqa: ANN001, ANN003, ANN202
                       name=f"tiny-{model_type.replace('phi3', 'p3')}")
 
 
-def _known(arch: str) -> bool:
-    """Whether the installed gguf-py writes ``arch`` with the Hugging Face names of its tensors. Its floor, 0.14, lacks
-    qwen3moe, gemma3, glm4 and gpt-oss, and maps no separate q/k/v of chatglm (GLM): those exports are refused in one
-    line there. gguf-py 0.19 (the suite's) writes every family."""
-    import gguf
-    from importlib.metadata import version
-
-    if tuple(int(p) for p in version("gguf").split(".")[:2]) >= (0, 19):
-        return True  # so a family this gguf-py does not write fails the test rather than passing it as refused
-    enum = next((a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == arch), None)
-    if enum is None:
-        return False
-    names = gguf.get_tensor_name_map(enum, 1)
-    return names.get_name("model.layers.0.self_attn.q_proj.weight", try_suffixes=(".weight",)) is not None or \
-        arch != "chatglm"
-
-
 def file_against_masked(lm, heads, path, task) -> tuple[float, float, float]:  # noqa: ANN001
     """Largest |llama.cpp logits of the file - masked original's| at every position of every task prompt, the
     largest |masked logit - unmasked logit| (what removing the heads does, so the comparison can fail), and the
@@ -108,7 +91,7 @@ def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, toke
         with torch.no_grad():
             lm.model.model.norm.weight.add_(29.0)
     arch = FAMILIES[model_type].arch
-    if not _known(arch):  # an older gguf-py: one line saying so, nothing written
+    if not gguf_knows(arch):  # an older gguf-py: one line saying so, nothing written
         with pytest.raises(UnsupportedModelError, match=f"does not know llama.cpp's {arch} architecture|no llama.cpp "
                                                         "tensor for"):
             export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
@@ -193,7 +176,7 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(m
     from headprune.exporter.gguf_quant_check import with_stored
 
     lm = _lm(model_type, tokenizer)
-    if not _known(FAMILIES[model_type].arch):  # an older gguf-py (its floor lacks gpt-oss): refused, nothing written
+    if not gguf_knows(FAMILIES[model_type].arch):  # an older gguf-py (its floor lacks gpt-oss): refused, nothing written
         with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's"):
             export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
                    gguf_type="q8_0")
@@ -244,7 +227,7 @@ def test_command_r_plus_q_k_norms_run_in_llama_cpp(tokenizer, tmp_path) -> None:
         for layer in lm.adapter.layers(lm.model):
             layer.self_attn.q_norm.weight.normal_(1.0, 0.5)
             layer.self_attn.k_norm.weight.normal_(1.0, 0.5)
-    if not _known("command-r"):
+    if not gguf_knows("command-r"):
         pytest.fail("gguf-py knows command-r from its floor up")
     record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
     assert Gguf.details(record).runtime.mismatches == 0
@@ -305,7 +288,7 @@ def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, t
     artifact = slice_model(lm, plans, removed)
     plan = gguf_export.GgufPlan(family.arch, tuple(len(p.q_heads) for p in plans),
                                 tuple(len(p.kv_heads) for p in plans), lm.grid.head_dim, family.permuted)
-    if not _known(family.arch):
+    if not gguf_knows(family.arch):
         with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's|no llama.cpp tensor for"):
             gguf_export.gguf_tensors(artifact, plan)
         return

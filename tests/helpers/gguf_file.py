@@ -24,3 +24,30 @@ def _field_value(field: Any, kinds: Any) -> Any:
     if field.types[0] == kinds.ARRAY:
         return [one(index, field.types[-1]) for index in field.data]
     return one(field.data[0], field.types[0])
+
+
+def gguf_knows(arch: str) -> bool:
+    """Whether the installed gguf-py writes ``arch`` with the Hugging Face names of its tensors. Its floor, 0.14, lacks
+    qwen3moe, gemma3, glm4 and gpt-oss, and maps no separate q/k/v of chatglm (GLM): those exports are refused in one
+    line there. gguf-py 0.19 (the suite's) writes every family."""
+    import gguf
+    from importlib.metadata import version
+
+    if tuple(int(p) for p in version("gguf").split(".")[:2]) >= (0, 19):
+        return True  # so a family this gguf-py does not write fails the test rather than passing it as refused
+    enum = next((a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == arch), None)
+    if enum is None:
+        return False
+    names = gguf.get_tensor_name_map(enum, 1)
+    return names.get_name("model.layers.0.self_attn.q_proj.weight", try_suffixes=(".weight",)) is not None or \
+        arch != "chatglm"
+
+
+def llama_cpp_build() -> int:
+    """The installed llama.cpp's build number (11549 for b11549), as its runtime names itself."""
+    import re
+
+    from headprune.exporter.llama_cpp_binding import runtime_version
+
+    runtime, _ = runtime_version()
+    return int(re.search(r"\bb(\d+)", runtime or "b0").group(1))
