@@ -106,6 +106,20 @@ def _primary(verdicts: dict, favoured: str) -> str:
     return favoured if favoured in verdicts else "single"
 
 
+def _tested_order(favoured: str, p_share: float, s_share: float) -> list[tuple[str, float]]:
+    """The two branches with their shares, the favoured one tested first."""
+    branches = [("proposal", p_share), ("single", s_share)]
+    return branches if favoured == "proposal" else branches[::-1]
+
+
+def _single_test(verdicts: dict, single: Head, results: dict, base, alpha: float, share: float) -> float:  # noqa: ANN001
+    """The single head's exact test at ``share`` into ``verdicts``; the share it passes on (all of it when it
+    rejected, else nothing)."""
+    test = replace(verdict(base.correct, results[(single,)].correct, alpha=alpha), share=share)
+    verdicts["single"] = (single,), test
+    return share if test.confirmed else 0.0
+
+
 def reserve_select(fraction: float, share_s: float | None = SHARE_S) -> Callable:
     """``share_s`` None: S (T = S) is tested on the reserve too, at the whole share (every test reads the reserve)."""
     def select(proposal, single, heldout, base, *, alpha, measure, tolerance, sizes):
@@ -123,16 +137,12 @@ def reserve_select(fraction: float, share_s: float | None = SHARE_S) -> Callable
             if trimmed and trimmed not in results:
                 results[trimmed] = heldout([trimmed])[0]
         favoured, p_share, s_share = _branches(proposal)
-        order = [("proposal", p_share), ("single", s_share)] if favoured == "proposal" else \
-            [("single", s_share), ("proposal", p_share)]
         verdicts, carried = {}, 0.0
-        for candidate, share in order:
+        for candidate, share in _tested_order(favoured, p_share, s_share):
             share += carried
             carried = 0.0
             if candidate == "single":
-                test = replace(verdict(base.correct, results[(single,)].correct, alpha=alpha), share=share)
-                verdicts["single"] = (single,), test
-                carried = share if test.confirmed else 0.0
+                carried = _single_test(verdicts, single, results, base, alpha, share)
                 continue
             if proposal is None or len(trimmed) < 2:
                 continue
@@ -170,16 +180,12 @@ def sequence_select(*, check: bool = True, side: str = "two", show_kept: bool = 
         if check and prefixes_ and stages is not None:
             disc = dict(zip(prefixes_, stages.conditions.many("discovery", prefixes_, "")))
         favoured, p_share, s_share = _branches(proposal, favour, favoured_share, helps)
-        order_ = [("proposal", p_share), ("single", s_share)] if favoured == "proposal" else \
-            [("single", s_share), ("proposal", p_share)]
         verdicts, carried, shipped = {}, 0.0, ()
-        for candidate, share in order_:
+        for candidate, share in _tested_order(favoured, p_share, s_share):
             share += carried
             carried = 0.0
             if candidate == "single":
-                test = replace(verdict(base.correct, results[(single,)].correct, alpha=alpha), share=share)
-                verdicts["single"] = (single,), test
-                carried = share if test.confirmed else 0.0
+                carried = _single_test(verdicts, single, results, base, alpha, share)
                 continue
             if proposal is None:
                 continue
