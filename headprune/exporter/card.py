@@ -115,40 +115,42 @@ def render_card(record: ExportRecord) -> str:
     if record.origin is not None and record.origin.non_inferiority is not None:
         lines += _compression_lines(record.origin) + [_metadata_note(record)]
     elif record.origin is not None:
-        v = record.origin.verdict
-        numbers = (f"accuracy {v.accuracy_before:.2%} -> {v.accuracy_after:.2%} (difference {v.difference:+.2%}, "
-                   f"{100 * v.level:.3g}% interval [{v.interval[0]:+.2%}, {v.interval[1]:+.2%}]")
-        lines += ["", "## Held-out result from `headprune find`", ""]
-        if record.origin.shrink is not None:
-            lines.append(f"Finalist {record.origin.rank}, the primary set grown by `find --shrink`; its own held-out "
-                         f"numbers are exploratory (the primary set was chosen on them): {numbers}, Bonferroni-adjusted "
-                         f"p = {v.adjusted_p:.3g} over the finalists).")
-        elif v.role == "exploratory":
-            lines.append(f"**Exploratory**: finalist {record.origin.rank}, not the set find chose on discovery; picked "
-                         f"by a user who could see the finalists' held-out numbers. On {v.n} held-out examples: "
-                         f"{numbers}, Bonferroni-adjusted p = {v.adjusted_p:.3g} over the finalists). No improvement is "
-                         "claimed for it.")
-        else:
-            gate = "" if v.gate is None else (f" and the set it was cut down from ({', '.join(v.gate.heads)}) "
-                                              f"passes the same test (p = {v.gate.p_value:.3g})")
-            chosen = (" Its heads were chosen from the proposed set by held-out tests, so these held-out numbers are an "
-                      "exploratory estimate (they read the examples that chose the heads); the test's level allows "
-                      "for that choice." if v.selected else "")
-            test = (f"exact McNemar test p = {v.p_value:.3g}, confirmed when p < {v.size:g} and the gain is "
-                    f"positive{gate}")
-            if v.steps:  # the claim is the proposal's fixed sequence: each head adds to the heads before it
-                test = (f"the set's own exact McNemar p = {v.p_value:.3g}; its claim is a fixed sequence of "
-                        f"{len(v.steps)} exact one-sided tests on the check half and held-out, each head against the "
-                        f"heads before it, each at level {v.steps[0].level:g}, confirmed when every one rejects")
-            lines.append(f"Discovery-selected set, tested on {v.n} held-out examples the search never saw: {numbers}, "
-                         f"{test}): " + ("**confirmed**." if v.confirmed
-                                         else "**not confirmed** (no improvement is claimed).") + chosen)
+        lines += ["", "## Held-out result from `headprune find`", "", _heldout_result(record.origin)]
         lines += _guard_lines(record.origin) + _shrink_lines(record.origin)
         lines.append(_metadata_note(record))
     lines += ["", "## How to load", ""] + format_class(record.format).card_usage(record)
     changed = [f"L{p.layer}: {p.layout}" for p in record.layers if p.layout != "unchanged"]
     lines += ["", "Per-layer layouts: " + ", ".join(changed) if changed else "", ""]
     return "\n".join(lines)
+
+
+def _heldout_result(origin: FindOrigin) -> str:
+    """The card's paragraph on the exported set's held-out result: a grown set's or another finalist's numbers,
+    exploratory, or the primary set's test and whether it confirmed."""
+    v = origin.verdict
+    numbers = (f"accuracy {v.accuracy_before:.2%} -> {v.accuracy_after:.2%} (difference {v.difference:+.2%}, "
+               f"{100 * v.level:.3g}% interval [{v.interval[0]:+.2%}, {v.interval[1]:+.2%}]")
+    if origin.shrink is not None:
+        return (f"Finalist {origin.rank}, the primary set grown by `find --shrink`; its own held-out numbers are "
+                f"exploratory (the primary set was chosen on them): {numbers}, Bonferroni-adjusted p = "
+                f"{v.adjusted_p:.3g} over the finalists).")
+    if v.role == "exploratory":
+        return (f"**Exploratory**: finalist {origin.rank}, not the set find chose on discovery; picked by a user who "
+                f"could see the finalists' held-out numbers. On {v.n} held-out examples: {numbers}, "
+                f"Bonferroni-adjusted p = {v.adjusted_p:.3g} over the finalists). No improvement is claimed for it.")
+    gate = "" if v.gate is None else (f" and the set it was cut down from ({', '.join(v.gate.heads)}) "
+                                      f"passes the same test (p = {v.gate.p_value:.3g})")
+    chosen = (" Its heads were chosen from the proposed set by held-out tests, so these held-out numbers are an "
+              "exploratory estimate (they read the examples that chose the heads); the test's level allows "
+              "for that choice." if v.selected else "")
+    test = (f"exact McNemar test p = {v.p_value:.3g}, confirmed when p < {v.size:g} and the gain is "
+            f"positive{gate}")
+    if v.steps:  # the claim is the proposal's fixed sequence: each head adds to the heads before it
+        test = (f"the set's own exact McNemar p = {v.p_value:.3g}; its claim is a fixed sequence of "
+                f"{len(v.steps)} exact one-sided tests on the check half and held-out, each head against the "
+                f"heads before it, each at level {v.steps[0].level:g}, confirmed when every one rejects")
+    return (f"Discovery-selected set, tested on {v.n} held-out examples the search never saw: {numbers}, {test}): "
+            + ("**confirmed**." if v.confirmed else "**not confirmed** (no improvement is claimed).") + chosen)
 
 
 def claim_line(record: ExportRecord) -> str:
