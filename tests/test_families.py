@@ -128,7 +128,7 @@ def test_family_onnx_decoder_generates_in_genai(model_type, tokenizer, tmp_path)
     from helpers import generate_task
     from helpers.extras import needs
 
-    from headprune.exporter.onnx_export import GENAI_TYPES
+    from headprune.exporter.onnx.export import GENAI_TYPES
 
     needs("onnx", "onnxruntime", "onnxscript", "onnxruntime_genai", extra="onnx")
     lm = wrap_model(family_model(model_type, len(tokenizer), seed=2), tokenizer, name=f"tiny-{model_type}")
@@ -332,8 +332,8 @@ def test_the_documented_recipe_takes_a_language_model_out(tokenizer, tmp_path) -
 
 def family_table() -> str:
     """docs/models.md's table: every supported model type, its adapter family, and what each export format writes."""
-    from headprune.exporter.gguf_families import FAMILIES as GGUF_FAMILIES
-    from headprune.exporter.onnx_export import GENAI_TYPES
+    from headprune.exporter.gguf.families import FAMILIES as GGUF_FAMILIES
+    from headprune.exporter.onnx.export import GENAI_TYPES
 
     rows = ["| model type | adapter | sliced | dense | ONNX | GGUF |", "|---|---|---|---|---|---|"]
     for model_type in sorted(FAMILY_MODELS):

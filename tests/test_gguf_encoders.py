@@ -21,8 +21,8 @@ from helpers.gguf_file import gguf_knows, gguf_metadata, llama_cpp_build
 from headprune.errors import UnsupportedModelError, VerificationError
 from headprune.exporter import export
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
-from headprune.exporter.gguf_families import ENCODER_TYPES, FAMILIES
-from headprune.exporter.llama_cpp_runtime import LlamaCpp
+from headprune.exporter.gguf.families import ENCODER_TYPES, FAMILIES
+from headprune.exporter.llama_cpp.runtime import LlamaCpp
 from headprune.heads import parse_heads
 from headprune.loading.models import wrap_model
 from headprune.surgery.ablation import ablated

@@ -20,7 +20,7 @@ from helpers.gguf_file import gguf_knows, gguf_metadata
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, runtimes
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
-from headprune.exporter.gguf_families import ENCODER_TYPES, FAMILIES
+from headprune.exporter.gguf.families import ENCODER_TYPES, FAMILIES
 from headprune.heads import parse_heads
 from headprune.loading.models import wrap_model
 from headprune.surgery.ablation import ablated
@@ -172,8 +172,8 @@ def test_k_quants_of_these_families_are_refused_naming_the_types_written(model_t
 def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(model_type, tokenizer, tmp_path) -> None:
     """A q8_0 file: the torch reference of its gate is rebuilt from the file's de-quantised tensors, the experts'
     stacked gate and up tensors joined back into transformers' fused gate_up_proj (GPT-OSS: columns alternating)."""
-    from headprune.exporter import gguf_export
-    from headprune.exporter.gguf_quant_check import with_stored
+    from headprune.exporter.gguf import writer as gguf_export
+    from headprune.exporter.gguf.quant_check import with_stored
 
     lm = _lm(model_type, tokenizer)
     if not gguf_knows(FAMILIES[model_type].arch):  # an older gguf-py (its floor lacks gpt-oss): refused, nothing written
@@ -277,7 +277,8 @@ def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, t
     """Why these families are dense only: llama.cpp's loader takes per-layer head_count/head_count_kv arrays for
     every architecture, but each of these graphs sizes layer N's tensors by layer 0's counts, so a sliced file (layer
     1 with half its heads) does not load in llama.cpp itself."""
-    from headprune.exporter import gguf_export, llama_cpp_runtime
+    from headprune.exporter.gguf import writer as gguf_export
+    from headprune.exporter.llama_cpp import runtime as llama_cpp_runtime
     from headprune.surgery.plan import plan_layers
     from headprune.surgery.slicing import slice_model
 
@@ -324,7 +325,7 @@ def test_gpt_variants_run_in_llama_cpp(model_type, changes, keys, tokenizer, tmp
 def test_fused_layouts_are_the_converters() -> None:
     """GPT-NeoX's per-head q/k/v rows regrouped as llama.cpp's converter does (GPTNeoXModel.modify_tensors, verbatim
     below), GPT-2's Conv1D weights transposed, and each undone exactly for a lossy file's check."""
-    from headprune.exporter.gguf_fused import from_llama_cpp, to_llama_cpp
+    from headprune.exporter.gguf.fused import from_llama_cpp, to_llama_cpp
 
     n_head, n_embed = 4, 32
     weight, bias = torch.randn(3 * n_embed, n_embed), torch.randn(3 * n_embed)
@@ -350,8 +351,8 @@ def test_a_lossy_gpt_file_is_checked_on_its_own_rounded_weights(model_type, fuse
     """A q8_0 file of GPT-2 or GPT-NeoX: gated in llama.cpp on its float32 file, the torch reference rebuilt from the
     file's de-quantised tensors put back in the model's layout (a layout wrong there would be off by the weights'
     own size, not by q8_0's rounding)."""
-    from headprune.exporter import gguf_export
-    from headprune.exporter.gguf_quant_check import with_stored
+    from headprune.exporter.gguf import writer as gguf_export
+    from headprune.exporter.gguf.quant_check import with_stored
 
     lm = _lm(model_type, tokenizer)
     record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",

@@ -8,7 +8,7 @@ From llama.cpp's converter (``convert_hf_to_gguf.py``):
 - ``GPTNeoXModel.modify_tensors``: NeoX's ``query_key_value`` rows (and bias) are grouped per head,
   ``[head][q | k | v][head_dim]``; the graph reads ``[q heads | k heads | v heads]``, so the rows are regrouped.
 
-Which family has which layout: ``GgufFamily.qkv_layout`` (:mod:`headprune.exporter.gguf_families`), the adapter's
+Which family has which layout: ``GgufFamily.qkv_layout`` (:mod:`headprune.exporter.gguf.families`), the adapter's
 name for it. :func:`to_llama_cpp` writes a tensor, :func:`from_llama_cpp` undoes it for a lossy file's check.
 """
 

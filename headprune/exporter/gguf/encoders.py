@@ -11,7 +11,7 @@ and the post-norms, and an MLP with GELU. Where it differs from transformers it 
   BERT the exact one; on the suite's tiny models the embeddings differ by 2.7e-5 (7.5e-6 of the largest), and with
   the MLP's inputs 30 times larger (GELU's curved range) by 6.2e-4 (2.0e-4 of the largest; 6.5e-4 against
   transformers' tanh GELU: the table's rounding is most of it). The file is gated as Gemma's logits are
-  (``gguf_families.GELU_TABLE``, 1e-3 of the largest value) and the record says why.
+  (``families.GELU_TABLE``, 1e-3 of the largest value) and the record says why.
 - RoBERTa's positions start after its padding id: the converter drops those rows of ``position_embd`` (and counts
   the context without them), so llama.cpp's position 0 is transformers' ``pad_token_id + 1``.
 - The pooler (``pooler.dense``: BERT's next-sentence head on the first token) is not read by the graph and is
@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from headprune.errors import UnsupportedModelError
-from headprune.exporter.gguf_quant import K_QUANTS
+from headprune.exporter.gguf.quant import K_QUANTS
 
 ENCODER_NOTE = ("the file holds the bare encoder (pooling mean: each text's embedding is the mean of its tokens' last "
                 "hidden states, as headprune scores it), without a pooler or a masked-LM head, which llama.cpp's "
@@ -98,10 +98,10 @@ def modernbert_refusal(config: Any) -> str | None:
 
 
 # The gate (x the largest value) of files whose GELU is llama.cpp's float16 table: Gemma's, GPT-2's and BERT's (the
-# measurements: gguf_families' note on it, this module's docstring).
+# measurements: families. note on it, this module's docstring).
 GELU_TABLE = 1e-3
 _ONE_COUNT = "llama.cpp's {arch} graph takes one head count for every layer"
-# gguf_families.GgufFamily's fields for each bare encoder (a tensor prefix in ``dropped`` is left out of the file)
+# families.GgufFamily's fields for each bare encoder (a tensor prefix in ``dropped`` is left out of the file)
 ENCODERS: dict[str, dict[str, Any]] = {
     "bert": dict(arch="bert", permuted=False, dense_only=_ONE_COUNT.format(arch="bert"), keys=bert_keys,
                  refuse=bert_refusal, tolerance=GELU_TABLE, encoder=True, rotary=False, dropped=("pooler.",)),

@@ -1,7 +1,7 @@
 """Which models headprune writes to GGUF, and as which of llama.cpp's architectures.
 
 A family is written only where llama.cpp's own graph for it computes what transformers does; anything else is refused
-in one line naming the formats that do take it. The files themselves: :mod:`headprune.exporter.gguf_export`.
+in one line naming the formats that do take it. The files themselves: :mod:`headprune.exporter.gguf.writer`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 from headprune.core.choices import GGUF_TYPES
 from headprune.errors import ExportSettingsError, UnsupportedModelError
-from headprune.exporter.gguf_encoders import ENCODERS, GELU_TABLE, check_encoder
-from headprune.exporter.gguf_quant import K_QUANTS
+from headprune.exporter.gguf.encoders import ENCODERS, GELU_TABLE, check_encoder
+from headprune.exporter.gguf.quant import K_QUANTS
 
 
 @dataclass(frozen=True)
@@ -26,15 +26,15 @@ class GgufFamily:
     dense_only: str | None = None
     keys: Callable[[Any, Any], None] | None = None  # (gguf.GGUFWriter, config) -> None
     refuse: Callable[[Any], str | None] | None = None  # config -> what llama.cpp's graph would compute otherwise
-    k_quants: bool = False  # llama.cpp's choice of K-quant tensor types is reproduced (gguf_quant) for its tensors
+    k_quants: bool = False  # llama.cpp's choice of K-quant tensor types is reproduced (quant) for its tensors
     activation: tuple[str, ...] = ("silu",)  # the MLP's, as the config names it (those llama.cpp's graph computes)
     norm_offset: float = 0.0  # added to every norm gain: Gemma's RMSNorm scales by (1 + w), llama.cpp's by w
     tolerance: float | None = None  # the runtime gate's, where llama.cpp's kernels round (GELU_TABLE below)
-    interleaved_experts: bool = False  # GPT-OSS: experts as x @ W, gate and up columns alternating (gguf_experts)
+    interleaved_experts: bool = False  # GPT-OSS: experts as x @ W, gate and up columns alternating (experts)
     sliding_window: bool = False  # the config's sliding window is written, and llama.cpp's graph applies it
     gated: bool = True  # a gated MLP without biases; else up and down projections with biases (GPT-2, NeoX)
     rotary: bool = True  # RoPE keys are written (GPT-2 has learned positions: position_embd)
-    qkv_layout: str | None = None  # "gpt2", "neox": fused tensors llama.cpp takes in another layout (gguf_fused)
+    qkv_layout: str | None = None  # "gpt2", "neox": fused tensors llama.cpp takes in another layout (fused)
     ffn_length: Callable[[Any], int] | None = None  # config -> the MLP's width, where not intermediate_size
     own_output: bool = False  # the graph reads output.weight even where the embeddings are tied: written then
     encoder: bool = False  # a bare encoder: llama.cpp's graph gives its last hidden states (embeddings), not logits
@@ -233,7 +233,7 @@ FAMILIES: dict[str, GgufFamily] = {
     "gpt_neox": GgufFamily("gptneox", False, _ONE_COUNT.format(arch="gptneox") + " (its fused attn_qkv is sized by "
                            "it)", _neox, _neox_biases, activation=("gelu", *_GPT_GELU), tolerance=GELU_TABLE,
                            gated=False, qkv_layout="neox", own_output=True),
-    **{t: GgufFamily(**spec) for t, spec in ENCODERS.items()},  # bare encoders: gguf_encoders
+    **{t: GgufFamily(**spec) for t, spec in ENCODERS.items()},  # bare encoders: encoders
 }
 MODEL_TYPES = tuple(t for t, f in FAMILIES.items() if not f.encoder)
 ENCODER_TYPES = tuple(t for t, f in FAMILIES.items() if f.encoder)
