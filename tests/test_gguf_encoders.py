@@ -171,7 +171,7 @@ def test_sliced_encoder_gguf_is_refused_naming_dense(model_type, tokenizer, tmp_
     ("bert", "BertForMaskedLM", "not a masked-lm head"),
     ("roberta", "RobertaForSequenceClassification", "not a sequence-classification head"),
     ("modernbert", "ModernBertForMaskedLM", "not a masked-lm head"),
-    ("deberta-v2", "DebertaV2Model", "the bare encoders of bert, roberta, modernbert"),
+    ("deberta-v2", "DebertaV2Model", "the bare encoders of bert, modernbert, roberta"),
 ])
 def test_encoder_heads_llama_cpp_does_not_compute_are_refused(model_type, model_class, words, tokenizer,
                                                               tmp_path) -> None:

@@ -325,8 +325,9 @@ def test_gpt_variants_run_in_llama_cpp(model_type, changes, keys, tokenizer, tmp
 def test_fused_layouts_are_the_converters() -> None:
     """GPT-NeoX's per-head q/k/v rows regrouped as llama.cpp's converter does (GPTNeoXModel.modify_tensors, verbatim
     below), GPT-2's Conv1D weights transposed, and each undone exactly for a lossy file's check."""
-    from headprune.exporter.gguf.fused import from_llama_cpp, to_llama_cpp
+    from headprune.surgery.remote_modeling import qkv_layout
 
+    neox, gpt2 = qkv_layout("neox"), qkv_layout("gpt2")
     n_head, n_embed = 4, 32
     weight, bias = torch.randn(3 * n_embed, n_embed), torch.randn(3 * n_embed)
     qkv_weights = weight.reshape((n_head, 3, n_embed // n_head, n_embed))
@@ -336,13 +337,13 @@ def test_fused_layouts_are_the_converters() -> None:
     want_bias = torch.cat((qkv_bias[:, 0, :].reshape((n_embed,)), qkv_bias[:, 1, :].reshape((n_embed,)),
                            qkv_bias[:, 2, :].reshape((n_embed,))), dim=0)
     name = "gpt_neox.layers.0.attention.query_key_value"
-    assert torch.equal(to_llama_cpp(f"{name}.weight", weight, "neox", n_embed // n_head), want)
-    assert torch.equal(to_llama_cpp(f"{name}.bias", bias, "neox", n_embed // n_head), want_bias)
-    assert torch.equal(from_llama_cpp(f"{name}.weight", want, "neox", n_embed // n_head), weight)
+    assert torch.equal(neox.to_llama_cpp(f"{name}.weight", weight, n_embed // n_head), want)
+    assert torch.equal(neox.to_llama_cpp(f"{name}.bias", bias, n_embed // n_head), want_bias)
+    assert torch.equal(neox.from_llama_cpp(f"{name}.weight", want, n_embed // n_head), weight)
     conv = torch.randn(n_embed, 3 * n_embed)  # GPT-2's c_attn: (in, out)
-    assert torch.equal(to_llama_cpp("transformer.h.0.attn.c_attn.weight", conv, "gpt2", 8), conv.T)
-    assert torch.equal(to_llama_cpp("transformer.h.0.attn.c_attn.bias", bias, "gpt2", 8), bias)
-    assert torch.equal(from_llama_cpp("transformer.h.0.mlp.c_proj.weight", conv.T, "gpt2", 8), conv)
+    assert torch.equal(gpt2.to_llama_cpp("transformer.h.0.attn.c_attn.weight", conv, 8), conv.T)
+    assert torch.equal(gpt2.to_llama_cpp("transformer.h.0.attn.c_attn.bias", bias, 8), bias)
+    assert torch.equal(gpt2.from_llama_cpp("transformer.h.0.mlp.c_proj.weight", conv.T, 8), conv)
 
 
 @pytest.mark.parametrize(("model_type", "fused"), [("gpt2", "transformer.h.1.attn.c_attn.weight"),

@@ -11,11 +11,14 @@ and the post-norms, and an MLP with GELU. Where it differs from transformers it 
   BERT the exact one; on the suite's tiny models the embeddings differ by 2.7e-5 (7.5e-6 of the largest), and with
   the MLP's inputs 30 times larger (GELU's curved range) by 6.2e-4 (2.0e-4 of the largest; 6.5e-4 against
   transformers' tanh GELU: the table's rounding is most of it). The file is gated as Gemma's logits are
-  (``families.GELU_TABLE``, 1e-3 of the largest value) and the record says why.
+  (``gguf_spec.GELU_TABLE``, 1e-3 of the largest value) and the record says why.
 - RoBERTa's positions start after its padding id: the converter drops those rows of ``position_embd`` (and counts
   the context without them), so llama.cpp's position 0 is transformers' ``pad_token_id + 1``.
 - The pooler (``pooler.dense``: BERT's next-sentence head on the first token) is not read by the graph and is
   left out, as the converter leaves it; relative position embeddings and other activations are refused.
+
+Each encoder's keys and refusals are its family file's (``loading/adapters/bert.py``, ``modernbert.py``); this
+module checks an export against them.
 
 ModernBERT's graph computes what transformers does to 1.4e-6 even with the MLP's inputs 30 times larger (its GEGLU
 is the exact GELU; against transformers' tanh GELU it differs by 3.7e-4, so only ``gelu`` is written): GGUF's usual
@@ -36,85 +39,10 @@ ENCODER_NOTE = ("the file holds the bare encoder (pooling mean: each text's embe
                 "graph does not read")
 GELU_TABLE_NOTE = ("llama.cpp's BERT graph computes GELU by its tanh approximation through a float16 table, so the "
                    "embeddings are checked against the masked original's within {tolerance:g} of the largest value")
-GELUS = ("gelu", "gelu_new", "gelu_pytorch_tanh")  # exact, and the tanh approximation llama.cpp computes
-
-
-def bert_keys(writer: Any, config: Any) -> None:
-    """The converter's ``BertModel.set_gguf_parameters``: LayerNorm's epsilon, bidirectional attention, the
-    pooling (mean, headprune's), and the token types the embedding holds (llama.cpp checks the tensor by it)."""
-    import gguf
-
-    writer.add_layer_norm_eps(float(config.layer_norm_eps))
-    writer.add_causal_attention(False)
-    writer.add_pooling_type(gguf.PoolingType.MEAN)
-    writer.add_token_type_count(int(config.type_vocab_size))
-
-
-def bert_refusal(config: Any) -> str | None:
-    """What llama.cpp's bert graph would compute otherwise (None: nothing)."""
-    positions = getattr(config, "position_embedding_type", None) or "absolute"
-    if positions != "absolute":
-        return f"its position embeddings are {positions}, and llama.cpp's bert graph adds absolute ones"
-    activation = getattr(config, "hidden_act", "gelu")
-    if activation not in GELUS:
-        return f"its MLP's activation is {activation}, and llama.cpp's bert graph computes GELU"
-    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
-        return "it is configured as a decoder, and llama.cpp's bert graph is bidirectional"
-    if not getattr(config, "type_vocab_size", 0):
-        return "it has no token type embedding, which llama.cpp's bert graph reads"
-    return None
-
-
-def roberta_offset(config: Any) -> int:
-    """RoBERTa's first position row: transformers numbers positions from ``pad_token_id + 1``."""
-    return int(config.pad_token_id) + 1
-
-
-def modernbert_keys(writer: Any, config: Any) -> None:
-    """The converter's ``ModernBertModel``: LayerNorm's epsilon, bidirectional attention, the pooling (mean), the
-    local layers' window, which layers are local, and their RoPE base (the global one is the file's rope base)."""
-    import gguf
-
-    writer.add_layer_norm_eps(float(config.norm_eps))
-    writer.add_causal_attention(False)
-    writer.add_pooling_type(gguf.PoolingType.MEAN)
-    writer.add_sliding_window(int(config.local_attention))
-    writer.add_sliding_window_pattern([kind == "sliding_attention" for kind in config.layer_types])
-    writer.add_rope_freq_base_swa(float(config.rope_parameters["sliding_attention"]["rope_theta"]))
-
-
-def modernbert_refusal(config: Any) -> str | None:
-    """What llama.cpp's modern-bert graph would compute otherwise (None: nothing)."""
-    if config.hidden_activation != "gelu":
-        return (f"its MLP's activation is {config.hidden_activation}, and llama.cpp's modern-bert graph computes the "
-                "exact GELU")
-    biased = [name for name in ("norm_bias", "attention_bias", "mlp_bias") if getattr(config, name, False)]
-    if biased:
-        return f"it has biases ({', '.join(biased)}), which llama.cpp's modern-bert graph does not add"
-    kinds = {p.get("rope_type", "default") for p in config.rope_parameters.values()}
-    if kinds != {"default"}:
-        return f"its RoPE is {', '.join(sorted(kinds))}, and llama.cpp's modern-bert graph rotates plainly"
-    return None
-
-
-# The gate (x the largest value) of files whose GELU is llama.cpp's float16 table: Gemma's, GPT-2's and BERT's (the
-# measurements: families. note on it, this module's docstring).
-GELU_TABLE = 1e-3
-_ONE_COUNT = "llama.cpp's {arch} graph takes one head count for every layer"
-# families.GgufFamily's fields for each bare encoder (a tensor prefix in ``dropped`` is left out of the file)
-ENCODERS: dict[str, dict[str, Any]] = {
-    "bert": dict(arch="bert", permuted=False, dense_only=_ONE_COUNT.format(arch="bert"), keys=bert_keys,
-                 refuse=bert_refusal, tolerance=GELU_TABLE, encoder=True, rotary=False, dropped=("pooler.",)),
-    "roberta": dict(arch="bert", permuted=False, dense_only=_ONE_COUNT.format(arch="bert"), keys=bert_keys,
-                    refuse=bert_refusal, tolerance=GELU_TABLE, encoder=True, rotary=False,
-                    position_offset=roberta_offset, dropped=("pooler.",)),
-    "modernbert": dict(arch="modern-bert", permuted=False, dense_only=_ONE_COUNT.format(arch="modern-bert"),
-                       keys=modernbert_keys, refuse=modernbert_refusal, encoder=True, sliding_window=True),
-}
 
 
 def check_encoder(lm: Any, family: Any, layout: str, gguf_type: str, other_formats: str) -> str:
-    """The architecture of a bare encoder's file (``family``: its ``GgufFamily``). llama.cpp's graphs give
+    """The architecture of a bare encoder's file (``family``: its family file's ``Gguf``). llama.cpp's graphs give
     embeddings: the converter writes no head of a masked-LM model, and a classifier's only for llama.cpp's reranking
     pooling, which headprune does not check.
 

@@ -6,235 +6,25 @@ in one line naming the formats that do take it. The files themselves: :mod:`head
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from headprune.core.choices import GGUF_TYPES
 from headprune.errors import ExportSettingsError, UnsupportedModelError
-from headprune.exporter.gguf.encoders import ENCODERS, GELU_TABLE, check_encoder
+from headprune.exporter.gguf.encoders import check_encoder
 from headprune.exporter.gguf.quant import K_QUANTS
+from headprune.loading.adapters import FAMILIES as FAMILIES_REGISTRY
+from headprune.loading.adapters.gguf_spec import GELU_TABLE, Gguf
+from headprune.surgery.remote_modeling import QkvLayout, qkv_layout
 
 
-@dataclass(frozen=True)
-class GgufFamily:
-    """How one model type is written: llama.cpp's architecture for it (the converter's choice), whether its q/k rows
-    are permuted to that graph's rotation, why a sliced file cannot be written (None: as ``deci``), and the keys of
-    its own that the graph reads."""
-
-    arch: str
-    permuted: bool  # llama.cpp rotates adjacent pairs in this graph (LLAMA_ROPE_TYPE_NORM): LlamaModel.permute
-    dense_only: str | None = None
-    keys: Callable[[Any, Any], None] | None = None  # (gguf.GGUFWriter, config) -> None
-    refuse: Callable[[Any], str | None] | None = None  # config -> what llama.cpp's graph would compute otherwise
-    k_quants: bool = False  # llama.cpp's choice of K-quant tensor types is reproduced (quant) for its tensors
-    activation: tuple[str, ...] = ("silu",)  # the MLP's, as the config names it (those llama.cpp's graph computes)
-    norm_offset: float = 0.0  # added to every norm gain: Gemma's RMSNorm scales by (1 + w), llama.cpp's by w
-    tolerance: float | None = None  # the runtime gate's, where llama.cpp's kernels round (GELU_TABLE below)
-    interleaved_experts: bool = False  # GPT-OSS: experts as x @ W, gate and up columns alternating (experts)
-    sliding_window: bool = False  # the config's sliding window is written, and llama.cpp's graph applies it
-    gated: bool = True  # a gated MLP without biases; else up and down projections with biases (GPT-2, NeoX)
-    rotary: bool = True  # RoPE keys are written (GPT-2 has learned positions: position_embd)
-    qkv_layout: str | None = None  # "gpt2", "neox": fused tensors llama.cpp takes in another layout (fused)
-    ffn_length: Callable[[Any], int] | None = None  # config -> the MLP's width, where not intermediate_size
-    own_output: bool = False  # the graph reads output.weight even where the embeddings are tied: written then
-    encoder: bool = False  # a bare encoder: llama.cpp's graph gives its last hidden states (embeddings), not logits
-    position_offset: Callable[[Any], int] | None = None  # config -> position rows the file leaves out (RoBERTa's)
-    dropped: tuple[str, ...] = ()  # tensors (prefixes) llama.cpp's graph does not read, left out as the converter does
-
-
-def _experts(writer: Any, config: Any) -> None:
-    """Mixture-of-experts keys (the converter's ``set_gguf_parameters``): how many experts, how many each token
-    uses, and an expert's own hidden size where the config names one apart from the dense MLP's."""
-    writer.add_expert_count(int(getattr(config, "num_local_experts", None) or config.num_experts))
-    writer.add_expert_used_count(int(config.num_experts_per_tok))
-    if getattr(config, "moe_intermediate_size", None):
-        writer.add_expert_feed_forward_length(int(config.moe_intermediate_size))
-
-
-def _qwen3_moe(config: Any) -> str | None:
-    """llama.cpp's qwen3moe graph renormalises the chosen experts' weights and puts experts in every layer."""
-    if not getattr(config, "norm_topk_prob", False):
-        return ("its router's top-k weights are not renormalised (norm_topk_prob false), which llama.cpp's qwen3moe "
-                "graph always does")
-    if getattr(config, "mlp_only_layers", None) or getattr(config, "decoder_sparse_step", 1) != 1:
-        return "it has layers with a dense MLP (mlp_only_layers, decoder_sparse_step), which llama.cpp's qwen3moe lacks"
-    return None
-
-
-def _granite_scales(writer: Any, config: Any) -> None:
-    """Granite's scalar multipliers, read by llama.cpp's granite graph (``GraniteModel.set_gguf_parameters``)."""
-    writer.add_attention_scale(float(config.attention_multiplier))
-    writer.add_embedding_scale(float(config.embedding_multiplier))
-    writer.add_residual_scale(float(config.residual_multiplier))
-    writer.add_logit_scale(float(config.logits_scaling))
-
-
-def _layer_norm(writer: Any, config: Any) -> None:
-    """The epsilon of a LayerNorm family (OLMo's norms have no gain and a fixed 1e-5; Cohere and GPT-2 name their
-    own)."""
-    eps = getattr(config, "layer_norm_eps", None) or getattr(config, "layer_norm_epsilon", None)
-    writer.add_layer_norm_eps(float(eps or 1e-5))
-
-
-def _neox(writer: Any, config: Any) -> None:
-    """GPT-NeoX (the converter's ``GPTNeoXModel``): attention and MLP in parallel or one after the other."""
-    _layer_norm(writer, config)
-    writer.add_parallel_residual(bool(getattr(config, "use_parallel_residual", True)))
-
-
-def _gpt2_attention(config: Any) -> str | None:
-    """llama.cpp's gpt2 graph scales every layer's scores by 1/sqrt(head size)."""
-    if getattr(config, "scale_attn_by_inverse_layer_idx", False) or not getattr(config, "scale_attn_weights", True):
-        return ("its attention scores are scaled otherwise than by 1/sqrt(head size) (scale_attn_weights, "
-                "scale_attn_by_inverse_layer_idx), which llama.cpp's gpt2 graph fixes")
-    return None
-
-
-def _neox_biases(config: Any) -> str | None:
-    if not getattr(config, "attention_bias", True):
-        return "its attention has no biases (attention_bias false), which llama.cpp's gptneox graph reads"
-    return None
-
-
-def _olmo(writer: Any, config: Any) -> None:
-    _layer_norm(writer, config)
-    if getattr(config, "clip_qkv", None):
-        writer.add_clamp_kqv(float(config.clip_qkv))
-
-
-def _cohere(writer: Any, config: Any) -> None:
-    _layer_norm(writer, config)
-    writer.add_logit_scale(float(config.logit_scale))
-
-
-def _olmoe(config: Any) -> str | None:
-    if config.num_key_value_heads != config.num_attention_heads:
-        return "it groups key/value heads, and llama.cpp's olmoe graph sizes the k norm by all query heads"
-    return None
-
-
-def _cohere_norms(config: Any) -> str | None:
-    if getattr(config, "use_qk_norm", False) and config.num_hidden_layers < 64:
-        return ("llama.cpp's command-r graph reads per-head q/k norms only in a model of 64 layers or more (Command "
-                f"R+), and this one has {config.num_hidden_layers}")
-    return None
-
-
-def _gpt_oss(writer: Any, config: Any) -> None:
-    """GPT-OSS (the converter's ``GptOssModel``): experts of the config's intermediate size, the sliding window."""
-    _experts(writer, config)
-    writer.add_expert_feed_forward_length(int(config.intermediate_size))
-    writer.add_sliding_window(int(config.sliding_window))
-
-
-def _gpt_oss_layers(config: Any) -> str | None:
-    """llama.cpp's gpt-oss graph fixes the SwiGLU clamp (7) and the layers' pattern (sliding first, alternating)."""
-    if float(getattr(config, "swiglu_limit", 7.0)) != 7.0:
-        return f"its SwiGLU clamp is {config.swiglu_limit}, and llama.cpp's gpt-oss graph fixes 7"
-    pattern = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(config.num_hidden_layers)]
-    if list(getattr(config, "layer_types", None) or pattern) != pattern:
-        return "its layer types do not alternate sliding and full attention from the first layer, as llama.cpp's do"
-    return None
-
-
-def _smollm3_layers(config: Any) -> str | None:
-    """llama.cpp's smollm3 graph leaves RoPE out of every 4th layer, as SmolLM3 ships; another pattern is refused."""
-    pattern = [int((i + 1) % 4 != 0) for i in range(config.num_hidden_layers)]
-    if list(getattr(config, "no_rope_layers", None) or pattern) != pattern:
-        return "its layers without RoPE (no_rope_layers) are not every 4th, which llama.cpp's smollm3 graph fixes"
-    return None
-
-
-def _gemma(writer: Any, config: Any) -> None:
-    """Gemma 2/3: the sliding window and the soft caps llama.cpp's graphs read (the converter's keys)."""
-    if getattr(config, "sliding_window", None):
-        writer.add_sliding_window(int(config.sliding_window))
-    if getattr(config, "attn_logit_softcapping", None):
-        writer.add_attn_logit_softcapping(float(config.attn_logit_softcapping))
-    if getattr(config, "final_logit_softcapping", None):
-        writer.add_final_logit_softcapping(float(config.final_logit_softcapping))
-
-
-def _gemma_layers(config: Any, every: int, big: int) -> str | None:
-    """What llama.cpp's gemma2/gemma3 graphs fix that a config can set otherwise: the query scale (1/sqrt(head
-    size), or 1/sqrt(hidden / heads) in the 27B's layer count ``big``), every ``every``-th layer global, the rest
-    sliding, and (Gemma 3) the local layers' RoPE base 10000."""
-    head_dim = config.head_dim
-    scalar = getattr(config, "query_pre_attn_scalar", head_dim)
-    if scalar != head_dim and not (config.num_hidden_layers == big
-                                   and scalar == config.hidden_size // config.num_attention_heads):
-        return f"its query_pre_attn_scalar ({scalar}) is not its head size ({head_dim}), as llama.cpp's graph takes it"
-    pattern = ["full_attention" if (i + 1) % every == 0 else "sliding_attention"
-               for i in range(config.num_hidden_layers)]
-    if list(getattr(config, "layer_types", None) or pattern) != pattern:
-        return f"its layer types are not llama.cpp's fixed pattern (every {every}th layer global)"
-    local = (getattr(config, "rope_parameters", None) or {}).get("sliding_attention") or {}
-    if every == 6 and float(local.get("rope_theta", getattr(config, "rope_local_base_freq", 10000.0))) != 10000.0:
-        return "its sliding layers' RoPE base is not 10000, which llama.cpp's gemma3 graph fixes"
-    return None
-
-
-# llama.cpp's CPU GELU is a float16 table (ggml_vec_gelu_f32 under GGML_GELU_FP16: input and output rounded to float16).
-# On the suite's tiny Gemma 2 that alone moves the logits by 2.3e-4 (3.5e-4 of the largest); transformers with the same
-# rounding done in torch comes within 3e-7 on one prompt and 1.2e-4 of the largest logit over the test prompts (values
-# on a float16 rounding boundary go either way). So Gemma files are gated at 1e-3 of the largest logit, not GGUF's
-# 5e-5, and the record says why (GELU_TABLE, 1e-3: defined with the encoders, which gguf_families imports).
+# llama.cpp's CPU GELU is a float16 table (gguf_spec.GELU_TABLE says what it moves): Gemma's, GPT-2's and BERT's files
+# are gated at 1e-3 of the largest logit, not GGUF's 5e-5, and the record says why.
 GELU_NOTE = ("llama.cpp's CPU GELU rounds through a float16 table, so its logits are checked against the masked "
              f"original's within {GELU_TABLE:g} of the largest logit (GGUF's usual 5e-05 elsewhere)")
-
-
-_TANH_GELU = ("gelu_pytorch_tanh",)
-# llama.cpp's gpt2 and gptneox graphs compute GELU's tanh form (ggml_gelu, through the float16 table); Pythia's configs
-# name the exact (erf) GELU, which differs from it by at most 4.7e-4 (a note says so; within the same gate here).
-_GPT_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 ERF_GELU_NOTE = ("the checkpoint's MLP computes the exact (erf) GELU, llama.cpp's gptneox graph its tanh form (as for "
                  "every Pythia GGUF), which moves the logits slightly (within the gate here)")
-
-
-# Why each family is dense only: llama.cpp sizes every layer by layer 0's head counts except in its deci graph
-# (test_gguf's test_plain_llama_architecture_cannot_take_per_layer_head_counts), and deci is a plain Llama layer.
-_ONE_COUNT = "llama.cpp's {arch} graph takes one head count for every layer"
-_NO_DECI = " and its graph for per-layer head counts (deci) has no {what}, which {name} needs"
-FAMILIES: dict[str, GgufFamily] = {
-    "llama": GgufFamily("llama", True, k_quants=True),
-    "mistral": GgufFamily("llama", True, k_quants=True),
-    "qwen2": GgufFamily("qwen2", False, k_quants=True),
-    "qwen3": GgufFamily("qwen3", False, "llama.cpp's graph for per-layer head counts (deci) has no q/k norms, which "
-                        "Qwen3 needs", k_quants=True),
-    "qwen3_moe": GgufFamily("qwen3moe", False, _ONE_COUNT.format(arch="qwen3moe") + _NO_DECI.format(
-        what="q/k norms or experts", name="Qwen3-MoE"), _experts, _qwen3_moe),
-    "mixtral": GgufFamily("llama", True, _ONE_COUNT.format(arch="llama") + _NO_DECI.format(
-        what="experts", name="Mixtral"), _experts),
-    "phi3": GgufFamily("phi3", False, _ONE_COUNT.format(arch="phi3") + " (its fused attn_qkv is sized by it)"),
-    "granite": GgufFamily("granite", True, _ONE_COUNT.format(arch="granite") + _NO_DECI.format(
-        what="scalar multipliers", name="Granite"), _granite_scales),
-    "olmo": GgufFamily("olmo", True, _ONE_COUNT.format(arch="olmo") + _NO_DECI.format(
-        what="weightless LayerNorm", name="OLMo"), _olmo),
-    "olmo2": GgufFamily("olmo2", False, "its q/k norms are taken over all heads", None),
-    "olmoe": GgufFamily("olmoe", False, "its q/k norms are taken over all heads", _experts, _olmoe),
-    "gemma2": GgufFamily("gemma2", False, _ONE_COUNT.format(arch="gemma2"), _gemma,
-                         lambda config: _gemma_layers(config, 2, 46), activation=_TANH_GELU,
-                         norm_offset=1.0, tolerance=GELU_TABLE, sliding_window=True),
-    "gemma3_text": GgufFamily("gemma3", False, _ONE_COUNT.format(arch="gemma3"), _gemma,
-                              lambda config: _gemma_layers(config, 6, 62), activation=_TANH_GELU,
-                              norm_offset=1.0, tolerance=GELU_TABLE, sliding_window=True),
-    "glm4": GgufFamily("glm4", False, _ONE_COUNT.format(arch="glm4"), None),
-    "gpt_oss": GgufFamily("gpt-oss", False, _ONE_COUNT.format(arch="gpt-oss") + _NO_DECI.format(
-        what="attention sinks or experts", name="GPT-OSS"), _gpt_oss, _gpt_oss_layers,
-        interleaved_experts=True, sliding_window=True),
-    "gemma": GgufFamily("gemma", False, _ONE_COUNT.format(arch="gemma"), None, activation=_TANH_GELU,
-                        norm_offset=1.0, tolerance=GELU_TABLE),
-    "glm": GgufFamily("chatglm", False, _ONE_COUNT.format(arch="chatglm"), None),
-    "smollm3": GgufFamily("smollm3", True, _ONE_COUNT.format(arch="smollm3"), None, _smollm3_layers),
-    "cohere": GgufFamily("command-r", False, _ONE_COUNT.format(arch="command-r"), _cohere, _cohere_norms),
-    "gpt2": GgufFamily("gpt2", False, _ONE_COUNT.format(arch="gpt2") + " (its fused attn_qkv is sized by it)",
-                       _layer_norm, _gpt2_attention, activation=_GPT_GELU, tolerance=GELU_TABLE, gated=False,
-                       rotary=False, qkv_layout="gpt2", ffn_length=lambda c: int(c.n_inner or 4 * c.n_embd)),
-    "gpt_neox": GgufFamily("gptneox", False, _ONE_COUNT.format(arch="gptneox") + " (its fused attn_qkv is sized by "
-                           "it)", _neox, _neox_biases, activation=("gelu", *_GPT_GELU), tolerance=GELU_TABLE,
-                           gated=False, qkv_layout="neox", own_output=True),
-    **{t: GgufFamily(**spec) for t, spec in ENCODERS.items()},  # bare encoders: encoders
-}
+# Every registered model type that declares a GGUF file, and how (its family file's Gguf), by model type.
+FAMILIES: dict[str, Gguf] = {t: f.gguf for t, f in sorted(FAMILIES_REGISTRY.items()) if f.gguf is not None}
 MODEL_TYPES = tuple(t for t, f in FAMILIES.items() if not f.encoder)
 ENCODER_TYPES = tuple(t for t, f in FAMILIES.items() if f.encoder)
 # Families headprune writes as GGUF only in the dense layout, and why (the refusal of a sliced one says it).
@@ -250,8 +40,14 @@ ROPE_FACTOR_ARCHES = {"llama3": ("llama", "deci"), "longrope": ("phi3",)}
 PERMUTED_ARCHES = ("deci", *sorted({f.arch for f in FAMILIES.values() if f.permuted}))
 
 
-def family_of(config: Any) -> GgufFamily:
+def family_of(config: Any) -> Gguf:
+    """How ``config``'s model type is written to GGUF."""
     return FAMILIES[getattr(config, "model_type", "")]
+
+
+def qkv_of(config: Any) -> QkvLayout:
+    """How ``config``'s model type lays out its q/k/v projections (for llama.cpp's order of a fused one's rows)."""
+    return qkv_layout(FAMILIES_REGISTRY[getattr(config, "model_type", "")].adapter.qkv_layout)
 
 
 def check_type(gguf_type: str) -> None:

@@ -124,8 +124,7 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
 
     from headprune.exporter.gguf.experts import join_experts
     from headprune.exporter.gguf.writer import gguf_name, unpermute
-    from headprune.exporter.gguf.families import family_of
-    from headprune.exporter.gguf.fused import from_llama_cpp
+    from headprune.exporter.gguf.families import family_of, qkv_of
 
     arch_enum = next(a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == plan.arch)
     names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
@@ -138,7 +137,7 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
             if joined is None and new not in stored:  # rotary frequencies, a tied output
                 continue
             if joined is None:  # GPT-2's Conv1D and NeoX's fused q/k/v back in the model's layout
-                joined = from_llama_cpp(name, torch.from_numpy(stored[new]), family.qkv_layout, plan.head_dim)
+                joined = qkv_of(artifact.config).from_llama_cpp(name, torch.from_numpy(stored[new]), plan.head_dim)
             data = joined.reshape(-1, *tensor.shape[1:])  # (RoBERTa's positions: rows cut)
             if new is not None and new.endswith("norm.weight"):  # Gemma's gains: stored as llama.cpp takes them
                 data = data - family.norm_offset

@@ -21,7 +21,7 @@ Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel`
 - ``attention.key_length`` / ``value_length`` are always written: llama.cpp otherwise derives the head size
   from layer 0's head count, which a sliced layer 0 no longer has;
 - experts: :mod:`headprune.exporter.gguf.experts`; GPT-2's ``Conv1D`` weights and NeoX's per-head fused q/k/v:
-  :mod:`headprune.exporter.gguf.fused`; RoPE scalings' keys and factor tensors:
+  the family's q/k/v layout (``QkvLayout.to_llama_cpp``, :mod:`headprune.surgery.remote_modeling`); RoPE scalings' keys and factor tensors:
   :mod:`headprune.exporter.gguf.rope`; the tokenizer:
   :mod:`headprune.exporter.gguf.tokenizer`; reading the file back:
   :mod:`headprune.exporter.gguf.read`.
@@ -38,10 +38,9 @@ import torch
 
 from headprune.errors import UnsupportedModelError
 from headprune.exporter.gguf.families import (ERF_GELU_NOTE, GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES,
-                                              family_of, rope_parameters)
+                                              family_of, qkv_of, rope_parameters)
 from headprune.exporter.gguf.encoders import ENCODER_NOTE, GELU_TABLE_NOTE
 from headprune.exporter.gguf.experts import split_experts
-from headprune.exporter.gguf.fused import to_llama_cpp
 from headprune.exporter.gguf.quant import K_QUANTS, typer
 from headprune.exporter.gguf.read import read_back
 from headprune.exporter.gguf.rope import add_rope_keys, rope_notes, rope_tensors
@@ -110,7 +109,7 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
                                     "architecture: a newer gguf writes it (pip install -U gguf)")
     names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
     state = artifact.state_dict()
-    family = family_of(artifact.config)
+    family, layout = family_of(artifact.config), qkv_of(artifact.config)
     tied = bool(getattr(artifact.config, "tie_word_embeddings", False)) and not family.own_output
     out: dict[str, torch.Tensor] = {}
     offset = family.position_offset(artifact.config) if family.position_offset else 0
@@ -133,7 +132,7 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
             data = data[offset:]
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
-        data = to_llama_cpp(name, data, family.qkv_layout, plan.head_dim)  # GPT-2's Conv1D, NeoX's fused q/k/v
+        data = layout.to_llama_cpp(name, data, plan.head_dim)  # GPT-2's Conv1D, NeoX's fused q/k/v
         out[new] = data.contiguous()
     out.update(rope_tensors(artifact.config, plan.head_dim))
     return out
