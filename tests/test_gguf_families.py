@@ -28,25 +28,9 @@ from headprune.testing import family_model
 
 HEADS = "L0.H1,L1.H0,L1.H1"  # one head of a group in layer 0; a whole key/value group in layer 1
 # The families beyond test_gguf.py's, each with what its file must hold that a plain Llama file does not, and the
-# variant of the matrix's tiny model llama.cpp's graph computes (the refusals of the others are tested below).
-EXTRA = {"mixtral": ("blk.0.ffn_gate_exps.weight", "llama.expert_count", {}),
-         "qwen3_moe": ("blk.0.ffn_down_exps.weight", "qwen3moe.expert_feed_forward_length", {}),
-         "phi3": ("blk.0.attn_qkv.weight", "phi3.rope.dimension_count", {}),
-         "granite": ("blk.0.attn_q.weight", "granite.logit_scale", {}),
-         "olmo": ("blk.0.attn_q.weight", "olmo.attention.layer_norm_epsilon", {}),
-         "olmo2": ("blk.0.attn_q_norm.weight", "olmo2.attention.layer_norm_rms_epsilon", {}),
-         "olmoe": ("blk.0.ffn_up_exps.weight", "olmoe.expert_count", {"num_key_value_heads": 4}),
-         "glm4": ("blk.0.post_attention_norm.weight", "glm4.rope.dimension_count", {}),
-         "cohere": ("blk.0.attn_q.weight", "command-r.logit_scale", {"use_qk_norm": False}),
-         "gpt_oss": ("blk.0.attn_sinks.weight", "gpt-oss.attention.sliding_window", {}),  # a 4-token window
-         "gemma": ("blk.0.attn_norm.weight", "gemma.attention.key_length", {}),
-         "glm": ("blk.0.attn_q.bias", "chatglm.rope.dimension_count", {}),
-         "smollm3": ("blk.3.attn_q.weight", "smollm3.block_count", {"num_hidden_layers": 4}),  # layer 3 without RoPE
-         "gemma2": ("blk.0.post_ffw_norm.weight", "gemma2.final_logit_softcapping", {"query_pre_attn_scalar": 16}),
-         "gemma3_text": ("blk.0.attn_q_norm.weight", "gemma3.attention.sliding_window",
-                         {"query_pre_attn_scalar": 16}),
-         "gpt2": ("position_embd.weight", "gpt2.attention.layer_norm_epsilon", {}),  # learned positions, tied output
-         "gpt_neox": ("blk.0.attn_qkv.bias", "gptneox.use_parallel_residual", {})}  # a quarter of each head rotated
+# variant of the matrix's tiny model llama.cpp's graph computes, as its family file declares them (Gguf.holds,
+# Gguf.variant; the refusals of the others are tested below).
+EXTRA = {t: (*f.holds, dict(f.variant)) for t, f in FAMILIES.items() if f.holds}
 
 
 def test_every_gguf_family_is_run_in_llama_cpp_by_the_suite() -> None:

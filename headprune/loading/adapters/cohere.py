@@ -28,5 +28,6 @@ def _norms(config: Any) -> str | None:
 
 
 register(Family("cohere", COHERE, TinyModel("CohereConfig", "CohereForCausalLM", dict(GQA, use_qk_norm=True)),
-                Gguf("command-r", dense_only=one_count("command-r"), keys=_keys, refuse=_norms),
+                Gguf("command-r", dense_only=one_count("command-r"), keys=_keys, refuse=_norms,
+                     holds=("blk.0.attn_q.weight", "command-r.logit_scale"), variant={"use_qk_norm": False}),
                 note="Command R+'s per-head q/k norm weights go with their heads"))

@@ -54,13 +54,16 @@ def _gemma_layers(config: Any, every: int, big: int) -> str | None:
 _GEMMA = dict(activation=TANH_GELU, norm_offset=1.0, tolerance=GELU_TABLE)
 register(
     Family("gemma", LLAMA, TinyModel("GemmaConfig", "GemmaForCausalLM", dict(GQA, head_dim=16)),
-           Gguf("gemma", dense_only=one_count("gemma"), **_GEMMA), genai="gemma"),
+           Gguf("gemma", dense_only=one_count("gemma"), holds=("blk.0.attn_norm.weight", "gemma.attention.key_length"),
+                **_GEMMA), genai="gemma"),
     Family("gemma2", LLAMA, TinyModel("Gemma2Config", "Gemma2ForCausalLM", dict(GQA, head_dim=16)),
            Gguf("gemma2", dense_only=one_count("gemma2"), keys=_gemma, refuse=lambda c: _gemma_layers(c, 2, 46),
-                sliding_window=True, **_GEMMA), genai="gemma2"),
+                sliding_window=True, holds=("blk.0.post_ffw_norm.weight", "gemma2.final_logit_softcapping"),
+                variant={"query_pre_attn_scalar": 16}, **_GEMMA), genai="gemma2"),
     Family("gemma3_text", LLAMA, TinyModel("Gemma3TextConfig", "Gemma3ForCausalLM", dict(GQA, head_dim=16)),
            Gguf("gemma3", dense_only=one_count("gemma3"), keys=_gemma, refuse=lambda c: _gemma_layers(c, 6, 62),
-                sliding_window=True, **_GEMMA), genai="gemma3_text"),
+                sliding_window=True, holds=("blk.0.attn_q_norm.weight", "gemma3.attention.sliding_window"),
+                variant={"query_pre_attn_scalar": 16}, **_GEMMA), genai="gemma3_text"),
     Family("gemma3", GEMMA3, TinyModel("Gemma3Config", "Gemma3ForConditionalGeneration", dict(
         text_config=dict(GQA, head_dim=16), mm_tokens_per_image=4, vision_config=VISION,
         image_ids=("image_token_index", "boi_token_index", "eoi_token_index"))),

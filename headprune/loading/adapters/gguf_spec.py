@@ -9,8 +9,8 @@ that class's data: the fields a family leaves at their defaults are llama.cpp's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 # The gate (x the largest value) of files whose GELU is llama.cpp's float16 table: Gemma's, GPT-2's and BERT's.
@@ -49,6 +49,12 @@ class Gguf:
         encoder: a bare encoder: llama.cpp's graph gives its last hidden states (embeddings), not logits.
         position_offset: ``config -> position rows the file leaves out`` (RoBERTa's).
         dropped: tensors (prefixes) llama.cpp's graph does not read, left out as the converter does.
+        holds: a tensor and a metadata key its file holds that a plain Llama file does not: the suite runs every
+            family's file in llama.cpp against the masked original and checks both are there
+            (tests/test_gguf_families.py; Llama, Mistral, Qwen2 and Qwen3 are tested in test_gguf.py, the bare
+            encoders in test_gguf_encoders.py).
+        variant: config values of the family's tiny model (``Family.tiny``) for that test, where llama.cpp's graph
+            computes only some of what the config can set.
     """
 
     arch: str
@@ -69,6 +75,8 @@ class Gguf:
     encoder: bool = False
     position_offset: Callable[[Any], int] | None = None
     dropped: tuple[str, ...] = ()
+    holds: tuple[str, str] | tuple[()] = ()
+    variant: Mapping[str, Any] = field(default_factory=dict)
 
 
 def one_count(arch: str, lacks: str = "", name: str = "") -> str:

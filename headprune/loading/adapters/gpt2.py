@@ -32,4 +32,6 @@ register(Family("gpt2", GPT2, TinyModel("GPT2Config", "GPT2LMHeadModel", dict(n_
                                                                              n_positions=256)),
                 Gguf("gpt2", dense_only=one_count("gpt2") + " (its fused attn_qkv is sized by it)",
                      keys=layer_norm_keys, refuse=_attention, activation=GPT_GELU, tolerance=GELU_TABLE, gated=False,
-                     rotary=False, ffn_length=lambda c: int(c.n_inner or 4 * c.n_embd)), genai="gpt2"))
+                     rotary=False, ffn_length=lambda c: int(c.n_inner or 4 * c.n_embd),
+                     holds=("position_embd.weight", "gpt2.attention.layer_norm_epsilon")),  # learned positions
+                genai="gpt2"))

@@ -51,16 +51,20 @@ register(
            Gguf("qwen3", dense_only="llama.cpp's graph for per-layer head counts (deci) has no q/k norms, which Qwen3 "
                 "needs", k_quants=True), genai="qwen3", note="per-head q/k norms"),
     Family("smollm3", LLAMA, TinyModel("SmolLM3Config", "SmolLM3ForCausalLM", GQA),
-           Gguf("smollm3", permuted=True, dense_only=one_count("smollm3"), refuse=_smollm3_layers), genai="smollm3"),
+           Gguf("smollm3", permuted=True, dense_only=one_count("smollm3"), refuse=_smollm3_layers,
+                holds=("blk.3.attn_q.weight", "smollm3.block_count"), variant={"num_hidden_layers": 4}),  # 3: no RoPE
+           genai="smollm3"),
     Family("granite", LLAMA, TinyModel("GraniteConfig", "GraniteForCausalLM", dict(
         GQA, attention_multiplier=0.5, residual_multiplier=0.5, logits_scaling=2.0)),
         Gguf("granite", permuted=True, dense_only=one_count("granite", "scalar multipliers", "Granite"),
-             keys=_granite_scales), genai="granite"),
+             keys=_granite_scales, holds=("blk.0.attn_q.weight", "granite.logit_scale")), genai="granite"),
     Family("glm", LLAMA, TinyModel("GlmConfig", "GlmForCausalLM", dict(GQA, head_dim=16)),
-           Gguf("chatglm", dense_only=one_count("chatglm"))),
+           Gguf("chatglm", dense_only=one_count("chatglm"), holds=("blk.0.attn_q.bias", "chatglm.rope.dimension_count"))),
     Family("glm4", LLAMA, TinyModel("Glm4Config", "Glm4ForCausalLM", dict(GQA, head_dim=16)),
-           Gguf("glm4", dense_only=one_count("glm4"))),
+           Gguf("glm4", dense_only=one_count("glm4"), holds=("blk.0.post_attention_norm.weight",
+                                                              "glm4.rope.dimension_count"))),
     Family("olmo", LLAMA, TinyModel("OlmoConfig", "OlmoForCausalLM", GQA),
-           Gguf("olmo", permuted=True, dense_only=one_count("olmo", "weightless LayerNorm", "OLMo"), keys=_olmo),
+           Gguf("olmo", permuted=True, dense_only=one_count("olmo", "weightless LayerNorm", "OLMo"), keys=_olmo,
+                holds=("blk.0.attn_q.weight", "olmo.attention.layer_norm_epsilon")),
            genai="olmo"),
 )

@@ -32,10 +32,12 @@ _EXPERTS = "routers and experts untouched"
 register(
     Family("mixtral", MOE, TinyModel("MixtralConfig", "MixtralForCausalLM", dict(
         MOE_TINY, num_local_experts=4, sliding_window=None)),
-        Gguf("llama", permuted=True, dense_only=one_count("llama", "experts", "Mixtral"), keys=expert_keys),
+        Gguf("llama", permuted=True, dense_only=one_count("llama", "experts", "Mixtral"), keys=expert_keys,
+             holds=("blk.0.ffn_gate_exps.weight", "llama.expert_count")),
         note=_EXPERTS),
     Family("qwen3_moe", MOE, TinyModel("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(
         MOE_TINY, num_experts=4, moe_intermediate_size=32, head_dim=16, norm_topk_prob=True)),  # as shipped
         Gguf("qwen3moe", dense_only=one_count("qwen3moe", "q/k norms or experts", "Qwen3-MoE"), keys=expert_keys,
-             refuse=_qwen3_moe), note=_EXPERTS),
+             refuse=_qwen3_moe, holds=("blk.0.ffn_down_exps.weight", "qwen3moe.expert_feed_forward_length")),
+        note=_EXPERTS),
 )

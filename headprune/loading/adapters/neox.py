@@ -35,4 +35,5 @@ def _biases(config: Any) -> str | None:
 register(Family("gpt_neox", NEOX, TinyModel("GPTNeoXConfig", "GPTNeoXForCausalLM"),
                 Gguf("gptneox", dense_only=one_count("gptneox") + " (its fused attn_qkv is sized by it)", keys=_keys,
                      refuse=_biases, activation=("gelu", *GPT_GELU), tolerance=GELU_TABLE, gated=False,
-                     own_output=True), note="Pythia"))
+                     own_output=True, holds=("blk.0.attn_qkv.bias", "gptneox.use_parallel_residual")),  # a quarter
+                note="Pythia"))  # of each head rotated

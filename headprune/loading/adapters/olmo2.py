@@ -29,9 +29,11 @@ def _olmoe(config: Any) -> str | None:
 
 
 register(
-    Family("olmo2", OLMO2, TinyModel("Olmo2Config", "Olmo2ForCausalLM", GQA), Gguf("olmo2", dense_only=_NORMS),
+    Family("olmo2", OLMO2, TinyModel("Olmo2Config", "Olmo2ForCausalLM", GQA),
+           Gguf("olmo2", dense_only=_NORMS, holds=("blk.0.attn_q_norm.weight", "olmo2.attention.layer_norm_rms_epsilon")),
            note="dense only: q/k norms over all heads at once"),
     Family("olmoe", OLMO2, TinyModel("OlmoeConfig", "OlmoeForCausalLM", dict(MOE_TINY, num_experts=4)),
-           Gguf("olmoe", dense_only=_NORMS, keys=expert_keys, refuse=_olmoe),
+           Gguf("olmoe", dense_only=_NORMS, keys=expert_keys, refuse=_olmoe,
+                holds=("blk.0.ffn_up_exps.weight", "olmoe.expert_count"), variant={"num_key_value_heads": 4}),
            note="dense only: q/k norms over all heads at once; routers and experts untouched"),
 )

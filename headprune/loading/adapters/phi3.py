@@ -11,5 +11,6 @@ from headprune.loading.adapters.llama import GQA
 
 PHI3 = Adapter(**dict(LLAMA_STYLE, family="phi3", qkv_layout="fused", qkv_paths=("self_attn.qkv_proj",)))
 register(Family("phi3", PHI3, TinyModel("Phi3Config", "Phi3ForCausalLM", GQA),
-                Gguf("phi3", dense_only=one_count("phi3") + " (its fused attn_qkv is sized by it)"), genai="phi3",
+                Gguf("phi3", dense_only=one_count("phi3") + " (its fused attn_qkv is sized by it)",
+                     holds=("blk.0.attn_qkv.weight", "phi3.rope.dimension_count")), genai="phi3",
                 note="the fused qkv_proj is split by head and written back fused"))
