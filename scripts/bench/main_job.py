@@ -59,6 +59,7 @@ def figures(run: Path) -> dict[str, Any]:
     primary = result.finalists[0]
     return {"primary": [str(h) for h in result.primary], "confirmed": result.confirmed, "verdict": to_json(verdict),
             "guards": [to_json(g) for g in primary.guards], "controls": [to_json(c) for c in primary.controls],
+            "selection": to_json(result.selection) if result.selection is not None else None,
             "stages": dict(result.timings)}
 
 
@@ -68,7 +69,8 @@ def exported(out: Path) -> dict[str, Any]:
     from headprune.exporter import read_record
 
     record = read_record(out)
-    return {"parameters": to_json(record.parameters), "verification": to_json(record.verification),
+    checked = record.verification
+    return {"parameters": to_json(record.parameters), "logits": to_json(checked.logits), "task": to_json(checked.task),
             "layout": record.layout, "format": record.format}
 
 

@@ -161,11 +161,19 @@ def _points(value: float) -> str:
 
 def main_job(record: dict[str, Any], view: str = "figures") -> str:
     """scripts/bench/main_job.py: ``commands`` and ``output`` (fenced blocks: what was typed, what it printed),
-    ``figures`` (the held-out verdict, the export, the times), ``variants`` (each way of running find: what it
-    shipped, its verdict, its guards and controls)."""
+    ``figures`` (the export, the times, the machine), ``variants`` (each way of running find: what it shipped, its
+    verdict, its guards and controls), ``steps`` (the fixed sequence's hypotheses as find tested them)."""
     main = record["results"]["main"]
     if view == "commands":
         return "```\n" + "\n".join(_command(c) for c in main["commands"]) + "\n```"
+    if view == "steps":  # the fixed sequence as the selection record holds it: each hypothesis tested, in order
+        steps = (main.get("selection") or {}).get("steps", [])
+        return _table(["step", "heads tested", "added", "better (check / held-out)", "worse (check / held-out)",
+                       "one-sided p", "level", "rejects"],
+                      [[i, f"`{','.join(s['prefix'])}`", f"`{s['added']}`",
+                        f"{s['check_rescued']} / {s['heldout_rescued']}", f"{s['check_damaged']} / {s['heldout_damaged']}",
+                        f"{s['p_value']:.2g}", f"{s['level']:.3g}", "yes" if s["rejected"] else "no"]
+                       for i, s in enumerate(steps, 1)])
     if view == "output":  # what was printed, progress lines ("screen: 4/8 conditions, ...") left out
         shown = [line for line in main["output"] if not PROGRESS.match(line)]
         return "```\n" + "\n".join(shown) + "\n```"
@@ -189,11 +197,19 @@ def main_job(record: dict[str, Any], view: str = "figures") -> str:
         jobs = {"as above": main, **record["results"].get("variants", {})}
         return _table(["find", "ships", "held-out", "change, points [interval]", "guards and controls", "verdict"],
                       [[name, *claim(job)] for name, job in jobs.items()])
-    machine = record["machine"]
-    rows = [["find (s)", main["find_s"]], ["export and verification (s)", main.get("export_s", "-")],
-            ["machine", f"{machine['cpu']} ({machine.get('kernels', '')}), {machine['cores']} cores, load average "
-                        f"{machine.get('load_average')} at the start"]]
-    return _table(["the main job", "measured"], [[k, v] for k, v in rows])
+    machine, export = record["machine"], main.get("export") or {}
+    rows = []
+    if export:
+        task, logits, count = export["task"], export["logits"], export["parameters"]
+        rows += [[f"{task['task']} (n={task['n']}): original, masked, exported",
+                  f"{_pct(task['intact'])}, {_pct(task['masked'])}, {_pct(task['exported'])}"],
+                 [f"parameters ({export['layout']} {export['format']})", f"{count['before']:,} -> {count['after']:,}"],
+                 ["max \\|logit diff\\| against the masked original (allowed)",
+                  f"{logits['max_abs_diff']:.2e} ({logits['allowed']:.2e}, {logits['tokens']:,} tokens)"]]
+    rows += [["find, s", main["find_s"]], ["export and verification, s", main.get("export_s", "-")],
+             ["machine", f"{machine['cpu']} ({machine.get('kernels', '')}), {machine['cores']} cores, load average "
+                         f"{machine.get('load_average')} at the start"]]
+    return _table(["the main job", "measured"], rows)
 
 
 RENDERERS: dict[str, Callable[..., str]] = {"kinds": kinds, "passengers": passengers, "export_check": export_check,
