@@ -17,10 +17,11 @@ from headprune.errors import UnsupportedModelError
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 
 
-def read_gguf(path: Path, *, tensors: bool = True) -> tuple[dict, dict, int]:
+def read_gguf(path: Path, *, tensors: bool = True, spans: list | None = None) -> tuple[dict, dict, int]:
     """A GGUF file's key/values ``{key: (type, value, array item type)}``, its tensors
     ``{name: (numpy shape, ggml type, absolute offset, bytes)}`` and the data start. A plain parse of the
-    format (``gguf.GGUFReader`` takes a minute over a 49k-token vocabulary; this takes well under a second)."""
+    format (``gguf.GGUFReader`` takes a minute over a 49k-token vocabulary; this takes well under a second).
+    ``spans``, when given, receives ``(key, first byte, byte after)`` of each key/value entry."""
     import mmap
     import struct
 
@@ -54,6 +55,7 @@ def read_gguf(path: Path, *, tensors: bool = True) -> tuple[dict, dict, int]:
         n_tensors, n_kv = take("<Q"), take("<Q")
         fields: dict = {}
         for _ in range(n_kv):
+            begin = pos
             key, kind = text(), take("<I")
             if kind == 9:
                 sub, n = take("<I"), take("<Q")
@@ -67,6 +69,8 @@ def read_gguf(path: Path, *, tensors: bool = True) -> tuple[dict, dict, int]:
                 fields[key] = (gguf.GGUFValueType(kind), items, gguf.GGUFValueType(sub))
             else:
                 fields[key] = (gguf.GGUFValueType(kind), value(kind), None)
+            if spans is not None:
+                spans.append((key, begin, pos))
         infos: dict = {}
         for _ in range(n_tensors if tensors else 0):
             name = text()
@@ -78,6 +82,22 @@ def read_gguf(path: Path, *, tensors: bool = True) -> tuple[dict, dict, int]:
         alignment = fields.get("general.alignment", (None, 32, None))[1]
         start = -(-pos // alignment) * alignment
     return fields, {k: (shape, kind, start + off, n) for k, (shape, kind, off, n) in infos.items()}, start
+
+
+def place_at(path: Path, offset: int) -> str | None:
+    """What byte ``offset`` of a GGUF file belongs to: ``its metadata KEY``, ``its tensor names`` or ``its tensor
+    data``; None where the file does not parse as GGUF (a credential's place, named without its value)."""
+    import struct
+
+    spans: list = []
+    try:
+        _, _, start = read_gguf(path, spans=spans)
+    except (OSError, ValueError, KeyError, IndexError, EOFError, struct.error, UnsupportedModelError):
+        return None
+    key = next((key for key, begin, end in spans if begin <= offset < end), None)
+    if key is not None:
+        return f"its metadata {key}"
+    return "its tensor data" if offset >= start else "its tensor names" if spans and offset >= spans[-1][2] else None
 
 
 # The largest |stored - written| a stored type's rounding allows, as a share of the tensor's largest |value|, from

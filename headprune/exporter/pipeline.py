@@ -199,29 +199,31 @@ def _write_verified(fmt: ExportFormat, job: Job, out: Path, *, origin: FindOrigi
             temporary_folder(out) as scratch:
         written = fmt.write(job, staging, scratch)
         try:
+            _refuse_credentials(fmt, staging)  # what the format wrote, before minutes of verification
             verification = _verify(fmt, job, written, staging, remeasured)
             runtime, details = fmt.runtime_check(job, written)
             record = _record(fmt, job, staging, replace(verification, runtime=runtime), details=details,
                              origin=origin, started=started)
             (staging / "README.md").write_text(render_card(record), encoding="utf-8")
-            _refuse_credentials(staging)
             record = replace(record, files=file_hashes(staging))
             record.save(staging)
+            _refuse_credentials(fmt, staging, ("README.md", RECORD_NAME))  # and what the export itself wrote
         finally:
             written.close()
     return record
 
 
-def _refuse_credentials(staging: Path) -> None:
-    """The last gate before an export is recorded: no credential in it (the load strips those of the source's
-    configs; one left, in a tokenizer's vocabulary say, stops the export, and nothing is written).
+def _refuse_credentials(fmt: ExportFormat, staging: Path, names: tuple[str, ...] | None = None) -> None:
+    """No credential in the export (``names``: in those files): the load strips those of the source's configs; one
+    left (in a tokenizer's vocabulary, or a chat template that a GGUF file carries inside) stops the export, and
+    nothing is written. Every file is read, binary ones as bytes (``headprune.core.credentials``).
 
     Raises:
-        ResultFileError: naming the file and the key, never the value.
+        ResultFileError: naming the file and the place, never the value.
     """
     from headprune.core.credentials import credentials_in_folder
 
-    found = credentials_in_folder(staging)
+    found = credentials_in_folder(staging, fmt.credential_place, names)
     if found:
         name, place = found[0]
         raise ResultFileError(f"the export's {name} would carry a credential ({place}) from the source model's files; "
