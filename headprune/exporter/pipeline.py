@@ -123,7 +123,7 @@ def export(
     fmt = format_for(format, ExportOptions(layout, dtype if isinstance(model, str) else None, max_shard_size,
                                            format_option_values(format_options, gguf_type=gguf_type)))
     check_options(fmt, ablation, tolerance)
-    result = read_result(heads)
+    result = read_result(heads, set_rank)
     check_result_options(result, set_rank, allow_unconfirmed)
     check_ablation(result, ablation, verify_task)  # every option is checked before the model is touched
     revision = pinned_revision(model, result, revision)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, UnconfirmedSetError
+from headprune.errors import (EditedResultError, ExportSettingsError, HeadSpecError, ResultFileError,
+                              UnconfirmedSetError)
 from headprune.exporter.export_record import FindOrigin, public_name
 from headprune.heads import Head, parse_heads
 from headprune.loading.models import LoadedModel, builtin_hub_id
@@ -34,18 +35,26 @@ def _is_folder(spec: str | Path) -> bool:
         return False
 
 
-def read_result(heads: HeadsLike) -> FindResult | None:
+def read_result(heads: HeadsLike, set_rank: int = 1) -> FindResult | None:
     """The find result ``heads`` names (an object, ``result.json`` or its folder), or None for a head list.
 
     Raises:
-        ResultFileError: an unreadable result. HeadSpecError: an empty spec.
+        ResultFileError: an unreadable result, or one edited since find wrote it (the message offers finalist
+            ``set_rank``'s heads as it now reads them, given by hand). HeadSpecError: an empty spec.
     """
     if isinstance(heads, FindResult):
         return heads
     if isinstance(heads, str) and not heads.strip():  # Path("") is ".": the current folder's result.json
         raise HeadSpecError("no heads given: name a find result (result.json or its folder) or heads like L0.H1")
     if isinstance(heads, (str, Path)) and (str(heads).endswith(".json") or _is_folder(heads)):
-        return FindResult.load(Path(heads))
+        try:
+            return FindResult.load(Path(heads))
+        except EditedResultError as error:
+            edited = error.finalists[set_rank - 1] if 1 <= set_rank <= len(error.finalists) else ()
+            raise ResultFileError(
+                f"{error}: its card would state find's figures for a set find may not have measured; to export a "
+                f"set of your choice, give it by hand (heads {','.join(edited) or 'L0.H1,L3.H2'}), whose card "
+                "claims no improvement", settings=("heads",)) from None
     return None
 
 
