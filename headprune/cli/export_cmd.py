@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from headprune.cli import exits
 from headprune.cli.options import (ablation_option, batch_option, device_option, json_option, model_argument,
                                    refuse_inapplicable, revision_option, slug, trust_remote_code_option)
 from headprune.core.choices import DTYPES, EXPORT_FORMATS, EXPORT_LAYOUTS
@@ -107,6 +108,7 @@ def export_command(model: str, heads: str, set_rank: int, allow_unconfirmed: boo
                     trust_remote_code=trust_remote_code, allow_unconfirmed=allow_unconfirmed,
                     max_shard_size=max_shard_size, overwrite=overwrite, revision=revision,
                     format_options={option.name: chosen[option.name] for option in format_class(fmt).takes})
+    exits.output_in_place()  # written: a Ctrl-C while the summary prints does not make it a failed export
     if as_json:
         # Each format that records details has them under its name (null for the others), as before schema 4.
         details = {name: record.format_details or None if name == record.format else None
