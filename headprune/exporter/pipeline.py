@@ -26,7 +26,8 @@ from headprune.exporter.export_record import (RECORD_NAME, Counts, ExportRecord,
                                               file_hashes, public_name, weight_bytes)
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
 from headprune.exporter.resolve import (HeadsLike, check_ablation, find_origin, pinned_revision, read_result,
-                                        refuse_unconfirmed, resolve_heads, verification_inputs)
+                                        refuse_removed_again, refuse_unconfirmed, resolve_heads,
+                                        verification_inputs)
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, load_model, quiet_transformers
 from headprune.search.find_result import FindResult
@@ -154,8 +155,9 @@ def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, resul
     fmt.check_model(lm)
     removed, result = resolve_heads(result or heads, lm, set_rank)
     if earlier:
+        refuse_removed_again(lm.name, earlier, removed)
         log.info("export: %s is a sliced export without %s; those go too", lm.name, ",".join(map(str, earlier)))
-        removed = lm.grid.check(tuple(dict.fromkeys((*earlier, *removed))))
+        removed = lm.grid.check((*earlier, *removed))
     if result is not None and not allow_unconfirmed:
         refuse_unconfirmed(result, set_rank)
     # Refuses removing a whole layer before any work.

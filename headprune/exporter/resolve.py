@@ -84,6 +84,22 @@ def resolve_heads(heads: HeadsLike, lm: LoadedModel, set_rank: int = 1
     return lm.grid.check(chosen), result
 
 
+def refuse_removed_again(name: str, earlier: Sequence[Head], removed: Sequence[Head]) -> None:
+    """Refuse heads that a sliced export being pruned again already lacks. Heads are named as in the original model
+    (as the export's record names them); naming a removed one most likely counts the sliced model's own heads, in
+    which another head now sits at that place: exported anyway, it would remove nothing new (a copy) or other heads
+    than meant.
+
+    Raises:
+        HeadSpecError: naming them, and those the export lacks.
+    """
+    again = [str(head) for head in removed if head in set(earlier)]
+    if again:
+        raise HeadSpecError(f"{name} is a sliced export without {','.join(map(str, earlier))}: "
+                            f"{','.join(again)} {'is' if len(again) == 1 else 'are'} gone already; heads are named as "
+                            "in the original model (as its record names them): name only heads it still has")
+
+
 def _unpinned(result: FindResult, lm: LoadedModel) -> str:
     """What changed, where a Hub repo's weights differ from a result that pins no commit (written before 0.3.0,
     which records the commit find read and exports that one)."""
