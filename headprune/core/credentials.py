@@ -9,8 +9,9 @@ one of :data:`CREDENTIAL_KEYS` that is a non-empty string, or any string that lo
 Text travels inside binary files too (a GGUF file's chat template and vocabulary, an ONNX graph's metadata), so a
 file that is not a small UTF-8 text file is read as bytes, block by block (memory stays bounded whatever its size),
 for the same Hugging Face token pattern. Weights do not match it by chance: the pattern needs ``hf_`` and twenty
-letters or digits in a row, which float32 weights cannot hold (every fourth byte of a weight between 2**-7 and 2 in
-magnitude is 0x3C to 0x3F or 0xBC to 0xBF) and random bytes hold about once in 10**19 positions.
+letters or digits in a row, which a float32 weight between 2**-7 and 2 in magnitude breaks every fourth byte (its
+top byte is 0x3C to 0x3F or 0xBC to 0xBF) and random bytes hold about once in 10**19 positions (none in the default
+model's weights, float32 or quantized).
 """
 
 from __future__ import annotations
