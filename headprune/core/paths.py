@@ -243,7 +243,7 @@ def _move_files(staging: Path, target: Path, last: Sequence[str]) -> None:
     for item in items:
         destination = target / item.name
         if destination.is_symlink() or destination.exists() and not destination.is_file():
-            raise FileExistsError(errno.EEXIST, "a symbolic link or a folder is in the way; nothing was moved",
+            raise FileExistsError(errno.EEXIST, f"{shown(destination)} is a symbolic link or a folder",
                                   str(destination))
     moved: list[str] = []
     for item in items:
@@ -304,5 +304,5 @@ def _renameat2(first: Path, second: Path, flags: int) -> bool | None:
     raise OSError(code, os.strerror(code), str(second))
 
 
-__all__ = ["NAME_ROOM", "check_output_name", "exchange", "move_into_place", "refuse_overlap", "rename_noreplace",
-           "shown"]
+__all__ = ["NAME_ROOM", "PartlyMovedError", "check_output_name", "exchange", "move_into_place", "refuse_overlap",
+           "rename_noreplace", "shown"]
