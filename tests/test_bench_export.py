@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from helpers import build_tiny, random_choice_task, save_folder
 
-from headprune.exporter import gguf_export
-from headprune.exporter.genai_probe import per_layer_kv_heads
+from headprune.exporter.gguf import writer as gguf_export
+from headprune.exporter.onnx.genai_probe import per_layer_kv_heads
 from headprune.heads import HeadGrid
 from headprune.tasks import write_jsonl_task
 from scripts.bench import export as bench

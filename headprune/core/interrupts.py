@@ -5,7 +5,7 @@ llama.cpp calls back into Python for every line it logs, from any of its functio
 there is printed and dropped by ctypes ("Exception ignored on calling ctypes callback function"), and the run goes on
 to the end, moving its output into place. Inside :func:`deferred_interrupt` a SIGINT only marks itself; the block's
 end delivers it again to the handler that was there before, which raises ``KeyboardInterrupt`` as usual.
-:func:`deferring` makes every call of a foreign library such a block (``headprune.exporter.llama_cpp_binding`` wraps
+:func:`deferring` makes every call of a foreign library such a block (``headprune.exporter.llama_cpp.binding`` wraps
 each llama.cpp function). A single call can run for seconds (a decode of 512 tokens of a large vocabulary); the
 library's own abort check (llama.cpp's ``abort_callback``, called on the calling thread between two nodes of its
 graph) returns :func:`interrupted`, so the call stops early and the Ctrl-C is raised when it returns.

@@ -21,7 +21,7 @@ KV_CONTEXT, KV_ITEM_BYTES = 4096, 2  # the context and cache type (f16) llama.cp
 def kv_cache_bytes(kv_heads: int, head_dim: int) -> int:
     """Bytes of llama.cpp's default key/value cache (f16, flash attention: keys and values ``kv_heads x head_dim``
     wide per layer, summed) at a 4k context; the GGUF export measures the same from llama.cpp's own log
-    (``headprune.exporter.gguf_size``)."""
+    (``headprune.exporter.gguf.size``)."""
     return 2 * kv_heads * head_dim * KV_CONTEXT * KV_ITEM_BYTES
 
 

@@ -25,10 +25,134 @@ from torch import nn
 from transformers import AttentionInterface
 
 KV_MAP_ATTENTION = "headprune_kv_map"
-# How a layer stores its query/key/value projections; slicing and the rebuild below handle exactly these.
-# "separate": q, k, v Linear layers; "gpt2": one Conv1D, columns [q | k | v]; "neox": one Linear, rows per head [q, k, v];
-# "fused": one Linear, rows [q heads | k heads | v heads] with grouped key/value heads (Phi-3's qkv_proj).
-QKV_LAYOUTS = ("separate", "gpt2", "neox", "fused")
+
+
+class QkvLayout:
+    """How a layer stores its query, key and value projections: one class a layout, registered in
+    :data:`QKV_LAYOUTS` under the name a record carries (``paths.qkv_layout``).
+
+    A layout has ``parts`` projections (q, k and v apart, or one fused) and says, for each, which of its blocks of
+    rows a set of kept heads keeps (:meth:`blocks`), how many rows a block has (:meth:`size`) and along which axis of
+    the weight the blocks lie (``dim``: 1 for GPT-2's ``Conv1D``, whose weight is (in, out)). Slicing takes those
+    blocks, :func:`shrink` sizes each projection by them, unslicing puts them back in place; a module that keeps its
+    sizes in attributes is told (:meth:`resize`), and a fused layout says how llama.cpp's graph orders its rows
+    (:meth:`to_llama_cpp`).
+    """
+
+    name = ""
+    parts = 1
+    dim = 0
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        """The blocks of projection ``part`` that query heads ``q_heads`` and key/value heads ``kv_heads`` keep, in
+        order, of a layer that had ``heads`` query and ``kv`` key/value heads."""
+        raise NotImplementedError
+
+    def size(self, head_dim: int) -> int:
+        """Rows (or, ``dim`` 1, columns) a block."""
+        return head_dim
+
+    def resize(self, attention: nn.Module, n_q: int, n_kv: int, head_dim: int) -> None:
+        """Tell an attention module that keeps its sizes in attributes of its new head counts."""
+
+    def to_llama_cpp(self, name: str, data: torch.Tensor, head_dim: int) -> torch.Tensor:
+        """``data`` (the model's tensor ``name``) as llama.cpp's graph reads it."""
+        return data
+
+    def from_llama_cpp(self, name: str, data: torch.Tensor, head_dim: int) -> torch.Tensor:
+        """The inverse of :meth:`to_llama_cpp`."""
+        return data
+
+
+class Separate(QkvLayout):
+    """q, k and v Linear layers: q's blocks by query head, k's and v's by key/value head."""
+
+    name, parts = "separate", 3
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        return list(q_heads if part == 0 else kv_heads)
+
+
+class Gpt2(QkvLayout):
+    """GPT-2's one ``Conv1D`` ``c_attn``, weight (in, 3 * E): columns [q heads | k heads | v heads]. llama.cpp stores
+    every ``Conv1D`` weight transposed (its converter's ``GPT2Model.modify_tensors``)."""
+
+    name, dim = "gpt2", 1
+    _CONV1D = (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")  # the converter's list (mlp.c_proj ends the same)
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        return [third * heads + h for third in range(3) for h in q_heads]
+
+    def resize(self, attention: nn.Module, n_q: int, n_kv: int, head_dim: int) -> None:
+        attention.split_size = n_q * head_dim
+
+    def to_llama_cpp(self, name: str, data: torch.Tensor, head_dim: int) -> torch.Tensor:
+        return data.transpose(0, 1) if name.endswith(self._CONV1D) else data
+
+    from_llama_cpp = to_llama_cpp
+
+
+class Neox(QkvLayout):
+    """GPT-NeoX's one Linear ``query_key_value``, rows [head][q | k | v][head_dim]: a block is a head's three parts.
+    llama.cpp's gptneox graph reads [q heads | k heads | v heads] (its converter regroups the rows)."""
+
+    name = "neox"
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        return list(q_heads)
+
+    def size(self, head_dim: int) -> int:
+        return 3 * head_dim
+
+    @staticmethod
+    def _regroup(data: torch.Tensor, head_dim: int, per_head: bool) -> torch.Tensor:
+        """Rows [head][q|k|v][head_dim] -> [q|k|v][head][head_dim] (``per_head``), or back; the head count is the
+        tensor's own, so a sliced layer regroups as the others."""
+        heads = data.shape[0] // (3 * head_dim)
+        shape = (heads, 3) if per_head else (3, heads)
+        return data.reshape(*shape, head_dim, *data.shape[1:]).transpose(0, 1).reshape(data.shape)
+
+    def to_llama_cpp(self, name: str, data: torch.Tensor, head_dim: int) -> torch.Tensor:
+        return self._regroup(data, head_dim, True) if ".query_key_value." in name else data
+
+    def from_llama_cpp(self, name: str, data: torch.Tensor, head_dim: int) -> torch.Tensor:
+        return self._regroup(data, head_dim, False) if ".query_key_value." in name else data
+
+
+class Fused(QkvLayout):
+    """One Linear, rows [q heads | k heads | v heads] with grouped key/value heads (Phi-3's ``qkv_proj``, ModernBERT's
+    ``Wqkv``). Phi-3 splits the rows at ``config.num_attention_heads * head_dim``: a sliced layer gets a config of
+    its own with its own count (the model's keeps the original, which the checkpoint's config.json holds)."""
+
+    name = "fused"
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        return [*q_heads, *(heads + k for k in kv_heads), *(heads + kv + k for k in kv_heads)]
+
+    def resize(self, attention: nn.Module, n_q: int, n_kv: int, head_dim: int) -> None:
+        attention.config = copy.copy(attention.config)
+        attention.config.num_attention_heads = n_q
+        attention.num_key_value_heads = n_kv
+
+
+# The layouts slicing and the rebuild below handle, by the name records carry; a name claimed twice is an error.
+QKV_LAYOUTS: dict[str, QkvLayout] = {}
+for _layout in (Separate(), Gpt2(), Neox(), Fused()):
+    if _layout.name in QKV_LAYOUTS:
+        raise ValueError(f"qkv layout {_layout.name!r} is registered twice")
+    QKV_LAYOUTS[_layout.name] = _layout
+
+
+def qkv_layout(name: str) -> QkvLayout:
+    """The layout registered as ``name``.
+
+    Raises:
+        ValueError: no layout has that name (slicing a layout it does not know would write a wrong model).
+    """
+    if name not in QKV_LAYOUTS:
+        raise ValueError(f"unknown qkv layout {name!r}; known: {', '.join(QKV_LAYOUTS)}")
+    return QKV_LAYOUTS[name]
+
 
 BASE_CLASS = "{base_class}"  # filled in when the file is written next to a checkpoint
 
@@ -111,26 +235,11 @@ def shrink(model: nn.Module, record: dict) -> None:
             continue
         n_q, n_kv = len(layer_record["q_heads"]), len(layer_record["kv_heads"])
         attention = _get(layer, paths["attention"])
-        qkv = paths["qkv"]
-        if paths["qkv_layout"] == "separate":
-            q, k, v = (_get(layer, p) for p in qkv)
-            _set(layer, qkv[0], _linear(q, out_features=n_q * head_dim))
-            _set(layer, qkv[1], _linear(k, out_features=n_kv * head_dim))
-            _set(layer, qkv[2], _linear(v, out_features=n_kv * head_dim))
-        elif paths["qkv_layout"] == "gpt2":
-            _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=3 * n_q * head_dim))
-            attention.split_size = n_q * head_dim
-        elif paths["qkv_layout"] == "neox":
-            _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=3 * n_q * head_dim))
-        elif paths["qkv_layout"] == "fused":
-            _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=(n_q + 2 * n_kv) * head_dim))
-            # Phi-3 splits the fused rows at config.num_attention_heads * head_dim: the layer gets its own config
-            # with its own count (the model's config keeps the original, which the checkpoint's config.json holds).
-            attention.config = copy.copy(attention.config)
-            attention.config.num_attention_heads = n_q
-            attention.num_key_value_heads = n_kv
-        else:
-            raise ValueError(f"unknown qkv layout {paths['qkv_layout']!r}")
+        layout = qkv_layout(paths["qkv_layout"])
+        for part, path in enumerate(paths["qkv"]):
+            blocks = layout.blocks(part, list(range(n_q)), list(range(n_kv)), n_q, n_kv)
+            _set(layer, path, _linear(_get(layer, path), out_features=len(blocks) * layout.size(head_dim)))
+        layout.resize(attention, n_q, n_kv, head_dim)
         _set(layer, paths["output"], _linear(_get(layer, paths["output"]), in_features=n_q * head_dim))
         for path, which in paths.get("head_projections", ()):  # head_dim rows a head: DeBERTa's position projections
             old = head_projection(layer, path)

@@ -20,7 +20,7 @@ from headprune.heads import Head
 from headprune.loading.adapters.base import get_path
 from headprune.loading.models import LoadedModel
 from headprune.surgery.plan import LayerPlan
-from headprune.surgery.remote_modeling import head_param, head_projection, shrink
+from headprune.surgery.remote_modeling import head_param, head_projection, qkv_layout, shrink
 
 
 def _rows(weight: torch.Tensor, blocks: Sequence[int], size: int, dim: int) -> torch.Tensor:
@@ -104,31 +104,13 @@ def _check_bias_for_mean(lm: LoadedModel) -> None:
 def _sliced_weights(lm: LoadedModel, layer: nn.Module, plan: LayerPlan, means: torch.Tensor | None) -> dict:
     adapter, hd, grid = lm.adapter, lm.grid.head_dim, lm.grid
     out: dict = {}
-    paths = adapter.qkv_paths
-    if adapter.qkv_layout == "separate":
-        q, k, v = (get_path(layer, p) for p in paths)
-        for path, module, blocks in ((paths[0], q, plan.q_heads), (paths[1], k, plan.kv_heads),
-                                     (paths[2], v, plan.kv_heads)):
-            bias = None if module.bias is None else _rows(module.bias, blocks, hd, 0)
-            out[path] = (_rows(module.weight, blocks, hd, 0), bias)
-    elif adapter.qkv_layout == "gpt2":
-        fused = get_path(layer, paths[0])  # Conv1D weight (in, 3 * E), columns [q | k | v]
-        width = grid.num_heads * hd
-        cols = [part * grid.num_heads + h for part in range(3) for h in plan.q_heads]
-        out[paths[0]] = (_rows(fused.weight, cols, hd, 1), _rows(fused.bias, cols, hd, 0))
-        assert fused.weight.shape[1] == 3 * width
-    elif adapter.qkv_layout == "neox":  # rows [head][q | k | v][head_dim]
-        fused = get_path(layer, paths[0])
-        bias = None if fused.bias is None else _rows(fused.bias, plan.q_heads, 3 * hd, 0)
-        out[paths[0]] = (_rows(fused.weight, plan.q_heads, 3 * hd, 0), bias)
-    elif adapter.qkv_layout == "fused":  # rows [q heads | k heads | v heads], head_dim rows a block
-        fused = get_path(layer, paths[0])
-        kv_base = grid.num_heads + grid.num_kv_heads
-        blocks = [*plan.q_heads, *(grid.num_heads + k for k in plan.kv_heads), *(kv_base + k for k in plan.kv_heads)]
-        bias = None if fused.bias is None else _rows(fused.bias, blocks, hd, 0)
-        out[paths[0]] = (_rows(fused.weight, blocks, hd, 0), bias)
-    else:  # an adapter refuses an unknown layout when it is declared; this keeps slicing from guessing
-        raise ValueError(f"unknown qkv layout {adapter.qkv_layout!r}")
+    layout = qkv_layout(adapter.qkv_layout)
+    for part, path in enumerate(adapter.qkv_paths):
+        module = get_path(layer, path)
+        blocks = layout.blocks(part, list(plan.q_heads), list(plan.kv_heads), grid.num_heads, grid.num_kv_heads)
+        size = layout.size(hd)
+        bias = None if module.bias is None else _rows(module.bias, blocks, size, 0)
+        out[path] = (_rows(module.weight, blocks, size, layout.dim), bias)
     for path, which in adapter.head_projections:
         module = head_projection(layer, path)
         if module is not None:  # head_dim output rows a head, as q/k/v

@@ -19,7 +19,7 @@ from torch import nn
 from headprune.heads import Head, parse_heads
 from headprune.loading.adapters.base import get_path
 from headprune.loading.models import LoadedModel
-from headprune.surgery.remote_modeling import head_projection
+from headprune.surgery.remote_modeling import head_projection, qkv_layout
 
 
 def sliced_away(lm: LoadedModel) -> tuple[Head, ...]:
@@ -73,31 +73,13 @@ def _place_layer(lm: LoadedModel, full: nn.Module, index: int, layer: dict, hd: 
     adapter, grid = lm.adapter, lm.grid
     small, large = adapter.layers(lm.model)[index], adapter.layers(full)[index]
     q_heads, kv_heads = [int(h) for h in layer["q_heads"]], [int(h) for h in layer["kv_heads"]]
-    pairs = [(get_path(small, p), get_path(large, p)) for p in adapter.qkv_paths]
-    if adapter.qkv_layout == "separate":  # q rows by query head; k and v rows by key/value head
-        for (s, f), blocks in zip(pairs, (q_heads, kv_heads, kv_heads)):
-            _place(f.weight.data, s.weight.data, blocks, hd, 0)
-            if f.bias is not None:
-                _place(f.bias.data, s.bias.data, blocks, hd, 0)
-    elif adapter.qkv_layout == "gpt2":  # Conv1D (in, 3 * E): columns [q | k | v], each by head
-        (s, f), = pairs
-        blocks = [part * grid.num_heads + h for part in range(3) for h in q_heads]
-        _place(f.weight.data, s.weight.data, blocks, hd, 1)
-        _place(f.bias.data, s.bias.data, blocks, hd, 0)
-    elif adapter.qkv_layout == "neox":  # rows [head][q | k | v][head_dim]
-        (s, f), = pairs
-        _place(f.weight.data, s.weight.data, q_heads, 3 * hd, 0)
+    layout = qkv_layout(adapter.qkv_layout)
+    for part, path in enumerate(adapter.qkv_paths):
+        s, f = get_path(small, path), get_path(large, path)
+        blocks = layout.blocks(part, q_heads, kv_heads, grid.num_heads, grid.num_kv_heads)
+        _place(f.weight.data, s.weight.data, blocks, layout.size(hd), layout.dim)
         if f.bias is not None:
-            _place(f.bias.data, s.bias.data, q_heads, 3 * hd, 0)
-    elif adapter.qkv_layout == "fused":  # rows [q heads | k heads | v heads]
-        (s, f), = pairs
-        blocks = [*q_heads, *(grid.num_heads + k for k in kv_heads), *(grid.num_heads + grid.num_kv_heads + k
-                                                                          for k in kv_heads)]
-        _place(f.weight.data, s.weight.data, blocks, hd, 0)
-        if f.bias is not None:
-            _place(f.bias.data, s.bias.data, blocks, hd, 0)
-    else:
-        raise ValueError(f"unknown qkv layout {adapter.qkv_layout!r}")
+            _place(f.bias.data, s.bias.data, blocks, layout.size(hd), 0)
     for path, which in adapter.head_projections:  # DeBERTa's position projections: rows by head, as q/k
         s, f = head_projection(small, path), head_projection(large, path)
         if s is not None and f is not None:

@@ -24,11 +24,14 @@ def get_path(module: nn.Module, path: str) -> nn.Module:
     return module
 
 
+# Llama's layout, which most decoders share: ``model.layers[i].self_attn.{q,k,v,o}_proj``, grouped-query attention
+# through ``num_key_value_heads``.
+LLAMA_STYLE = dict(layers_path="layers", attention_path="self_attn", output_projection_path="self_attn.o_proj",
+                   kv_heads_attr="num_key_value_heads",
+                   qkv_paths=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
 # A vision-language model as shipped (Gemma 3, LLaVA, Qwen2-VL): its language model's Llama-style attention, from the
 # model's base module, sized by the text sub-config; the vision tower and projector sit beside it, never touched.
-VISION_LANGUAGE = dict(layers_path="language_model.layers", attention_path="self_attn",
-                       output_projection_path="self_attn.o_proj", kv_heads_attr="num_key_value_heads",
-                       qkv_paths=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), text_config="text_config")
+VISION_LANGUAGE = dict(LLAMA_STYLE, layers_path="language_model.layers", text_config="text_config")
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,8 @@ class Adapter:
     """One architecture family.
 
     Attributes:
-        family: the family's name as users see it (``"llama"``, ``"gpt2"``, ...).
-        model_types: the ``config.model_type`` values this adapter serves.
+        family: the adapter's name, as records and reports show it (``"llama"``, ``"gpt2"``, ...); the model types it
+            serves are the :class:`~headprune.loading.adapters.family.Family` specs that name it.
         layers_path: path from ``model.base_model`` to the list of transformer layers.
         attention_path: path from a layer to its attention module.
         output_projection_path: path from a layer to the attention output projection.
@@ -47,7 +50,6 @@ class Adapter:
     """
 
     family: str
-    model_types: tuple[str, ...]
     layers_path: str
     attention_path: str
     output_projection_path: str
@@ -56,7 +58,7 @@ class Adapter:
     hidden_attr: str = "hidden_size"
     is_encoder: bool = False
     projection_is_conv1d: bool = False
-    qkv_layout: str = "separate"  # one of QKV_LAYOUTS (headprune.surgery.remote_modeling)
+    qkv_layout: str = "separate"  # a name of QKV_LAYOUTS (headprune.surgery.remote_modeling): one class a layout
     qkv_paths: tuple[str, ...] = ()  # from a layer: (q, k, v) for "separate", (qkv,) for fused layouts
     count_attrs: tuple[str, ...] = ()  # attention-module attributes holding the query-head count
     # transformers' model classes whose output reads the last layer at the first position alone (a sequence

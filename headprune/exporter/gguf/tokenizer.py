@@ -20,7 +20,7 @@ from headprune.errors import UnsupportedModelError
 from headprune.loading.gguf_header import read_gguf
 from headprune.loading.gguf_source import source_gguf
 
-_PRETOKENIZERS = Path(__file__).with_name("gguf_pretokenizers.json")
+_PRETOKENIZERS = Path(__file__).with_name("pretokenizers.json")
 
 
 def tokenizer_writer(lm: Any, vocab_size: int, scratch: Path) -> tuple[Any, str, bool]:

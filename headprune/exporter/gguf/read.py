@@ -6,13 +6,13 @@ takes well under a second, so an export reads its whole file back before anythin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from headprune.errors import UnsupportedModelError
 from headprune.loading.gguf_header import read_gguf
+
 
 def place_at(path: Path, offset: int) -> str | None:
     """What byte ``offset`` of a GGUF file belongs to: ``its metadata KEY``, ``its tensor names`` or ``its tensor
