@@ -41,3 +41,17 @@ def test_a_sliced_export_pruned_again_is_the_model_pruned_once(tmp_path, tokeniz
     key = "logits" if "logits" in left else "last_hidden_state"
     torch.testing.assert_close(left[key], right[key], rtol=0, atol=1e-5)
     assert sum(p.numel() for p in a.model.parameters()) == sum(p.numel() for p in b.model.parameters())
+
+
+@pytest.mark.parametrize("heads", [FIRST, f"{FIRST},L1.H2"])
+def test_a_head_the_export_already_lacks_is_refused(tmp_path, tokenizer, heads) -> None:
+    """Naming a head the export removed most likely counts the sliced model's own heads (another head now sits at
+    that place): refused in one line rather than written as a copy, or with other heads removed than meant."""
+    from helpers.cli import assert_refused
+
+    model = save_folder(build_tiny("llama", tokenizer, seed=3).model, tokenizer, tmp_path / "model")
+    assert invoke("export", str(model), "--heads", FIRST, "--out", str(tmp_path / "first")).exit_code == 0
+    again = invoke("export", str(tmp_path / "first"), "--heads", heads, "--out", str(tmp_path / "again"))
+    assert_refused(again, f"is a sliced export without {FIRST}: {FIRST} is gone already; heads are named as in the "
+                          "original model (as its record names them): name only heads it still has")
+    assert not (tmp_path / "again").exists()
