@@ -49,7 +49,8 @@ TASK_ROWS = 16
 class GgufInfo:
     """What a GGUF export wrote and how the file itself was checked (its record's ``format_details``)."""
 
-    architecture: str  # the family's llama.cpp architecture (dense: llama, qwen2, phi3, ...) or deci (sliced)
+    architecture: str  # the family's llama.cpp architecture (dense: llama, qwen2, phi3, ...) or deci (sliced, where the
+    # family's own graph does not read per-layer head counts)
     gguf_type: str  # f32, f16, bf16, q8_0
     file: str
     head_count: tuple[int, ...]  # per layer
@@ -113,7 +114,8 @@ class Gguf(ExportFormat):
         from headprune.loading.models import LoadedModel
 
         lm, artifact = job.lm, job.artifact
-        files = gguf_export.write_files(lm, artifact, self.arch, job.plans, staging, scratch, self.chosen["gguf_type"])
+        plans = job.plans if job.layout == "sliced" else None  # (a dense file has the model's own counts)
+        files = gguf_export.write_files(lm, artifact, self.arch, plans, staging, scratch, self.chosen["gguf_type"])
         version, reason = gguf_export.llama_cpp_version()
         self.runtime, self.reason = version or "", reason
         if version is None:
@@ -285,9 +287,10 @@ class Gguf(ExportFormat):
             lines = [f"Checked in {info.runtime.runtime}: an embedding model ({info.pooling} pooling, as headprune "
                      "scores it):", "", "```bash", f"llama-embedding -m {info.file} -p \"the film is a delight\"",
                      f"llama-server --embeddings -m {info.file}", "```"]
-        if info.architecture == "deci":
-            lines += ["", "Layers have different head counts: the file uses llama.cpp's `deci` architecture, which "
-                      "reads them per layer (`deci.attention.head_count`, `deci.attention.head_count_kv`)."]
+        if record.layout == "sliced":  # deci, or a family's own graph that reads them (granitehybrid, nemotron_h)
+            arch = info.architecture
+            lines += ["", f"Layers have different head counts: the file uses llama.cpp's `{arch}` architecture, which "
+                      f"reads them per layer (`{arch}.attention.head_count`, `{arch}.attention.head_count_kv`)."]
         return lines
 
     @classmethod
@@ -303,7 +306,7 @@ def _size(job: Job, files: Any) -> DeploySize:
     from headprune.exporter.gguf.writer import gguf_plan
     from headprune.exporter.gguf.size import deploy_size
 
-    stock = gguf_plan(job.lm, "llama", job.plans)  # the original's head counts (the architecture name aside)
+    stock = gguf_plan(job.lm, "llama", None)  # the original's head counts (the architecture name aside)
     original = weight_bytes(files.original_path) if files.original_path is not None else 0
     return deploy_size(weight_bytes(files.path), original, files.plan.head_count_kv, stock.head_count_kv,
                        files.plan.head_dim)

@@ -1,7 +1,7 @@
 """Mixture-of-experts tensors as llama.cpp's graphs take them: one stacked tensor per projection.
 
-transformers keeps a layer's experts fused: Mixtral, Qwen3-MoE and OLMoE as ``gate_up_proj`` (experts, 2 * ff,
-hidden), gate rows then up rows, and ``down_proj`` (experts, hidden, ff); GPT-OSS multiplies ``x @ W``, so its
+transformers keeps a layer's experts fused: Mixtral, Qwen3-MoE, OLMoE and Granite 4 as ``gate_up_proj`` (experts,
+2 * ff, hidden), gate rows then up rows, and ``down_proj`` (experts, hidden, ff); GPT-OSS multiplies ``x @ W``, so its
 ``gate_up_proj`` is (experts, hidden, 2 * ff) with gate and up columns alternating, with biases beside. llama.cpp's
 converter splits and transposes them into ``ffn_gate_exps``, ``ffn_up_exps`` and ``ffn_down_exps`` (and their
 biases); so does :func:`split_experts`, and :func:`join_experts` undoes it for a lossy file's check.
@@ -16,7 +16,7 @@ _PARTS = ("gate_up_proj", "gate_up_proj_bias", "down_proj", "down_proj_bias")
 
 def _part(name: str) -> tuple[str, str] | None:
     """(layer, part) of an experts' tensor, or None for any other."""
-    if ".mlp.experts." not in name or name.rsplit(".", 1)[1] not in _PARTS:
+    if ".experts." not in name or name.rsplit(".", 1)[1] not in _PARTS:  # (Granite's: block_sparse_moe.experts)
         return None
     return name.split(".layers.")[1].split(".")[0], name.rsplit(".", 1)[1]
 

@@ -119,8 +119,10 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
                                     f"sliced as {OTHER_FORMATS}")
     # llama.cpp's qwen2 graph has no rope_freqs tensor: Llama 3.1-style scaling goes in its llama graph, which takes
     # Qwen2's q/k/v biases too.
-    arch = "deci" if layout == "sliced" else "llama" if model_type == "qwen2" and kind == "llama3" else \
-        FAMILIES[model_type].arch
+    family = FAMILIES[model_type]
+    # A graph that sizes each layer by its own counts (per_layer) takes the sliced file itself.
+    arch = ("deci" if layout == "sliced" and not family.per_layer else
+            "llama" if model_type == "qwen2" and kind == "llama3" else family.arch_for(config))
     if arch not in ROPE_FACTOR_ARCHES.get(kind, (arch,)):
         raise UnsupportedModelError(f"{lm.name}: RoPE type {kind!r} is not written to GGUF for {model_type}: only "
                                     f"llama.cpp's {' and '.join(ROPE_FACTOR_ARCHES[kind])} graphs read its factors "

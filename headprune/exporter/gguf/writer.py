@@ -74,9 +74,11 @@ class GgufPlan:
 
 
 def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
+    """The file's plan: the sliced layout's per-layer counts where ``plans`` are given (``deci``, or a graph that
+    reads per-layer counts), else the model's own."""
     layers = lm.grid.layers
     attention = [layer.kind == ATTENTION for layer in layers]
-    if arch == "deci":
+    if plans is not None:
         heads = tuple(len(p.q_heads) for p in plans)
         kv = tuple(len(p.kv_heads) for p in plans)
     else:
@@ -86,8 +88,8 @@ def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
     return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES)
 
 
-# Tensors llama.cpp reads without a suffix (``tn(LLM_TENSOR_SSM_A, il)``): a state-space layer's A.
-NO_SUFFIX = (".ssm_a",)
+# Tensors llama.cpp reads without a suffix (``tn(LLM_TENSOR_SSM_A, il)``): a state-space layer's A and D.
+NO_SUFFIX = (".ssm_a", ".ssm_d")
 
 
 def gguf_name(names: Any, name: str) -> str | None:
@@ -126,9 +128,11 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
         if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight") or dropped:
             continue
         data = tensor.detach().to("cpu", torch.float32)
-        experts = split_experts(name, data, family.interleaved_experts)
-        if experts is not None:
-            out.update(experts)
+        parts = split_experts(name, data, family.interleaved_experts)
+        if parts is None:  # (a fused gate and up projection the converter splits: the family's own)
+            parts = family.tensors.split(name, data, artifact.config)
+        if parts is not None:
+            out.update(parts)
             continue
         mapped, data = family.tensors.to_llama_cpp(name, data, artifact.config)
         new = gguf_name(names, mapped)
@@ -202,9 +206,14 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     ffn = family.ffn_length(config) if family.ffn_length else int(config.intermediate_size)
     if ffn:  # (a mixture of experts without a dense MLP has none: its experts' widths are keys of their own)
         writer.add_feed_forward_length(ffn)
-    # One count where every attention layer has it (a hybrid's other layers are told apart by keys of their own)
+    # One count where every attention layer has it (a hybrid's other layers are told apart by keys of their own, or
+    # by their 0 key/value heads: kv_marks_recurrent)
     heads, kv = ({n for n in counts if n} for counts in (plan.head_count, plan.head_count_kv))
-    if plan.arch == "deci" or len(heads) > 1 or len(kv) > 1:
+    if family.kv_marks_recurrent:
+        most = max(plan.head_count)  # (read in a layer without attention; its key/value heads, 0, mark it)
+        writer.add_head_count([n or most for n in plan.head_count])
+        writer.add_head_count_kv(list(plan.head_count_kv))
+    elif plan.arch == "deci" or len(heads) > 1 or len(kv) > 1:
         writer.add_head_count(list(plan.head_count))
         writer.add_head_count_kv(list(plan.head_count_kv))
     else:
@@ -308,7 +317,7 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if with_original:
         # The original as a user would otherwise deploy it: every head, the stock architecture, the same type (its
         # bytes are the export's measure; a lossy one also has the task run on it).
-        stock = gguf_plan(lm, "llama" if arch == "deci" else arch, plans)
+        stock = gguf_plan(lm, "llama" if arch == "deci" else arch, None)
         original = scratch / f"original-{gguf_type.upper()}.gguf"
         write_gguf(original, lm.model, stock, gguf_tensors(lm.model, stock), write_tokenizer,
                    name=f"{Path(str(lm.name)).name}", gguf_type=gguf_type)
@@ -334,6 +343,8 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
         notes.append(f"the checkpoint's dynamic NTK RoPE rescales beyond {trained} tokens in transformers, which "
                      "llama.cpp does not do: the two agree on contexts up to that length")
     notes += rope_notes(artifact.config)
+    if plans is not None and arch != "deci":
+        notes.append(f"sliced: llama.cpp's {arch} graph reads each layer's head counts")
     if arch == "deci":
         notes.append("sliced: llama.cpp's deci architecture (per-layer head counts); stock llama-architecture "
                      "tools that assume equal layers do not apply")

@@ -83,16 +83,19 @@ class _Outputs(nn.Module):
         return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask, **extra), self.output)
 
 
-def export_onnx(model: nn.Module, path: Path, *, output: str, positions: bool) -> None:
+def export_onnx(model: nn.Module, path: Path, *, output: str, positions: bool, tokens: int = 5) -> None:
     """Write ``model`` as ONNX to ``path`` (weights embedded; dynamic batch and sequence axes).
 
     Args:
         output: ``logits`` or ``last_hidden_state`` (see :func:`onnx_output`).
         positions: the graph takes ``position_ids`` (decoders, which are padded on the left).
+        tokens: a row's length in the traced inputs (a family's ``Family.onnx_tokens``: a Mamba2 scan traced over
+            one chunk gives a graph that refuses two).
     """
     wrapper = _Outputs(model, output).eval()  # a new wrapper is in train mode
-    ids = torch.tensor([[5, 6, 7, 8, 9], [0, 0, 5, 6, 7]])
-    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    ids = 5 + torch.arange(tokens).repeat(2, 1) % 50  # (2, tokens); the second row padded on the left by two
+    mask = torch.ones_like(ids)
+    ids[1, :2], mask[1, :2] = 0, 0
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
     names = ["input_ids", "attention_mask"] + (["position_ids"] if positions else [])
     args: tuple = (ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)) if positions else (ids, mask)

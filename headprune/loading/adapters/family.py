@@ -13,7 +13,7 @@ family).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -50,6 +50,10 @@ class Family:
         gguf: how it is written to GGUF (None: GGUF is refused in one line naming the formats that take it).
         genai: the model type ONNX Runtime GenAI names it by (None: the ONNX export is a logits graph).
         note: what is particular to it, for docs/models.md's table (a phrase; empty: nothing).
+        onnx_refused: why no ONNX graph of it is written (empty: one is), said in the refusal's line.
+        onnx_tokens: ``config -> the tokens a row the ONNX graph is traced on``, where the model's code shapes its
+            work by the length (a Mamba2 scan's chunks: traced over two, so that the graph takes any count); None:
+            the exporter's few.
     """
 
     model_type: str
@@ -58,6 +62,8 @@ class Family:
     gguf: Gguf | None = None
     genai: str | None = None
     note: str = ""
+    onnx_refused: str = ""
+    onnx_tokens: Callable[[Any], int] | None = None
 
 
 FAMILIES: Registry[str, Family] = Registry("model type")  # two files claiming one model type: an error at import

@@ -39,6 +39,16 @@ class GgufTensors:
         (its shape restored by the caller)."""
         return data
 
+    def split(self, name: str, data: Any, config: Any) -> dict[str, Any] | None:
+        """The file's tensors, by their GGUF names, that the model's tensor ``name`` is split into (a fused gate and up
+        projection), or None: it is not split."""
+        return None
+
+    def join(self, name: str, stored: Mapping[str, Any], config: Any) -> Any | None:
+        """The model's tensor ``name`` back from the file's (de-quantised) tensors it was split into, the inverse of
+        :meth:`split` (None: not one of them)."""
+        return None
+
 
 @dataclass(frozen=True)
 class Gguf:
@@ -48,7 +58,15 @@ class Gguf:
         arch: llama.cpp's architecture (gguf-py's ``MODEL_ARCH_NAMES``).
         permuted: llama.cpp rotates adjacent pairs in this graph (``LLAMA_ROPE_TYPE_NORM``): q/k rows are permuted
             as the converter's ``LlamaModel.permute`` does.
-        dense_only: why a sliced file cannot be written (None: it is written as llama.cpp's ``deci``).
+        dense_only: why a sliced file cannot be written (None: it is written as llama.cpp's ``deci``, or in ``arch``
+            itself where ``per_layer``).
+        per_layer: llama.cpp's graph sizes each attention layer by its own head counts (``n_head(il)``): a sliced file
+            is written in ``arch``, not ``deci``.
+        kv_marks_recurrent: the graph tells a layer without attention (a Mamba2 or convolution layer) by its 0
+            key/value heads: the counts are written a layer each, such a layer given the attention layers' query
+            head count.
+        arch_of: ``config -> the architecture``, where the config picks among the converter's (a Nemotron-H with
+            experts is llama.cpp's ``nemotron_h_moe``); None: ``arch``.
         keys: ``(gguf.GGUFWriter, config) -> None``, the keys of its own the graph reads.
         refuse: ``config -> reason or None``, what llama.cpp's graph would compute otherwise.
         k_quants: llama.cpp's choice of K-quant tensor types is reproduced (``exporter.gguf.quant``) for its tensors.
@@ -59,7 +77,8 @@ class Gguf:
         sliding_window: the config's sliding window is written, and llama.cpp's graph applies it.
         gated: a gated MLP without biases; else up and down projections with biases (GPT-2, NeoX).
         rotary: RoPE keys are written (GPT-2 has learned positions: ``position_embd``).
-        ffn_length: ``config -> the MLP's width``, where not ``intermediate_size`` (0: none written).
+        ffn_length: ``config -> the MLP's width``, where not ``intermediate_size`` (0: none written; a list: one a
+            layer, as Nemotron-H's graph tells its MLP layers by theirs).
         own_output: the graph reads ``output.weight`` even where the embeddings are tied: written then.
         encoder: a bare encoder: llama.cpp's graph gives its last hidden states (embeddings), not logits.
         position_offset: ``config -> position rows the file leaves out`` (RoBERTa's).
@@ -76,6 +95,9 @@ class Gguf:
     arch: str
     permuted: bool = False
     dense_only: str | None = None
+    per_layer: bool = False
+    kv_marks_recurrent: bool = False
+    arch_of: Callable[[Any], str] | None = None
     keys: Callable[[Any, Any], None] | None = None
     refuse: Callable[[Any], str | None] | None = None
     k_quants: bool = False
@@ -86,7 +108,7 @@ class Gguf:
     sliding_window: bool = False
     gated: bool = True
     rotary: bool = True
-    ffn_length: Callable[[Any], int] | None = None
+    ffn_length: Callable[[Any], int | list[int]] | None = None
     own_output: bool = False
     encoder: bool = False
     position_offset: Callable[[Any], int] | None = None
@@ -94,6 +116,10 @@ class Gguf:
     tensors: GgufTensors = field(default_factory=GgufTensors)
     holds: tuple[str, str] | tuple[()] = ()
     variant: Mapping[str, Any] = field(default_factory=dict)
+
+    def arch_for(self, config: Any) -> str:
+        """llama.cpp's architecture for ``config``."""
+        return self.arch_of(config) if self.arch_of else self.arch
 
 
 def one_count(arch: str, lacks: str = "", name: str = "") -> str:
