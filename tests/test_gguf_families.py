@@ -13,7 +13,7 @@ import json
 
 import pytest
 import torch
-from helpers import generate_task, save_folder
+from helpers import generate_task, matrix_heads, save_folder
 from helpers.cli import invoke
 from helpers.gguf_file import gguf_knows, gguf_metadata
 
@@ -74,17 +74,17 @@ def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, toke
     if model_type == "gemma2":  # logits large enough (about 15) that Gemma 2's final soft cap (30) bends them
         with torch.no_grad():
             lm.model.model.norm.weight.add_(29.0)
-    arch = FAMILIES[model_type].arch
+    arch, heads = FAMILIES[model_type].arch_for(lm.model.config), matrix_heads(lm.grid)
     if not gguf_knows(arch):  # an older gguf-py: one line saying so, nothing written
         with pytest.raises(UnsupportedModelError, match=f"does not know llama.cpp's {arch} architecture|no llama.cpp "
                                                         "tensor for"):
-            export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+            export(lm, heads, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
         assert not (tmp_path / "g").exists()
         return
-    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    record = export(lm, heads, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
     info = Gguf.details(record)
     assert info.architecture == arch and info.runtime.done and info.runtime.mismatches == 0
-    diff, effect, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf",
+    diff, effect, scale = file_against_masked(lm, parse_heads(heads), tmp_path / "g" / "model.gguf",
                                               generate_task())
     # GGUF's gate, or Gemma's (llama.cpp's float16 GELU table: 3.5e-4 of the largest logit measured here)
     tolerance = FAMILIES[model_type].tolerance or GGUF_TOLERANCE
@@ -191,14 +191,19 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(m
     ("qwen3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
      "only llama.cpp's llama and deci graphs read its factors"),
+    ("granitemoehybrid", {"time_step_limit": (0.0, 100.0)}, "clamp their time step"),
+    ("nemotron_h", {"layers_block_type": ["linear_attention", "full_attention", "mlp", "moe", "full_attention"]},
+     "both MLP and experts' layers"),
 ])
 def test_configs_llama_cpp_computes_otherwise_are_refused(model_type, changes, words, tokenizer, tmp_path) -> None:
     """What llama.cpp's graph for a family fixes (Gemma's query scale and global-layer pattern, OLMoE's ungrouped
     key/value heads, Command R+'s q/k norms only at 64 layers or more, Llama 3.1's RoPE factors only in its llama
-    graph) is refused in one line when a config differs."""
-    save_folder(_lm(model_type, tokenizer, **changes).model, tokenizer, tmp_path / "m")
-    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
-                    "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    graph, a Mamba2 time step clamped, Nemotron-H's MLP and experts' layers together) is refused in one line when a
+    config differs."""
+    lm = _lm(model_type, tokenizer, **changes)
+    save_folder(lm.model, tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", matrix_heads(lm.grid), "--format", "gguf", "--layout",
+                    "dense", "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert words in lines[0] and "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
@@ -353,3 +358,53 @@ def test_a_lossy_gpt_file_is_checked_on_its_own_rounded_weights(model_type, fuse
     for name in (fused, "lm_head.weight"):
         original = lm.model.state_dict()[name]
         assert 0 < float((rounded[name] - original).abs().max()) < 1e-2 * float(original.abs().max()), name
+
+
+@pytest.mark.parametrize("model_type", sorted(t for t, f in FAMILIES.items() if f.per_layer and t in EXTRA))
+def test_per_layer_graphs_run_a_sliced_file_like_the_masked_original(model_type, tokenizer, tmp_path) -> None:
+    """Granite 4's and Nemotron-H's graphs size each attention layer by its own head counts: a sliced file (a layer
+    with a key/value group fewer; one head of a group kept, zeroed, as ggml takes even groups only) is written in
+    their own architecture, not deci, and runs in llama.cpp like the masked original. The matrix's tiny model as it is
+    (Granite 4's attention without RoPE, as it ships; the dense test runs its RoPE variant)."""
+    lm = _lm(model_type, tokenizer)
+    arch, heads = FAMILIES[model_type].arch_for(lm.model.config), matrix_heads(lm.grid)
+    if not gguf_knows(arch):  # an older gguf-py: one line saying so, nothing written
+        with pytest.raises(UnsupportedModelError, match=f"does not know llama.cpp's {arch} architecture"):
+            export(lm, heads, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g")
+        return
+    record = export(lm, heads, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g")
+    info = Gguf.details(record)
+    assert info.architecture == arch and info.runtime.done and info.runtime.mismatches == 0
+    diff, effect, scale = file_against_masked(lm, parse_heads(heads), tmp_path / "g" / "model.gguf",
+                                              generate_task())
+    assert effect > 1e-3 and diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, effect, scale)
+    _, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
+    attention = [i for i, layer in enumerate(lm.grid.layers) if layer.heads]
+    counts = [int(n) for n in meta[f"{arch}.attention.head_count"]]
+    kv = [int(n) for n in meta[f"{arch}.attention.head_count_kv"]]
+    first, second = attention[:2]
+    assert counts[first] == lm.grid.layers[first].heads and counts[second] == lm.grid.layers[second].heads - 2
+    assert kv[second] == lm.grid.layers[second].kv_heads - 1
+    assert all(kv[i] == 0 for i, layer in enumerate(lm.grid.layers) if layer.kind == "mamba")
+
+
+def test_nemotron_h_with_experts_runs_in_llama_cpp_as_nemotron_h_moe(tokenizer, tmp_path) -> None:
+    """Nemotron 3 Nano's layers of experts (a shared expert beside them, sigmoid routing with a correction bias):
+    llama.cpp's nemotron_h_moe graph, sliced, against the masked original."""
+    lm = _lm("nemotron_h", tokenizer, layers_block_type=["linear_attention", "full_attention", "moe", "full_attention"],
+             n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+             moe_shared_expert_intermediate_size=32)
+    with torch.no_grad():  # a correction bias that changes which experts are chosen (it starts as zeros)
+        lm.model.model.layers[2].mixer.gate.e_score_correction_bias.normal_(0.0, 0.5)
+    heads = matrix_heads(lm.grid)
+    if not gguf_knows("nemotron_h_moe"):  # an older gguf-py: one line saying so, nothing written
+        with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's nemotron_h_moe architecture"):
+            export(lm, heads, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g")
+        return
+    record = export(lm, heads, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g")
+    assert Gguf.details(record).architecture == "nemotron_h_moe" and Gguf.details(record).runtime.mismatches == 0
+    diff, effect, scale = file_against_masked(lm, parse_heads(heads), tmp_path / "g" / "model.gguf", generate_task())
+    assert effect > 1e-3 and diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, effect, scale)
+    reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert {"blk.2.ffn_up_exps.weight", "blk.2.exp_probs_b.bias"} <= {t.name for t in reader.tensors}
+    assert meta["nemotron_h_moe.expert_count"] == 4
