@@ -48,6 +48,7 @@ class ModelInfo:
     kv_heads: int
     head_dim: int
     revision: str | None = None  # the Hub commit the weights were read at (None: not a Hub snapshot)
+    quantization: str | None = None  # a quantized checkpoint: how it was read (which weights, dequantized to what)
 
     @property
     def total_heads(self) -> int:

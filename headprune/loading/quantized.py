@@ -1,0 +1,114 @@
+"""Quantized checkpoints as shipped, read: the quantization a checkpoint's config.json declares, the weights that
+carry it, and the loading argument that has transformers dequantize them on every device.
+
+headprune searches and cuts plain weights, so a quantized checkpoint is always read dequantized, by transformers'
+own quantizer for it, asked to with its ``dequantize`` loading attribute (on a CPU it does so anyway, with a warning):
+
+- ``fp8`` (FineGrainedFP8: DeepSeek-V3, Qwen3/3.5 FP8, GLM-4.5-FP8, Mistral FP8): float8_e4m3fn weights, each with a
+  ``weight_scale_inv`` per block (128 x 128) -> ``fp8 x scale`` computed in float32 and rounded to the loaded dtype
+  (``integrations.finegrained_fp8.Fp8Dequantize``).
+- ``mxfp4`` (GPT-OSS, its experts only): ``*_blocks`` (two E2M1 values a byte) and ``*_scales`` (one E8M0 exponent
+  per 32 values) -> exact in bfloat16 and float32 (``integrations.mxfp4.Mxfp4Dequantize``).
+
+Any other ``quant_method`` is refused in one line that names these (compressed-tensors needs a package transformers
+names, and its packed formats are another project's). An export writes the same quantization back where the format
+and the cut allow it (:mod:`headprune.exporter.quantized`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from headprune.errors import UnsupportedModelError
+
+# quant_method -> how people name it, and transformers' config class that takes the ``dequantize`` loading attribute.
+_METHODS: dict[str, tuple[str, str]] = {
+    "fp8": ("FP8 block-quantized (fp8)", "FineGrainedFP8Config"),
+    "mxfp4": ("MXFP4 (mxfp4)", "Mxfp4Config"),
+}
+# Per-tensor scales an FP8 checkpoint may keep beside a weight (a static activation scheme): copied with it.
+FP8_SCALARS = (".activation_scale", ".input_scale")
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """A checkpoint's quantization as shipped, and how headprune read it.
+
+    Attributes:
+        method: its ``quant_method`` (``fp8``, ``mxfp4``).
+        config: its ``quantization_config`` as config.json gives it (an export writes it back).
+        weights: the quantized weights, by the name the loaded model's tensor has in a saved file (fp8:
+            ``...q_proj.weight``; mxfp4: ``...experts.gate_up_proj``).
+        parts: for each of ``weights``, the names its parts are stored under in the checkpoint.
+        read_as: the dtype they were dequantized to (the loaded model's), once loaded.
+    """
+
+    method: str
+    config: dict[str, Any] = field(compare=False)
+    weights: tuple[str, ...]
+    parts: dict[str, tuple[str, ...]] = field(compare=False, repr=False)
+    read_as: str = ""
+
+    @property
+    def title(self) -> str:
+        return _METHODS[self.method][0]
+
+    def line(self) -> str:
+        """What the report, the CLI and the card say of how the model was read (one line)."""
+        shown = ", ".join(self.weights[:2]) + (" ..." if len(self.weights) > 2 else "")
+        return (f"read {self.title}: its {len(self.weights)} quantized weights ({shown}) dequantized to {self.read_as} "
+                f"by transformers; the model ran in {self.read_as}")
+
+    def loading_kwargs(self) -> dict[str, Any]:
+        """``from_pretrained`` arguments that have transformers dequantize on any device (its own op), keeping the
+        checkpoint's other loading attributes (the modules it left unquantized)."""
+        import transformers
+
+        config_class = getattr(transformers, _METHODS[self.method][1])
+        kept = {"modules_to_not_convert": self.config["modules_to_not_convert"]} if self.config.get(
+            "modules_to_not_convert") is not None and self.method == "fp8" else {}
+        return {"quantization_config": config_class(dequantize=True, **kept)}
+
+
+def read_quantization(folder: Path) -> Quantization | None:
+    """The quantization config.json in ``folder`` declares (None: none), with the quantized weights among the
+    checkpoint's tensors (read from the weight files' headers or index).
+
+    Raises:
+        UnsupportedModelError: a quantization headprune does not read, naming those it reads.
+    """
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = raw.get("quantization_config")
+    if config is None:
+        return None
+    method = config.get("quant_method") if isinstance(config, dict) else None
+    if method not in _METHODS:
+        extra = (" (transformers reads it with the compressed-tensors package; headprune does not: decompress it "
+                 "to bfloat16 first)") if method == "compressed-tensors" else ""
+        raise UnsupportedModelError(
+            f"{folder}: config.json: quantization_config quant_method {method!r} is not read by headprune{extra}; "
+            f"it reads unquantized checkpoints and {', '.join(title for title, _ in _METHODS.values())} ones, "
+            "dequantized")
+    from headprune.core.checkpoint_files import weight_map
+
+    return Quantization(method, config, *_quantized_parts(method, list(weight_map(folder))))
+
+
+def _quantized_parts(method: str, names: list[str]) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """(the quantized weights, by the name the loaded tensor is saved under; the stored names of each one's parts)."""
+    present, parts = set(names), {}
+    for name in names:
+        if method == "fp8" and name.endswith(".weight_scale_inv") and name.removesuffix("_scale_inv") in present:
+            stem = name.removesuffix(".weight_scale_inv")
+            scalars = tuple(f"{stem}{suffix}" for suffix in FP8_SCALARS if f"{stem}{suffix}" in present)
+            parts[f"{stem}.weight"] = (f"{stem}.weight", name, *scalars)
+        elif method == "mxfp4" and name.endswith("_scales") and f"{name.removesuffix('_scales')}_blocks" in present:
+            stem = name.removesuffix("_scales")  # the blocks are the weight: the loaded parameter is named so
+            parts[stem] = (f"{stem}_blocks", name)
+    return tuple(sorted(parts)), parts
+
+
+__all__ = ["Quantization", "read_quantization"]
