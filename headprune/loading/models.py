@@ -23,6 +23,7 @@ from safetensors import SafetensorError
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from headprune.core.checkpoint_files import pickle_protocols, refused
+from headprune.core.compat import forget_quantized_loading
 from headprune.core.hashing import hash_weights
 from headprune.core.io import user_path
 from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
@@ -238,6 +239,7 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     check_loaded(spec, chosen, unused, tuple(sorted(info.get("missing_keys", ()))), adapter=adapter,
                  sliced=sliced is not None)
     if quantization is not None:
+        forget_quantized_loading(model)
         quantization = replace(quantization, read_as=str(model.dtype).removeprefix("torch."))
         log.info("%s: %s", spec, quantization.line())
     return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config), chosen, unused,
