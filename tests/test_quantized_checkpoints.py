@@ -17,6 +17,7 @@ from safetensors import safe_open
 
 from helpers import build_tokenizer, choice_task, save_folder
 from helpers.cli import assert_refused, invoke
+from helpers.extras import needs
 from helpers.quantized import BLOCK, quantize_fp8, quantize_mxfp4
 from headprune.exporter import export, verify_record
 from headprune.heads import parse_heads
@@ -248,3 +249,16 @@ def test_other_quantizations_are_refused_naming_what_is_read(tmp_path, method) -
     result = invoke("eval", str(folder), "--task", "sentiment", "--limit", "4")
     assert_refused(result, f"quant_method '{method}' is not read by headprune")
     assert "FP8 block-quantized (fp8)" in result.output and "MXFP4 (mxfp4)" in result.output
+
+
+def test_gguf_of_an_fp8_checkpoint_holds_the_dequantized_weights_and_says_so(tmp_path, monkeypatch) -> None:
+    needs("xllamacpp", extra="gguf")
+    _mtp_like_qwen35(monkeypatch)
+    folder = _fp8_folder(tmp_path, 128, extra={"mtp.fc.weight": torch.randn(8, 8).to(torch.bfloat16)})
+    result = invoke("export", str(folder), "--heads", "L1.H0", "--format", "gguf", "--layout", "dense", "--dtype",
+                    "float32", "--out", str(tmp_path / "g"), "--verify-task", "sentiment", "--verify-limit", "4")
+    assert result.exit_code == 0, result.output
+    assert ("quantization: read FP8 block-quantized (fp8), dequantized to float32; a GGUF file holds the "
+            "dequantized weights") in result.output
+    card = (tmp_path / "g" / "README.md").read_text()
+    assert "`mtp.fc.weight`) are not in this gguf file" in card and "dequantized to float32" in card

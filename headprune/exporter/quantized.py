@@ -65,9 +65,10 @@ class QuantizedExport:
     def line(self) -> str:
         """One line for the CLI and the card."""
         kept = self.unchanged + self.sliced + self.zeroed
+        if not kept and self.unquantized:
+            return f"read {self.title}, dequantized to {self.read_as}; written in {self.read_as} ({self.why})"
         if not kept:
-            return (f"read {self.title}, dequantized to {self.read_as}; written unquantized in {self.read_as} "
-                    f"({self.why})")
+            return f"read {self.title}, dequantized to {self.read_as}; {self.why}"
         how = ", ".join(f"{count} {what}" for count, what in ((self.unchanged, "unchanged"), (
             self.sliced, "cut by whole blocks"), (self.zeroed, "with heads zeroed")) if count)
         line = (f"read {self.title}, dequantized to {self.read_as} for the verification; written in "
@@ -88,7 +89,8 @@ def dequantized(lm: LoadedModel, format_name: str) -> QuantizedExport | None:
     """The record of a format that holds the dequantized weights (ONNX, GGUF: their own types)."""
     q = lm.quantization
     return None if q is None else QuantizedExport(q.method, q.title, q.read_as, len(q.weights),
-                                                  why=f"a {format_name} file holds the dequantized weights")
+                                                  why=f"a {format_name} file holds the dequantized weights, in its own "
+                                                  "tensor types")
 
 
 def write_quantized(lm: LoadedModel, staging: Path) -> QuantizedExport | None:
