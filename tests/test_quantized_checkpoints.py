@@ -183,17 +183,19 @@ def test_tensors_the_class_drops_are_written_through(tmp_path, monkeypatch) -> N
         assert again.dropped_tensors == lm.dropped_tensors
 
 
-def test_deberta_v3_prediction_heads_are_written_through(tmp_path) -> None:
-    tokenizer = build_tokenizer()
-    model = family_model("deberta-v2", len(tokenizer))
-    folder = save_folder(model, tokenizer, tmp_path / "m")
-    with safe_open(folder / "model.safetensors", framework="pt") as handle:
-        state = {name: handle.get_tensor(name) for name in handle.keys()}
-    extra = {"mask_predictions.dense.weight": torch.randn(64, 64), "mask_predictions.classifier.bias": torch.randn(1)}
+def _saved_with(tmp_path, model_type: str, extra: dict[str, torch.Tensor]):  # noqa: ANN001, ANN202
+    """The tiny ``model_type`` model saved with ``extra`` checkpoint tensors beside its own."""
     from safetensors.torch import save_file
 
-    save_file({**state, **extra}, folder / "model.safetensors", metadata={"format": "pt"})
-    lm = load_model(str(folder), device="cpu")
+    tokenizer = build_tokenizer()
+    folder = save_folder(family_model(model_type, len(tokenizer)), tokenizer, tmp_path / "m")
+    save_file({**_stored(folder), **extra}, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def test_deberta_v3_prediction_heads_are_written_through(tmp_path) -> None:
+    extra = {"mask_predictions.dense.weight": torch.randn(64, 64), "mask_predictions.classifier.bias": torch.randn(1)}
+    lm = load_model(str(_saved_with(tmp_path, "deberta-v2", extra)), device="cpu")
     assert lm.dropped_tensors == tuple(sorted(extra)) and lm.quantization is None
     record = export(lm, "L0.H1", layout="sliced", out=tmp_path / "o")
     assert record.passthrough == tuple(sorted(extra))
@@ -202,16 +204,9 @@ def test_deberta_v3_prediction_heads_are_written_through(tmp_path) -> None:
 
 
 def test_gpt2_stale_mask_buffers_are_not_carried(tmp_path) -> None:
-    tokenizer = build_tokenizer()
-    model = family_model("gpt2", len(tokenizer))
-    folder = save_folder(model, tokenizer, tmp_path / "m")
-    with safe_open(folder / "model.safetensors", framework="pt") as handle:
-        state = {name: handle.get_tensor(name) for name in handle.keys()}
-    from safetensors.torch import save_file
-
-    state["transformer.h.0.attn.bias"] = torch.tril(torch.ones(1, 1, 8, 8))  # what old GPT-2 checkpoints hold
-    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
-    assert load_model(str(folder), device="cpu").dropped_tensors == ()  # a buffer transformers rebuilds
+    stale = {"transformer.h.0.attn.bias": torch.tril(torch.ones(1, 1, 8, 8))}  # what old GPT-2 checkpoints hold
+    lm = load_model(str(_saved_with(tmp_path, "gpt2", stale)), device="cpu")
+    assert lm.dropped_tensors == ()  # a buffer of a module the class builds, which transformers rebuilds
 
 
 def test_mxfp4_experts_are_written_through_byte_for_byte(tmp_path) -> None:
