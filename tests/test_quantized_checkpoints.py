@@ -19,6 +19,7 @@ from helpers import build_tokenizer, choice_task, save_folder
 from helpers.cli import assert_refused, invoke
 from helpers.extras import needs
 from helpers.quantized import BLOCK, quantize_fp8, quantize_mxfp4
+from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, verify_record
 from headprune.heads import parse_heads
 from headprune.loading.models import load, load_model
@@ -159,6 +160,32 @@ def test_fp8_shards_list_the_scales(tmp_path) -> None:
     assert len(files) > 1 and set(index["weight_map"].values()) == files
     assert "model.layers.1.self_attn.o_proj.weight_scale_inv" in index["weight_map"]
     assert record.verification.logits.max_abs_diff == 0
+
+
+def test_fp8_scales_under_other_names_make_a_plain_export(tmp_path) -> None:
+    """Mistral Large 4 keeps its scales as ``.qscale_weight``, which transformers renames on load where it knows the
+    name; headprune does not pair them, so the export is a plain checkpoint of the values loaded, and says so."""
+    from safetensors.torch import save_file
+
+    folder = _fp8_folder(tmp_path, 128)
+    stored = {name.replace(".weight_scale_inv", ".qscale_weight") if ".mlp." in name else name: tensor
+              for name, tensor in _stored(folder).items()}
+    save_file(stored, folder / "model.safetensors", metadata={"format": "pt"})
+    _, info = transformers.AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True)
+    if info["unexpected_keys"]:  # a transformers that does not know the name (5.17): refused, as it leaves them out
+        with pytest.raises(UnsupportedModelError, match="not used by Qwen3ForCausalLM"):
+            load_model(str(folder), device="cpu")
+        return
+    lm = load_model(str(folder), dtype="checkpoint", device="cpu")
+    assert len(lm.quantization.unpaired) == 6 and len(lm.quantization.weights) == 8  # mlp: 3 a layer; attention
+    with ablated(lm, parse_heads("L1.H0")):
+        want = _logits(lm.model)
+    record = export(lm, "L1.H0", layout="dense", out=tmp_path / "o")
+    assert record.quantization.unquantized == lm.quantization.weights and "plain checkpoint" in record.quantization.why
+    assert "quantization_config" not in json.loads((tmp_path / "o" / "config.json").read_text())
+    assert not any(t.dtype == torch.float8_e4m3fn for t in _stored(tmp_path / "o").values())
+    torch.testing.assert_close(_logits(transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "o")), want,
+                               atol=0, rtol=0)
 
 
 def _mtp_like_qwen35(monkeypatch) -> None:  # noqa: ANN001

@@ -83,6 +83,7 @@ class QuantizedExport:
 class _Tally:
     counts: dict[str, int] = field(default_factory=lambda: {"unchanged": 0, "sliced": 0, "zeroed": 0})
     unquantized: list[str] = field(default_factory=list)
+    why: set[str] = field(default_factory=set)  # why those were written unquantized
 
 
 def dequantized(lm: LoadedModel, format_name: str) -> QuantizedExport | None:
@@ -104,6 +105,10 @@ def write_quantized(lm: LoadedModel, staging: Path) -> QuantizedExport | None:
     q = lm.quantization
     if q is None:
         return None
+    if q.unpaired:  # tensors stored quantized that headprune cannot pair with their scales: all plain, no config
+        return QuantizedExport(q.method, q.title, q.read_as, len(q.weights), unquantized=q.weights, why=(
+            f"{len(q.unpaired)} of its quantized tensors ({q.unpaired[0]} ...) keep their scales under names "
+            "headprune does not pair; the export is a plain checkpoint"))
     tally, where, source = _Tally(), weight_map(staging), weight_map(lm.folder)
     with ExitStack() as stack:
         handles: dict[str, Any] = {}
@@ -119,8 +124,7 @@ def write_quantized(lm: LoadedModel, staging: Path) -> QuantizedExport | None:
             _rewrite_file(staging, file, q, stored, tally)
     _write_config(staging, q.config, tally.unquantized)
     return QuantizedExport(q.method, q.title, q.read_as, len(q.weights), **tally.counts,
-                           unquantized=tuple(tally.unquantized),
-                           why="their heads do not fill whole quantization blocks" if tally.unquantized else "")
+                           unquantized=tuple(tally.unquantized), why="; ".join(sorted(tally.why)))
 
 
 def _rewrite_file(staging: Path, file: str, q: Any, stored: Any, tally: _Tally) -> None:
@@ -132,13 +136,17 @@ def _rewrite_file(staging: Path, file: str, q: Any, stored: Any, tally: _Tally) 
         tensors = {name: handle.get_tensor(name) for name in handle.keys()}
         metadata = handle.metadata() or {"format": "pt"}
     out: dict[str, torch.Tensor] = {}
+    block = tuple(q.config.get("weight_block_size") or ()) or None
     for name, tensor in tensors.items():
         parts = q.parts.get(name)
-        written = None if parts is None else (_fp8 if q.method == "fp8" else _mxfp4)(tensor, stored(parts))
-        if written is None:
+        if parts is None:
             out[name] = tensor
-            if parts is not None:
-                tally.unquantized.append(name.removesuffix(".weight"))
+            continue
+        written = _fp8(tensor, stored(parts), block) if q.method == "fp8" else _mxfp4(tensor, stored(parts))
+        if isinstance(written, str):
+            out[name] = tensor
+            tally.unquantized.append(name.removesuffix(".weight"))
+            tally.why.add(written)
             continue
         kind, replacement = written
         tally.counts[kind] += 1
@@ -173,32 +181,35 @@ def _write_config(staging: Path, quantization: dict, unquantized: list[str]) -> 
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _mxfp4(tensor: torch.Tensor, stored: dict[str, torch.Tensor]) -> tuple[str, dict] | None:
+def _mxfp4(tensor: torch.Tensor, stored: dict[str, torch.Tensor]) -> tuple[str, dict] | str:
     """The checkpoint's blocks and scales where ``tensor`` is what transformers dequantized from them (its own op;
     exact in bfloat16 and float32: E2M1 values times powers of two)."""
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
     blocks, scales = stored.values()
     if not _equal(convert_moe_packed_tensors(blocks, scales, dtype=tensor.dtype), tensor):
-        return None
+        return "they differ from what transformers loaded from the checkpoint"
     return "unchanged", stored
 
 
-def _fp8(tensor: torch.Tensor, stored: dict[str, torch.Tensor]) -> tuple[str, dict] | None:
-    """``tensor`` as the checkpoint's FP8 bytes and scales (see the module's docstring), or None where it is not
-    made of whole blocks of them."""
+def _fp8(tensor: torch.Tensor, stored: dict[str, torch.Tensor], block: tuple[int, ...] | None
+         ) -> tuple[str, dict] | str:
+    """``tensor`` as the checkpoint's FP8 bytes and scales (see the module's docstring), or why not: it is not made
+    of whole blocks of them (``block``: the config's ``weight_block_size``, which a cut block must be)."""
     import torch
 
     (weight, quantized), (scale_name, scales), *scalars = stored.items()
     if quantized.dtype != torch.float8_e4m3fn or quantized.dim() != 2 or tensor.dim() != 2:
-        return None
+        return "their weights are not 2-d float8_e4m3fn"
     rows, cols = quantized.shape
     grid = tuple(scales.shape[-2:]) if scales.dim() >= 2 else (1, 1)
     if rows % grid[0] or cols % grid[1]:
-        return None
+        return "their scales do not divide them into blocks"
     original = _dequantize(quantized, scales, tensor.dtype)
     if _equal(original, tensor):
         return "unchanged", stored
+    if block is not None and (rows // grid[0], cols // grid[1]) != block:
+        return "their blocks are not the config's weight_block_size"
     same = tensor.shape == original.shape
     axes = (1, 0) if same else (0,) if tensor.shape[1] == cols else (1,) if tensor.shape[0] == rows else ()
     for axis in axes:
@@ -214,7 +225,7 @@ def _fp8(tensor: torch.Tensor, stored: dict[str, torch.Tensor]) -> tuple[str, di
         if _equal(_dequantize(blocks, block_scales, tensor.dtype), tensor):
             kind = "zeroed" if same and chosen == list(range(len(chosen))) else "sliced"
             return kind, {weight: blocks, scale_name: block_scales.contiguous(), **dict(scalars)}
-    return None
+    return "their heads do not fill whole quantization blocks"
 
 
 def _blocks_of(tensor: torch.Tensor, original: torch.Tensor, axis: int, size: int) -> list[int] | None:

@@ -43,6 +43,8 @@ class Quantization:
         weights: the quantized weights, by the name the loaded model's tensor has in a saved file (fp8:
             ``...q_proj.weight``; mxfp4: ``...experts.gate_up_proj``).
         parts: for each of ``weights``, the names its parts are stored under in the checkpoint.
+        unpaired: tensors stored in FP8 that are no part of those (scales under other names, e.g. ``.scale``, which
+            transformers renames on load): an export cannot write them back, and writes a plain checkpoint.
         read_as: the dtype they were dequantized to (the loaded model's), once loaded.
     """
 
@@ -50,6 +52,7 @@ class Quantization:
     config: dict[str, Any] = field(compare=False)
     weights: tuple[str, ...]
     parts: dict[str, tuple[str, ...]] = field(compare=False, repr=False)
+    unpaired: tuple[str, ...] = ()
     read_as: str = ""
 
     @property
@@ -94,7 +97,21 @@ def read_quantization(folder: Path) -> Quantization | None:
             "dequantized")
     from headprune.core.checkpoint_files import weight_map
 
-    return Quantization(method, config, *_quantized_parts(method, list(weight_map(folder))))
+    weights, parts = _quantized_parts(method, list(weight_map(folder)))
+    paired = {name for stored in parts.values() for name in stored}
+    return Quantization(method, config, weights, parts, _stored_fp8(folder, paired) if method == "fp8" else ())
+
+
+def _stored_fp8(folder: Path, paired: set[str]) -> tuple[str, ...]:
+    """The tensors of ``folder``'s safetensors files stored in an FP8 type, other than ``paired`` (headers only)."""
+    from safetensors import safe_open
+
+    found = []
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(path, framework="pt") as handle:
+            found += [name for name in handle.keys() if name not in paired
+                      and handle.get_slice(name).get_dtype().startswith("F8_")]
+    return tuple(sorted(found))
 
 
 def _quantized_parts(method: str, names: list[str]) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
