@@ -18,7 +18,7 @@ from safetensors import safe_open
 from helpers import build_tokenizer, choice_task, save_folder
 from helpers.cli import assert_refused, invoke
 from helpers.extras import needs
-from helpers.quantized import BLOCK, quantize_fp8, quantize_mxfp4
+from helpers.quantized import BLOCK, quantize_compressed_fp8, quantize_fp8, quantize_mxfp4
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, verify_record
 from headprune.heads import parse_heads
@@ -261,7 +261,36 @@ def test_mxfp4_experts_are_written_through_byte_for_byte(tmp_path) -> None:
             torch.testing.assert_close(_logits(model), want, atol=0 if exact else 2e-2, rtol=0 if exact else 2e-2)
 
 
-@pytest.mark.parametrize("method", ["compressed-tensors", "awq"])
+def test_compressed_tensors_is_read_dequantized_and_exported_plain(tmp_path) -> None:
+    needs("compressed_tensors", extra="compressed-tensors")
+    tokenizer = build_tokenizer()
+    folder = quantize_compressed_fp8(save_folder(family_model("qwen3", len(tokenizer), seed=4), tokenizer,
+                                                 tmp_path / "m"))
+    stored = _stored(folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, quantization_config=transformers.CompressedTensorsConfig(dequantize=True))
+    if any(name.endswith("weight_scale") for name in model.state_dict()):  # this transformers (5.17) keeps them
+        with pytest.raises(UnsupportedModelError, match="kept compressed-tensors quantization parameters"):
+            load_model(str(folder), device="cpu")
+        return
+    lm = load_model(str(folder), device="cpu")
+    assert (lm.quantization.method, len(lm.quantization.weights), lm.quantization.read_as) == (
+        "compressed-tensors", 14, "float32")
+    for name in lm.quantization.weights:  # FP8 per output row times its scale (rounded to the scale's bfloat16 or not,
+        want = stored[name].float() * stored[name + "_scale"].float()  # as the transformers release does)
+        torch.testing.assert_close(lm.model.state_dict()[name], want, rtol=2 ** -8, atol=0)
+    heads = parse_heads(HEADS)
+    with ablated(lm, heads):
+        want = _logits(lm.model)
+    record = export(lm, HEADS, layout="dense", verify_task=choice_task(), out=tmp_path / "o")
+    assert record.quantization.unquantized == lm.quantization.weights and "plain checkpoint" in record.quantization.why
+    assert "quantization_config" not in json.loads((tmp_path / "o" / "config.json").read_text())
+    stock = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "o")  # no compressed-tensors needed now
+    torch.testing.assert_close(_logits(stock), want, atol=0, rtol=0)
+    assert "written in float32" in (tmp_path / "o" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("method", ["awq", "bitsandbytes"])
 def test_other_quantizations_are_refused_naming_what_is_read(tmp_path, method) -> None:
     tokenizer = build_tokenizer()
     folder = save_folder(family_model("llama", len(tokenizer)), tokenizer, tmp_path / "m")

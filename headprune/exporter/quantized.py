@@ -105,6 +105,9 @@ def write_quantized(lm: LoadedModel, staging: Path) -> QuantizedExport | None:
     q = lm.quantization
     if q is None:
         return None
+    if q.method not in _WRITERS:  # a plain checkpoint of the values loaded (transformers dropped the config)
+        return QuantizedExport(q.method, q.title, q.read_as, len(q.weights), unquantized=q.weights, why=(
+            f"headprune writes {q.title} checkpoints back unquantized; the export is a plain checkpoint"))
     if q.unpaired:  # tensors stored quantized that headprune cannot pair with their scales: all plain, no config
         return QuantizedExport(q.method, q.title, q.read_as, len(q.weights), unquantized=q.weights, why=(
             f"{len(q.unpaired)} of its quantized tensors ({q.unpaired[0]} ...) keep their scales under names "
@@ -142,7 +145,7 @@ def _rewrite_file(staging: Path, file: str, q: Any, stored: Any, tally: _Tally) 
         if parts is None:
             out[name] = tensor
             continue
-        written = _fp8(tensor, stored(parts), block) if q.method == "fp8" else _mxfp4(tensor, stored(parts))
+        written = _WRITERS[q.method](tensor, stored(parts), block)
         if isinstance(written, str):
             out[name] = tensor
             tally.unquantized.append(name.removesuffix(".weight"))
@@ -181,7 +184,7 @@ def _write_config(staging: Path, quantization: dict, unquantized: list[str]) -> 
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _mxfp4(tensor: torch.Tensor, stored: dict[str, torch.Tensor]) -> tuple[str, dict] | str:
+def _mxfp4(tensor: torch.Tensor, stored: dict[str, torch.Tensor], block: object = None) -> tuple[str, dict] | str:
     """The checkpoint's blocks and scales where ``tensor`` is what transformers dequantized from them (its own op;
     exact in bfloat16 and float32: E2M1 values times powers of two)."""
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
@@ -272,3 +275,7 @@ def _dequantize(quantized: torch.Tensor, scales: torch.Tensor, dtype: torch.dtyp
     from transformers.integrations.finegrained_fp8 import Fp8Dequantize
 
     return Fp8Dequantize(None)._dequantize_one(quantized, scales, output_dtype=dtype)
+
+
+# quant_method -> how a pruned tensor is written in the checkpoint's form (a method without one: a plain checkpoint).
+_WRITERS = {"fp8": _fp8, "mxfp4": _mxfp4}

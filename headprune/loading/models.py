@@ -14,6 +14,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from headprune.loading.gguf_source import BUILTIN_MODELS, builtin_gguf
 from headprune.loading.model_checks import (check_config_file, check_loaded, dropped_tensors, shape_mismatches,
                                             sliced_record)
 from headprune.loading.model_class import ModelClass, loading_class, task_head_of
-from headprune.loading.quantized import Quantization, read_quantization
+from headprune.loading.quantized import Quantization, check_dequantized, read_quantization
 
 log = logging.getLogger("headprune")
 
@@ -212,7 +213,8 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
         placement.update(quantization.loading_kwargs())  # weights
     credentials = credentials_found(folder, spec)
     try:
-        with pickle_protocols() as protocols:  # torch's warning about one goes into the refusal's line
+        with pickle_protocols() as protocols, warnings.catch_warnings():  # torch's warning about one goes into the
+            warnings.filterwarnings("ignore", "You passed `quantization_config`")  # refusal; ours asks to dequantize
             model, info = from_pretrained(folder, dtype=dtype, output_loading_info=True, **placement)
     except OSError as error:
         raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
@@ -239,6 +241,7 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     check_loaded(spec, chosen, unused, tuple(sorted(info.get("missing_keys", ()))), adapter=adapter,
                  sliced=sliced is not None)
     if quantization is not None:
+        check_dequantized(model, quantization, spec)
         forget_quantized_loading(model)
         quantization = replace(quantization, read_as=str(model.dtype).removeprefix("torch."))
         log.info("%s: %s", spec, quantization.line())

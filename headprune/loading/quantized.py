@@ -9,10 +9,13 @@ own quantizer for it, asked to with its ``dequantize`` loading attribute (on a C
   (``integrations.finegrained_fp8.Fp8Dequantize``).
 - ``mxfp4`` (GPT-OSS, its experts only): ``*_blocks`` (two E2M1 values a byte) and ``*_scales`` (one E8M0 exponent
   per 32 values) -> exact in bfloat16 and float32 (``integrations.mxfp4.Mxfp4Dequantize``).
+- ``compressed-tensors`` (llm-compressor's releases: FP8 per channel, int4/int8 packed, ...), with the optional
+  ``headprune[compressed-tensors]`` (transformers reads it only with that package; named when missing, exit 2): its
+  ``CompressedTensorsDequantize``. Left to itself it keeps the packed modules, which surgery cannot cut.
 
-Any other ``quant_method`` is refused in one line that names these (compressed-tensors needs a package transformers
-names, and its packed formats are another project's). An export writes the same quantization back where the format
-and the cut allow it (:mod:`headprune.exporter.quantized`).
+The weights run dequantized, without a checkpoint's activation quantization (which its own kernels would apply on
+a GPU). Any other ``quant_method`` is refused in one line that names these. An export writes the same quantization
+back where the format and the cut allow it (:mod:`headprune.exporter.quantized`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ from headprune.errors import UnsupportedModelError
 _METHODS: dict[str, tuple[str, str]] = {
     "fp8": ("FP8 block-quantized (fp8)", "FineGrainedFP8Config"),
     "mxfp4": ("MXFP4 (mxfp4)", "Mxfp4Config"),
+    "compressed-tensors": ("compressed-tensors", "CompressedTensorsConfig"),
 }
+# The stored parts of a compressed-tensors weight (its formats' names, as transformers' quantizer lists them).
+_COMPRESSED = (".weight_scale", ".weight_zero_point", ".weight_global_scale", ".weight_packed", ".weight_shape")
 # Per-tensor scales an FP8 checkpoint may keep beside a weight (a static activation scheme): copied with it.
 FP8_SCALARS = (".activation_scale", ".input_scale")
 
@@ -72,8 +78,26 @@ class Quantization:
 
         config_class = getattr(transformers, _METHODS[self.method][1])
         kept = {"modules_to_not_convert": self.config["modules_to_not_convert"]} if self.config.get(
-            "modules_to_not_convert") is not None and self.method == "fp8" else {}
+            "modules_to_not_convert") is not None and self.method == "fp8" else {}  # (fp8's loading attributes)
         return {"quantization_config": config_class(dequantize=True, **kept)}
+
+
+def check_dequantized(model: Any, quantization: Quantization, spec: str) -> None:
+    """Refuse a model transformers left quantized although asked to dequantize it (5.17 keeps compressed-tensors'
+    ``weight_scale`` parameters on its modules): surgery cuts plain weights only.
+
+    Raises:
+        UnsupportedModelError: naming a quantization parameter the model kept.
+    """
+    import transformers
+
+    kept = [name for name in model.state_dict() if name.endswith((*_COMPRESSED, *FP8_SCALARS, "_scale_inv",
+                                                                   "_blocks", "_scales"))]
+    if kept:
+        raise UnsupportedModelError(
+            f"{spec}: transformers {transformers.__version__} kept {quantization.title} quantization parameters on "
+            f"the model when asked to dequantize it ({kept[0]}); headprune cuts plain weights: read it with a newer "
+            "transformers (5.25, which scripts/setup.sh installs, dequantizes it)")
 
 
 def read_quantization(folder: Path) -> Quantization | None:
@@ -89,12 +113,13 @@ def read_quantization(folder: Path) -> Quantization | None:
         return None
     method = config.get("quant_method") if isinstance(config, dict) else None
     if method not in _METHODS:
-        extra = (" (transformers reads it with the compressed-tensors package; headprune does not: decompress it "
-                 "to bfloat16 first)") if method == "compressed-tensors" else ""
         raise UnsupportedModelError(
-            f"{folder}: config.json: quantization_config quant_method {method!r} is not read by headprune{extra}; "
-            f"it reads unquantized checkpoints and {', '.join(title for title, _ in _METHODS.values())} ones, "
-            "dequantized")
+            f"{folder}: config.json: quantization_config quant_method {method!r} is not read by headprune; it reads "
+            f"unquantized checkpoints and {', '.join(title for title, _ in _METHODS.values())} ones, dequantized")
+    if method == "compressed-tensors":
+        from headprune.core.extras import require
+
+        require("compressed-tensors", "reading a compressed-tensors checkpoint")
     from headprune.core.checkpoint_files import weight_map
 
     weights, parts = _quantized_parts(method, list(weight_map(folder)))
@@ -125,7 +150,11 @@ def _quantized_parts(method: str, names: list[str]) -> tuple[tuple[str, ...], di
         elif method == "mxfp4" and name.endswith("_scales") and f"{name.removesuffix('_scales')}_blocks" in present:
             stem = name.removesuffix("_scales")  # the blocks are the weight: the loaded parameter is named so
             parts[stem] = (f"{stem}_blocks", name)
+        elif method == "compressed-tensors" and name.endswith(".weight_scale"):
+            stem = name.removesuffix(".weight_scale")
+            parts[f"{stem}.weight"] = tuple(f"{stem}{suffix}" for suffix in (".weight", *_COMPRESSED)
+                                            if f"{stem}{suffix}" in present)
     return tuple(sorted(parts)), parts
 
 
-__all__ = ["Quantization", "read_quantization"]
+__all__ = ["Quantization", "check_dequantized", "read_quantization"]

@@ -87,3 +87,24 @@ def quantize_mxfp4(folder: Path) -> Path:
             out[name] = tensor.to(torch.bfloat16)
     return _rewrite(folder, out, {"quant_method": "mxfp4", "modules_to_not_convert": [
         "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]})
+
+
+def quantize_compressed_fp8(folder: Path) -> Path:
+    """The saved model in ``folder`` as llm-compressor's FP8-dynamic releases store it (compressed-tensors,
+    ``float-quantized``): every Linear weight of its layers float8_e4m3fn with a bfloat16 ``weight_scale`` per output
+    row (its largest |value| / 448), activations quantized per token at run time."""
+    out = {}
+    for name, tensor in _tensors(folder).items():
+        if name.startswith("model.layers.") and name.endswith("_proj.weight") and tensor.dim() == 2:
+            scale = (tensor.float().abs().amax(1, keepdim=True) / FP8_MAX).to(torch.bfloat16)
+            out[name] = (tensor.float() / scale.float()).to(torch.float8_e4m3fn)
+            out[name.removesuffix("weight") + "weight_scale"] = scale
+        else:
+            out[name] = tensor.to(torch.bfloat16)
+    scheme = {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel",
+                                                 "symmetric": True, "dynamic": False},
+              "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True,
+                                    "dynamic": True}}
+    return _rewrite(folder, out, {"quant_method": "compressed-tensors", "format": "float-quantized",
+                                  "quantization_status": "compressed", "ignore": ["lm_head"],
+                                  "config_groups": {"group_0": scheme}})
