@@ -15,14 +15,16 @@ import torch
 import transformers
 from safetensors import safe_open
 
-from helpers import build_tokenizer, choice_task, save_folder
+from helpers import SMALL, build_tokenizer, choice_task, random_choice_task, save_folder
 from helpers.cli import assert_refused, invoke
 from helpers.extras import needs
-from helpers.quantized import BLOCK, quantize_compressed_fp8, quantize_fp8, quantize_mxfp4
+from helpers.quantized import BLOCK, fp8_blocks, quantize_compressed_fp8, quantize_fp8, quantize_mxfp4
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, verify_record
 from headprune.heads import parse_heads
 from headprune.loading.models import load, load_model
+from headprune.report.markdown import render_markdown
+from headprune.search.find import find
 from headprune.surgery.ablation import ablated
 from headprune.testing import family_model
 
@@ -80,6 +82,8 @@ def test_fp8_is_read_dequantized_and_says_so(tmp_path, caplog) -> None:
     result = invoke("eval", str(folder), "--task", "sentiment", "--limit", "8", "--heads", "L0.H1", "--json")
     assert result.exit_code == 0, result.output
     assert "read FP8 block-quantized (fp8)" in result.stderr and "dequantized to float32" in result.stderr
+    found = find(lm, random_choice_task(40), **SMALL, screen="exact", extend=0)  # the result and report say it too
+    assert found.model.quantization == q.line() and q.line() in render_markdown(found)
 
 
 @pytest.mark.parametrize("layout", ["sliced", "dense"])
@@ -195,13 +199,16 @@ def _mtp_like_qwen35(monkeypatch) -> None:  # noqa: ANN001
 
 def test_tensors_the_class_drops_are_written_through(tmp_path, monkeypatch) -> None:
     _mtp_like_qwen35(monkeypatch)
-    mtp = {"mtp.fc.weight": torch.randn(256, 512).to(torch.bfloat16), "mtp.norm.weight": torch.ones(256)}
+    fc, scale = fp8_blocks(torch.randn(256, 512) / 20)  # the releases store their multi-token layer in FP8 too
+    mtp = {"mtp.fc.weight": fc, "mtp.fc.weight_scale_inv": scale, "mtp.norm.weight": torch.ones(256)}
     folder = _fp8_folder(tmp_path, 128, extra=mtp)
     lm = load_model(str(folder), device="cpu")
-    assert lm.dropped_tensors == ("mtp.fc.weight", "mtp.norm.weight") and not lm.unused_tensors
+    assert lm.dropped_tensors == tuple(sorted(mtp)) and not lm.unused_tensors
+    assert len(lm.quantization.weights) == 14  # the stack's: the dropped layer's are not read
     for layout in ("sliced", "dense"):
         record = export(lm, HEADS, layout=layout, verify_task=choice_task(), out=tmp_path / layout)
         assert record.dropped == record.passthrough == lm.dropped_tensors
+        assert record.quantization.weights == 14 and not record.quantization.unquantized
         written = _stored(tmp_path / layout)
         assert all(_bytes(written[name]) == _bytes(mtp[name]) and written[name].dtype == mtp[name].dtype
                    for name in mtp)

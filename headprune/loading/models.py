@@ -240,13 +240,15 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     unused = tuple(sorted(info.get("unexpected_keys", ())))
     check_loaded(spec, chosen, unused, tuple(sorted(info.get("missing_keys", ()))), adapter=adapter,
                  sliced=sliced is not None)
-    if quantization is not None:
+    dropped = dropped_tensors(model, folder)
+    if quantization is not None:  # the weights read (those of what the class drops are written through as stored)
         check_dequantized(model, quantization, spec)
         forget_quantized_loading(model)
-        quantization = replace(quantization, read_as=str(model.dtype).removeprefix("torch."))
+        quantization = replace(quantization, read_as=str(model.dtype).removeprefix("torch."),
+                               weights=tuple(name for name in quantization.weights if name not in set(dropped)))
         log.info("%s: %s", spec, quantization.line())
     return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config), chosen, unused,
-                       quantization, dropped_tensors(model, folder))
+                       quantization, dropped)
 
 
 def _load_tokenizer(folder: Path, spec: str, credentials: dict, *, trust_remote_code: bool) -> PreTrainedTokenizerBase:
