@@ -319,4 +319,4 @@ def test_gguf_of_an_fp8_checkpoint_holds_the_dequantized_weights_and_says_so(tmp
     assert ("quantization: read FP8 block-quantized (fp8), dequantized to float32; a GGUF file holds the "
             "dequantized weights") in result.output
     card = (tmp_path / "g" / "README.md").read_text()
-    assert "`mtp.fc.weight`) are not in this gguf file" in card and "dequantized to float32" in card
+    assert "`mtp.fc.weight`) are not in this gguf file" in card and "an export as safetensors writes them" in card and "dequantized to float32" in card

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from headprune.exporter.export_record import ExportRecord, FindOrigin
-from headprune.exporter.formats import format_class
+from headprune.exporter.formats import REGISTRY, format_class
 
 
 def publishes_heldout(record: ExportRecord) -> bool:
@@ -130,11 +130,12 @@ def _as_shipped_lines(record: ExportRecord) -> list[str]:
     lines = [f"- Quantization: {record.quantization.line()}."] if record.quantization is not None else []
     if record.dropped:
         names = ", ".join(f"`{name}`" for name in record.dropped[:4]) + (" ..." if len(record.dropped) > 4 else "")
+        keepers = " or ".join(name for name, cls in REGISTRY.items() if cls.writes_through)
         lines.append(f"- {len(record.dropped)} checkpoint tensors that `{record.model_class}` drops by design "
                      f"(multi-token prediction and the like, no head of the pruned stack: {names}) " + (
                          "were written through unchanged (compared bit for bit)." if set(record.dropped) <= set(
                              record.passthrough) else f"are not in this {record.format} file, which holds what its "
-                         "runtime runs; the safetensors export writes them through."))
+                         f"runtime runs; an export as {keepers} writes them through."))
     return lines
 
 
