@@ -10,6 +10,12 @@ Version 4 tests a kept set at its part of the proposal's share and marks its est
 (their cut-down sets behind the proposal's gate). Version 5 confirms a set of several heads by the proposal's fixed
 sequence of increments (``Verdict.steps``, ``Selection.steps``), not by the set's own test, which a headprune
 reading version 4 would take for the claim; version 4 files are read as they were.
+
+A result of version 5 carries a ``digest``: the sha256 of everything else in it but its timings (the JSON with sorted
+keys and no spaces), so that :meth:`FindResult.load` can refuse a file edited since find wrote it (a finalist's heads
+changed, a guard's fields deleted), whose figures would no longer be find's for what it says. It is a checksum, not a
+signature: it catches an edit, not a forgery. Files of versions 1 to 4 (headprune 0.3.0 and earlier) have none and
+are read as written.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headprune.core.hashing import json_digest
 from headprune.core.io import read_regular_file
 from headprune.core.record_json import from_json, to_json
-from headprune.errors import ResultFileError
+from headprune.errors import EditedResultError, ResultFileError
 from headprune.evaluation.results import Summary
 from headprune.heads import Head, HeadGrid, LayerHeads, parse_heads
 from headprune.search.effects import ControlEffect
@@ -28,6 +35,7 @@ from headprune.search.generations import Generations
 from headprune.search.guards import GuardEffect, Guarding, claim_holds
 from headprune.search.paired import Paired
 from headprune.search.parsimony import HeadContribution, Parsimony
+from headprune.search.result_upgrade import upgrade_v1
 from headprune.search.selection import Selection
 from headprune.search.settings import FindSettings
 from headprune.search.shrink_record import Shrink
@@ -35,6 +43,9 @@ from headprune.search.stats import NonInferiority, Verdict
 
 SCHEMA_VERSION = 5
 RESULT_NAME = "result.json"
+DIGEST_KEY = "digest"
+DIGEST_SINCE = 5  # the first schema version whose files carry a digest
+UNDIGESTED = (DIGEST_KEY, "timings")  # what the digest leaves out: itself, and how long the stages took
 
 
 @dataclass(frozen=True)
@@ -288,7 +299,9 @@ class FindResult:
         return self.compression.verdict.accepted if self.compression is not None else self.confirmed
 
     def to_dict(self) -> dict:
-        return to_json(self)
+        """The record as JSON, with its digest last (``core.hashing.json_digest``, without :data:`UNDIGESTED`)."""
+        data = to_json(self)
+        return {**data, DIGEST_KEY: json_digest(data, leave_out=UNDIGESTED)}
 
     def save(self, path: Path) -> None:
         from headprune.core.io import atomic_write_json
@@ -299,7 +312,7 @@ class FindResult:
     def from_dict(cls, data: dict) -> FindResult:
         version = data.get("schema_version")
         if version == 1:
-            data = _upgrade_v1(data)
+            data = upgrade_v1(data, SCHEMA_VERSION)
         elif version in (2, 3, 4):  # 0.2: no selection; 3: no parts, no selected estimates; 4: no sequence
             data = {**data, "schema_version": SCHEMA_VERSION}
         elif version != SCHEMA_VERSION:
@@ -320,48 +333,33 @@ class FindResult:
         except (OSError, UnicodeDecodeError, ValueError) as error:  # a FIFO or device, or too large: not read
             raise ResultFileError(f"{path}: cannot read it ({error})") from error
         try:
-            return cls.from_dict(json.loads(text))
+            data = json.loads(text)
+            check_digest(data, path)
+            return cls.from_dict(data)
+        except EditedResultError:
+            raise
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as error:
             raise ResultFileError(f"{path}: not a headprune result ({type(error).__name__}: {error})") from error
 
 
-def _paired_v1(row: dict) -> dict:
-    return {k: row[k] for k in ("n", "rescued", "damaged", "accuracy_before", "accuracy_after", "margin_change")}
+def check_digest(data: object, path: Path) -> None:
+    """Refuse a result of a version that carries a digest whose digest is missing or does not match its content.
 
-
-def _verdict_v1(v: dict, rank: int) -> dict:
-    return {**{k: v[k] for k in ("n", "accuracy_before", "accuracy_after", "rescued", "damaged", "p_value",
-                                 "alpha")}, "role": "primary" if rank == 1 else "exploratory"}
-
-
-def _control_v1(c: dict, task: str) -> dict:
-    return {"task": task, "metric": c["metric"], "n": c["n"], "before": c["before"], "after": c["after"],
-            "ci95": c["ci95"], "rescued": c.get("rescued"), "damaged": c.get("damaged")}
-
-
-def _upgrade_v1(data: dict) -> dict:
-    """A version 1 ``result.json`` (flat dicts) in the version 2 layout."""
-    control = data.get("control_task")
-    control_name = control["name"] if control else ""
-    baseline = data["baseline"]
-    prescreen = data.get("prescreen")
-    if prescreen and prescreen.get("rounds"):
-        prescreen = {**prescreen, "rounds": {head: {"round": r["round"], "paired": _paired_v1(r)}
-                                             for head, r in prescreen["rounds"].items()}}
-    known = {f for f in FindSettings.__dataclass_fields__}
-    return {
-        "model": data["model"], "task": data["task"], "heldout_task": data["heldout_task"],
-        "control_tasks": [control] if control else [], "split": data["split"],
-        "settings": {k: v for k, v in data["settings"].items() if k in known},
-        "baseline": {"discovery": baseline["discovery"], "heldout": baseline["heldout"],
-                     "controls": [baseline["control"]] if "control" in baseline else []},
-        "screen": [{"head": r["head"], "paired": _paired_v1(r), "estimate": r.get("estimate")}
-                   for r in data["screen"]],
-        "nominees": data["nominees"],
-        "sets": [{"heads": s["heads"], "paired": _paired_v1(s)} for s in data["sets"]],
-        "finalists": [{"rank": f["rank"], "heads": f["heads"], "discovery": _paired_v1(f["discovery"]),
-                       "heldout": _verdict_v1(f["heldout"], f["rank"]),
-                       "controls": [_control_v1(f["control"], control_name)] if f.get("control") else []}
-                      for f in data["finalists"]],
-        "prescreen": prescreen, "timings": data.get("timings", {}), "schema_version": SCHEMA_VERSION,
-    }
+    Raises:
+        EditedResultError: naming the file, with each finalist's heads as it now reads.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("schema_version"), int) \
+            or data["schema_version"] < DIGEST_SINCE:
+        return  # an older file (read as written), or no result at all (from_dict says so)
+    recorded = data.get(DIGEST_KEY)
+    try:
+        if recorded == json_digest(data, leave_out=UNDIGESTED):
+            return
+    except ValueError:  # a NaN written in by hand: not what find wrote
+        pass
+    why = "it has no digest, which find writes into every result" if recorded is None else \
+        "its content no longer matches the digest find wrote"
+    finalists = data.get("finalists")
+    heads = tuple(tuple(str(h) for h in f.get("heads", ())) if isinstance(f, dict) and isinstance(
+        f.get("heads"), list) else () for f in finalists) if isinstance(finalists, list) else ()
+    raise EditedResultError(f"{path} was edited after find wrote it ({why})", finalists=heads)

@@ -202,6 +202,12 @@ class ExportFormat:
         """The card's "How to load" section (markdown)."""
         raise NotImplementedError
 
+    @classmethod
+    def credential_place(cls, path: Path, offset: int) -> str | None:
+        """Where byte ``offset`` of one of its binary files lies, in the format's own terms (a GGUF file's metadata
+        key): what a refusal of a credential found there names (None: only the byte is named)."""
+        return None
+
 
 def refuse_unless_float32(dtype: torch.dtype | str | None, message: str) -> None:
     """Refuse a dtype other than float32 for a format verified in float32: a dtype asked for (checked before the

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from headprune.errors import UnsupportedModelError
-from headprune.exporter.gguf.read import read_gguf
+from headprune.loading.gguf_header import read_gguf
 from headprune.loading.gguf_source import source_gguf
 
 _PRETOKENIZERS = Path(__file__).with_name("pretokenizers.json")
