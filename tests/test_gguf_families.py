@@ -271,8 +271,11 @@ def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, t
     removed = parse_heads("L1.H0,L1.H1")
     plans = plan_layers(lm.grid, removed)
     artifact = slice_model(lm, plans, removed)
-    plan = gguf_export.GgufPlan(family.arch, tuple(len(p.q_heads) for p in plans),
-                                tuple(len(p.kv_heads) for p in plans), lm.grid.head_dim, family.permuted)
+    attention = [layer.kind == "attention" for layer in lm.grid.layers]  # (a hybrid's other layers count none)
+    plan = gguf_export.GgufPlan(family.arch, tuple(len(p.q_heads) if a else 0 for p, a in zip(plans, attention)),
+                                tuple(len(p.kv_heads) if a else 0 for p, a in zip(plans, attention)),
+                                next(layer.head_dim for layer in lm.grid.layers if layer.kind == "attention"),
+                                family.permuted)
     if not gguf_knows(family.arch):
         with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's|no llama.cpp tensor for"):
             gguf_export.gguf_tensors(artifact, plan)

@@ -86,12 +86,16 @@ def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
     return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES)
 
 
+# Tensors llama.cpp reads without a suffix (``tn(LLM_TENSOR_SSM_A, il)``): a state-space layer's A.
+NO_SUFFIX = (".ssm_a",)
+
+
 def gguf_name(names: Any, name: str) -> str | None:
     """The GGUF tensor a model tensor is stored as (``names``: gguf's tensor name map), None where llama.cpp's graph
     has no place for it; a parameter without a ``.weight`` suffix (GPT-OSS's ``sinks``) gets one, as the converter
-    gives it. Experts' fused tensors: :mod:`headprune.exporter.gguf.experts`."""
+    gives it, but for :data:`NO_SUFFIX`. Experts' fused tensors: :mod:`headprune.exporter.gguf.experts`."""
     new = names.get_name(name, try_suffixes=(".weight", ".bias"))
-    if new is not None and not new.endswith((".weight", ".bias")):
+    if new is not None and not new.endswith((".weight", ".bias", *NO_SUFFIX)):
         new += ".weight"
     return new
 
@@ -126,7 +130,8 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
         if experts is not None:
             out.update(experts)
             continue
-        new = gguf_name(names, name)
+        mapped, data = family.tensors.to_llama_cpp(name, data, artifact.config)
+        new = gguf_name(names, mapped)
         if new is None:
             raise UnsupportedModelError(f"GGUF export: no llama.cpp tensor for {name} (it would be lost); this "
                                         f"model can be exported as {OTHER_FORMATS}")
@@ -143,8 +148,9 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
 
 
 # Matrices kept in float32 whatever the type, as the converter keeps them (its tensor_force_quant): llama.cpp's bert
-# graph adds a row of the token types to the embeddings, which its CPU add does not take from f16 or q8_0 (it aborts).
-FLOAT32_TENSORS = ("token_types.weight",)
+# graph adds a row of the token types to the embeddings, which its CPU add does not take from f16 or q8_0 (it aborts);
+# its state-space convolution (ggml_ssm_conv) takes float32 kernels only.
+FLOAT32_TENSORS = ("token_types.weight", ".ssm_conv1d.weight")
 
 
 def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any]:
@@ -156,7 +162,7 @@ def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any
     from gguf.quants import QuantError, quantize
 
     qt = gguf.GGMLQuantizationType
-    if data.ndim == 1 or name.endswith(".bias") or name in FLOAT32_TENSORS or gguf_type == "f32":
+    if data.ndim == 1 or name.endswith((".bias", *FLOAT32_TENSORS)) or gguf_type == "f32":
         return data.astype(np.float32), qt.F32
     if gguf_type == "f16":
         return data.astype(np.float16), qt.F16
@@ -193,7 +199,9 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     offset = family.position_offset(config) if family.position_offset else 0
     writer.add_context_length(int(config.max_position_embeddings) - offset)
     writer.add_embedding_length(int(config.hidden_size))
-    writer.add_feed_forward_length(family.ffn_length(config) if family.ffn_length else int(config.intermediate_size))
+    ffn = family.ffn_length(config) if family.ffn_length else int(config.intermediate_size)
+    if ffn:  # (a mixture of experts without a dense MLP has none: its experts' widths are keys of their own)
+        writer.add_feed_forward_length(ffn)
     # One count where every attention layer has it (a hybrid's other layers are told apart by keys of their own)
     heads, kv = ({n for n in counts if n} for counts in (plan.head_count, plan.head_count_kv))
     if plan.arch == "deci" or len(heads) > 1 or len(kv) > 1:

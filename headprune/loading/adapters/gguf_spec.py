@@ -25,6 +25,21 @@ TANH_GELU = ("gelu_pytorch_tanh",)
 GPT_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 
 
+class GgufTensors:
+    """A family's tensors as llama.cpp's graph reads them where they differ from the model's beyond a name (the
+    converter's ``modify_tensors``: reordered, transformed, renamed), and back for a lossy file's check. The default
+    changes nothing."""
+
+    def to_llama_cpp(self, name: str, data: Any, config: Any) -> tuple[str, Any]:
+        """``(name, data)``: the name gguf-py's tensor map finds the GGUF tensor by, and the float32 data it holds."""
+        return name, data
+
+    def from_llama_cpp(self, name: str, data: Any, config: Any) -> Any:
+        """The model's tensor ``name`` back from the file's (de-quantised) data, the inverse of :meth:`to_llama_cpp`
+        (its shape restored by the caller)."""
+        return data
+
+
 @dataclass(frozen=True)
 class Gguf:
     """How one model type is written to GGUF.
@@ -44,11 +59,12 @@ class Gguf:
         sliding_window: the config's sliding window is written, and llama.cpp's graph applies it.
         gated: a gated MLP without biases; else up and down projections with biases (GPT-2, NeoX).
         rotary: RoPE keys are written (GPT-2 has learned positions: ``position_embd``).
-        ffn_length: ``config -> the MLP's width``, where not ``intermediate_size``.
+        ffn_length: ``config -> the MLP's width``, where not ``intermediate_size`` (0: none written).
         own_output: the graph reads ``output.weight`` even where the embeddings are tied: written then.
         encoder: a bare encoder: llama.cpp's graph gives its last hidden states (embeddings), not logits.
         position_offset: ``config -> position rows the file leaves out`` (RoBERTa's).
         dropped: tensors (prefixes) llama.cpp's graph does not read, left out as the converter does.
+        tensors: tensors stored otherwise than the model holds them (:class:`GgufTensors`).
         holds: a tensor and a metadata key its file holds that a plain Llama file does not: the suite runs every
             family's file in llama.cpp against the masked original and checks both are there
             (tests/test_gguf_families.py; Llama, Mistral, Qwen2 and Qwen3 are tested in test_gguf.py, the bare
@@ -75,6 +91,7 @@ class Gguf:
     encoder: bool = False
     position_offset: Callable[[Any], int] | None = None
     dropped: tuple[str, ...] = ()
+    tensors: GgufTensors = field(default_factory=GgufTensors)
     holds: tuple[str, str] | tuple[()] = ()
     variant: Mapping[str, Any] = field(default_factory=dict)
 
@@ -102,4 +119,4 @@ def layer_norm_keys(writer: Any, config: Any) -> None:
     writer.add_layer_norm_eps(float(eps or 1e-5))
 
 
-__all__ = ["GELU_TABLE", "GPT_GELU", "Gguf", "TANH_GELU", "expert_keys", "layer_norm_keys", "one_count"]
+__all__ = ["GELU_TABLE", "GPT_GELU", "Gguf", "GgufTensors", "TANH_GELU", "expert_keys", "layer_norm_keys", "one_count"]
