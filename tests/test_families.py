@@ -215,8 +215,9 @@ def test_known_unsupported_families_say_why_and_what_works(config_class, words, 
 
 def _image_inputs(config) -> dict:  # noqa: ANN001
     """Text around one image's 4 tokens, and the image (seeded random pixels), as each family's processor gives them:
-    Gemma 3 and LLaVA a 28 x 28 picture; Qwen2-VL its 14 x 14 patches flattened (2 frames x 3 channels), a 4 x 4 grid
-    its merger reads 2 x 2, and the image tokens' type for M-RoPE's positions."""
+    Gemma 3 and LLaVA a 28 x 28 picture; Llama 4 a 56 x 56 one, whose 4 x 4 patches its pixel shuffle makes 4 tokens;
+    Qwen2-VL its 14 x 14 patches flattened (2 frames x 3 channels), a 4 x 4 grid its merger reads 2 x 2, and the image
+    tokens' type for M-RoPE's positions."""
     image = config.image_token_id
     generator = torch.Generator().manual_seed(0)
     if config.model_type in ("qwen2_vl", "qwen2_5_vl"):
@@ -245,10 +246,10 @@ def _load_as_hinted(output: str, out: Path):  # noqa: ANN202
 
 
 # Vision-language checkpoints as shipped (Gemma 3 4B-27B, LLaVA around each language model it takes, Qwen2-VL,
-# Qwen2.5-VL): their language model's heads are removed, the vision tower and projector kept byte for byte.
+# Qwen2.5-VL, Llama 4): their language model's heads are removed, the vision tower and projector kept byte for byte.
 @pytest.mark.parametrize(("model_type", "text_type"), [
     ("gemma3", None), ("llava", "llama"), ("llava", "mistral"), ("llava", "qwen2"), ("qwen2_vl", None),
-    ("qwen2_5_vl", None)])
+    ("qwen2_5_vl", None), ("llama4", None)])
 def test_vision_language_export_reads_an_image_as_the_masked_original(model_type, text_type, tokenizer,
                                                                       tmp_path) -> None:
     """Both layouts, exported by the CLI and loaded by headprune and as the CLI's hint says, give the masked
@@ -307,8 +308,8 @@ def test_other_vision_language_checkpoints_say_which_are_taken_whole() -> None:
     import transformers
 
     with pytest.raises(Exception, match=r"'llava_next' \(LlavaNextConfig\) is a vision-language checkpoint headprune "
-                                        r"does not take whole \(it does: gemma3, llava, qwen2_5_vl, qwen2_vl\); its "
-                                        r"language model \(llama\) is supported"):
+                                        r"does not take whole \(it does: gemma3, llama4, llava, qwen2_5_vl, "
+                                        r"qwen2_vl\); its language model \(llama\) is supported"):
         adapter_for(transformers.LlavaNextConfig())
     with pytest.raises(Exception, match=r"\(cohere2\) is not supported either; supported model types"):
         adapter_for(transformers.AyaVisionConfig())
