@@ -73,7 +73,7 @@ def test_a_runtime_that_cannot_be_imported_is_a_row_that_says_why(bench_inputs, 
 
 
 def test_heavy_rule_takes_a_quarter_in_whole_groups_and_leaves_every_layer_heads() -> None:
-    grid = HeadGrid(num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64)  # SmolLM2-135M
+    grid = HeadGrid.uniform(30, 9, 3, 64)  # SmolLM2-135M
     heads = bench.heavy_heads(grid)
     assert len(heads) == 67
     per_layer = {}

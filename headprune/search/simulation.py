@@ -225,7 +225,7 @@ def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), partners:
     if rule not in RULES:
         raise ValueError(f"rule must be one of {', '.join(RULES)}, not {rule!r}")
     rng = np.random.default_rng(seed)
-    grid = HeadGrid(layers, heads, heads, 4)
+    grid = HeadGrid.uniform(layers, heads, heads, 4)
     rates: list[Rates] = [(flip / 2, flip / 2)] * grid.total
     places = [int(i) for i in rng.choice(grid.total, size=len(real) + 2 * len(partners), replace=False)]
     for place, effect in zip(places, [*real, *(own for own, _ in partners)]):
@@ -291,7 +291,7 @@ def run_masked(seed: int, *, flip: float = 0.003, discovery: int = 2000, heldout
     from headprune.search.selection import select
 
     rng = np.random.default_rng(seed)
-    grid = HeadGrid(1, 6, 6, 4)
+    grid = HeadGrid.uniform(1, 6, 6, 4)
     rates: list[Rates] = [(flip / 2, flip / 2)] * grid.total
     a, b, c, d = 0, 1, 2, 3
     groups: list[Group] = [((), (a, b), redundant), ((c,), (a, b), partner), ((d,), (a, b), partner)]

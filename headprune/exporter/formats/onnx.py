@@ -40,13 +40,11 @@ class GenaiCache:
 
 def genai_cache(job: Job) -> GenaiCache:
     """The cache the written decoder gets in GenAI, and the original's, at ``gguf.size.CONTEXT`` tokens."""
-    from headprune.exporter.gguf.size import CONTEXT, kv_cache_bytes
+    from headprune.exporter.gguf.size import CONTEXT, cache_bytes
 
     grid = job.lm.grid
-    original = [grid.num_kv_heads] * grid.num_layers
-    kept = [len(p.kv_heads) for p in job.plans] if job.layout == "sliced" else original
-    return GenaiCache(CONTEXT, kv_cache_bytes(kept, grid.head_dim, item=4),
-                      kv_cache_bytes(original, grid.head_dim, item=4))
+    kept = [len(p.kv_heads) for p in job.plans] if job.layout == "sliced" else None
+    return GenaiCache(CONTEXT, cache_bytes(grid.cache_width(kept), item=4), cache_bytes(grid.cache_width(), item=4))
 
 
 def _generates(lm: LoadedModel) -> bool:

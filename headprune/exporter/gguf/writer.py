@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from headprune.errors import UnsupportedModelError
+from headprune.heads import ATTENTION
 from headprune.exporter.gguf.families import (ERF_GELU_NOTE, GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES,
                                               family_of, qkv_of, rope_parameters)
 from headprune.exporter.gguf.encoders import ENCODER_NOTE, GELU_TABLE_NOTE
@@ -63,25 +64,28 @@ def unpermute(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class GgufPlan:
-    """What a GGUF file of the artifact holds: its architecture and per-layer head counts."""
+    """What a GGUF file of the artifact holds: its architecture and per-layer attention head counts (0 in a layer
+    without attention: llama.cpp's hybrids size their other layers by keys of their own)."""
 
     arch: str
     head_count: tuple[int, ...]
     head_count_kv: tuple[int, ...]
-    head_dim: int
+    head_dim: int  # the attention layers' (the first's)
     permuted: bool  # q/k rows permuted to llama.cpp's rotation
 
 
 def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
-    grid = lm.grid
+    layers = lm.grid.layers
+    attention = [layer.kind == ATTENTION for layer in layers]
     if arch == "deci":
         heads = tuple(len(p.q_heads) for p in plans)
         kv = tuple(len(p.kv_heads) for p in plans)
     else:
-        heads = (grid.num_heads,) * grid.num_layers
-        kv = (grid.num_kv_heads,) * grid.num_layers
+        heads = tuple(layer.heads if a else 0 for layer, a in zip(layers, attention))
+        kv = tuple(layer.kv_heads if a else 0 for layer, a in zip(layers, attention))
+    head_dim = next((layer.head_dim for layer, a in zip(layers, attention) if a), 0)
     pairs = family_of(lm.model.config).pairs  # rows already in adjacent pairs (ERNIE 4.5): deci takes them as they are
-    return GgufPlan(arch, heads, kv, grid.head_dim, arch in PERMUTED_ARCHES and not pairs)
+    return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES and not pairs)
 
 
 def gguf_name(names: Any, name: str, renamed: tuple[tuple[str, str], ...] = ()) -> str | None:
@@ -211,12 +215,14 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     writer.add_context_length(int(config.max_position_embeddings) - offset)
     writer.add_embedding_length(int(config.hidden_size))
     writer.add_feed_forward_length(family.ffn_length(config) if family.ffn_length else int(config.intermediate_size))
-    if plan.arch == "deci" or len(set(plan.head_count)) > 1 or len(set(plan.head_count_kv)) > 1:
+    # One count where every attention layer has it (a hybrid's other layers are told apart by keys of their own)
+    heads, kv = ({n for n in counts if n} for counts in (plan.head_count, plan.head_count_kv))
+    if plan.arch == "deci" or len(heads) > 1 or len(kv) > 1:
         writer.add_head_count(list(plan.head_count))
         writer.add_head_count_kv(list(plan.head_count_kv))
     else:
-        writer.add_head_count(plan.head_count[0])
-        writer.add_head_count_kv(plan.head_count_kv[0])
+        writer.add_head_count(heads.pop())
+        writer.add_head_count_kv(kv.pop())
     writer.add_key_length(plan.head_dim)
     writer.add_value_length(plan.head_dim)
     if getattr(config, "rms_norm_eps", None) is not None:  # LayerNorm families write theirs with their own keys
