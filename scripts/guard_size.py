@@ -17,6 +17,8 @@ Power: the share accepted where the true change lies below the margin (half of i
 one margin, for the shapes real NLL changes take (normal, gamma of skewness 2, lognormal of skewness 1.8).
 
     python scripts/guard_size.py [--draws 20000] [--json docs/bench/guard-size.json]
+    python scripts/guard_size.py --draws 100000 --sizes 3000 --families "Pareto tail, index 2.5 (infinite)" \
+        --bootstrap-draws 0 --no-power      # one cell, closer
 
 docs/find.md's tables are this record rendered by ``python -m scripts.bench.render``.
 """
@@ -138,19 +140,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=20000)
     parser.add_argument("--bootstrap-draws", type=int, default=1000, help="0: no bootstrap column")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="held-out sizes, comma-separated")
+    parser.add_argument("--families", default=";".join(FAMILIES), help="families, semicolon-separated")
+    parser.add_argument("--no-power", action="store_true", help="sizes only")
     parser.add_argument("--json", default=None, help="write the record here")
     args = parser.parse_args(argv)
     started, rng = time.perf_counter(), np.random.default_rng(2026)
     size = []
-    for family, draw in FAMILIES.items():
-        for n in SIZES:
+    for family in args.families.split(";"):
+        draw = FAMILIES[family]
+        for n in map(int, args.sizes.split(",")):
             row = {"family": family, "n": n, **rates(draw, n, args.draws, rng)}
             if args.bootstrap_draws and n in BOOTSTRAP_SIZES:
                 row["bootstrap"] = float(bootstrap_accepts(draw(rng, (args.bootstrap_draws, n)), 0.0, rng).mean())
             size.append(row)
             print(json.dumps(row), flush=True)
     power = []
-    for family in POWER_SHAPES:
+    for family in () if args.no_power else POWER_SHAPES:
         for distance in (0.5, 0.2):  # (margin - true change) / spread: a change of half the margin, and of 0.8
             for n in POWER_SIZES:  # the spread is one margin: the shift is -distance spreads
                 row = {"family": family, "distance": distance, "n": n,

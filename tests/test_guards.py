@@ -16,7 +16,7 @@ import pytest
 
 from helpers.cli import assert_refused, invoke
 from helpers.handmade import build_model, cue_task, reversed_task
-from headprune.errors import SearchSettingsError, UnconfirmedSetError
+from headprune.errors import SearchSettingsError, TaskError, UnconfirmedSetError
 from headprune.evaluation import Evaluator
 from headprune.search.find import find
 from headprune.search.find_result import FindResult
@@ -169,12 +169,13 @@ def test_general_guard_needs_no_data_of_the_users(tokenizer) -> None:
     assert math.isfinite(effect.interval[0]) and effect.interval[0] <= effect.difference <= effect.interval[1]
 
 
-def test_the_general_guard_runs_on_the_texts_that_fit_a_short_model(tokenizer, caplog) -> None:
+def test_finds_default_guard_is_general_on_the_texts_that_fit_a_short_model(tokenizer, caplog) -> None:
     from headprune.testing import random_choice_task
 
     lm = _tiny_llama(tokenizer, 256)  # 207 of the 600 texts are longer than 256 tokens of the test tokenizer
     with caplog.at_level("INFO", logger="headprune"):
-        result = find(lm, random_choice_task(140), guard="general", **GENERAL_RUN)
+        result = find(lm, random_choice_task(140), default_guard=True, **GENERAL_RUN)
+    assert [g.task.name for g in result.guard_tasks] == ["general"]
     (effect,) = result.finalists[0].guards
     assert effect.n == 262 and result.guarding.discovery == (131,)  # 393 fit: a third searched, the rest held out
     (line,) = [r.getMessage() for r in caplog.records if "longer than the model's" in r.getMessage()]
@@ -182,13 +183,8 @@ def test_the_general_guard_runs_on_the_texts_that_fit_a_short_model(tokenizer, c
                     "it runs on 393 of the rest (131 searched, 262 held out)")
 
 
-def test_finds_default_guard_is_general_and_steps_aside_where_the_model_cannot_take_it(handmade, tokenizer,
-                                                                                      caplog) -> None:
-    from headprune.testing import random_choice_task
-
-    task = random_choice_task(140)
-    guarded = find(_tiny_llama(tokenizer, 256), task, default_guard=True, **GENERAL_RUN)
-    assert [g.task.name for g in guarded.guard_tasks] == ["general"] and guarded.finalists[0].guards[0].n == 262
+def test_finds_default_guard_steps_aside_where_too_few_texts_fit_and_a_named_one_is_refused(handmade,
+                                                                                           caplog) -> None:
     with caplog.at_level("INFO", logger="headprune"):  # 32 positions: 113 texts fit, fewer than the test needs
         bare = find(handmade, cue_task(), default_guard=True, **SMALL)
     assert bare.guard_tasks == () and bare.guarding is None and bare.confirmed
@@ -196,6 +192,25 @@ def test_finds_default_guard_is_general_and_steps_aside_where_the_model_cannot_t
                r.getMessage() for r in caplog.records)
     with pytest.raises(SearchSettingsError, match="113 distinct examples that fit the model's 32 positions"):
         find(handmade, cue_task(), guard="general", **SMALL)  # named: refused, not left out
+
+
+def test_finds_default_guard_steps_aside_on_a_model_that_does_not_predict_text(tokenizer) -> None:
+    from helpers import build_tiny
+
+    from headprune.search.find_result import FindSettings
+    from headprune.search.split import fit_guards, load_inputs
+    from headprune.testing import random_choice_task
+
+    settings = FindSettings()
+    inputs = load_inputs(random_choice_task(140), None, None, settings, 60, 60, default_guard=True)
+    assert [g.task.name for g in inputs.guards] == ["general"] and inputs.guards[0].optional
+    fitted, notes = fit_guards(inputs, build_tiny("bert", tokenizer), settings)
+    assert fitted.guards == () and notes == [
+        "find's default guard general is left out: text tasks need a causal language model; tiny-bert is an encoder "
+        "(or a model read by its hidden states)"]
+    named = load_inputs(random_choice_task(140), None, None, settings, 60, 60, guard="general")
+    with pytest.raises(TaskError, match="text tasks need a causal language model"):
+        fit_guards(named, build_tiny("bert", tokenizer), settings)
 
 
 def test_a_run_cut_in_the_guard_stage_resumes_without_recomputing(handmade, files, tmp_path, monkeypatch) -> None:

@@ -56,8 +56,9 @@ DEFAULT_NLL_MARGIN = 0.05  # nats per token: perplexity up by at most 5.1% (exp(
 GUARD_DISCOVERY_SHARE = 1 / 3  # of a guard's examples, read by the search; the rest are held out
 GUARD_TRIES = 10  # candidate sets checked on a guard's discovery examples, best first, per choice
 MAX_ACCURACY_MARGIN = 100.0  # points: an accuracy change cannot be larger
-# nats: perplexity up 22,026-fold, more than the whole distance from a model that predicts ordinary text (2-4 nats a
-# token) to a uniform guess over a vocabulary of 200,000 tokens (12.2): a wider margin is a guard that cannot fail
+# nats: perplexity up 22,026-fold, more than the whole way from a model that predicts ordinary text (2-4 nats a
+# token) to a uniform guess over a vocabulary of 50,000 tokens (10.8 nats): a wider margin accepts a model that
+# predicts nothing, a guard that cannot fail
 MAX_NLL_MARGIN = 10.0
 
 
@@ -74,7 +75,8 @@ def parse_guard(text: str) -> GuardSpec:
     """``TASK[:key=value,...,margin=M]`` -> the task spec and the margin (the other options stay the task's).
 
     Raises:
-        SearchSettingsError: a margin that is not a positive finite number.
+        SearchSettingsError: a margin that is not a positive finite number, or more than 100 (points; a text task's
+            own bound, 10 nats, is checked when it is loaded).
     """
     head, sep, options = str(text).rpartition(":")
     if not sep or "=" not in options:
@@ -90,18 +92,13 @@ def parse_guard(text: str) -> GuardSpec:
         margin = float(raw)
     except ValueError:
         raise SearchSettingsError(f"guard {text!r}: margin={raw[:40]!r} is not a number", settings=("guard",)) from None
-    if not math.isfinite(margin) or margin <= 0:
-        raise SearchSettingsError(f"guard {text!r}: margin must be a positive number (accuracy points, or nats of "
-                                  f"mean NLL for a text task), got {raw[:40]}", settings=("guard",))
-    if margin > MAX_ACCURACY_MARGIN:  # the largest any metric takes; a text guard's own bound is checked on loading
-        raise SearchSettingsError(f"guard {text!r}: {_beyond(raw[:40])}", settings=("guard",))
+    margin_for("accuracy", margin, owner=f"guard {text!r}: ")  # positive, finite, at most the largest any metric takes
     rest = [item for item in items if item not in margins]
     return GuardSpec(head + (":" + ",".join(rest) if any(item.strip() for item in rest) else ""), margin)
 
 
-def _beyond(given: float | str) -> str:
-    given = f"{given:g}" if isinstance(given, float) else given
-    return (f"margin {given} is beyond what the task can measure (an accuracy change is at most "
+def _beyond(given: float) -> str:
+    return (f"margin {given:g} is beyond what the task can measure (an accuracy change is at most "
             f"{MAX_ACCURACY_MARGIN:g} points; a text task's margin is at most {MAX_NLL_MARGIN:g} nats of mean NLL): "
             "a test against it could never fail")
 
