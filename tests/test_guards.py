@@ -178,9 +178,10 @@ def test_finds_default_guard_is_general_on_the_texts_that_fit_a_short_model(toke
     assert [g.task.name for g in result.guard_tasks] == ["general"]
     (effect,) = result.finalists[0].guards
     assert effect.n == 262 and result.guarding.discovery == (131,)  # 393 fit: a third searched, the rest held out
-    (line,) = [r.getMessage() for r in caplog.records if "longer than the model's" in r.getMessage()]
-    assert line == ("guard general: 207 of its 600 examples are longer than the model's 256 positions and left out; "
-                    "it runs on 393 of the rest (131 searched, 262 held out)")
+    said = [r.getMessage() for r in caplog.records if "guard" in r.getMessage()]
+    assert said[:2] == ["find's default guard: general, margin 0.05 nats of mean NLL (--guard none runs without it)",
+                        "guard general: 207 of its 600 examples are longer than the model's 256 positions and left "
+                        "out; it runs on 393 of the rest (131 searched, 262 held out)"]
 
 
 def test_finds_default_guard_steps_aside_where_too_few_texts_fit_and_a_named_one_is_refused(handmade,

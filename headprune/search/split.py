@@ -239,6 +239,9 @@ def fit_guards(inputs: Inputs, lm: object, settings: FindSettings) -> tuple[Inpu
                 raise
             notes.append(f"find's default guard {guard.task.name} is left out: {error}")
             continue
+        if guard.optional:
+            notes.append(f"find's default guard: {guard.task.name}, margin {guard.margin:g} nats of mean NLL "
+                         "(--guard none runs without it)")
         if long:
             notes.append(f"guard {guard.task.name}: {len(long)} of its {len(guard.task)} examples are longer than the "
                          f"model's {positions} positions and left out; it runs on {len(fitting)} of the rest "
