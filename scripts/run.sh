@@ -4,7 +4,8 @@
 # model (sliced safetensors) and verify it. Measured on 2 quiet CPU cores: set-up from a fresh clone with an
 # empty pip cache 2 min 1 s (nothing compiles); find, export and verify 2 min 9 s (find 96.5 s; Intel Xeon,
 # AVX-512, docs/install.md).
-# Arithmetic is a generation task: every condition decodes.
+# Arithmetic is a generation task: every condition decodes. find guards the run with general text by default
+# (docs/find.md); a claim not confirmed, the gain or its guard, exports nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -17,7 +18,7 @@ status=0
 if [ "$status" -gt 1 ]; then exit "$status"; fi  # 0 confirmed, 1 not confirmed: both are results
 if [ "$status" -eq 1 ]; then
     # An unconfirmed set is not shipped as if it were better: export refuses it without --allow-unconfirmed.
-    echo "find did not confirm a gain on held-out data (see $RUN/report.md); nothing exported"
+    echo "find did not confirm its claim on held-out data, the gain or its guard (see $RUN/report.md); nothing exported"
     exit 1
 fi
 .venv/bin/headprune export smollm2-135m --heads "$RUN/result.json" --out "$OUT" --overwrite

@@ -184,6 +184,24 @@ def test_finds_default_guard_is_general_on_the_texts_that_fit_a_short_model(toke
                         "out; it runs on 393 of the rest (131 searched, 262 held out)"]
 
 
+def test_the_command_line_guards_with_general_unless_told_none(tiny_folder, tmp_path) -> None:
+    from headprune.testing import random_choice_task
+
+    write_jsonl_task(random_choice_task(140), tmp_path / "t.jsonl")
+    common = ["find", str(tiny_folder), "--task", str(tmp_path / "t.jsonl"), "--discovery", "60", "--heldout", "60",
+              "--nominees", "2", "--max-heads", "2", "--finalists", "1"]
+    guarded = invoke(*common, "--out", str(tmp_path / "guarded"))
+    assert guarded.exit_code in (0, 1), guarded.output
+    assert "find's default guard: general" in guarded.stderr and "guard general " in guarded.stdout
+    record = json.loads((tmp_path / "guarded" / "result.json").read_text())
+    assert [g["task"]["name"] for g in record["guard_tasks"]] == ["general"]
+    bare = invoke(*common, "--guard", "none", "--out", str(tmp_path / "bare"))
+    assert bare.exit_code in (0, 1), bare.output
+    assert "default guard" not in bare.output and "guard general" not in bare.output
+    assert not (tmp_path / "bare" / "front.png").exists()
+    assert json.loads((tmp_path / "bare" / "result.json").read_text()).get("guard_tasks", []) == []
+
+
 def test_finds_default_guard_steps_aside_where_too_few_texts_fit_and_a_named_one_is_refused(handmade,
                                                                                            caplog) -> None:
     with caplog.at_level("INFO", logger="headprune"):  # 32 positions: 113 texts fit, fewer than the test needs

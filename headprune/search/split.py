@@ -133,6 +133,8 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
     Raises:
         TaskError: the task has no accuracy; and the loading and splitting errors.
     """
+    from headprune.search.guards import GENERAL
+
     held_spec = None if heldout_task is None or isinstance(heldout_task, Task) else portable_spec(heldout_task)
     specs = {"task": None if isinstance(task, Task) else portable_spec(task),  # loads from any working folder
              "heldout": held_spec}
@@ -145,8 +147,6 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
     controls = () if control is None else (control,) if isinstance(control, (str, Path, Task)) else tuple(control)
     loaded = tuple((c if isinstance(c, Task) else load(c)).first(settings.control_limit) for c in controls)
     split = split_task(task, discovery=discovery, heldout=heldout, seed=settings.seed, heldout_task=held)
-    from headprune.search.guards import GENERAL
-
     guards = () if guard is None else (guard,) if isinstance(guard, str) else tuple(guard)
     if default_guard and not guards and settings.objective == "improve":
         guarded = (load_guard(GENERAL, task, settings, load, optional=True),)
