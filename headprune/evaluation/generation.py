@@ -16,9 +16,10 @@ reads the tokens the first condition (find's intact run) wrote next, keeping tho
 from the ablated layer up (``evaluation.continuation``). That is the answer and the per-step gaps plain
 ``model.generate`` gives, up to float rounding (the contract of ``headprune.evaluation.contract``: an answer may
 differ only where a step's top-1 minus top-2 gap is within the precision's tolerance). Models that are not torch
-modules (an ONNX session, llama.cpp) and generation configs with a processor that changes greedy's scores get
-plain ``model.generate``, and so do models with recurrent layers (``HeadGrid.recurrent``). The answer is the text up to the scorer's stop (``Scorer.stop``) and its decision gap
-the smallest top-1 minus top-2 gap over the steps that decided it (``headprune.evaluation.decoding``).
+modules (an ONNX session, llama.cpp), generation configs with a processor that changes greedy's scores and models
+with recurrent layers (``HeadGrid.recurrent``) get plain ``model.generate``. The answer is the text up to the scorer's
+stop (``Scorer.stop``) and its decision gap the smallest top-1 minus top-2 gap over the steps that decided it
+(``headprune.evaluation.decoding``).
 """
 
 from __future__ import annotations

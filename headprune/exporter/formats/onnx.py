@@ -107,7 +107,6 @@ class Onnx(ExportFormat):
         from headprune.exporter.onnx import export as onnx_export
         from headprune.exporter.runtime_check import eos_ids
         from headprune.exporter.runtimes import OnnxModel
-        from headprune.loading.adapters import FAMILIES
         from headprune.loading.models import LoadedModel
         from headprune.scoring import scorer_for
 
@@ -117,10 +116,8 @@ class Onnx(ExportFormat):
             onnx_export.export_decoder(artifact, staging, eos=eos_ids(lm), pad=_pad_id(lm),
                                        bos=lm.tokenizer.bos_token_id)
         else:
-            family = FAMILIES.get(artifact.config.model_type)
-            tokens = family.onnx_tokens(artifact.config) if family and family.onnx_tokens else 5
             onnx_export.export_onnx(artifact, staging / onnx_export.ONNX_NAME, output=self.output,
-                                    positions=not lm.is_encoder, tokens=tokens)
+                                    positions=not lm.is_encoder)
         artifact.config.save_pretrained(staging)
         runner = OnnxModel(staging / onnx_export.ONNX_NAME, output=self.output, positions=not lm.is_encoder,
                            config=artifact.config)

@@ -132,8 +132,8 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
     family = family_of(artifact.config)
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
-            new = gguf_name(names, family.tensors.to_llama_cpp(name, tensor, artifact.config)[0])
-            joined = join_experts(name, stored, family.interleaved_experts)
+            new = gguf_name(names, family.tensors.to_llama_cpp(name, tensor, artifact.config)[0], family.renamed)
+            joined = join_experts(name, stored, family.experts)
             if joined is None:
                 joined = family.tensors.join(name, stored, artifact.config)
             if joined is None and new not in stored:  # rotary frequencies, a tied output

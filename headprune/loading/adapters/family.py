@@ -14,6 +14,7 @@ family).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -54,6 +55,9 @@ class Family:
         onnx_tokens: ``config -> the tokens a row the ONNX graph is traced on``, where the model's code shapes its
             work by the length (a Mamba2 scan's chunks: traced over two, so that the graph takes any count); None:
             the exporter's few.
+        traceable: ``model -> context manager`` within which torch's ONNX exporter traces the model, where
+            transformers computes something the exporter does not take (Llama 4's RoPE in complex numbers, computed
+            in real ones there); None: traced as it is. The export's gate compares the graph with the model itself.
     """
 
     model_type: str
@@ -64,6 +68,7 @@ class Family:
     note: str = ""
     onnx_refused: str = ""
     onnx_tokens: Callable[[Any], int] | None = None
+    traceable: Callable[[Any], AbstractContextManager[None]] | None = None
 
 
 FAMILIES: Registry[str, Family] = Registry("model type")  # two files claiming one model type: an error at import

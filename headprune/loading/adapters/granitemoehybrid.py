@@ -173,6 +173,7 @@ register(Family(
     Gguf("granitehybrid", permuted=True, per_layer=True, kv_marks_recurrent=True, keys=_keys, refuse=_refuse,
          tensors=GraniteHybridTensors(GRANITE_MAMBA),
          ffn_length=lambda c: int(c.intermediate_size if c.num_local_experts else c.shared_intermediate_size),
-         holds=("blk.0.ssm_a", "granitehybrid.ssm.inner_size"), variant={"position_embedding_type": "rope"}),
+         holds=("blk.0.ssm_a", "granitehybrid.ssm.inner_size"), variant={"position_embedding_type": "rope"},
+         refused=({"time_step_limit": (0.0, 100.0)}, "clamp their time step")),
     note="attention layers' query heads; Mamba2 layers untouched; routers and experts untouched",
     onnx_tokens=lambda config: int(config.mamba_chunk_size) + 3))

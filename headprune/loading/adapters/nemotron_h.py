@@ -36,14 +36,13 @@ def layer_kinds(config: Any) -> list[str]:
 
 class NemotronHTensors(Mamba2Tensors):
     """Nemotron-H's tensors under the checkpoint's names the converter maps (``backbone.layers.N.mixer.*``): the
-    Mamba2 layers' as the converter writes them, ``dt_bias`` as ``dt.bias``, the experts stacked as ``mlp.experts``
-    and the router's correction bias as ``e_score_correction.bias``."""
+    Mamba2 layers' as the converter writes them, ``dt_bias`` as ``dt.bias``, and the experts stacked as
+    ``mlp.experts``."""
 
     def to_llama_cpp(self, name: str, data: Any, config: Any) -> tuple[str, Any]:
         name, data = super().to_llama_cpp(name, data, config)
         if ".mixer.experts." in name:  # (experts, out, in): llama.cpp's stacked tensors as they are
             return name.replace(".mixer.experts.", ".mlp.experts.") + ".weight", data
-        name = name.replace(".gate.e_score_correction_bias", ".gate.e_score_correction.bias")
         return name.replace("model.layers.", "backbone.layers.", 1) if ".mixer." in name else name, data
 
 
@@ -95,6 +94,8 @@ register(Family(
     TinyModel("NemotronHConfig", "NemotronHForCausalLM", TINY),
     Gguf("nemotron_h", per_layer=True, kv_marks_recurrent=True, arch_of=_arch, keys=_keys, refuse=_refuse,
          rotary=False, ffn_length=_widths, tensors=NemotronHTensors(NEMOTRON_MAMBA),
-         holds=("blk.0.ssm_conv1d.weight", "nemotron_h.ssm.group_count")),
+         holds=("blk.0.ssm_conv1d.weight", "nemotron_h.ssm.group_count"), refused=(
+             {"layers_block_type": ["linear_attention", "full_attention", "mlp", "moe", "full_attention"]},
+             "both MLP and experts' layers")),
     note="attention layers' query heads; Mamba2, MLP and experts' layers untouched; GGUF `nemotron_h_moe` with experts",
     onnx_tokens=lambda config: int(config.chunk_size) + 3))
