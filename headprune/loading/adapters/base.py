@@ -132,6 +132,8 @@ class Adapter:
             heads is (``"mamba"``, ``"conv"``), which headprune leaves untouched. None: every layer attends.
         layer_heads: ``(config, layer, heads) -> heads``: a layer's heads where the config sizes some layers apart
             (given what its mixer's attributes read; Gemma 4's per-layer head sizes and key/value counts).
+        stateful: every layer carries a recurrent state beside its attention (Falcon-H1's Mamba2 mixer): the grid
+            is recurrent though each layer's kind is attention (:attr:`~headprune.heads.HeadGrid.stateful`).
     """
 
     family: str
@@ -168,6 +170,7 @@ class Adapter:
     mixers: tuple[Mixer, ...] = ()
     layer_kinds: Callable[[PretrainedConfig], Sequence[str]] | None = field(default=None, compare=False)
     layer_heads: Callable[[PretrainedConfig, int, LayerHeads], LayerHeads] | None = field(default=None, compare=False)
+    stateful: bool = False
 
     def __post_init__(self) -> None:
         try:  # the attention layers' mixer, built (and its layout checked) where the adapter is declared
@@ -253,7 +256,7 @@ class Adapter:
             mixer = self._mixers.get(kind)
             heads = LayerHeads(0, 0, 0, 0, kind) if mixer is None else mixer.heads(config, self.hidden_attr)
             layers.append(self.layer_heads(config, index, heads) if self.layer_heads else heads)
-        return HeadGrid(tuple(layers))
+        return HeadGrid(tuple(layers), self.stateful)
 
     def layers_container(self, model: PreTrainedModel) -> nn.ModuleList:
         """The model's own ``ModuleList`` of layers (entries can be swapped in place)."""
