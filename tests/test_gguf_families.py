@@ -416,13 +416,14 @@ def test_nemotron_h_with_experts_runs_in_llama_cpp_as_nemotron_h_moe(tokenizer, 
     assert meta["nemotron_h_moe.expert_count"] == 4
 
 
-def test_a_hybrid_without_a_gguf_writer_is_refused_in_one_line(tokenizer, tmp_path) -> None:
-    """Falcon-H1, whose llama.cpp converter folds its multipliers into the weights (not written by headprune): one
-    line naming the formats that take it, nothing written."""
-    lm = _lm("falcon_h1", tokenizer)
+@pytest.mark.parametrize("model_type", ["falcon_h1", "lfm2"])
+def test_a_hybrid_without_a_gguf_writer_is_refused_in_one_line(model_type, tokenizer, tmp_path) -> None:
+    """Falcon-H1 (llama.cpp's converter folds its multipliers into the weights) and LFM2 (its short-convolution
+    tensors), which headprune's writer does not write: one line naming the formats that take them, nothing written."""
+    lm = _lm(model_type, tokenizer)
     save_folder(lm.model, tokenizer, tmp_path / "m")
-    result = invoke("export", str(tmp_path / "m"), "--heads", "L1.H0", "--format", "gguf", "--verify-task",
-                    str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    result = invoke("export", str(tmp_path / "m"), "--heads", matrix_heads(lm.grid), "--format", "gguf",
+                    "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
-    assert "falcon_h1" in lines[0] and "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
+    assert model_type in lines[0] and "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
