@@ -63,7 +63,7 @@ class Mamba2:
             return f"its Mamba2 layers' activation ({act}) is not silu, which llama.cpp's graph computes"
         limit = tuple(getattr(config, "time_step_limit", None) or (0.0, float("inf")))
         if limit != (0.0, float("inf")):
-            return f"its Mamba2 layers clamp their time step (time_step_limit {limit}), which llama.cpp's graph does not"
+            return f"its Mamba2 layers clamp their time step (time_step_limit {limit}), which llama.cpp's does not"
         if getattr(config, bias, False):
             return f"its Mamba2 layers' projections have biases ({bias}), which llama.cpp's graph has no place for"
         return None
@@ -165,7 +165,8 @@ def _refuse(config: Any) -> str | None:
 # several) before two attention layers (4 query heads over 2 key/value heads), a mixture of 4 experts beside a shared
 # MLP after each; Granite's multipliers.
 TINY = dict(GQA, num_hidden_layers=3, layer_types=[MAMBA, "attention", "attention"], mamba_n_heads=4, mamba_d_head=32,
-            mamba_d_state=8, mamba_chunk_size=8, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=32,
+            mamba_d_state=8, mamba_chunk_size=8, num_local_experts=4, num_experts_per_tok=2,
+            shared_intermediate_size=32,
             attention_multiplier=0.3, embedding_multiplier=2.0, residual_multiplier=0.5, logits_scaling=2.0)
 register(Family(
     "granitemoehybrid", Adapter(family="granitemoehybrid", **LLAMA_STYLE, layer_kinds=layer_kinds),  # type: ignore

@@ -75,7 +75,7 @@ def _refuse(config: Any) -> str | None:
     """What llama.cpp's nemotron_h graphs fix that a config can set otherwise."""
     kinds = set(config.layers_block_type)
     if {"mlp", "moe"} <= kinds:
-        return "it has both MLP and experts' layers, and llama.cpp's nemotron_h_moe graph gives every such layer experts"
+        return "it has both MLP and experts' layers, and llama.cpp's nemotron_h_moe graph gives each such layer experts"
     if config.mlp_hidden_act != "relu2":
         return f"its MLP's activation ({config.mlp_hidden_act}) is not relu2, which llama.cpp's graph computes"
     if "moe" in kinds and (config.n_group != 1 or config.moe_latent_size is not None):
