@@ -218,8 +218,9 @@ def test_known_unsupported_families_say_why_and_what_works(config_class, words, 
 
 def _image_inputs(config) -> dict:  # noqa: ANN001
     """Text around one image's 4 tokens, and the image (seeded random pixels), as each family's processor gives them:
-    Gemma 3 and LLaVA a 28 x 28 picture; Qwen2-VL its 14 x 14 patches flattened (2 frames x 3 channels), a 4 x 4 grid
-    its merger reads 2 x 2, and the image tokens' type for M-RoPE's positions."""
+    Gemma 3 and LLaVA a 28 x 28 picture; Gemma 4 its patches flattened with their positions; Qwen2-VL its 14 x 14
+    patches flattened (2 frames x 3 channels), a 4 x 4 grid its merger reads 2 x 2, and the image tokens' type for
+    M-RoPE's positions."""
     image = config.image_token_id
     generator = torch.Generator().manual_seed(0)
     if config.model_type in ("qwen2_vl", "qwen2_5_vl"):
@@ -227,6 +228,10 @@ def _image_inputs(config) -> dict:  # noqa: ANN001
         return dict(input_ids=ids, pixel_values=torch.randn(16, 3 * 2 * 14 * 14, generator=generator),
                     image_grid_thw=torch.tensor([[1, 4, 4]]), mm_token_type_ids=(ids == image).int())
     ids = torch.tensor([[5, 9] + [image] * 4 + [14, 3, 27]])
+    if config.model_type == "gemma4":  # 4 x 4 patches of 4 x 4 pixels and their positions, pooled 2 x 2
+        grid = torch.stack(torch.meshgrid(torch.arange(4), torch.arange(4), indexing="ij"), -1).reshape(1, 16, 2)
+        return dict(input_ids=ids, pixel_values=torch.rand(1, 16, 3 * 4 * 4, generator=generator),
+                    image_position_ids=grid, mm_token_type_ids=(ids == image).long())
     inputs = dict(input_ids=ids, pixel_values=torch.randn(1, 3, 28, 28, generator=generator))
     return dict(inputs, token_type_ids=(ids == image).long()) if config.model_type == "gemma3" else inputs
 
@@ -246,11 +251,12 @@ def _load_as_hinted(output: str, out: Path):  # noqa: ANN202
     return getattr(transformers, auto.group(1)).from_pretrained(out, trust_remote_code=trust).eval()
 
 
-# Vision-language checkpoints as shipped (Gemma 3 4B-27B, LLaVA around each language model it takes, Qwen2-VL,
-# Qwen2.5-VL): their language model's heads are removed, the vision tower and projector kept byte for byte.
+# Vision-language checkpoints as shipped (Gemma 3 4B-27B, Gemma 4 with its audio tower, LLaVA around each language
+# model it takes, Qwen2-VL, Qwen2.5-VL): their language model's heads are removed, the towers and projector kept byte
+# for byte.
 @pytest.mark.parametrize(("model_type", "text_type"), [
-    ("gemma3", None), ("llava", "llama"), ("llava", "mistral"), ("llava", "qwen2"), ("qwen2_vl", None),
-    ("qwen2_5_vl", None)])
+    ("gemma3", None), ("gemma4", None), ("llava", "llama"), ("llava", "mistral"), ("llava", "qwen2"),
+    ("qwen2_vl", None), ("qwen2_5_vl", None)])
 def test_vision_language_export_reads_an_image_as_the_masked_original(model_type, text_type, tokenizer,
                                                                       tmp_path) -> None:
     """Both layouts, exported by the CLI and loaded by headprune and as the CLI's hint says, give the masked
@@ -260,7 +266,7 @@ def test_vision_language_export_reads_an_image_as_the_masked_original(model_type
     folder = save_folder(vlm, tokenizer, tmp_path / "vlm")
     lm = load_model(str(folder), device="cpu")
     assert lm.adapter.family == model_type.replace("qwen2_5_vl", "qwen2_vl") and lm.task_head == "causal-lm"
-    assert lm.grid.num_heads == 4 and lm.grid.num_kv_heads == 2
+    assert lm.grid.layers[0].heads == 4 and lm.grid.layers[0].kv_heads == 2
     heads = parse_heads(HEADS)
     image = _image_inputs(vlm.config)
     text_only = dict(input_ids=image["input_ids"].masked_fill(image["input_ids"] == vlm.config.image_token_id, 7))
@@ -283,7 +289,7 @@ def test_vision_language_export_reads_an_image_as_the_masked_original(model_type
             saved = loaded.state_dict()
             assert all(saved[n].dtype == original[n].dtype and torch.equal(saved[n], original[n]) for n in vision)
         q_rows = saved["model.language_model.layers.1.self_attn.q_proj.weight"].shape[0]
-        assert q_rows == (2 if layout == "sliced" else 4) * lm.grid.head_dim
+        assert q_rows == (2 if layout == "sliced" else 4) * lm.grid.layers[1].head_dim
 
 
 def test_llava_around_a_language_model_it_does_not_take_is_refused_in_one_line(tokenizer, tmp_path) -> None:

@@ -186,6 +186,8 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(m
     ("cohere", {}, "64 layers or more"),
     ("smollm3", {"num_hidden_layers": 4, "no_rope_layers": [1, 1, 0, 1]}, "every 4th"),
     ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, "which llama.cpp's gpt2 graph fixes"),
+    ("gemma4_text", {"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32},
+     "MoE block"),
     ("gpt_neox", {"attention_bias": False}, "no biases (attention_bias false)"),
     ("gpt2", {"activation_function": "relu"}, "needs a gelu_new or gelu_pytorch_tanh or gelu_fast MLP"),
     ("qwen3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,

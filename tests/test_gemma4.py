@@ -1,0 +1,75 @@
+"""Gemma 4's key/value sharing: a layer that reads an earlier layer's keys and values (``LayerHeads.kv_source``)
+keeps reading the same ones whatever heads go. The plan keeps in the source every key/value head a reader's kept
+heads read; the sliced safetensors export and the sliced GGUF (llama.cpp's gemma4 graph, per-layer head counts) are
+compared with the masked original by their logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import choice_task, generate_task
+from helpers.gguf_file import gguf_knows, gguf_metadata
+
+from headprune.exporter import export, runtimes
+from headprune.exporter.formats.gguf import Gguf
+from headprune.heads import HeadGrid, LayerHeads, parse_heads
+from headprune.loading.adapters.gemma4 import GELU_TABLE_PLE
+from headprune.loading.models import load, wrap_model
+from headprune.surgery.ablation import ablated
+from headprune.surgery.plan import plan_layers
+from headprune.testing import family_model
+
+# The tiny model's layers: sliding (4 heads over 2 KV), full (4 over 1, keys as values), then a sliding and a full
+# layer that read layers 0 and 1. Layer 0 loses its whole second group, which layer 2's one kept head (H2) still
+# reads; layer 3 loses one head.
+HEADS = "L0.H2,L0.H3,L2.H0,L2.H1,L2.H3,L3.H1"
+SLIDING, FULL = LayerHeads(4, 2, 16, 16), LayerHeads(4, 1, 32, 32)
+GRID = HeadGrid((SLIDING, FULL, LayerHeads(4, 2, 16, 16, kv_source=0), LayerHeads(4, 1, 32, 32, kv_source=1)))
+
+
+@pytest.mark.parametrize(("kv_map", "layouts"), [
+    (True, ["mapped", "unchanged", "mapped", "grouped"]),
+    (False, ["keep-zeroed", "unchanged", "keep-zeroed", "grouped"])])
+def test_a_source_keeps_the_key_value_heads_its_readers_read(kv_map, layouts) -> None:
+    plans = plan_layers(GRID, parse_heads(HEADS), kv_map=kv_map)
+    assert [p.layout for p in plans] == layouts
+    assert plans[0].kv_heads == (0, 1) and plans[2].kv_heads == plans[0].kv_heads  # group 1: layer 2's H2 reads it
+    assert set(plans[0].q_heads) - set(plans[0].zeroed) == {0, 1}
+    assert set(plans[2].q_heads) - set(plans[2].zeroed) == {2}
+    if kv_map:  # layer 0 keeps KV head 1 for its reader only; layer 2's one head reads slot 1 (KV head 1)
+        assert plans[0].q_heads == (0, 1) and plans[2].kv_slots == (1,)
+    # Nobody reads a group: the source drops it.
+    plans = plan_layers(GRID, parse_heads("L0.H2,L0.H3,L2.H2,L2.H3"), kv_map=kv_map)
+    assert plans[0].kv_heads == plans[2].kv_heads == (0,) and plans[2].q_heads == (0, 1)
+
+
+def _logits(model, ids: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    with torch.no_grad():
+        return model(input_ids=ids).logits[0].float()
+
+
+def test_sliced_exports_read_what_the_masked_original_reads(tokenizer, tmp_path) -> None:
+    lm = wrap_model(family_model("gemma4_text", len(tokenizer), seed=2), tokenizer, name="tiny-gemma4")
+    assert lm.grid.layers[2].kv_source == 0 and lm.grid.layers[3].kv_source == 1
+    heads = parse_heads(HEADS)
+    ids = torch.tensor([tokenizer("a dull and lifeless movie with nothing to say, the film is")["input_ids"]])
+    with ablated(lm, heads):
+        want = _logits(lm.model, ids)
+    assert float((want - _logits(lm.model, ids)).abs().max()) > 1e-2
+    record = export(lm, heads, layout="sliced", verify_task=choice_task(), out=tmp_path / "s")
+    assert record.verification.task.disagreements == 0 and record.parameters.after < record.parameters.before
+    torch.testing.assert_close(_logits(load(tmp_path / "s", device="cpu").model, ids), want, atol=1e-5, rtol=1e-5)
+    if not gguf_knows("gemma4"):
+        return
+    record = export(lm, heads, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g")
+    info = Gguf.details(record)
+    assert info.architecture == "gemma4" and info.runtime.done and info.runtime.mismatches == 0
+    _, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert list(meta["gemma4.attention.head_count"]) == [4, 4, 2, 3]  # even groups: removed heads kept zeroed
+    assert list(meta["gemma4.attention.head_count_kv"]) == [2, 1, 2, 1]
+    runner = runtimes.LlamaCppModel(tmp_path / "g" / "model.gguf", n_ctx=128, eos=())
+    try:
+        diff = float((runner.logits(ids[0].tolist()) - want).abs().max())
+    finally:
+        runner.close()
+    assert diff <= GELU_TABLE_PLE * max(1.0, float(want.abs().max())), diff
