@@ -1,7 +1,7 @@
 """Gemma 4's key/value sharing: a layer that reads an earlier layer's keys and values (``LayerHeads.kv_source``)
 keeps reading the same ones whatever heads go. The plan keeps in the source every key/value head a reader's kept
 heads read; the sliced safetensors export and the sliced GGUF (llama.cpp's gemma4 graph, per-layer head counts) are
-compared with the masked original by their logits."""
+compared with the masked original by their logits, as is the GGUF of a model with experts (26B-A4B's block)."""
 
 from __future__ import annotations
 
@@ -73,3 +73,37 @@ def test_sliced_exports_read_what_the_masked_original_reads(tokenizer, tmp_path)
     finally:
         runner.close()
     assert diff <= GELU_TABLE_PLE * max(1.0, float(want.abs().max())), diff
+
+
+def test_experts_in_llama_cpp_read_the_routers_scales(tokenizer, tmp_path) -> None:
+    """26B-A4B's MoE block beside the MLP: the router's input scale and per-expert scale (random here, so that they
+    show in the logits) are written where llama.cpp's gemma4 graph reads them, and the file runs like the masked
+    original."""
+    if not gguf_knows("gemma4"):
+        return
+    model = family_model("gemma4_text", len(tokenizer), seed=2, enable_moe_block=True, num_experts=4, top_k_experts=2,
+                         moe_intermediate_size=32)
+    lm = wrap_model(model, tokenizer, name="tiny-gemma4-moe")
+    ids = torch.tensor([tokenizer("a dull and lifeless movie with nothing to say, the film is")["input_ids"]])
+    plain = _logits(model, ids)
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.router.scale.copy_(torch.rand(layer.router.scale.shape, generator=generator) * 2)
+            layer.router.per_expert_scale.copy_(torch.rand(4, generator=generator) * 2)
+    heads = parse_heads(HEADS)
+    with ablated(lm, heads):
+        want = _logits(model, ids)
+    gate = GELU_TABLE_PLE * max(1.0, float(want.abs().max()))
+    assert float((_logits(model, ids) - plain).abs().max()) > 10 * gate  # the scales matter
+    record = export(lm, heads, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g")
+    assert Gguf.details(record).runtime.mismatches == 0
+    reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert {"blk.0.ffn_gate_inp.scale", "blk.0.ffn_down_exps.scale"} <= {t.name for t in reader.tensors}
+    assert meta["gemma4.expert_count"] == 4
+    runner = runtimes.LlamaCppModel(tmp_path / "g" / "model.gguf", n_ctx=128, eos=())
+    try:
+        diff = float((runner.logits(ids[0].tolist()) - want).abs().max())
+    finally:
+        runner.close()
+    assert diff <= gate, diff

@@ -105,8 +105,9 @@ def gguf_name(names: Any, name: str, renamed: tuple[tuple[str, str], ...] = ()) 
         name = name.replace(ours, theirs)
     # the converter's spelling of a router's correction bias (ModelBase.modify_tensors), which gguf-py maps
     name = name.replace("e_score_correction_bias", "e_score_correction.bias")
-    new = names.get_name(name, try_suffixes=(".weight", ".bias"))
-    if new is not None and not new.endswith((".weight", ".bias", *NO_SUFFIX)):
+    # (".scale": a tensor llama.cpp reads as a scale beside a weight, such as Gemma 4's router's, renamed to it)
+    new = names.get_name(name, try_suffixes=(".weight", ".bias", ".scale"))
+    if new is not None and not new.endswith((".weight", ".bias", ".scale", *NO_SUFFIX)):
         new += ".weight"
     return new
 

@@ -62,8 +62,8 @@ def _sliding(config: Any) -> Any:
 
 def _keys(writer: Any, config: Any) -> None:
     """The converter's keys (``Gemma4Model.set_gguf_parameters``): which layers slide and over what window, the
-    sliding layers' head size and RoPE, the key/value-sharing layers, the per-layer embeddings' width and the soft
-    cap (a model with experts is refused: :func:`_refuse`)."""
+    sliding layers' head size and RoPE, the key/value-sharing layers, the per-layer embeddings' width, the soft cap
+    and the experts."""
     sliding = _sliding(config)
     writer.add_sliding_window(int(config.sliding_window))
     writer.add_sliding_window_pattern([kind == "sliding_attention" for kind in config.layer_types])
@@ -76,6 +76,10 @@ def _keys(writer: Any, config: Any) -> None:
     writer.add_rope_freq_base_swa(float(config.rope_parameters.get("sliding_attention", {}).get("rope_theta", 1e4)))
     if config.final_logit_softcapping:
         writer.add_final_logit_softcapping(float(config.final_logit_softcapping))
+    if config.enable_moe_block:
+        writer.add_expert_count(int(config.num_experts))
+        writer.add_expert_used_count(int(config.top_k_experts))
+        writer.add_expert_feed_forward_length(int(config.moe_intermediate_size))
 
 
 def _ffn(config: Any) -> int | list[int]:
@@ -96,8 +100,6 @@ def _refuse(config: Any) -> str | None:
         return "its full-attention layers' RoPE is not proportional and unscaled, as llama.cpp's gemma4 graph takes it"
     if sliding.get("rope_type", "default") != "default":
         return "its sliding layers' RoPE is not plain RoPE, as llama.cpp's gemma4 graph computes it"
-    if config.enable_moe_block:  # (the converter renames the router's scales and folds them into the experts')
-        return "its experts (26B-A4B's MoE block): headprune does not map them to llama.cpp's gemma4 tensors"
     if config.attention_bias or config.use_bidirectional_attention == "all":
         return "its attention has biases or is bidirectional, which llama.cpp's gemma4 graph does not compute"
     if config.hidden_size_per_layer_input and config.vocab_size_per_layer_input != config.vocab_size:
@@ -117,6 +119,10 @@ def _refuse(config: Any) -> str | None:
 # torch); with heads removed up to 2.3e-3.
 GELU_TABLE_PLE = 5e-3
 
+
+# The router's input scale and its per-expert output scale, under the names llama.cpp reads them by (the converter's
+# Gemma4Model.modify_tensors: ffn_gate_inp.scale, ffn_down_exps.scale)
+ROUTER_SCALES = (("router.scale", "router.proj.scale"), ("router.per_expert_scale", "experts.down_proj.scale"))
 
 GEMMA4_TEXT = Adapter(family="gemma4_text", **LLAMA_STYLE, layer_heads=_shared)  # type: ignore[arg-type]
 GEMMA4 = Adapter(family="gemma4", **VISION_LANGUAGE, layer_heads=_shared)  # type: ignore[arg-type]
@@ -138,6 +144,7 @@ _NOTE = ("per-layer head sizes and key/value heads (sliding and full layers), ke
 register(
     Family("gemma4_text", GEMMA4_TEXT, TinyModel("Gemma4TextConfig", "Gemma4ForCausalLM", TEXT), note=_NOTE,
            gguf=Gguf("gemma4", per_layer=True, keys=_keys, refuse=_refuse, ffn_length=_ffn, activation=TANH_GELU,
+                     renamed=ROUTER_SCALES,
                      tolerance=GELU_TABLE_PLE, sliding_window=True,
                      holds=("per_layer_token_embd.weight", "gemma4.attention.shared_kv_layers"))),
     Family("gemma4", GEMMA4, TinyModel("Gemma4Config", "Gemma4ForConditionalGeneration", dict(
