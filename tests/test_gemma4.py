@@ -12,6 +12,7 @@ from helpers.gguf_file import gguf_knows, gguf_metadata
 
 from headprune.exporter import export, runtimes
 from headprune.exporter.formats.gguf import Gguf
+from headprune.exporter.gguf.size import CONTEXT
 from headprune.heads import HeadGrid, LayerHeads, parse_heads
 from headprune.loading.adapters.gemma4 import GELU_TABLE_PLE
 from headprune.loading.models import load, wrap_model
@@ -73,6 +74,28 @@ def test_sliced_exports_read_what_the_masked_original_reads(tokenizer, tmp_path)
     finally:
         runner.close()
     assert diff <= GELU_TABLE_PLE * max(1.0, float(want.abs().max())), diff
+    # The key/value cache the record states is what llama.cpp allocates: the two storing layers' own (a sliding one
+    # of 2 heads of 16, a full one of 1 of 32), none for the layers that read them.
+    size = info.size
+    assert size.kv_bytes == size.original_kv_bytes == 2 * (2 * 16 + 32) * CONTEXT * 2
+    assert (_logged_cache(tmp_path / "g" / "model.gguf", flash_attn=True),
+            _logged_cache(tmp_path / "g" / "model.gguf", flash_attn=False)) == (size.kv_bytes, size.kv_bytes_no_flash)
+
+
+def _logged_cache(path, *, flash_attn: bool) -> int:  # noqa: ANN001
+    """The key and value caches llama.cpp allocates for ``path`` at a 4k context in f16 (the sliding layers' and the
+    others'), from its own log."""
+    import re
+
+    from headprune.exporter.llama_cpp import runtime as llama_cpp_runtime
+
+    llm = llama_cpp_runtime.LlamaCpp(path, n_ctx=CONTEXT, kv_f32=False, flash_attn=flash_attn, threads=1)
+    try:
+        log = "".join(text for _, text in llm.binding.log)
+    finally:
+        llm.close()
+    caches = re.findall(r"K \(f16\):\s*([\d.]+) MiB, V \(f16\):\s*([\d.]+) MiB", log)
+    return round(sum(float(k) + float(v) for k, v in caches) * 2**20)
 
 
 def test_experts_in_llama_cpp_read_the_routers_scales(tokenizer, tmp_path) -> None:
