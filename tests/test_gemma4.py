@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import choice_task, generate_task
+from helpers import choice_task, generate_task, prefixed
 from helpers.gguf_file import gguf_knows, gguf_metadata
 
 from headprune.exporter import export, runtimes
@@ -130,3 +130,26 @@ def test_experts_in_llama_cpp_read_the_routers_scales(tokenizer, tmp_path) -> No
     finally:
         runner.close()
     assert diff <= gate, diff
+
+
+@pytest.mark.parametrize("make_task", [choice_task, generate_task, lambda: prefixed(generate_task())])
+def test_the_layer_cache_starts_no_pass_above_a_layer_whose_keys_are_read(make_task, tokenizer) -> None:
+    """Six layers, the last two reading layers 2 and 3: a pass started at layer 3 or above would not compute the
+    keys and values layer 4 reads, so the cache's checkpoints stop at layer 2, and its results are a full pass's."""
+    import numpy as np
+
+    from headprune.evaluation import Evaluator
+
+    model = family_model("gemma4_text", len(tokenizer), seed=7, num_hidden_layers=6,
+                         layer_types=["sliding_attention", "full_attention"] * 3)
+    lm = wrap_model(model, tokenizer, name="tiny-gemma4-deep")
+    assert [layer.kv_source for layer in lm.grid.layers] == [None, None, None, None, 2, 3]
+    plain = Evaluator(lm, make_task(), batch_size=5)
+    cached = Evaluator(lm, make_task(), batch_size=5, reuse_layers=True)
+    assert cached._layer_cache.checkpoints == [1, 2]
+    for run in (plain, cached):
+        run.run()
+    for spec in ("L2.H1", "L3.H0,L4.H2", "L5.H3", "L1.H0,L4.H1"):
+        a, b = plain.run(parse_heads(spec)), cached.run(parse_heads(spec))
+        assert a.texts == b.texts and [r.correct for r in a.results] == [r.correct for r in b.results]
+        np.testing.assert_allclose(a.margins, b.margins, rtol=0, atol=1e-5)
