@@ -144,8 +144,7 @@ _NOTE = ("per-layer head sizes and key/value heads (sliding and full layers), ke
 register(
     Family("gemma4_text", GEMMA4_TEXT, TinyModel("Gemma4TextConfig", "Gemma4ForCausalLM", TEXT), note=_NOTE,
            gguf=Gguf("gemma4", per_layer=True, keys=_keys, refuse=_refuse, ffn_length=_ffn, activation=TANH_GELU,
-                     renamed=ROUTER_SCALES,
-                     tolerance=GELU_TABLE_PLE, sliding_window=True,
+                     renamed=ROUTER_SCALES, tolerance=GELU_TABLE_PLE, sliding_window=True,
                      holds=("per_layer_token_embd.weight", "gemma4.attention.shared_kv_layers"))),
     Family("gemma4", GEMMA4, TinyModel("Gemma4Config", "Gemma4ForConditionalGeneration", dict(
         text_config={k: v for k, v in TEXT.items() if k != "vocab_sized"}, vision_config=VISION,
