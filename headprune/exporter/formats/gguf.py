@@ -114,7 +114,7 @@ class Gguf(ExportFormat):
         from headprune.loading.models import LoadedModel
 
         lm, artifact = job.lm, job.artifact
-        plans = job.plans if job.layout == "sliced" else None  # (a dense file has the model's own counts)
+        plans = job.plans if self.options.layout == "sliced" else None  # (a dense file keeps every head in shape)
         files = gguf_export.write_files(lm, artifact, self.arch, plans, staging, scratch, self.chosen["gguf_type"])
         version, reason = gguf_export.llama_cpp_version()
         self.runtime, self.reason = version or "", reason
@@ -287,7 +287,7 @@ class Gguf(ExportFormat):
             lines = [f"Checked in {info.runtime.runtime}: an embedding model ({info.pooling} pooling, as headprune "
                      "scores it):", "", "```bash", f"llama-embedding -m {info.file} -p \"the film is a delight\"",
                      f"llama-server --embeddings -m {info.file}", "```"]
-        if record.layout == "sliced":  # deci, or a family's own graph that reads them (granitehybrid, nemotron_h)
+        if record.layout == "sliced":  # deci, or a family's own graph that reads them (gemma4, granitehybrid, nemotron_h)
             arch = info.architecture
             lines += ["", f"Layers have different head counts: the file uses llama.cpp's `{arch}` architecture, which "
                       f"reads them per layer (`{arch}.attention.head_count`, `{arch}.attention.head_count_kv`)."]
@@ -308,8 +308,13 @@ def _size(job: Job, files: Any) -> DeploySize:
 
     stock = gguf_plan(job.lm, "llama", None)  # the original's head counts (the architecture name aside)
     original = weight_bytes(files.original_path) if files.original_path is not None else 0
-    return deploy_size(weight_bytes(files.path), original, files.plan.head_count_kv, stock.head_count_kv,
-                       files.plan.head_dim)
+    layers = job.lm.grid.layers  # each layer's head size; a layer reading another's keys and values caches none
+
+    def cached(counts: Any) -> list[int]:
+        return [n if layer.kv_source is None else 0 for n, layer in zip(counts, layers, strict=True)]
+
+    return deploy_size(weight_bytes(files.path), original, cached(files.plan.head_count_kv),
+                       cached(stock.head_count_kv), [layer.head_dim for layer in layers])
 
 
 def _runner(lm: LoadedModel, path: Path, n_ctx: int, encoder: bool) -> Any:

@@ -64,9 +64,9 @@ class Gguf:
         pairs: the checkpoint's RoPE rotates adjacent pairs already (ERNIE 4.5): its q/k rows are never permuted,
             in a sliced file (deci, which rotates pairs) either.
         dense_only: why a sliced file cannot be written (None: it is written as llama.cpp's ``deci``, or in ``arch``
-            itself where ``per_layer``).
-        per_layer: llama.cpp's graph sizes each attention layer by its own head counts (``n_head(il)``): a sliced file
-            is written in ``arch``, not ``deci``.
+            where ``per_layer``).
+        per_layer: llama.cpp's graph for ``arch`` sizes each layer by its own head counts (``n_head(il)``,
+            ``n_head_kv(il)``: Gemma 4's), so a sliced file is written in it, with per-layer arrays.
         kv_marks_recurrent: the graph tells a layer without attention (a Mamba2 or convolution layer) by its 0
             key/value heads: the counts are written a layer each, such a layer given the attention layers' query
             head count.
