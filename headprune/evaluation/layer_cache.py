@@ -64,7 +64,10 @@ class LayerInputCache:
 
     def __init__(self, lm: LoadedModel, checkpoints: list[int]) -> None:
         self.lm = lm
-        self.checkpoints = sorted(c for c in set(checkpoints) if 0 < c < lm.grid.num_layers)
+        adapter = lm.adapter  # (a layer that reads what an earlier one computed is no place to start a pass)
+        starts = adapter.layer_starts(adapter.sizes(lm.model.config)) if adapter.layer_starts else None
+        self.checkpoints = sorted(c for c in set(checkpoints) if 0 < c < lm.grid.num_layers and (starts is None
+                                                                                               or starts[c]))
         self._store: dict[int, dict[int, torch.Tensor]] = {}
 
     @classmethod

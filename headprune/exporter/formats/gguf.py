@@ -306,7 +306,7 @@ def _size(job: Job, files: Any) -> DeploySize:
     stock = gguf_plan(job.lm, "llama", job.plans)  # the original's head counts (the architecture name aside)
     original = weight_bytes(files.original_path) if files.original_path is not None else 0
     return deploy_size(weight_bytes(files.path), original, files.plan.head_count_kv, stock.head_count_kv,
-                       files.plan.head_dim)
+                       files.plan.key_length or files.plan.head_dim, values=files.plan.values_cached)
 
 
 def _runner(lm: LoadedModel, path: Path, n_ctx: int, encoder: bool) -> Any:

@@ -20,9 +20,12 @@ CACHE_TYPE, CACHE_BYTES = "f16", 2  # llama.cpp's default key and value cache ty
 
 
 def kv_cache_bytes(head_count_kv: Sequence[int], head_dim: int, *, context: int = CONTEXT,
-                   item: int = CACHE_BYTES, flash_attn: bool = True) -> int:
-    """Bytes of llama.cpp's key/value cache for layers with ``head_count_kv`` key/value heads of ``head_dim``."""
+                   item: int = CACHE_BYTES, flash_attn: bool = True, values: bool = True) -> int:
+    """Bytes of llama.cpp's key/value cache for layers with ``head_count_kv`` key/value heads of ``head_dim``
+    (``values`` false: keys alone, as llama.cpp caches multi-head latent attention's latent)."""
     keys = sum(head_count_kv) * head_dim
+    if not values:
+        return keys * context * item
     values = keys if flash_attn else len(head_count_kv) * max(head_count_kv) * head_dim
     return (keys + values) * context * item
 
@@ -47,10 +50,11 @@ class DeploySize:
 
 
 def deploy_size(file_bytes: int, original_file_bytes: int, head_count_kv: Sequence[int],
-                original_head_count_kv: Sequence[int], head_dim: int) -> DeploySize:
-    return DeploySize(file_bytes, original_file_bytes, CONTEXT, CACHE_TYPE, kv_cache_bytes(head_count_kv, head_dim),
-                      kv_cache_bytes(original_head_count_kv, head_dim),
-                      kv_cache_bytes(head_count_kv, head_dim, flash_attn=False))
+                original_head_count_kv: Sequence[int], head_dim: int, *, values: bool = True) -> DeploySize:
+    return DeploySize(file_bytes, original_file_bytes, CONTEXT, CACHE_TYPE,
+                      kv_cache_bytes(head_count_kv, head_dim, values=values),
+                      kv_cache_bytes(original_head_count_kv, head_dim, values=values),
+                      kv_cache_bytes(head_count_kv, head_dim, flash_attn=False, values=values))
 
 
 def against(value: int, original: int) -> str:

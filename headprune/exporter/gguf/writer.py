@@ -71,6 +71,12 @@ class GgufPlan:
     head_count_kv: tuple[int, ...]
     head_dim: int  # the attention layers' (the first's)
     permuted: bool  # q/k rows permuted to llama.cpp's rotation
+    # attention.key_length, value_length, rope.dimension_count: the heads' (0) or, where llama.cpp caches one latent
+    # key/value head a layer (Gguf.latent: MLA), the latent's, with no values cached apart
+    key_length: int = 0
+    value_length: int = 0
+    rope_dims: int = 0
+    values_cached: bool = True
 
 
 def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
@@ -83,6 +89,11 @@ def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
         heads = tuple(layer.heads if a else 0 for layer, a in zip(layers, attention))
         kv = tuple(layer.kv_heads if a else 0 for layer, a in zip(layers, attention))
     head_dim = next((layer.head_dim for layer, a in zip(layers, attention) if a), 0)
+    latent = family_of(lm.model.config).latent
+    if latent is not None:  # one latent key/value head a layer (MLA), whatever the heads
+        key, value, rope = latent(lm.model.config)
+        return GgufPlan(arch, heads, tuple(int(a) for a in attention), head_dim, arch in PERMUTED_ARCHES, key, value,
+                        rope, values_cached=False)
     return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES)
 
 
@@ -90,6 +101,8 @@ def gguf_name(names: Any, name: str) -> str | None:
     """The GGUF tensor a model tensor is stored as (``names``: gguf's tensor name map), None where llama.cpp's graph
     has no place for it; a parameter without a ``.weight`` suffix (GPT-OSS's ``sinks``) gets one, as the converter
     gives it. Experts' fused tensors: :mod:`headprune.exporter.gguf.experts`."""
+    # the converter's spelling of a router's correction bias (ModelBase.modify_tensors), which gguf-py maps
+    name = name.replace("e_score_correction_bias", "e_score_correction.bias")
     new = names.get_name(name, try_suffixes=(".weight", ".bias"))
     if new is not None and not new.endswith((".weight", ".bias")):
         new += ".weight"
@@ -122,9 +135,11 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
         if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight") or dropped:
             continue
         data = tensor.detach().to("cpu", torch.float32)
-        experts = split_experts(name, data, family.interleaved_experts)
-        if experts is not None:
-            out.update(experts)
+        parts = split_experts(name, data, family.interleaved_experts)
+        if parts is None and family.split is not None:  # (MLA's kv_b_proj: attn_k_b and attn_v_b)
+            parts = family.split(name, data, artifact.config)
+        if parts is not None:
+            out.update(parts)
             continue
         new = gguf_name(names, name)
         if new is None:
@@ -202,8 +217,8 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     else:
         writer.add_head_count(heads.pop())
         writer.add_head_count_kv(kv.pop())
-    writer.add_key_length(plan.head_dim)
-    writer.add_value_length(plan.head_dim)
+    writer.add_key_length(plan.key_length or plan.head_dim)
+    writer.add_value_length(plan.value_length or plan.head_dim)
     if getattr(config, "rms_norm_eps", None) is not None:  # LayerNorm families write theirs with their own keys
         writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     rope = rope_parameters(config)
@@ -211,7 +226,8 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
         writer.add_rope_freq_base(float(rope["rope_theta"]))
     if plan.arch != "qwen2":
         if family.rotary:  # Phi-4-mini, Pythia and others rotate only part of each head (partial_rotary_factor)
-            writer.add_rope_dimension_count(int(plan.head_dim * rope.get("partial_rotary_factor", 1.0)))
+            writer.add_rope_dimension_count(plan.rope_dims or int(plan.head_dim * rope.get("partial_rotary_factor",
+                                                                                             1.0)))
         writer.add_vocab_size(int(config.vocab_size))
     if family.rotary:
         add_rope_keys(writer, config)

@@ -168,6 +168,9 @@ class Adapter:
     mixers: tuple[Mixer, ...] = ()
     layer_kinds: Callable[[PretrainedConfig], Sequence[str]] | None = field(default=None, compare=False)
     layer_heads: Callable[[PretrainedConfig, int, LayerHeads], LayerHeads] | None = field(default=None, compare=False)
+    # config -> each layer: whether a forward pass can start there, fed with its input (the layer cache's checkpoints);
+    # None: at every layer. GLM-5's "shared" sparse-attention layers read the keys an earlier layer chose.
+    layer_starts: Callable[[PretrainedConfig], Sequence[bool]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         try:  # the attention layers' mixer, built (and its layout checked) where the adapter is declared
