@@ -10,6 +10,7 @@ know a family's architecture (its floor, 0.14, lacks qwen3moe), the export is re
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -191,6 +192,10 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(m
     ("qwen3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
      "only llama.cpp's llama and deci graphs read its factors"),
+    ("deepseek_v3", {"attention_bias": True}, "biases, which llama.cpp's deepseek2 graph has no place for"),
+    ("deepseek_v2", {"topk_method": "group_limited_greedy", "n_group": 2, "topk_group": 1}, "each group's best score"),
+    ("glm_moe_dsa", {}, "indexer's heads are 16 wide"),  # (llama.cpp aborts on them: never run)
+    ("deepseek_v32", {}, "GGUF export supports these causal language models"),
 ])
 def test_configs_llama_cpp_computes_otherwise_are_refused(model_type, changes, words, tokenizer, tmp_path) -> None:
     """What llama.cpp's graph for a family fixes (Gemma's query scale and global-layer pattern, OLMoE's ungrouped
@@ -271,8 +276,9 @@ def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, t
     removed = parse_heads("L1.H0,L1.H1")
     plans = plan_layers(lm.grid, removed)
     artifact = slice_model(lm, plans, removed)
-    plan = gguf_export.GgufPlan(family.arch, tuple(len(p.q_heads) for p in plans),
-                                tuple(len(p.kv_heads) for p in plans), lm.grid.head_dim, family.permuted)
+    stock = gguf_export.gguf_plan(lm, family.arch, plans)  # (a latent attention's one key/value head a layer kept)
+    plan = replace(stock, head_count=tuple(len(p.q_heads) for p in plans), head_count_kv=stock.head_count_kv
+                   if family.latent else tuple(len(p.kv_heads) for p in plans))
     if not gguf_knows(family.arch):
         with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's|no llama.cpp tensor for"):
             gguf_export.gguf_tensors(artifact, plan)
@@ -280,7 +286,7 @@ def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, t
     write, _, _ = gguf_export.tokenizer_writer(lm, lm.model.config.vocab_size, tmp_path)
     gguf_export.write_gguf(tmp_path / "x.gguf", artifact, plan, gguf_export.gguf_tensors(artifact, plan), write,
                            name="x", gguf_type="f32")
-    with pytest.raises(ValueError, match=r"tensor 'blk\.1\.attn_(q|qkv)\.weight' has wrong shape"):
+    with pytest.raises(ValueError, match=r"tensor 'blk\.1\.attn_(q|qkv|q_b)\.weight' has wrong shape"):
         llama_cpp_runtime.LlamaCpp(tmp_path / "x.gguf", n_ctx=32)
 
 
