@@ -179,6 +179,25 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(m
     assert 0 < float((fused - original).abs().max()) < 1e-2 * float(original.abs().max())
 
 
+def test_a_lossy_latent_attention_file_is_checked_on_its_own_rounded_key_value_expansion(tokenizer, tmp_path) -> None:
+    """A q8_0 DeepSeek-V3 file: kv_b_proj, stored as llama.cpp's attn_k_b (transposed) and attn_v_b, is joined back
+    from the file's de-quantised tensors for the gate's torch reference, which then runs like the file."""
+    from headprune.exporter.gguf import writer as gguf_export
+    from headprune.exporter.gguf.quant_check import with_stored
+
+    lm = _lm("deepseek_v3", tokenizer)
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
+                    gguf_type="q8_0")
+    assert Gguf.details(record).quantized is not None and Gguf.details(record).runtime.mismatches == 0
+    (tmp_path / "w").mkdir()
+    written = gguf_export.write_files(lm, lm.model, "deepseek2", None, tmp_path / "w", tmp_path / "w", "q8_0",
+                                      with_original=False)
+    rounded = with_stored(lm.model, written.plan, written.stored)
+    joined = rounded.model.layers[1].self_attn.kv_b_proj.weight.detach()
+    original = lm.model.model.layers[1].self_attn.kv_b_proj.weight.detach()
+    assert 0 < float((joined - original).abs().max()) < 1e-2 * float(original.abs().max())
+
+
 @pytest.mark.parametrize(("model_type", "changes", "words"), [
     ("gemma2", {}, "query_pre_attn_scalar (256) is not its head size (16)"),
     ("gemma3_text", {"query_pre_attn_scalar": 16, "layer_types": ["full_attention", "sliding_attention"]},

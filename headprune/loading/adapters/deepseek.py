@@ -1,5 +1,6 @@
-"""Multi-head latent attention (MLA): DeepSeek-V2, DeepSeek-V3/R1 (and Kimi K2, whose text model is DeepSeek-V3's),
-GLM-4.7-Flash, Mistral Small 4, and the sparse-attention DeepSeek-V3.2 and GLM-5.
+"""Multi-head latent attention (MLA): DeepSeek-V2, DeepSeek-V3/R1, GLM-4.7-Flash, Mistral Small 4, and the
+sparse-attention DeepSeek-V3.2 and GLM-5. (Kimi K2's text model is DeepSeek-V3's, but its checkpoints name a
+``kimi_k2`` type that transformers knows only inside Kimi K2.5's wrapper, and a tokenizer of remote code: not taken.)
 
 ``model.layers[i].self_attn``: the hidden state goes through a query latent (``q_a_proj``, ``q_a_layernorm``) and
 ``q_b_proj`` (or straight through ``q_proj`` where ``q_lora_rank`` is unset), and through a key/value latent
@@ -37,10 +38,13 @@ TINY = dict(num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=16, qk_nope_head
             v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=32,
             first_k_dense_replace=1)
 _GROUPED = dict(n_group=2, topk_group=1)
-# Mistral Small 4's YaRN (its defaults, sized for the tiny model's 256 positions) and query scale, which grows past
-# 64 positions
-_MISTRAL4_ROPE = dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=64,
-                      beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.1)
+# DeepSeek-V3's and Mistral Small 4's YaRN (their defaults, sized for the tiny model's 256 positions), and Mistral's
+# query scale, which grows past 64 positions
+_YARN = dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=64, beta_fast=32.0,
+             beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0)
+_MISTRAL4_ROPE = dict(_YARN, llama_4_scaling_beta=0.1)
+# llama.cpp's test of DeepSeek-V3 as shipped: YaRN, and the router's name as its config.json gives it
+_DEEPSEEK_V3 = {"rope_parameters": _YARN, "topk_method": "noaux_tc"}
 # transformers normalises the latents with 1e-6 whatever the config says, llama.cpp with the config's rms_norm_eps
 # (GLM's 1e-5): on the tiny model's small random latents that alone moves the logits by 7.9e-5 of 0.66, past GGUF's
 # gate, so llama.cpp's test runs GLM's tiny models with DeepSeek's 1e-6 (a real model's latents are far larger than
@@ -184,7 +188,9 @@ def _refuse(config: Any) -> str | None:
     kinds = list(getattr(config, "mlp_layer_types", None) or ())
     if "dense" in kinds[_dense_layers(config):]:
         return "it has a dense MLP after a layer of experts, and llama.cpp's graph only before the first"
-    if getattr(config, "topk_method", "greedy") not in ("greedy", None):
+    # (only DeepSeek-V2's router reads it: DeepSeek-V3's and Mistral 4's configs name their own "noaux_tc", which
+    # transformers and llama.cpp both compute by the sum of each group's best two)
+    if config.model_type == "deepseek_v2" and getattr(config, "topk_method", "greedy") not in ("greedy", None):
         return (f"its router picks experts by {config.topk_method!r} (each group's best score), and llama.cpp's graph "
                 "greedily or by the sum of each group's best two")
     return None
@@ -235,8 +241,9 @@ _INDEXER = dict(index_n_heads=16, index_head_dim=16, index_topk=8)
 
 register(
     Family("deepseek_v3", MLA, _tiny("DeepseekV3Config", "DeepseekV3ForCausalLM", **_GROUPED),
-           _gguf("deepseek2", holds=("blk.0.attn_k_b.weight", "deepseek2.attention.kv_lora_rank")),
-           note=_NOTE + _EXPERTS + " (Kimi K2 too)"),
+           _gguf("deepseek2", holds=("blk.0.attn_k_b.weight", "deepseek2.attention.kv_lora_rank"),
+                 variant=_DEEPSEEK_V3),
+           note=_NOTE + _EXPERTS),
     Family("deepseek_v2", MLA, _tiny("DeepseekV2Config", "DeepseekV2ForCausalLM", q_lora_rank=None),
            _gguf("deepseek2", sigmoid=False, holds=("blk.0.attn_q.weight", "deepseek2.expert_gating_func")),
            note=_NOTE + " (q_proj where there is no query latent: DeepSeek-V2-Lite)" + _EXPERTS,
