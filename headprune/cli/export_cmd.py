@@ -132,6 +132,7 @@ def export_summary(record: ExportRecord, out: str) -> list[str]:
                 f"{_metric(task.masked, task.metric)}, exported {_metric(task.exported, task.metric)}"
                 if task is not None else f"on a built-in text sample ({logits.examples} texts); no task re-measured"),
             *([f"layout: {record.layout_note}"] if record.layout_note else []),
+            *([f"quantization: {record.quantization.line()}"] if record.quantization else []),
             *shown.summary_lines(record), f"wrote {out}  (load with {shown.load_hint(record, out)})"]
 
 

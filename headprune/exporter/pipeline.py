@@ -283,7 +283,7 @@ def _record(fmt: ExportFormat, job: Job, staging: Path, verification: Verificati
         verification=verification, origin=origin, seconds=round(time.perf_counter() - started, 2),
         format_details=to_json(details) if details is not None else {},
         stands_in_for=lm.model_class.stands_in_for if lm.model_class else None, passthrough=fmt.passthrough,
-        layout_note=fmt.layout_note)
+        layout_note=fmt.layout_note, quantization=fmt.quantization, dropped=lm.dropped_tensors)
 
 
 def _source_info(lm: LoadedModel) -> SourceInfo:

@@ -63,15 +63,16 @@ class ModelInfo:
     head_dim: int
     revision: str | None = None  # the Hub commit the weights were read at (None: not a Hub snapshot)
     grid: tuple[LayerHeads, ...] = ()  # each layer's heads, where the layers differ (empty: all alike)
+    quantization: str | None = None  # a quantized checkpoint: how it was read (which weights, dequantized to what)
 
     @classmethod
     def of(cls, name: str, weight_hash: str, family: str, model_type: str, grid: HeadGrid,
-           revision: str | None) -> ModelInfo:
-        """The record of a model whose heads are ``grid``."""
+           revision: str | None, quantization: str | None = None) -> ModelInfo:
+        """The record of a model whose heads are ``grid`` (``quantization``: how a quantized checkpoint was read)."""
         heads, kv_heads, head_dim = (max((getattr(layer, f) for layer in grid.layers), default=0)
                                      for f in ("heads", "kv_heads", "head_dim"))
         return cls(name, weight_hash, family, model_type, grid.num_layers, heads, kv_heads, head_dim, revision,
-                   () if grid.is_uniform else grid.layers)
+                   () if grid.is_uniform else grid.layers, quantization)
 
     @property
     def head_grid(self) -> HeadGrid:

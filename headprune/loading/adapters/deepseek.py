@@ -242,10 +242,12 @@ _INDEXER = dict(index_n_heads=16, index_head_dim=16, index_topk=8)
 register(
     Family("deepseek_v3", MLA, _tiny("DeepseekV3Config", "DeepseekV3ForCausalLM", **_GROUPED),
            _gguf("deepseek2", holds=("blk.0.attn_k_b.weight", "deepseek2.attention.kv_lora_rank"),
-                 variant=_DEEPSEEK_V3),
+                 variant=_DEEPSEEK_V3, refused=({"attention_bias": True}, "llama.cpp's deepseek2 graph has no place")),
            note=_NOTE + _EXPERTS),
     Family("deepseek_v2", MLA, _tiny("DeepseekV2Config", "DeepseekV2ForCausalLM", q_lora_rank=None),
-           _gguf("deepseek2", sigmoid=False, holds=("blk.0.attn_q.weight", "deepseek2.expert_gating_func")),
+           _gguf("deepseek2", sigmoid=False, holds=("blk.0.attn_q.weight", "deepseek2.expert_gating_func"),
+                 refused=({"topk_method": "group_limited_greedy", "n_group": 2, "topk_group": 1},
+                          "each group's best score")),
            note=_NOTE + " (q_proj where there is no query latent: DeepSeek-V2-Lite)" + _EXPERTS,
            traceable=_real_rope),
     Family("glm4_moe_lite", MLA, _tiny("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM"),
@@ -263,6 +265,7 @@ register(
            + "; no GGUF: gguf-py 0.19 has no deepseek32 architecture"),
     Family("glm_moe_dsa", GLM_DSA, _tiny("GlmMoeDsaConfig", "GlmMoeDsaForCausalLM", **_INDEXER),
            _gguf("glm-dsa", keys=_indexer_keys, refuse=_refuse_indexer, variant={**_WHOLE, **_LATENT_EPS},
-                 holds=("blk.0.indexer.attn_k.weight", "glm-dsa.attention.indexer.top_k")),
+                 holds=("blk.0.indexer.attn_k.weight", "glm-dsa.attention.indexer.top_k"),
+                 refused=({}, "indexer's heads are 16 wide")),  # (the tiny model's: llama.cpp would abort)
            note=_NOTE + " (GLM-5); the sparse-attention indexer (its own heads) untouched" + _EXPERTS),
 )
