@@ -16,21 +16,21 @@ state and the query latent) is left whole too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from headprune.loading.adapters.base import Adapter
 from headprune.loading.adapters.family import Family, TinyModel, register
 from headprune.loading.adapters.gguf_spec import Gguf, one_count
+from headprune.loading.complex_rope import real_rope
 
-_LATENT = dict(layers_path="layers", attention_path="self_attn", output_projection_path="self_attn.o_proj",
+# Where a latent attention keeps its heads (also for a wrapper around such a language model: Mistral 3's)
+LATENT = dict(layers_path="layers", attention_path="self_attn", output_projection_path="self_attn.o_proj",
                qkv_layout="latent", qkv_paths=("self_attn.kv_b_proj", "self_attn.q_b_proj", "self_attn.q_proj"),
                count_attrs=("num_heads",), head_dim_attr="qk_head_dim", out_dim_attr="v_head_dim")
-MLA = Adapter(family="mla", **_LATENT)  # type: ignore[arg-type]
+MLA = Adapter(family="mla", **LATENT)  # type: ignore[arg-type]
 # GLM-5's layers return their sparse-attention top-k beside the hidden states, for a later layer that reuses it
 # ("shared" indexer layers, indexer_types): a pass may start only at a layer that computes its own.
-GLM_DSA = Adapter(family="glm_dsa", **_LATENT, layer_returns_tuple=True,  # type: ignore[arg-type]
+GLM_DSA = Adapter(family="glm_dsa", **LATENT, layer_returns_tuple=True,  # type: ignore[arg-type]
                   layer_starts=lambda config: [kind != "shared" for kind in config.indexer_types])
 # The tiny models' latent attention: a query head 16 wide (8 without RoPE, 8 rotary), a value 12 wide (so a head's
 # output is narrower than its query), latents of 24 and 16; one dense layer, then a layer of 4 experts in 2 groups.
@@ -50,50 +50,18 @@ _DEEPSEEK_V3 = {"rope_parameters": _YARN, "topk_method": "noaux_tc"}
 # gate, so llama.cpp's test runs GLM's tiny models with DeepSeek's 1e-6 (a real model's latents are far larger than
 # the epsilon)
 _LATENT_EPS = {"rms_norm_eps": 1e-6}
+
+
+def _deepseek_v2_modeling() -> Any:
+    from transformers.models.deepseek_v2 import modeling_deepseek_v2
+
+    return modeling_deepseek_v2
+
+
+# DeepSeek-V2's RoPE, which transformers computes in complex numbers, in real ones while the ONNX exporter traces it
+_REAL_ROPE = real_rope(_deepseek_v2_modeling, "DeepseekV2RotaryEmbedding", heads_axis=1)
 _NOTE = "multi-head latent attention: a head's query and key/value-expansion rows and its output columns"
 _EXPERTS = "; routers and experts untouched"
-
-
-def _rotary(self: Any, x: Any, position_ids: Any) -> Any:
-    """DeepseekV2RotaryEmbedding.forward with cos and sin stacked in place of ``polar``: (B, T, D/2, 2)."""
-    import torch
-
-    freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)  # (B, T, D/2)
-    return torch.stack((freqs.cos(), freqs.sin()), dim=-1) * self.attention_scaling
-
-
-def _rotate(xq: Any, xk: Any, freqs: Any) -> tuple[Any, Any]:
-    """DeepSeek-V2's apply_rotary_emb on real numbers: each adjacent pair (a, b) of a head's rotary part times
-    cos + i sin, queries and keys as (B, H, T, D)."""
-    import torch
-
-    cos, sin = freqs[:, None, ..., 0], freqs[:, None, ..., 1]  # (B, 1, T, D/2)
-
-    def turn(x: Any) -> Any:
-        pairs = x.float().reshape(*x.shape[:-1], -1, 2)
-        a, b = pairs[..., 0], pairs[..., 1]
-        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(3).type_as(x)
-
-    return turn(xq), turn(xk)
-
-
-@contextmanager
-def _real_rope(model: Any) -> Iterator[None]:
-    """DeepSeek-V2's RoPE, which transformers computes in complex numbers (torch's ONNX exporter takes none), in real
-    ones while the exporter traces ``model``; restored afterwards."""
-    from transformers.models.deepseek_v2 import modeling_deepseek_v2 as modeling
-
-    rotaries = [m for m in model.modules() if isinstance(m, modeling.DeepseekV2RotaryEmbedding)]
-    apply = modeling.apply_rotary_emb
-    try:
-        for rotary in rotaries:
-            rotary.forward = _rotary.__get__(rotary)
-        modeling.apply_rotary_emb = _rotate
-        yield
-    finally:
-        modeling.apply_rotary_emb = apply
-        for rotary in rotaries:
-            del rotary.forward
 
 
 def _lengths(config: Any) -> tuple[int, int, int]:
@@ -249,7 +217,7 @@ register(
                  refused=({"topk_method": "group_limited_greedy", "n_group": 2, "topk_group": 1},
                           "each group's best score")),
            note=_NOTE + " (q_proj where there is no query latent: DeepSeek-V2-Lite)" + _EXPERTS,
-           traceable=_real_rope),
+           traceable=_REAL_ROPE),
     Family("glm4_moe_lite", MLA, _tiny("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM"),
            _gguf("deepseek2", holds=("blk.1.exp_probs_b.bias", "deepseek2.leading_dense_block_count"),
                  variant=_LATENT_EPS),
