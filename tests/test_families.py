@@ -210,7 +210,8 @@ def test_per_head_parameters_are_sliced_with_their_heads(model_type, path, rows,
 
 
 @pytest.mark.parametrize(("config_class", "words"), [
-    ("FalconConfig", "Falcon"), ("StableLmConfig", "StableLM"), ("T5Config", "encoder-decoder")])
+    ("FalconConfig", "Falcon"), ("StableLmConfig", "StableLM"), ("T5Config", "encoder-decoder"),
+    ("DeepseekV4Config", "DeepSeek-V4's attention")])
 def test_known_unsupported_families_say_why_and_what_works(config_class, words, tokenizer, tmp_path) -> None:
     import transformers
 
