@@ -31,8 +31,8 @@ from headprune.testing import family_model
 HEADS = "L0.H1,L1.H0,L1.H1"  # one head of a group in layer 0; a whole key/value group in layer 1
 # The families beyond test_gguf.py's, each with what its file must hold that a plain Llama file does not, and the
 # variant of the matrix's tiny model llama.cpp's graph computes, as its family file declares them (Gguf.holds,
-# Gguf.variant; the refusals of the others are tested below); a family whose sliced file is written (as deci) is run
-# in both layouts.
+# Gguf.variant; the refusals of the others are tested below); a family whose sliced file is written (as deci, or in
+# its own graph) is run in both layouts.
 EXTRA = {t: (*f.holds, dict(f.variant)) for t, f in FAMILIES.items() if f.holds}
 
 
@@ -95,13 +95,16 @@ def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, toke
     reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
     assert tensor in {t.name for t in reader.tensors} and key in meta
     assert meta["general.architecture"] == arch
-    if not FAMILIES[model_type].dense_only:  # sliced too: llama.cpp's deci, which takes per-layer head counts
+    if not FAMILIES[model_type].dense_only:  # sliced too: llama.cpp's deci, or the family's own graph where it
+        # reads per-layer head counts (Gemma 4's; its layer 0 keeps H1 zeroed, as its readers' groups are even)
+        per_layer = FAMILIES[model_type].per_layer
         record = export(lm, HEADS, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "s")
         info = Gguf.details(record)
-        assert info.architecture == "deci" and info.runtime.done and info.runtime.mismatches == 0
+        sliced = arch if per_layer else "deci"
+        assert info.architecture == sliced and info.runtime.done and info.runtime.mismatches == 0
         diff, _, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "s" / "model.gguf", generate_task())
-        assert diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, scale)
-        assert gguf_metadata(tmp_path / "s" / "model.gguf")[1]["deci.attention.head_count"] == [4, 2]
+        assert diff <= (tolerance if per_layer else GGUF_TOLERANCE) * max(1.0, scale), (diff, scale)
+        assert gguf_metadata(tmp_path / "s" / "model.gguf")[1][f"{sliced}.attention.head_count"][:2] == [4, 2]
 
 
 def test_mixture_of_experts_are_written_as_they_are(tokenizer, tmp_path) -> None:
@@ -215,6 +218,7 @@ def test_a_lossy_latent_attention_file_is_checked_on_its_own_rounded_key_value_e
     ("cohere", {}, "64 layers or more"),
     ("smollm3", {"num_hidden_layers": 4, "no_rope_layers": [1, 1, 0, 1]}, "every 4th"),
     ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, "which llama.cpp's gpt2 graph fixes"),
+    ("gemma4_text", {"num_kv_shared_layers": 1}, "key/value-sharing layers read other layers"),
     ("gpt_neox", {"attention_bias": False}, "no biases (attention_bias false)"),
     ("gpt2", {"activation_function": "relu"}, "needs a gelu_new or gelu_pytorch_tanh or gelu_fast MLP"),
     ("qwen3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,

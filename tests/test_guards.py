@@ -344,6 +344,18 @@ def test_find_never_claims_a_broken_guard_beyond_alpha(size: str, effect: tuple[
 
 
 @pytest.mark.usefixtures("quiet_headprune")
+def test_a_longer_prefix_that_breaks_the_guard_ships_the_prefix_before_it() -> None:
+    """Both real heads together cost the guard its margin, one alone half of it: where the sequence confirmed both
+    and the guards' fixed sequence stopped at the pair, the head before it ships, confirmed, keeping the guard."""
+    runs = 60
+    out = [run_guarded(seed, family="near", effect=(0.078, 0.003), margin=0.05, discovery=150, heldout=300)
+           for seed in range(runs)]
+    stopped = [o for o in out if o.stopped]
+    assert len(stopped) >= runs // 10  # measured 26 of 60
+    assert all(o.confirmed and len(o.primary) == 1 and o.good_ship for o in stopped)
+
+
+@pytest.mark.usefixtures("quiet_headprune")
 def test_a_set_that_keeps_the_guard_is_found_when_one_exists() -> None:
     runs = 100
     kw = dict(family="conflict", effect=(0.078, 0.003), margin=0.05, discovery=150, heldout=300)

@@ -26,7 +26,7 @@ def verdict_sentence(v: Verdict) -> str:
         p = f"McNemar p={v.p_value:.3g}" + (f" at level {v.size:g}" if v.share != 1 and not v.steps else "")
     if v.role != "exploratory" and v.steps:  # the claim is the proposal's sequence, the set's own p is shown beside
         passed = sum(step.rejected for step in v.steps)
-        claim = (f"each of {passed} steps rejected" if v.confirmed else
+        claim = (("its step rejected" if passed == 1 else f"each of {passed} steps rejected") if v.confirmed else
                  f"the sequence stopped at step {passed + 1}, p={v.steps[-1].p_value:.3g}")
         p = f"fixed sequence at one-sided level {v.steps[0].level:g}: {claim}; the set's own {p}"
     gate = "" if v.gate is None else (f"; the proposed set {','.join(v.gate.heads)}: rescued {v.gate.rescued}, "

@@ -22,14 +22,14 @@ from headprune.core.progress import duration
 from headprune.evaluation.contract import tolerance
 from headprune.heads import Head
 from headprune.search.find_result import FindResult, Prescreen
-from headprune.search.guard_search import GuardCheck
+from headprune.search.guard_search import GuardCheck, guard_chain
 from headprune.search.guards import GUARD_TRIES
 from headprune.search.membership import Proposal, needed, propose
 from headprune.search.paired import compare
 from headprune.search.parsimony import HeadSet
 from headprune.search.partners import extend
 from headprune.search.protocol import reconfirm
-from headprune.search.selection import Chosen, select
+from headprune.search.selection import Chosen, select, shortened
 from headprune.search.sequence import prefixes, reached, sets_read
 from headprune.search.split import Inputs
 from headprune.search.stages import Evaluated, Screened, Stages, single_order
@@ -128,12 +128,29 @@ def choose_on_heldout(stages: Stages, choice: Choice) -> Chosen:
                         lambda sets: stages.conditions.many("heldout", sets, "held-out tests"),
                         stages.base["heldout"], alpha=stages.settings.alpha, measure=choice.measure,
                         tolerance=choice.tolerance, sizes=stages.folds.sizes)
+    if stages.guards and chosen.selection.chosen == "proposal":
+        chosen = _guarded_prefix(stages, choice.proposal, chosen)  # type: ignore[arg-type]
     record = chosen.selection
     log.info("proposal %s (search half), single %s; the sequence %s reached %d of its prefixes, kept %s on the "
              "check half and held-out (%d examples)", ",".join(record.proposal) or "none", record.single,
              ",".join(record.sequence) or "none", reached(record.steps), ",".join(record.kept) or "none",
              record.check + record.heldout)
     return chosen
+
+
+def _guarded_prefix(stages: Stages, proposal: Proposal, chosen: Chosen) -> Chosen:
+    """With guards, the longest prefix the sequence confirmed that keeps them on held-out: the guards' fixed sequence
+    over the confirmed prefixes, from the block on (``headprune.search.guard_search.guard_chain``). Where the block
+    itself breaks one, the set stays as it is, and the claim is not confirmed."""
+    chain = prefixes(proposal.sequence)[proposal.block - 1:len(chosen.heads)]
+    held, effects = guard_chain(stages, chain)
+    if held in (0, len(chain)):
+        return chosen
+    log.info("the sequence's prefix %s does not keep the guards on held-out: %s ships", ",".join(map(str, chain[held])),
+             ",".join(map(str, chain[held - 1])))
+    result = stages.conditions.many("heldout", [chain[held - 1]], "held-out tests")[0]
+    return shortened(chosen, chain[held - 1], result, stages.base["heldout"], alpha=stages.settings.alpha,
+                     stop=chain[held], effects=effects)
 
 
 def frozen_sets(stages: Stages, choice: Choice) -> list[HeadSet]:

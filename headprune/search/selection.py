@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 
 from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
+from headprune.search.guards import GuardEffect
 from headprune.search.membership import Proposal, contributions, heldout_counts, kept, needed
 from headprune.search.parsimony import HeadContribution, HeadSet
 from headprune.search.sequence import hypotheses, increments, prefixes, reached, run, sets_read
@@ -96,6 +97,8 @@ class Selection:
     steps: tuple[Step, ...] = ()  # schema 5: each increment tested, in order, up to the first that did not reject
     share: float = 0.0  # schema 5: the proposal's branch's share of alpha (its own, plus the single's if it rejected)
     block: int = 1  # schema 5: the heads the sequence starts with, together (``headprune.search.sequence``)
+    guard_stop: tuple[str, ...] = ()  # with guards: the prefix that broke one on held-out (the one before it ships)
+    guard_stop_effects: tuple[GuardEffect, ...] = ()  # its guards' held-out effects
     favoured: str = ""  # files of schema 3 and 4: the candidate tested first
     support: int = 0  # files of schema 3 and 4: heads of the proposal that helped on the check half
 
@@ -168,4 +171,18 @@ def select(proposal: Proposal | None, single: Head, heldout: Callable[[list[Head
     return Chosen(heads, chosen, record)
 
 
-__all__ = ["BRANCH_SHARE", "RULE", "Chosen", "HeldoutTest", "Selection", "select"]
+def shortened(chosen: Chosen, heads: HeadSet, result: EvalResult, base: EvalResult, *, alpha: float,
+              stop: HeadSet, effects: tuple[GuardEffect, ...]) -> Chosen:
+    """``chosen`` (a prefix the sequence confirmed) cut back to the shorter confirmed prefix ``heads`` (``result``: its
+    held-out results), because the guards' fixed sequence stopped at ``stop`` (``effects``: its guards on held-out;
+    ``headprune.search.guard_search.guard_chain``). Its claims are the steps up to it; its estimate is exploratory,
+    its interval simultaneous over the same prefixes as before."""
+    names = {str(h) for h in heads}
+    made = replace(verdict(base.correct, result.correct, alpha=alpha), share=chosen.verdict.share,
+                   steps=tuple(step for step in chosen.verdict.steps if set(step.prefix) <= names),
+                   family=chosen.verdict.family, selected=True)
+    record = replace(chosen.selection, guard_stop=tuple(map(str, stop)), guard_stop_effects=effects)
+    return Chosen(heads, made, record)
+
+
+__all__ = ["BRANCH_SHARE", "RULE", "Chosen", "HeldoutTest", "Selection", "select", "shortened"]

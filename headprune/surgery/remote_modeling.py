@@ -272,7 +272,8 @@ def head_param(module: nn.Module, path: str) -> nn.Parameter | None:
 
 def head_projection(module: nn.Module, path: str) -> nn.Module | None:
     """The projection at ``path``, or None where the model has none (DeBERTa's position projections exist only
-    without ``share_att_key``; MLA's ``q_proj`` only without a query latent)."""
+    without ``share_att_key``; Gemma 4's ``v_proj`` only where values are not keys, and its ``k_proj`` and
+    ``v_proj`` only in layers with keys and values of their own; MLA's ``q_proj`` only without a query latent)."""
     try:
         return _get(module, path)
     except AttributeError:
@@ -354,7 +355,8 @@ def _shrink_layer(layer: nn.Module, layer_record: dict, shape: Any, paths: dict)
     layout = qkv_layout(paths["qkv_layout"])
     for part, path in enumerate(paths["qkv"]):
         old = head_projection(layer, path)
-        if old is None:  # a projection the model lacks (MLA's q_proj beside a query latent)
+        if old is None:  # a layer without it (Gemma 4's: no v_proj where keys are values, no k/v where shared;
+            # MLA's q_proj beside a query latent)
             continue
         rows = layout.rows(part, q_heads, kv_heads, shape, old.weight.shape[layout.dim])
         _set(layer, path, _linear(old, out_features=len(rows)))

@@ -53,7 +53,10 @@ class Gguf:
             as the converter's ``LlamaModel.permute`` does.
         pairs: the checkpoint's RoPE rotates adjacent pairs already (ERNIE 4.5): its q/k rows are never permuted,
             in a sliced file (deci, which rotates pairs) either.
-        dense_only: why a sliced file cannot be written (None: it is written as llama.cpp's ``deci``).
+        dense_only: why a sliced file cannot be written (None: it is written as llama.cpp's ``deci``, or in ``arch``
+            where ``per_layer``).
+        per_layer: llama.cpp's graph for ``arch`` sizes each layer by its own head counts (``n_head(il)``,
+            ``n_head_kv(il)``: Gemma 4's), so a sliced file is written in it, with per-layer arrays.
         keys: ``(gguf.GGUFWriter, config) -> None``, the keys of its own the graph reads.
         refuse: ``config -> reason or None``, what llama.cpp's graph would compute otherwise.
         k_quants: llama.cpp's choice of K-quant tensor types is reproduced (``exporter.gguf.quant``) for its tensors.
@@ -100,6 +103,7 @@ class Gguf:
     permuted: bool = False
     pairs: bool = False
     dense_only: str | None = None
+    per_layer: bool = False
     keys: Callable[[Any, Any], None] | None = None
     refuse: Callable[[Any], str | None] | None = None
     k_quants: bool = False
