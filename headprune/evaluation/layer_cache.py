@@ -7,7 +7,8 @@ below ``c`` are swapped for a pass-through (the embedding, masks and rotary tabl
 is cheap) and layer ``c`` receives the cached input. The computation from ``c`` on is the same as a full
 pass, so results are identical. Checkpoints are spaced to fit a memory budget, at layers a pass may start at
 (``HeadGrid.starts_at``: Gemma 4's key/value-sharing layers read keys and values that an earlier layer computes in
-the same pass, so no checkpoint lies beyond that layer).
+the same pass, so no checkpoint lies beyond that layer; ``Adapter.layer_starts``: GLM-5's shared sparse-attention
+layers take the keys the layer before chose, so none lies on them).
 """
 
 from __future__ import annotations
@@ -66,8 +67,10 @@ class LayerInputCache:
 
     def __init__(self, lm: LoadedModel, checkpoints: list[int]) -> None:
         self.lm = lm
-        self.checkpoints = sorted(c for c in set(checkpoints)
-                                  if 0 < c < lm.grid.num_layers and lm.grid.starts_at(c))
+        adapter = lm.adapter  # (GLM-5's shared sparse-attention layers read the keys an earlier layer chose)
+        starts = adapter.layer_starts(adapter.sizes(lm.model.config)) if adapter.layer_starts else None
+        self.checkpoints = sorted(c for c in set(checkpoints) if 0 < c < lm.grid.num_layers and lm.grid.starts_at(c)
+                                  and (starts is None or starts[c]))
         self._store: dict[int, dict[int, torch.Tensor]] = {}
 
     @classmethod

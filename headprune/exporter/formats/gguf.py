@@ -309,12 +309,14 @@ def _size(job: Job, files: Any) -> DeploySize:
     stock = gguf_plan(job.lm, "llama", None)  # the original's head counts (the architecture name aside)
     original = weight_bytes(files.original_path) if files.original_path is not None else 0
     layers = job.lm.grid.layers  # each layer's head size; a layer reading another's keys and values caches none
+    plan = files.plan  # (MLA: one latent key/value head a layer, of the latent's length, no values apart)
+    sizes = [plan.key_length] * len(layers) if plan.key_length else [layer.head_dim for layer in layers]
 
     def cached(counts: Any) -> list[int]:
         return [n if layer.kv_source is None else 0 for n, layer in zip(counts, layers, strict=True)]
 
-    return deploy_size(weight_bytes(files.path), original, cached(files.plan.head_count_kv),
-                       cached(stock.head_count_kv), [layer.head_dim for layer in layers])
+    return deploy_size(weight_bytes(files.path), original, cached(plan.head_count_kv), cached(stock.head_count_kv),
+                       sizes, values=plan.values_cached)
 
 
 def _runner(lm: LoadedModel, path: Path, n_ctx: int, encoder: bool) -> Any:

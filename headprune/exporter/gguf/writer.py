@@ -73,6 +73,12 @@ class GgufPlan:
     head_count_kv: tuple[int, ...]
     head_dim: int  # the attention layers' (the first's)
     permuted: bool  # q/k rows permuted to llama.cpp's rotation
+    # attention.key_length, value_length, rope.dimension_count: the heads' (0) or, where llama.cpp caches one latent
+    # key/value head a layer (Gguf.latent: MLA), the latent's, with no values cached apart
+    key_length: int = 0
+    value_length: int = 0
+    rope_dims: int = 0
+    values_cached: bool = True
 
 
 def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
@@ -88,8 +94,13 @@ def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
     # key_length: the attention layers' head size; where it differs (Gemma 4), the full-attention layers' widest one
     # (the family's keys write the sliding layers' as key_length_swa)
     head_dim = max((layer.head_dim for layer, a in zip(layers, attention) if a), default=0)
-    pairs = family_of(lm.model.config).pairs  # rows already in adjacent pairs (ERNIE 4.5): deci takes them as they are
-    return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES and not pairs)
+    family = family_of(lm.model.config)
+    if family.latent is not None:  # one latent key/value head a layer (MLA), whatever the heads
+        key, value, rope = family.latent(lm.model.config)
+        return GgufPlan(arch, heads, tuple(int(a) for a in attention), head_dim, arch in PERMUTED_ARCHES, key, value,
+                        rope, values_cached=False)
+    # rows already in adjacent pairs (ERNIE 4.5): deci takes them as they are
+    return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES and not family.pairs)
 
 
 # Tensors llama.cpp reads without a suffix (``tn(LLM_TENSOR_SSM_A, il)``): a state-space layer's A and D.
@@ -140,8 +151,8 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
             continue
         data = tensor.detach().to("cpu", torch.float32)
         parts = split_experts(name, data, family.experts)
-        if parts is None:  # (a fused gate and up projection the converter splits: the family's own)
-            parts = family.tensors.split(name, data, artifact.config)
+        if parts is None and family.split is not None:  # (MLA's kv_b_proj: attn_k_b and attn_v_b)
+            parts = family.split(name, data, artifact.config)
         if parts is not None:
             out.update(parts)
             continue
@@ -243,8 +254,8 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     else:
         writer.add_head_count(heads.pop())
         writer.add_head_count_kv(kv.pop())
-    writer.add_key_length(plan.head_dim)
-    writer.add_value_length(plan.head_dim)
+    writer.add_key_length(plan.key_length or plan.head_dim)
+    writer.add_value_length(plan.value_length or plan.head_dim)
     if getattr(config, "rms_norm_eps", None) is not None:  # LayerNorm families write theirs with their own keys
         writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     rope = rope_parameters(config)
@@ -252,7 +263,7 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
         writer.add_rope_freq_base(float(rope["rope_theta"]))
     if plan.arch != "qwen2":
         if family.rotary:  # Phi-4-mini, Pythia and others rotate only part of each head (partial_rotary_factor)
-            writer.add_rope_dimension_count(rope_dimensions(config, plan.head_dim))
+            writer.add_rope_dimension_count(plan.rope_dims or rope_dimensions(config, plan.head_dim))
         writer.add_vocab_size(int(config.vocab_size))
     if family.rotary:
         add_rope_keys(writer, config)

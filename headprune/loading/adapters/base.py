@@ -14,7 +14,7 @@ model's :class:`~headprune.heads.HeadGrid`, one :class:`~headprune.heads.LayerHe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from torch import nn
@@ -158,6 +158,9 @@ class Adapter:
     # the model types that sub-config may have, where the language model can be of several families (LLaVA's);
     # another is refused when the adapter is looked up. Empty: whatever the family ships.
     text_model_types: tuple[str, ...] = ()
+    # a text model type whose layers keep their heads otherwise -> the adapter that wrapper is read by then (Mistral 3
+    # around Mistral 4's latent attention)
+    text_adapters: Mapping[str, Adapter] = field(default_factory=dict, compare=False)
     head_params: tuple[tuple[str, str], ...] = ()
     head_projections: tuple[tuple[str, str], ...] = ()
     # a layer returns (hidden states, attention weights) (DeBERTa): a skipped layer's stand-in must return a pair too
@@ -172,6 +175,9 @@ class Adapter:
     layer_kinds: Callable[[PretrainedConfig], Sequence[str]] | None = field(default=None, compare=False)
     layer_heads: Callable[[PretrainedConfig, int, LayerHeads], LayerHeads] | None = field(default=None, compare=False)
     stateful: bool = False
+    # config -> each layer: whether a forward pass can start there, fed with its input (the layer cache's checkpoints);
+    # None: at every layer. GLM-5's "shared" sparse-attention layers read the keys an earlier layer chose.
+    layer_starts: Callable[[PretrainedConfig], Sequence[bool]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         try:  # the attention layers' mixer, built (and its layout checked) where the adapter is declared

@@ -39,16 +39,6 @@ class GgufTensors:
         (its shape restored by the caller)."""
         return data
 
-    def split(self, name: str, data: Any, config: Any) -> dict[str, Any] | None:
-        """The file's tensors, by their GGUF names, that the model's tensor ``name`` is split into (a fused gate and up
-        projection), or None: it is not split."""
-        return None
-
-    def join(self, name: str, stored: Mapping[str, Any], config: Any) -> Any | None:
-        """The model's tensor ``name`` back from the file's (de-quantised) tensors it was split into, the inverse of
-        :meth:`split` (None: not one of them)."""
-        return None
-
 
 EXPERT_LAYOUTS = ("rows", "columns", "interleaved")  # Gguf.experts: headprune.exporter.gguf.experts splits each
 
@@ -98,6 +88,13 @@ class Gguf:
             than the checkpoint's, which llama.cpp's converter and gguf-py's names read (ERNIE 4.5 MoE's router
             statistics, which transformers 5 moved into the router).
         rope_freqs: the graph reads Llama 3.1-style RoPE factors (``rope_freqs``), as its llama graph does.
+        latent: ``config -> (key length, value length, rotary dimensions)`` where llama.cpp's graph caches one latent
+            key/value head a layer, not the heads' keys and values (multi-head latent attention, as the converter's
+            ``DeepseekV2Model`` writes it: ``head_count_kv`` 1, the key the latent and the rotary key, the value the
+            latent, no values cached apart).
+        split: ``(name, float32 data, config) -> {GGUF tensor name: data}`` for a model tensor the converter stores as
+            several (MLA's ``kv_b_proj`` as ``attn_k_b`` and ``attn_v_b``), else None; ``join``: ``(name, a file's
+            de-quantised tensors, config) -> data`` its inverse (None: not such a tensor), for a lossy file's check.
         holds: a tensor and a metadata key its file holds that a plain Llama file does not: the suite runs every
             family's file in llama.cpp against the masked original and checks both are there
             (tests/test_gguf_families.py; Llama, Mistral, Qwen2 and Qwen3 are tested in test_gguf.py, the bare
@@ -134,6 +131,9 @@ class Gguf:
     layer_scalars: tuple[tuple[str, str], ...] = ()
     renamed: tuple[tuple[str, str], ...] = ()
     rope_freqs: bool = False
+    latent: Callable[[Any], tuple[int, int, int]] | None = None
+    split: Callable[[str, Any, Any], dict[str, Any] | None] | None = None
+    join: Callable[[str, Mapping[str, Any], Any], Any] | None = None
     holds: tuple[str, str] | tuple[()] = ()
     variant: Mapping[str, Any] = field(default_factory=dict)
     refused: tuple[Mapping[str, Any], str] | tuple[()] = ()

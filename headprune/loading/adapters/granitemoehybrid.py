@@ -122,12 +122,14 @@ class GraniteHybridTensors(Mamba2Tensors):
         return tuple(f"blk.{_block(name)}.ffn_{kind}{suffix}.weight" for kind in ("gate", "up"))  # type: ignore
 
     def split(self, name: str, data: Any, config: Any) -> dict[str, Any] | None:
+        """The shared MLP's fused gate and up rows as two tensors (``Gguf.split``); None for any other tensor."""
         if not name.endswith(self.SHARED):
             return None
         gate, up = data.chunk(2, dim=0)
         return dict(zip(self._names(name, config), (gate.contiguous(), up.contiguous())))
 
     def join(self, name: str, stored: Any, config: Any) -> Any | None:
+        """The shared MLP's fused rows back from a lossy file's two (``Gguf.join``); None for any other tensor."""
         names = self._names(name, config) if name.endswith(self.SHARED) else ()
         if not names or not all(n in stored for n in names):
             return None
@@ -135,6 +137,7 @@ class GraniteHybridTensors(Mamba2Tensors):
 
 
 GRANITE_MAMBA = Mamba2("mamba", "mamba_d_conv", "mamba_d_state", "mamba_n_groups", "mamba_n_heads", "mamba_d_head")
+GRANITE_TENSORS = GraniteHybridTensors(GRANITE_MAMBA)
 
 
 def layer_kinds(config: Any) -> list[str]:
@@ -172,7 +175,7 @@ register(Family(
     "granitemoehybrid", Adapter(family="granitemoehybrid", **LLAMA_STYLE, layer_kinds=layer_kinds),  # type: ignore
     TinyModel("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM", TINY),
     Gguf("granitehybrid", permuted=True, per_layer=True, kv_marks_recurrent=True, keys=_keys, refuse=_refuse,
-         tensors=GraniteHybridTensors(GRANITE_MAMBA),
+         tensors=GRANITE_TENSORS, split=GRANITE_TENSORS.split, join=GRANITE_TENSORS.join,
          ffn_length=lambda c: int(c.intermediate_size if c.num_local_experts else c.shared_intermediate_size),
          holds=("blk.0.ssm_a", "granitehybrid.ssm.inner_size"), variant={"position_embedding_type": "rope"},
          refused=({"time_step_limit": (0.0, 100.0)}, "clamp their time step")),
