@@ -427,3 +427,20 @@ def test_a_hybrid_without_a_gguf_writer_is_refused_in_one_line(tokenizer, tmp_pa
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert model_type in lines[0] and "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("model_type", ["granitemoehybrid", "nemotron_h", "lfm2"])
+def test_a_q8_0_hybrid_keeps_its_state_tensors_float32_and_passes_the_gate(model_type, tokenizer, tmp_path) -> None:
+    """llama.cpp's Mamba2 scan and convolutions take float32 A, D and kernels only (a q8_0 file with them rounded
+    aborted the process, measured): they stay float32, as the converter keeps them, and the file passes the gate."""
+    import numpy as np
+
+    lm = _lm(model_type, tokenizer)
+    record = export(lm, matrix_heads(lm.grid), format="gguf", layout="dense", gguf_type="q8_0",
+                    verify_task=generate_task(), out=tmp_path / "g")
+    info = Gguf.details(record)
+    assert info.gguf_type == "q8_0" and info.runtime.done and info.runtime.mismatches == 0
+    reader, _ = gguf_metadata(tmp_path / "g" / info.file)
+    state = [t for t in reader.tensors if t.name.endswith((".ssm_a", ".ssm_d", ".ssm_conv1d.weight",
+                                                           ".shortconv.conv.weight"))]
+    assert state and all(t.data.dtype == np.float32 for t in state)

@@ -188,8 +188,11 @@ def scalar_keys(writer: Any, artifact: torch.nn.Module) -> None:
 
 # Matrices kept in float32 whatever the type, as the converter keeps them (its tensor_force_quant): llama.cpp's bert
 # graph adds a row of the token types to the embeddings, which its CPU add does not take from f16 or q8_0 (it aborts);
-# its state-space convolution (ggml_ssm_conv) takes float32 kernels only.
-FLOAT32_TENSORS = ("token_types.weight", ".ssm_conv1d.weight")
+# its state-space convolution (ggml_ssm_conv) takes float32 kernels only, and its Mamba2 scan (ggml_ssm_scan) a float32
+# A and D (a column each: the converter squeezes them to one axis, so float32), as the converter keeps the grouped
+# norm's gain (a ``_norm.weight``) and LFM2's short-convolution kernel.
+FLOAT32_TENSORS = ("token_types.weight", ".ssm_conv1d.weight", ".ssm_a", ".ssm_d", ".ssm_norm.weight",
+                   ".shortconv.conv.weight")
 
 
 def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any]:
