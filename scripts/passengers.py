@@ -12,16 +12,16 @@ Two tables, each comparing find's rule with earlier ones through the same code (
   removed, by as much again); null heads flipping 0.1%-5% of answers; find's defaults (``--extend 1``),
   ``--extend 0`` and ``--extend 2``, and the main job's search settings (``--nominees 3 --max-heads 2
   --finalists 2``); 18 heads (2 layers of 9). An adversarial family among them, ``2 exclusive``: two real heads
-  among exactly null heads (each example toggled by at most one head, so no toggle cancels a null head's own). Rules: ``heldout`` (find's: membership on the check half and
-  held-out, the primary set chosen by held-out tests), ``check`` (0.2's: heads admitted on the check half alone)
-  and ``same`` (0.1.0's: all on discovery).
+  among exactly null heads (each example toggled by at most one head, so no toggle cancels a null head's own).
+  Rules: any registered selection rule that runs (``headprune.search.rules``): find's, ``admission`` (0.2's: heads
+  admitted on the check half alone) and ``same`` (0.1.0's: all on discovery).
 - **masked**: the held-out stage alone on a fixed proposal of redundant and masked heads, whose kept set gains
   nothing while the proposal gains (``headprune.search.simulation.run_masked``); find's rule only.
 - **compress**: the share of runs accepted on held-out and the share of accepted sets whose true drop exceeds
   the budget, at budgets 0.5, 1 and 2 points (36 heads, 40% harmless); ``held-out``: find's budget (discovery
   judged as the held-out test will judge it), ``estimate``: the discovery estimate alone.
 
-    python scripts/passengers.py [--runs 400] [--compress-runs 3000] [--rules heldout,check,same] [--json FILE]
+    python scripts/passengers.py [--runs 400] [--compress-runs 3000] [--rules sequence,admission,same] [--json FILE]
 
 docs/find.md's tables are this record (docs/bench/passengers.json) rendered by ``python -m scripts.bench.render``.
 """
@@ -38,10 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: rule "check" reads scripts.admission
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file from a checkout
 from headprune.search.find_result import FindSettings  # noqa: E402
-from headprune.search.compress_simulation import run_compress  # noqa: E402
-from headprune.search.simulation import FAMILIES, RULES, Outcome, family, run_improve, run_masked  # noqa: E402
+from headprune.search.rules import FIND_RULE, RULES  # noqa: E402
+from headprune.search.simulation import FAMILIES, Outcome, family, run_improve, run_masked  # noqa: E402
+from headprune.search.simulation.compress import run_compress  # noqa: E402
 
 FLIPS = (0.001, 0.003, 0.01, 0.03, 0.05)
 SIZES = {"2000/1000": (2000, 1000, (0.008, 0.002)), "150/300": (150, 300, (0.078, 0.003))}
@@ -88,13 +89,13 @@ def improve_table(runs: int, rules: Sequence[str]) -> list[dict]:
     return rows
 
 
-def masked_table(runs: int) -> list[dict]:
+def masked_table(runs: int, rule: str) -> list[dict]:
     """The held-out stage on a fixed proposal of redundant and masked heads (``run_masked``): S gains, its kept
-    set does not; find's rule only."""
+    set does not; one rule (find's)."""
     rows = []
     for flip in FLIPS:
-        out = [run_masked(seed, flip=flip) for seed in range(runs)]
-        rows.append({"flip": flip, "heldout": figures(out, "masked")})
+        out = [run_masked(seed, flip=flip, rule=rule) for seed in range(runs)]
+        rows.append({"flip": flip, rule: figures(out, "masked")})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -119,19 +120,21 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=400, help="runs per improve cell and rule")
     parser.add_argument("--compress-runs", type=int, default=3000, help="runs per compress budget and rule")
-    parser.add_argument("--rules", default=",".join(RULES), help="improve rules to run, comma-separated")
+    parser.add_argument("--rules", default=f"{FIND_RULE},admission,same",
+                        help="selection rules to run (find's first), comma-separated")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     rules = [rule for rule in args.rules.split(",") if rule]
-    if not rules or set(rules) - set(RULES):
-        parser.error(f"--rules: a comma-separated choice of {', '.join(RULES)}")
+    runnable = [name for name in RULES if RULES[name].runs]
+    if not rules or set(rules) - set(runnable):
+        parser.error(f"--rules: a comma-separated choice of {', '.join(runnable)}")
     logger = logging.getLogger("headprune")
     level = logger.level
     logger.setLevel(logging.WARNING)
     started = time.perf_counter()
     try:
         figures_ = {"bench": "passengers", "runs": args.runs, "compress_runs": args.compress_runs, "rules": rules,
-                    "improve": improve_table(args.runs, rules), "masked": masked_table(args.runs),
+                    "improve": improve_table(args.runs, rules), "masked": masked_table(args.runs, rules[0]),
                     "compress": compress_table(args.compress_runs)}
     finally:
         logger.setLevel(level)

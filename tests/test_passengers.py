@@ -27,7 +27,7 @@ MAIN_JOB = {"nominees": 3, "max_heads": 2, "finalists": 2}
 ALPHA = FindSettings().alpha
 
 
-def _cell(size: str, reals: int | str, flip: float, runs: int, rule: str = "heldout", **search: object
+def _cell(size: str, reals: int | str, flip: float, runs: int, rule: str | None = None, **search: object
           ) -> list[Outcome]:
     discovery, heldout, effect = SIZES[size]
     return [run_improve(seed, flip=flip, discovery=discovery, heldout=heldout, rule=rule,
@@ -68,7 +68,7 @@ def test_the_same_holds_for_other_search_settings(size: str, search: dict) -> No
 def test_both_real_heads_are_kept_at_the_sizes_users_run(size: str, least: float) -> None:
     """Power, as users read it: the share of runs whose primary set holds *both* real heads (null heads flipping
     0.3%). The rule of 0.2 (heads admitted on the check half alone) fails the same check on the same models."""
-    now, before = (_cell(size, 2, 0.003, 200, rule=rule) for rule in ("heldout", "check"))
+    now, before = (_cell(size, 2, 0.003, 200, rule=rule) for rule in (None, "admission"))
     kept, kept_before = (float(np.mean([o.all_kept for o in out])) for out in (now, before))
     confirmed = float(np.mean([o.all_kept and o.confirmed for o in now]))
     assert kept >= least and kept_before < least / 2, (kept, kept_before)
@@ -92,7 +92,7 @@ def test_the_confirmed_gain_is_never_much_below_the_rule_of_0_2(size: str) -> No
     for reals in (1, 2, "pair"):
         for flip in FLIPS:
             now, before = (100 * np.mean([o.confirmed_gain for o in _cell(size, reals, flip, 200, rule=rule)])
-                           for rule in ("heldout", "check"))
+                           for rule in (None, "admission"))
             assert now >= before - 0.1, f"{size}, real {reals}, flip {flip}: {now:.3f} against {before:.3f}"
 
 
@@ -111,12 +111,12 @@ def test_heads_that_improve_only_together_are_confirmed(monkeypatch) -> None:
     """Two heads that improve the task only together (each alone a null head; together +15 points) at the README's
     sizes: where discovery proposes them, the sequence starts with them as a block and confirms them. Started with
     one head, as find's sequence was before its block, it asks the first to improve alone and confirms neither."""
-    import headprune.search.membership as membership
+    import headprune.search.proposal as proposal
 
     together = _cell("150/300", "together", 0.003, 100)
     assert np.mean([o.all_kept and o.confirmed for o in together]) >= 0.15  # 34.8% at 1,000 runs
     assert _rates(together) == (0.0, 0.0)
-    monkeypatch.setattr(membership, "block_size", lambda *args, **kwargs: 1)
+    monkeypatch.setattr(proposal, "block_size", lambda *args, **kwargs: 1)
     alone = _cell("150/300", "together", 0.003, 100)
     assert np.mean([o.all_kept and o.confirmed for o in alone]) <= 0.02
 
@@ -140,11 +140,11 @@ def test_the_script_writes_both_tables(tmp_path) -> None:
     from pathlib import Path
 
     script = runpy.run_path(str(Path(__file__).resolve().parent.parent / "scripts" / "passengers.py"))
-    figures = script["main"](["--runs", "1", "--compress-runs", "2", "--rules", "heldout,check",
+    figures = script["main"](["--runs", "1", "--compress-runs", "2", "--rules", "sequence,admission",
                               "--json", str(tmp_path / "p.json")])
     assert len(figures["improve"]) == 2 * 4 * (5 * 5 + 4) and len(figures["compress"]) == 3
     assert [row["flip"] for row in figures["masked"]] == [0.001, 0.003, 0.01, 0.03, 0.05]
-    assert set(figures["improve"][0]) == {"size", "search", "real", "flip", "heldout", "check"}
-    assert set(figures["improve"][0]["heldout"]) == {"passenger", "all_kept", "confirmed_all", "confirmed",
+    assert set(figures["improve"][0]) == {"size", "search", "real", "flip", "sequence", "admission"}
+    assert set(figures["improve"][0]["sequence"]) == {"passenger", "all_kept", "confirmed_all", "confirmed",
                                                      "false_confirmed", "confirmed_gain"}
     assert (tmp_path / "p.json").stat().st_size > 1000

@@ -1,4 +1,4 @@
-"""The held-out stage of find's selection (``headprune.search.selection``) on hand-made per-example results: the
+"""The held-out stage of the sequence rule (``headprune.search.rules.sequence``) on hand-made per-example results: the
 proposal's fixed sequence of increments, the single head's test, the shares each branch is tested at and passes
 on, and what the record and the verdict say."""
 
@@ -10,8 +10,8 @@ import pytest
 from headprune.heads import Head
 from headprune.report.text import verdict_sentence
 from headprune.search.binomial import upper_tail
-from headprune.search.membership import Proposal
-from headprune.search.selection import select
+from headprune.search.proposal import Proposal
+from headprune.search.rules import RULES
 from headprune.search.sequence import block_size, gain_order, hypotheses
 from headprune.search.simulation import CountsResult
 
@@ -31,7 +31,7 @@ def _right(*ranges: tuple[int, int], wrong: tuple[int, int] = (0, 0)) -> CountsR
 
 
 def _select(results: dict, proposal: Proposal, single: Head = H0) -> object:
-    return select(proposal, single, lambda sets: [results[s] for s in sets], _right(), alpha=0.05,
+    return RULES["sequence"].select(proposal, single, lambda sets: [results[s] for s in sets], _right(), alpha=0.05,
                   measure="accuracy", tolerance=0.0, sizes=(75, 75))
 
 

@@ -3,10 +3,10 @@
 After the shared baseline and screen (``headprune.search.stages``), discovery is split into a search half and a
 check half (``headprune.search.folds``). On the search half: take the best M single heads as nominees, evaluate
 every subset of them of size 2..K, and grow the best set from a screen taken at it (``headprune.search.partners``);
-the best set of several heads is the **proposal**, with the order of its fixed sequence (each head's gain on
-the search half) and its prefixes' increments on the check half. On all of discovery: the best single head. On
-held-out (with the check half): the sequence's increments, the single head's test and the membership tests of the
-proposal's heads, at level alpha after selection (``headprune.search.selection``). Then the finalists: the primary set first, the
+the best set of several heads is the **proposal**, with the order of its heads for the selection rule's tests (each
+head's gain on the search half) and those tests' counts on the check half (``headprune.search.proposal``). On all of
+discovery: the best single head. On held-out (with the check half): the selection rule's tests (find's,
+``headprune.search.rules.FIND_RULE``), at level alpha after selection. Then the finalists: the primary set first, the
 other candidates and the best remaining sets after it, exploratory.
 """
 
@@ -24,13 +24,14 @@ from headprune.heads import Head
 from headprune.search.find_result import FindResult, Prescreen
 from headprune.search.guard_search import GuardCheck
 from headprune.search.guards import GUARD_TRIES
-from headprune.search.membership import Proposal, needed, propose
 from headprune.search.paired import compare
 from headprune.search.parsimony import HeadSet
 from headprune.search.partners import extend
+from headprune.search.proposal import Proposal, needed, propose
 from headprune.search.protocol import reconfirm
-from headprune.search.selection import Chosen, select
-from headprune.search.sequence import prefixes, reached, sets_read
+from headprune.search.rules import SelectionRule, find_rule
+from headprune.search.selection import Chosen
+from headprune.search.sequence import prefixes, sets_of
 from headprune.search.split import Inputs
 from headprune.search.stages import Evaluated, Screened, Stages, single_order
 
@@ -49,6 +50,7 @@ class Choice:
     single: Head  # the best single head on all of discovery
     measure: str  # what the membership tests count: "accuracy" (answers) or "margin"
     tolerance: float  # of a margin change, in the run's dtype
+    rule: SelectionRule  # the selection rule the proposal was made for; it chooses on held-out
     guard: GuardCheck | None = None  # with guards: the candidate sets checked on their discovery examples
 
 
@@ -88,11 +90,12 @@ def improve(stages: Stages, inputs: Inputs) -> FindResult:
                    shrink=shrunk)
 
 
-def choose(stages: Stages) -> Choice:
+def choose(stages: Stages, rule: SelectionRule | None = None) -> Choice:
     """Everything the search decides on discovery, once the baseline is in ``stages``: the halves, the screen, the
-    joint search and its growth on the search half, the proposal (with the check half's look at it) and the best
-    single head. The counts-only simulation (``headprune.search.simulation``) runs exactly this."""
-    settings = stages.settings
+    joint search and its growth on the search half, the proposal (with the check half's counts of ``rule``'s
+    hypotheses; default find's rule) and the best single head. The counts-only simulation
+    (``headprune.search.simulation``) runs exactly this."""
+    settings, rule = stages.settings, rule or find_rule()
     folds = stages.split_discovery()
     screened, prescreen = stages.screen()
     measure = "margin" if settings.rank_by == "margin" else "accuracy"
@@ -116,32 +119,30 @@ def choose(stages: Stages) -> Choice:
                 return results
 
             proposal = propose(heads, discovery, stages.base["discovery"], search=folds.search, check=folds.check,
-                               measure=measure, tolerance=slack)
-    return Choice(screened, prescreen, nominees, evaluated, proposal, single, measure, slack, guard)
+                               measure=measure, tolerance=slack, hypotheses=rule.hypotheses)
+    return Choice(screened, prescreen, nominees, evaluated, proposal, single, measure, slack, rule, guard)
 
 
 def choose_on_heldout(stages: Stages, choice: Choice) -> Chosen:
-    """The held-out stage of the selection (``headprune.search.selection``), timed as held-out work."""
+    """The held-out stage of the choice's selection rule, timed as held-out work; its line names the set that ships
+    and the steps that decided it."""
     assert stages.folds is not None, "choose() splits discovery first"
     with stages.timed("heldout"):
-        chosen = select(choice.proposal, choice.single,
-                        lambda sets: stages.conditions.many("heldout", sets, "held-out tests"),
-                        stages.base["heldout"], alpha=stages.settings.alpha, measure=choice.measure,
-                        tolerance=choice.tolerance, sizes=stages.folds.sizes)
-    record = chosen.selection
-    log.info("proposal %s (search half), single %s; the sequence %s reached %d of its prefixes, kept %s on the "
-             "check half and held-out (%d examples)", ",".join(record.proposal) or "none", record.single,
-             ",".join(record.sequence) or "none", reached(record.steps), ",".join(record.kept) or "none",
-             record.check + record.heldout)
+        chosen = choice.rule.select(choice.proposal, choice.single,
+                                    lambda sets: stages.conditions.many("heldout", sets, "held-out tests"),
+                                    stages.base["heldout"], alpha=stages.settings.alpha, measure=choice.measure,
+                                    tolerance=choice.tolerance, sizes=stages.folds.sizes)
+    log.info("%s", choice.rule.summary(chosen.heads, chosen.selection))
     return chosen
 
 
 def frozen_sets(stages: Stages, choice: Choice) -> list[HeadSet]:
     """Every set discovery fixes before held-out is read: the proposal and each of it without one head (what the
-    membership tests read), its sequence's prefixes and its block without each of its heads, the single head, and the
-    best other sets by search-half rank, up to ``finalists``."""
+    membership tests read), the prefixes of its order and every other set the rule's hypotheses compare, the single
+    head, and the best other sets by search-half rank, up to ``finalists``."""
     proposal = choice.proposal
-    fixed = ([*needed(proposal.heads), *prefixes(proposal.sequence), *sets_read(proposal.sequence, proposal.block)]
+    fixed = ([*needed(proposal.heads), *prefixes(proposal.sequence),
+              *sets_of(choice.rule.hypotheses(proposal.sequence, proposal.block))]
              if proposal is not None else []) + [(choice.single,)]
     ranked = sorted(choice.evaluated, key=stages.search_rank)[: stages.settings.finalists]
     return list(dict.fromkeys([*fixed, *ranked]))
@@ -162,15 +163,13 @@ def announce_cost(stages: Stages) -> None:
     screen = settings.candidates if settings.screen != "exact" else stages.lm.grid.total
     joint_sets = expected_joint_evaluations(min(settings.nominees, screen), settings.max_heads)
     extend = settings.extend * 2 * settings.nominees  # the partners scored at the best set, per step
-    # The proposal and each of it without one head; its sequence's prefixes between its first head and itself, and
-    # its block without each of its heads where that is no prefix (at most size - 2 of each); its heads alone where
-    # the screen did not evaluate them (the sequence's order).
+    # The proposal and each of it without one head; the sets the selection rule's tests add (its planned); its heads
+    # alone where the screen did not evaluate them (the rule's order).
     size = settings.max_heads + settings.extend
-    membership = 1 + size + 2 * max(0, size - 2) + (size if settings.screen != "exact" else 0)
-    # Held-out: the membership sets, the prefixes but the whole set, the block's other sets, the single head and the
-    # finalists; each finalist on each control.
-    finals = (1 + size + (size - 1) + max(0, size - 2) + 1 + settings.finalists
-              + settings.finalists * len(conditions.control_names))
+    rule_discovery, rule_heldout = find_rule().planned(size)
+    membership = 1 + size + rule_discovery + (size if settings.screen != "exact" else 0)
+    # Held-out: the membership sets, the rule's, the single head and the finalists; each finalist on each control.
+    finals = (1 + size + rule_heldout + 1 + settings.finalists + settings.finalists * len(conditions.control_names))
     planned = (f"{screen} screen, {joint_sets} joint, {extend} extend, {membership} membership and {finals} "
                f"held-out/control conditions at most")
     if stages.guards:  # checked on discovery (each set and, where it breaks one, its heads), then the finalists

@@ -1,4 +1,5 @@
-"""The proposal's fixed sequence: the claim find makes for a set of several heads (``headprune.search.selection``).
+"""The proposal's fixed sequence: the claim the sequence rule makes for a set of several heads
+(``headprune.search.rules.sequence``).
 
 Discovery fixes, on the search half alone, an order of the proposal S's heads (:func:`gain_order`: each head's net
 gain there, its own or, where larger, within S; largest first), the prefixes P_1 = {h_1}, ..., P_k = S
@@ -87,9 +88,9 @@ def hypotheses(order: Sequence[Head], block: int) -> list[Hypothesis]:
     return out
 
 
-def sets_read(order: Sequence[Head], block: int) -> list[HeadSet]:
+def sets_of(hyps: Sequence[Hypothesis]) -> list[HeadSet]:
     """Every set the hypotheses compare (the intact model aside), each once, in the order first needed."""
-    return list(dict.fromkeys(s for tested, against, _ in hypotheses(order, block) for s in (tested, against) if s))
+    return list(dict.fromkeys(s for tested, against, _ in hyps for s in (tested, against) if s))
 
 
 def increments(hyps: Sequence[Hypothesis], results: Mapping[HeadSet, EvalResult], base: EvalResult, *,
@@ -134,4 +135,4 @@ def reached(steps: Sequence[Step]) -> int:
 
 
 __all__ = ["BLOCK_SHARE", "Counts", "Hypothesis", "block_size", "gain_order", "hypotheses", "increments",
-           "prefixes", "reached", "run", "sets_read"]
+           "prefixes", "reached", "run", "sets_of"]
