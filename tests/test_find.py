@@ -308,7 +308,9 @@ def test_passenger_heads_do_not_ride_along_with_the_harmful_head(passengers) -> 
     (alone,) = result.finalists[0].contributions
     assert alone == first
     report = render_markdown(result)
-    assert "## How the primary set was chosen" in report and "| 2 | `L0.H2` |" in report and "| no |" in report
+    # The procedure that decided is shown: the sequence stopped at H2; the membership tests decided nothing here.
+    assert "## How the primary set was chosen" in report and "| 2 | `L0.H0,L0.H2` | `L0.H0` |" in report
+    assert "| no |" in report and "decided nothing here" in report and "| 2 | `L0.H2` |" not in report
     # A result.json written by 0.2 (no selection) and one written before parsimony still load and render.
     from headprune.search.find_result import FindResult
 

@@ -157,3 +157,26 @@ def test_the_sequence_order_is_each_heads_own_gain_on_the_search_half() -> None:
     assert order == (H1, H2, H0)
     search[250:] = True  # H2's 10 damaged now count: a net 10, as H0's, and fewer damaged goes first
     assert gain_order((H0, H1, H2), alone, _right(), search=search, measure="accuracy", tolerance=0.0) == (H1, H0, H2)
+
+
+def test_the_line_and_the_report_show_the_procedure_that_decided() -> None:
+    """The terminal line names the set that ships and each step that decided it, with its p; report.md shows the
+    membership tests only where they chose the set shown (nothing confirmed), and says elsewhere that they decided
+    nothing."""
+    from types import SimpleNamespace
+
+    rule = RULES["sequence"]
+    shipped = _select(ADDING, _proposal())
+    line = rule.summary(shipped.heads, shipped.selection)
+    assert "ships L0.H0,L0.H1, confirmed by the proposal's fixed sequence" in line
+    assert f"L0.H0 against the original p={upper_tail(30, 30):.2g}" in line and "L0.H1 added to L0.H0 p=" in line
+    assert line.endswith("then it stopped at L0.H2 added to L0.H0,L0.H1 p=1")
+    section = "\n".join(rule.section(SimpleNamespace(selection=shipped.selection)))
+    assert "decided nothing here" in section and "| order | head |" not in section
+    shown = _select(ADDING, _proposal((H2, H0, H1)), single=H2)
+    line = rule.summary(shown.heads, shown.selection)
+    assert "nothing confirmed: the proposal's fixed sequence stopped at step 1 (L0.H2 against the original" in line
+    assert line.endswith("shown: L0.H0,L0.H1 (the membership tests' kept set, not a claim)")
+    section = "\n".join(rule.section(SimpleNamespace(selection=shown.selection)))
+    assert "**The set shown, since nothing is confirmed** (not a claim)" in section
+    assert "| 1 | `L0.H0` |" in section and "Kept: `L0.H0,L0.H1`." in section

@@ -51,7 +51,8 @@ from headprune.search.membership import contributions, heldout_counts, kept
 from headprune.search.parsimony import HeadContribution, HeadSet
 from headprune.search.proposal import Proposal, needed
 from headprune.search.rules.base import SelectionRule, register
-from headprune.search.rules.words import candidates, measure_words, membership, steps_table, tests_table
+from headprune.search.rules.words import (candidates, measure_words, membership_shown, step_words, steps_table,
+                                          tests_table)
 from headprune.search.selection import Chosen, HeldoutTest, Selection
 from headprune.search.sequence import Hypothesis, hypotheses, increments, prefixes, reached, run, sets_of
 from headprune.search.stats import Step, Verdict, test_size, verdict
@@ -139,9 +140,24 @@ class FixedSequence(SelectionRule):
         return single_test, steps, proposal_share
 
     def summary(self, heads: HeadSet, sel: Selection) -> str:
-        return (f"proposal {','.join(sel.proposal) or 'none'} (search half), single {sel.single}; the sequence "
-                f"{','.join(sel.sequence) or 'none'} reached {reached(sel.steps)} of its prefixes, kept "
-                f"{','.join(sel.kept) or 'none'} on the check half and held-out ({sel.check + sel.heldout} examples)")
+        shipped = ",".join(map(str, heads))
+        proposal = f"proposal {','.join(sel.proposal) or 'none'} (search half), single {sel.single}"
+        n = sel.check + sel.heldout
+        stop = next((s for s in sel.steps if not s.rejected), None)
+        (single,) = sel.tests
+        test = f"McNemar p={single.p_value:.2g} at {single.level:g}"
+        if sel.chosen == "proposal":
+            decided = ", ".join(step_words(s) for s in sel.steps if s.rejected)
+            then = f"; then it stopped at {step_words(stop)}" if stop is not None else ""
+            return (f"{proposal}; ships {shipped}, confirmed by the proposal's fixed sequence on the check half and "
+                    f"held-out ({n} examples) at one-sided {sel.steps[0].level:g}: {decided}{then}")
+        sequence = (f"the proposal's fixed sequence stopped at step {len(sel.steps)} ({step_words(stop)} > "
+                    f"{stop.level:g}, {n} examples)" if stop is not None else "no proposal to test")
+        if sel.chosen == "single":
+            return f"{proposal}; ships {shipped}, confirmed by its own test on held-out ({test}); {sequence}"
+        shown = "the membership tests' kept set" if len(heads) > 1 else "the single head"
+        return (f"{proposal}; nothing confirmed: {sequence}, the single's {test}; shown: {shipped} ({shown}, not a "
+                "claim)")
 
     def section(self, result) -> list[str]:  # noqa: ANN001 (a FindResult)
         sel = result.selection
@@ -149,15 +165,13 @@ class FixedSequence(SelectionRule):
                  candidates(sel) + f" Each is a branch with {BRANCH_SHARE:.0%} of alpha={sel.alpha:g}; a branch whose "
                  "claims are all made passes its share on to the other (a fallback: no level is spent twice).", ""]
         lines += self._sequence_table(sel)
-        lines += membership(sel, "**Which heads of the proposal stay.**", " These tests confirm nothing: where nothing "
-                            "is confirmed, the kept set of two heads or more is the primary set shown.")
         lines += ["**The single head's test**: exact McNemar on held-out, at its branch's share.", ""]
         lines += tests_table(sel)
         chosen = {"proposal": "the last prefix the sequence reached", "single": "the single head",
                   "none": "no candidate passed; the primary set is reported, not confirmed (the kept set where it has "
                           "two heads or more, else the single head; where held-out chose it, its estimate is "
                           "exploratory)"}[sel.chosen]
-        return lines + ["", f"Primary set: {chosen}.", ""]
+        return lines + ["", f"Primary set: {chosen}.", ""] + membership_shown(sel)
 
     @staticmethod
     def _sequence_table(sel: Selection) -> list[str]:

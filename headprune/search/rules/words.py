@@ -28,6 +28,12 @@ def against(step: Step) -> str:
     return ",".join(h for h in step.prefix if h not in step.added.split(","))
 
 
+def step_words(step: Step) -> str:
+    """One step as the terminal names it: what it adds to what, and its p."""
+    base = against(step)
+    return f"{step.added} {'added to ' + base if base else 'against the original'} p={step.p_value:.2g}"
+
+
 def steps_table(steps: Sequence[Step]) -> list[str]:
     """Each step tested, in order: the set, the set it is tested against, its counts, p, level and outcome."""
     lines = ["| step | set | against | check b | check c | held-out b | held-out c | p | level | rejects |",
@@ -49,7 +55,7 @@ def tests_table(sel: Selection) -> list[str]:
                     for t in sel.tests]
 
 
-def membership(sel: Selection, title: str, after: str = "") -> list[str]:
+def membership(sel: Selection, title: str) -> list[str]:
     """The membership tests of the proposal's heads (``headprune.search.membership``) under ``title``, with the kept
     set; empty without them."""
     if not sel.contributions:
@@ -59,7 +65,7 @@ def membership(sel: Selection, title: str, after: str = "") -> list[str]:
              f"removed, c = worse, p the one-sided exact binomial test of b against c. The heads are tested in the "
              f"order shown (fixed on the search half): the first at {FIRST_SHARE:.0%} of alpha={sel.alpha:g}, the "
              "others at equal shares of the rest, each passing its level on to the next when it earns its place (a "
-             f"fallback procedure: a head with no effect stays with probability at most {sel.alpha:g}).{after}", "",
+             f"fallback procedure: a head with no effect stays with probability at most {sel.alpha:g}).", "",
              "| order | head | check b | check c | held-out b | held-out c | p | level | stays |",
              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {c.rank} | `{c.head}` | {c.check_rescued} | {c.check_damaged} | {c.heldout_rescued} | "
@@ -68,5 +74,17 @@ def membership(sel: Selection, title: str, after: str = "") -> list[str]:
     return lines + ["", f"Kept: `{','.join(sel.kept) or 'none'}`.", ""]
 
 
-__all__ = ["against", "candidates", "measure_words", "membership", "steps_table",
+def membership_shown(sel: Selection) -> list[str]:
+    """The membership tests where they chose the set shown (nothing confirmed), else one line saying they are a
+    diagnostic: a rule whose claim is its steps decides nothing by them."""
+    if not sel.contributions:
+        return []
+    if sel.chosen == "none" and len(sel.kept) >= 2:
+        return membership(sel, "**The set shown, since nothing is confirmed** (not a claim): the proposal's heads "
+                               "that earn their place in it.")
+    return ["The membership tests of the proposal's heads (each against the proposal without it) decided nothing "
+            "here; `result.json` keeps them as a diagnostic (`selection.contributions`).", ""]
+
+
+__all__ = ["against", "candidates", "measure_words", "membership", "membership_shown", "step_words", "steps_table",
            "tests_table"]
