@@ -274,8 +274,8 @@ class Design(SelectionRule):
     def hypotheses(self, order, block):  # noqa: ANN001, ANN201
         return RULES["sequence"].hypotheses(order, block)
 
-    def select(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
-        return self._select(*args, **kwargs)
+    def select(self, *args, searched=None, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
+        return self._select(*args, **kwargs)  # the designs test the single on all of discovery only
 
     def run(self, stages, through_find):  # noqa: ANN001, ANN201
         _STAGES.append(stages)

@@ -11,7 +11,8 @@ The layers are written once, in docs/architecture.md (a numbered list, highest l
 ``headprune/`` in backticks; the most specific entry decides a module's layer). A module no entry covers, or an
 entry that names no module, fails here too, so every new module is given its room deliberately. A subpackage may
 order its own modules the same way, in a line ``- `PACKAGE/`: `a` > `b`, `c` > `d` `` (highest first; ``__init__`` is
-the package): no module of it imports one of the same subpackage listed after it.
+the package; ``*`` places every module the line does not name, so that a new rule or format needs no line here): no
+module of it imports one of the same subpackage listed above it.
 
 The package is what the wheel holds: no module of it imports ``scripts`` (the benchmarks and comparisons beside it,
 which the wheel does not ship), anywhere in its source.
@@ -87,8 +88,9 @@ def documented_sublayers(text: str | None = None) -> dict[str, list[list[str]]]:
     found = {}
     for package, order in re.findall(r"^- `([\w/]+)/`: (.*)$", section.group(1), flags=re.MULTILINE):
         dotted = "headprune." + package.replace("/", ".")
-        found[dotted] = [[dotted if name == "__init__" else f"{dotted}.{name}" for name in re.findall(r"`([^`]+)`", part)]
-                         for part in order.split(" > ")]
+        found[dotted] = [[dotted if name == "__init__" else f"{dotted}.{name}"
+                          for name in re.findall(r"`([^`]+)`", part)]
+                         for part in order.split(" > ")]  # ``PACKAGE.*``: every module not named
     return found
 
 
@@ -99,8 +101,12 @@ def sublayer_problems(graph: dict[str, set[str]], sublayers: dict[str, list[list
     for package, layers in sublayers.items():
         rank = {module: index for index, entries in enumerate(layers) for module in entries}
         inside = {m for m in graph if m == package or m.startswith(package + ".")}
+        rest = rank.pop(package + ".*", None)
+        if rest is not None:
+            rank.update({m: rest for m in inside - rank.keys()})
         found += [f"{package}'s order names {m}, which is no module" for m in sorted(rank.keys() - inside)]
-        found += [f"{m} has no place in {package}'s order: add it to docs/architecture.md" for m in sorted(inside - rank.keys())]
+        found += [f"{m} has no place in {package}'s order: add it to docs/architecture.md"
+                  for m in sorted(inside - rank.keys())]
         for module in sorted(inside & rank.keys()):
             for target in sorted(graph[module] & rank.keys()):
                 if rank[target] < rank[module]:
@@ -320,6 +326,9 @@ def test_an_import_of_scripts_and_a_subpackage_out_of_order_are_each_reported(tm
     assert sublayer_problems(graph, order) == [
         "headprune.pkg's order names headprune.pkg.gone, which is no module",
         "headprune.pkg.stray has no place in headprune.pkg's order: add it to docs/architecture.md",
+        "headprune.pkg.low imports headprune.pkg.high, listed above it in headprune.pkg's order"]
+    placed = documented_sublayers("## Code layout\n- `pkg/`: `__init__` > `*` > `low`\n## Next\n")  # high, stray
+    assert sublayer_problems(graph, placed) == [
         "headprune.pkg.low imports headprune.pkg.high, listed above it in headprune.pkg's order"]
 
 

@@ -107,15 +107,11 @@ def test_a_block_holding_a_head_that_adds_nothing_to_it_is_not_shipped() -> None
 
 
 def test_the_block_is_the_shortest_prefix_with_half_the_best_gain_on_the_search_half() -> None:
-    """Net gains of the prefixes on the search half (the first 150 examples): 1, 12, 13 -> a block of two; 8, 12,
-    13 -> one head; none positive -> one head; 7 or 6, 13, 12 -> one head or two (half of 13 is 6.5). Examples
-    outside the search half do not count."""
-    search = np.zeros(N, dtype=bool)
-    search[:150] = True
-    def size(*gains: int) -> int:
-        results = [_right((0, gain), (150, 250)) if gain > 0 else _right(wrong=(250, 250 - gain)) for gain in gains]
-        return block_size(results, _right(), search=search, measure="accuracy", tolerance=0.0)
-    assert (size(1, 12, 13), size(8, 12, 13), size(-2, -1, -3), size(7, 13, 12), size(6, 13, 12)) == (2, 1, 1, 1, 2)
+    """Net gains of the prefixes on the search half: 1, 12, 13 -> a block of two; 8, 12, 13 -> one head; none
+    positive -> one head; 7 or 6, 13, 12 -> one head or two (half of 13 is 6.5)."""
+    size = block_size
+    assert (size([1, 12, 13]), size([8, 12, 13]), size([-2, -1, -3]), size([7, 13, 12]), size([6, 13, 12])) == (
+        2, 1, 1, 1, 2)
 
 
 def test_a_whole_sequence_passes_its_share_on_to_the_single() -> None:
@@ -167,14 +163,14 @@ def test_the_line_and_the_report_show_the_procedure_that_decided() -> None:
 
     rule = RULES["sequence"]
     shipped = _select(ADDING, _proposal())
-    line = rule.summary(shipped.heads, shipped.selection)
+    line = rule.summary(shipped)
     assert "ships L0.H0,L0.H1, confirmed by the proposal's fixed sequence" in line
     assert f"L0.H0 against the original p={upper_tail(30, 30):.2g}" in line and "L0.H1 added to L0.H0 p=" in line
     assert line.endswith("then it stopped at L0.H2 added to L0.H0,L0.H1 p=1")
     section = "\n".join(rule.section(SimpleNamespace(selection=shipped.selection)))
     assert "decided nothing here" in section and "| order | head |" not in section
     shown = _select(ADDING, _proposal((H2, H0, H1)), single=H2)
-    line = rule.summary(shown.heads, shown.selection)
+    line = rule.summary(shown)
     assert "nothing confirmed: the proposal's fixed sequence stopped at step 1 (L0.H2 against the original" in line
     assert line.endswith("shown: L0.H0,L0.H1 (the membership tests' kept set, not a claim)")
     section = "\n".join(rule.section(SimpleNamespace(selection=shown.selection)))

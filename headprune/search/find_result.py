@@ -9,7 +9,10 @@ Version 4 tests a kept set at its part of the proposal's share and marks its est
 (``Verdict.selected``), which a headprune reading version 3 would drop; version 3 files are read as they were
 (their cut-down sets behind the proposal's gate). Version 5 confirms a set of several heads by the proposal's fixed
 sequence of increments (``Verdict.steps``, ``Selection.steps``), not by the set's own test, which a headprune
-reading version 4 would take for the claim; version 4 files are read as they were.
+reading version 4 would take for the claim; version 4 files are read as they were. Version 6 names the selection rule
+that chose (``Selection.rule``, ``Verdict.rule``; ``headprune.search.rules``): the steps of find's rule since then
+skip a head that does not reject, which a headprune reading version 5 would take for a sequence that stopped there;
+version 5 files are read as they were (the sequence's).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from headprune.search.settings import FindSettings
 from headprune.search.shrink_record import Shrink
 from headprune.search.stats import NonInferiority, Verdict
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 RESULT_NAME = "result.json"
 
 
@@ -277,7 +280,8 @@ class FindResult:
         version = data.get("schema_version")
         if version == 1:
             data = _upgrade_v1(data)
-        elif version in (2, 3, 4):  # 0.2: no selection; 3: no parts, no selected estimates; 4: no sequence
+        elif version in (2, 3, 4, 5):  # 0.2: no selection; 3: no parts or selected estimates; 4: no sequence;
+            # 5: no rule named (the sequence's)
             data = {**data, "schema_version": SCHEMA_VERSION}
         elif version != SCHEMA_VERSION:
             raise ResultFileError(f"unsupported result schema version {version!r} "

@@ -25,9 +25,9 @@ from headprune.search.find_result import FindResult, Prescreen
 from headprune.search.guard_search import GuardCheck
 from headprune.search.guards import GUARD_TRIES
 from headprune.search.paired import compare
-from headprune.search.parsimony import HeadSet
+from headprune.search.parsimony import HeadSet, counts
 from headprune.search.partners import extend
-from headprune.search.proposal import Proposal, needed, propose
+from headprune.search.proposal import Proposal, Searched, needed, propose
 from headprune.search.protocol import reconfirm
 from headprune.search.rules import SelectionRule, find_rule
 from headprune.search.selection import Chosen
@@ -52,6 +52,7 @@ class Choice:
     tolerance: float  # of a margin change, in the run's dtype
     rule: SelectionRule  # the selection rule the proposal was made for; it chooses on held-out
     guard: GuardCheck | None = None  # with guards: the candidate sets checked on their discovery examples
+    searched: Searched | None = None  # where the rule tests it: the best single head on the search half
 
 
 def improve(stages: Stages, inputs: Inputs) -> FindResult:
@@ -79,7 +80,8 @@ def improve(stages: Stages, inputs: Inputs) -> FindResult:
     guarding = None
     if choice.guard is not None:
         candidates = [choice.proposal.heads] if choice.proposal is not None else []
-        guarding = choice.guard.record([*candidates, (choice.single,)])
+        searched = [(choice.searched[0],)] if choice.searched is not None else []
+        guarding = choice.guard.record(list(dict.fromkeys([*candidates, (choice.single,), *searched])))
     shrunk = None
     if grown is not None:
         from headprune.search.shrink import judge_on_fresh
@@ -119,8 +121,22 @@ def choose(stages: Stages, rule: SelectionRule | None = None) -> Choice:
                 return results
 
             proposal = propose(heads, discovery, stages.base["discovery"], search=folds.search, check=folds.check,
-                               measure=measure, tolerance=slack, hypotheses=rule.hypotheses)
-    return Choice(screened, prescreen, nominees, evaluated, proposal, single, measure, slack, rule, guard)
+                               measure=measure, tolerance=slack, rule=rule)
+        searched = searched_single(stages, screened, guard, measure=measure, tolerance=slack) \
+            if rule.searched_single else None
+    return Choice(screened, prescreen, nominees, evaluated, proposal, single, measure, slack, rule, guard, searched)
+
+
+def searched_single(stages: Stages, screened: Screened, guard: GuardCheck | None, *, measure: str,
+                    tolerance: float) -> Searched:
+    """The best single head on the search half, taken as the single is on all of discovery (with guards, the first
+    that keeps them), and its counts against the intact model on the check half: a single head the check half did
+    not choose, so a rule can test it there and on held-out."""
+    rows = [(head, stages.search_half[(head,)], None) for head, _, _ in screened]
+    ordered = [(head,) for head in single_order(rows, stages.rank, stages.settings.rank_by)]
+    (head,) = guard.choose(ordered, "single (search half)") if guard is not None else ordered[0]
+    (result,) = stages.results([(head,)], "membership")
+    return head, counts(result, stages.base["discovery"], measure, tolerance, stages.folds.check)
 
 
 def choose_on_heldout(stages: Stages, choice: Choice) -> Chosen:
@@ -131,8 +147,8 @@ def choose_on_heldout(stages: Stages, choice: Choice) -> Chosen:
         chosen = choice.rule.select(choice.proposal, choice.single,
                                     lambda sets: stages.conditions.many("heldout", sets, "held-out tests"),
                                     stages.base["heldout"], alpha=stages.settings.alpha, measure=choice.measure,
-                                    tolerance=choice.tolerance, sizes=stages.folds.sizes)
-    log.info("%s", choice.rule.summary(chosen.heads, chosen.selection))
+                                    tolerance=choice.tolerance, sizes=stages.folds.sizes, searched=choice.searched)
+    log.info("%s", choice.rule.summary(chosen))
     return chosen
 
 

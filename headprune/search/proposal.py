@@ -12,15 +12,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
 from headprune.search.parsimony import HeadSet, counts, drop_one
-from headprune.search.sequence import Counts, Hypothesis, block_size, gain_order, increments, prefixes, sets_of
+from headprune.search.sequence import Counts, Hypothesis, gain_order, increments, prefixes, sets_of
 
-Hypotheses = Callable[[Sequence[Head], int], list[Hypothesis]]  # a rule's hypotheses, from its order and block
+
+Searched = tuple[Head, Counts]  # the best single head on the search half, and its counts on the check half
+
+
+class Plan(Protocol):
+    """What discovery asks of the selection rule it proposes for (``headprune.search.rules``)."""
+
+    def block(self, gains: Sequence[int]) -> int:
+        """The heads the rule's tests start with, together, from the prefixes' net gains on the search half."""
+
+    def hypotheses(self, order: Sequence[Head], block: int) -> list[Hypothesis]:
+        """The hypotheses the rule tests, fixed by the order and the block."""
 
 
 @dataclass(frozen=True)
@@ -40,11 +52,11 @@ class Proposal:
 
 
 def propose(heads: HeadSet, discovery: Callable[[list[HeadSet]], list[EvalResult]], base: EvalResult, *,
-            search: np.ndarray, check: np.ndarray, measure: str, tolerance: float,
-            hypotheses: Hypotheses) -> Proposal:
-    """The :class:`Proposal` of ``heads`` for a rule that tests ``hypotheses``; ``discovery`` evaluates head sets on
-    discovery (``base``: the intact model there): S and each S without one head (:func:`needed`), each head alone,
-    the prefixes of the order, then every other set the rule's hypotheses compare."""
+            search: np.ndarray, check: np.ndarray, measure: str, tolerance: float, rule: Plan) -> Proposal:
+    """The :class:`Proposal` of ``heads`` for a selection ``rule`` (its block and hypotheses); ``discovery``
+    evaluates head sets on discovery (``base``: the intact model there): S and each S without one head
+    (:func:`needed`), each head alone, the prefixes of the order, then every other set the rule's hypotheses
+    compare."""
     with_set, *withouts = discovery(needed(heads))
     on_search = [counts(with_set, without, measure, tolerance, search) for without in withouts]
     on_check = [counts(with_set, without, measure, tolerance, check) for without in withouts]
@@ -56,8 +68,9 @@ def propose(heads: HeadSet, discovery: Callable[[list[HeadSet]], list[EvalResult
                           tolerance=tolerance, within=on_search)
     chain = prefixes(sequence)
     results = dict(zip(chain, discovery(chain)))
-    block = block_size([results[p] for p in chain], base, search=search, measure=measure, tolerance=tolerance)
-    tested = hypotheses(sequence, block)
+    gains = [b - c for b, c in (counts(results[p], base, measure, tolerance, search) for p in chain)]
+    block = rule.block(gains)
+    tested = rule.hypotheses(sequence, block)
     more = [s for s in sets_of(tested) if s not in results]  # e.g. the block without each of its heads
     results.update(zip(more, discovery(more)))
     steps = increments(tested, results, base, measure=measure, tolerance=tolerance, mask=check)
@@ -70,4 +83,4 @@ def needed(heads: HeadSet) -> list[HeadSet]:
     return [heads, *drop_one(heads)]
 
 
-__all__ = ["Counts", "Hypotheses", "Proposal", "needed", "propose"]
+__all__ = ["Counts", "Plan", "Proposal", "Searched", "needed", "propose"]

@@ -36,7 +36,8 @@ class Selection:
     """How the primary set was chosen (its ``rule`` says how): the candidates, the membership tests of the proposal's
     heads (in the order tested) and the kept set, the single's test, the rule's steps (the order of the proposal's
     heads they follow, each step tested, and the proposal's share of alpha), and which candidate the primary set is
-    (``chosen``: ``proposal``, ``single``, or ``none`` when nothing was confirmed)."""
+    (``chosen``: ``proposal``, ``single``, ``searched`` (the best single head on the search half), or ``none`` when
+    nothing was confirmed)."""
 
     proposal: tuple[str, ...]  # empty when no set of several heads was evaluated
     single: str
@@ -51,11 +52,13 @@ class Selection:
     heldout: int
     sequence: tuple[str, ...] = ()  # schema 5: the proposal's heads in the order of the rule's steps
     steps: tuple[Step, ...] = ()  # schema 5: each step tested, in the order tested
-    share: float = 0.0  # schema 5: the proposal's branch's share of alpha (its own, plus the single's if it rejected)
+    share: float = 0.0  # schema 5: the proposal's share of alpha (the sequence: its branch's, plus the single's if that
+    # rejected; the fallback rule: its first step's at the start)
     block: int = 1  # schema 5: the heads the steps start with, together (``headprune.search.sequence``)
     favoured: str = ""  # files of schema 3 and 4: the candidate tested first
     support: int = 0  # files of schema 3 and 4: heads of the proposal that helped on the check half
-    rule: str = ""  # the selection rule that chose (``headprune.search.rules``; older files: known by their shape)
+    rule: str = ""  # schema 6: the selection rule that chose (``headprune.search.rules``; older files: by their shape)
+    searched: str = ""  # schema 6, the fallback rule: the best single head on the search half (tested as a step)
 
 
 @dataclass(frozen=True)

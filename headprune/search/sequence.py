@@ -67,10 +67,9 @@ def prefixes(order: Sequence[Head]) -> list[HeadSet]:
     return [tuple(sorted(order[:j])) for j in range(1, len(order) + 1)]
 
 
-def block_size(results: Sequence[EvalResult], base: EvalResult, *, search, measure: str, tolerance: float) -> int:
-    """m: the shortest prefix (``results``: each prefix's, in order) whose net gain against ``base`` on the search
-    half is positive and at least ``BLOCK_SHARE`` of the largest prefix's; 1 where no prefix gains there."""
-    gains = [b - c for b, c in (counts(result, base, measure, tolerance, search) for result in results)]
+def block_size(gains: Sequence[int]) -> int:
+    """m: the shortest prefix (``gains``: each prefix's net gain against the intact model on the search half, in
+    order) whose gain is positive and at least ``BLOCK_SHARE`` of the largest prefix's; 1 where no prefix gains."""
     best = max(gains, default=0)
     if best <= 0:
         return 1

@@ -142,7 +142,7 @@ class Verdict:
     gate: Gate | None = None  # files of 0.3's first rule: the proposal's own test, which a cut-down set passed too
     selected: bool = False  # a set cut down from the proposal by held-out tests: its estimate is exploratory
     steps: tuple[Step, ...] = ()  # schema 5: the fixed sequence whose rejections are the claim (none: own test)
-    rule: str = ""  # with steps: the selection rule they are the tests of (schema 5 files without it: the sequence)
+    rule: str = ""  # schema 6, with steps: the selection rule they are the tests of (schema 5 files: the sequence)
 
     _derived = ("difference", "confirmed", "test", "level", "interval")
 

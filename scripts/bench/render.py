@@ -62,16 +62,32 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _pct_se(value: float | None, runs: int) -> str:
+    """A rate with its standard error, ``30.1 ± 1.5%``."""
+    return "-" if value is None else f"{100 * value:.1f} ± {100 * (value * (1 - value) / runs) ** 0.5:.1f}%"
+
+
 def passengers(record: dict[str, Any], view: str = "defaults") -> str:
-    """scripts/passengers.py: ``defaults`` (find's defaults, each cell against 0.2's rule in parentheses; any
+    """scripts/passengers.py: ``defaults`` (find's defaults, each cell against the rule before it in parentheses; any
     other search setting by its name), ``readme`` (the same at null flips of 0.3%), ``searches`` (the worst cell of
-    each size and search setting), ``masked`` (the held-out stage on redundant and masked heads), ``compress`` (the
-    budget table)."""
+    each size and search setting), ``power`` (the cells that decide, at more runs, with standard errors),
+    ``masked`` (the held-out stage on redundant and masked heads), ``compress`` (the budget table)."""
     rules, rows = record["rules"], record["improve"]
     now, before = rules[0], (rules[1] if len(rules) > 1 else None)
 
     def pair(row: dict, key: str, fmt: Callable[[Any], str] = _pct) -> str:
         return fmt(row[now][key]) + (f" ({fmt(row[before][key])})" if before else "")
+
+    if view == "power":
+        def both(row: dict, key: str) -> str:
+            return pair(row, key, lambda value: _pct_se(value, row["runs"]))
+        return _table(["discovery/held-out", "real heads", "null heads flip", "runs", "all real heads kept, confirmed",
+                       "all kept, confirmed or not", "false confirmations", "passengers",
+                       "a null head ahead: runs", "a null head ahead: all kept, confirmed"],
+                      [[r["size"], r["real"], _pct(r["flip"]), r["runs"], both(r, "confirmed_all"),
+                        both(r, "all_kept"), both(r, "false_confirmed"), both(r, "passenger"),
+                        _pct(r[now]["null_ahead"]) if r["real"] != "0" else "-",
+                        both(r, "confirmed_null_ahead") if r["real"] != "0" else "-"] for r in record["power"]])
 
     if view == "compress":
         return _table(["budget (points)", "accepted", "accepted sets over budget", "estimate alone: accepted",

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from headprune.search.rules import admission, parts, sequence  # noqa: F401 - each registers its rule
-from headprune.search.rules.base import RULES, SelectionRule, register
+from headprune.search.rules import admission, fallback, parts, sequence  # noqa: F401 - each registers its rule
+from headprune.search.rules.base import RULES, Ran, SelectionRule, register
 
 if TYPE_CHECKING:
     from headprune.search.find_result import FindResult
     from headprune.search.stats import Verdict
 
-FIND_RULE = "sequence"  # the rule find runs; its journal sentence is in every find journal
+FIND_RULE = "fallback"  # the rule find runs; its journal sentence is in every find journal
 
 
 def find_rule() -> SelectionRule:
@@ -43,4 +43,4 @@ def rule_confirming(verdict: Verdict) -> SelectionRule | None:
     return RULES[verdict.rule or "sequence"] if verdict.steps else None
 
 
-__all__ = ["FIND_RULE", "RULES", "SelectionRule", "find_rule", "register", "rule_confirming", "rule_of"]
+__all__ = ["FIND_RULE", "RULES", "Ran", "SelectionRule", "find_rule", "register", "rule_confirming", "rule_of"]

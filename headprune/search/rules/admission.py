@@ -36,7 +36,7 @@ from headprune.search.conditions import condition_key
 from headprune.search.folds import Folds
 from headprune.search.paired import compare
 from headprune.search.parsimony import HeadContribution, HeadSet, contributions, drop_one
-from headprune.search.rules.base import SelectionRule, ThroughFind, register
+from headprune.search.rules.base import Ran, SelectionRule, ThroughFind, register
 from headprune.search.stages import Evaluated, Stages, single_order
 
 log = logging.getLogger("headprune")
@@ -185,12 +185,12 @@ class AdmissionRule(SelectionRule):
     def __init__(self, name: str, journal: str, *, halves: bool) -> None:
         self.name, self.journal, self.halves = name, journal, halves
 
-    def run(self, stages: Stages, through_find: ThroughFind) -> tuple[HeadSet, bool]:
+    def run(self, stages: Stages, through_find: ThroughFind) -> Ran:
         if not self.halves:  # propose and admit on the same examples
             stages.folds = Folds.same(stages.base["discovery"].n)
         frozen, evaluated = choose_by_admission(stages, singles=None if self.halves else "key")
         (finalist,) = stages.finalists([frozen[0]], evaluated)
-        return frozen[0], finalist.heldout.confirmed
+        return Ran(frozen[0], finalist.heldout.confirmed)
 
     def section(self, result) -> list[str]:  # noqa: ANN001 (a FindResult)
         """The primary set head by head against the set without it on discovery's check half (the test that let it

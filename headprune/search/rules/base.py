@@ -21,23 +21,33 @@ them, for that); such a rule's :meth:`SelectionRule.select` refuses.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from headprune.core.registry import Registry
 from headprune.heads import Head
 from headprune.search.parsimony import HeadSet
-from headprune.search.sequence import Hypothesis
+from headprune.search.sequence import Hypothesis, block_size
 
 if TYPE_CHECKING:
     from headprune.evaluation.results import EvalResult
     from headprune.search.find_result import FindResult
-    from headprune.search.proposal import Proposal
-    from headprune.search.selection import Chosen, Selection
+    from headprune.search.proposal import Proposal, Searched
+    from headprune.search.selection import Chosen
     from headprune.search.stages import Stages
     from headprune.search.stats import Verdict
 
-# find's discovery and a rule's held-out stage, as the simulation runs them: the primary set and whether it is confirmed
-ThroughFind = Callable[["Stages", "SelectionRule"], tuple[HeadSet, bool]]
+@dataclass(frozen=True)
+class Ran:
+    """One simulated run's choice: the primary set, whether it is confirmed, and the order of the proposal's heads the
+    rule's steps followed (empty where none)."""
+
+    heads: HeadSet
+    confirmed: bool
+    order: tuple[Head, ...] = ()
+
+
+ThroughFind = Callable[["Stages", "SelectionRule"], Ran]  # find's discovery and a rule's held-out stage
 
 
 class SelectionRule:
@@ -46,8 +56,15 @@ class SelectionRule:
 
     name = ""  # the registry's key; what the records carry
     runs = False  # whether it can choose (find's discovery and its held-out stage, or its own walk); else records only
+    searched_single = False  # whether it tests the best single head on the search half too (``select``'s searched)
     journal = ""  # what a find journal records, so that a run of another rule is not resumed
     shipped = "sets"  # what the interval of a confirmed set is simultaneous over ("prefixes")
+
+    def block(self, gains: Sequence[int]) -> int:
+        """The heads the rule's tests start with, together (the block), from each prefix's net gain on the search
+        half: by default the shortest prefix holding half the best prefix's gain
+        (:func:`headprune.search.sequence.block_size`)."""
+        return block_size(gains)
 
     def hypotheses(self, order: Sequence[Head], block: int) -> list[Hypothesis]:
         """The hypotheses the rule tests, in order, fixed by the search half's order of the proposal's heads and the
@@ -55,9 +72,12 @@ class SelectionRule:
         raise NotImplementedError(f"find no longer runs the selection rule {self.name!r}")
 
     def select(self, proposal: Proposal | None, single: Head, heldout: Callable[[list[HeadSet]], list[EvalResult]],
-               base: EvalResult, *, alpha: float, measure: str, tolerance: float, sizes: tuple[int, int]) -> Chosen:
-        """The held-out stage: the primary set, its verdict and the record. ``heldout`` evaluates head sets on held-out
-        (journalled), ``base`` is the intact model there, ``sizes`` the search and check halves' example counts."""
+               base: EvalResult, *, alpha: float, measure: str, tolerance: float, sizes: tuple[int, int],
+               searched: Searched | None = None) -> Chosen:
+        """The held-out stage: the primary set, its verdict and the record. ``single`` is the best single head on all
+        of discovery, ``searched`` (where the rule asks for it, ``searched_single``) the best on the search half with
+        its counts on the check half; ``heldout`` evaluates head sets on held-out (journalled), ``base`` is the intact
+        model there, ``sizes`` the search and check halves' example counts."""
         raise NotImplementedError(f"find no longer runs the selection rule {self.name!r}")
 
     def planned(self, size: int) -> tuple[int, int]:
@@ -65,14 +85,14 @@ class SelectionRule:
         proposal of ``size`` heads (find's estimate of its cost before it runs)."""
         return 0, 0
 
-    def run(self, stages: Stages, through_find: ThroughFind) -> tuple[HeadSet, bool]:
-        """One simulated find run under this rule on ``stages`` (baseline in): the primary set and whether it is
-        confirmed. A rule of find's shape runs find's discovery and its own held-out stage (``through_find``)."""
+    def run(self, stages: Stages, through_find: ThroughFind) -> Ran:
+        """One simulated find run under this rule on ``stages`` (baseline in). A rule of find's shape runs find's
+        discovery and its own held-out stage (``through_find``)."""
         return through_find(stages, self)
 
-    def summary(self, heads: HeadSet, selection: Selection) -> str:
-        """The terminal line: the set that ships (``heads``) and the steps that decided it."""
-        return f"primary set {','.join(map(str, heads))}"
+    def summary(self, chosen: Chosen) -> str:
+        """The terminal line: the set that ships and the steps that decided it."""
+        return f"primary set {','.join(map(str, chosen.heads))}"
 
     def section(self, result: FindResult) -> list[str]:
         """``report.md``'s account of how the primary set was chosen (empty: nothing to add to the verdict)."""
@@ -92,4 +112,4 @@ def register(rule: SelectionRule) -> SelectionRule:
     return RULES.add(rule.name, rule)
 
 
-__all__ = ["RULES", "SelectionRule", "ThroughFind", "register"]
+__all__ = ["RULES", "Ran", "SelectionRule", "ThroughFind", "register"]

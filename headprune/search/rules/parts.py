@@ -1,4 +1,5 @@
-"""The rule of parts: find's rule of 0.3.0 (records of schema 3 and 4), kept so that their ``report.md`` reads as it did.
+"""The rule of parts: find's rule of 0.3.0 (records of schema 3 and 4), kept so that their ``report.md`` reads as it
+did.
 
 The proposal's kept set T (the membership tests, ``headprune.search.membership``) and the single head were tested on
 held-out in a fallback procedure, the candidate *favoured* by the check half (the proposal when two of its heads helped

@@ -49,7 +49,7 @@ from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
 from headprune.search.membership import contributions, heldout_counts, kept
 from headprune.search.parsimony import HeadContribution, HeadSet
-from headprune.search.proposal import Proposal, needed
+from headprune.search.proposal import Proposal, Searched, needed
 from headprune.search.rules.base import SelectionRule, register
 from headprune.search.rules.words import (candidates, measure_words, membership_shown, step_words, steps_table,
                                           tests_table)
@@ -77,7 +77,8 @@ class FixedSequence(SelectionRule):
         return 2 * max(0, size - 2), (size - 1) + max(0, size - 2)
 
     def select(self, proposal: Proposal | None, single: Head, heldout: Callable[[list[HeadSet]], list[EvalResult]],
-               base: EvalResult, *, alpha: float, measure: str, tolerance: float, sizes: tuple[int, int]) -> Chosen:
+               base: EvalResult, *, alpha: float, measure: str, tolerance: float, sizes: tuple[int, int],
+               searched: Searched | None = None) -> Chosen:
         hyps = hypotheses(proposal.sequence, proposal.block) if proposal is not None else []
         sets = list(dict.fromkeys([(single,), *sets_of(hyps), *(needed(proposal.heads) if proposal else [])]))
         results = dict(zip(sets, heldout(sets)))
@@ -139,7 +140,8 @@ class FixedSequence(SelectionRule):
                         single_share += proposal_share
         return single_test, steps, proposal_share
 
-    def summary(self, heads: HeadSet, sel: Selection) -> str:
+    def summary(self, chosen: Chosen) -> str:
+        heads, sel = chosen.heads, chosen.selection
         shipped = ",".join(map(str, heads))
         proposal = f"proposal {','.join(sel.proposal) or 'none'} (search half), single {sel.single}"
         n = sel.check + sel.heldout

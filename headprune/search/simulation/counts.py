@@ -95,6 +95,13 @@ class CountsSplit:
         draws = rng.random((len(rates), len(self.correct)))
         return np.where(self.correct[None, :], draws < damage, draws < rescue)
 
+    def retoggle(self, rng: np.random.Generator, head: int, rates: Rates, accuracy: float, where: np.ndarray) -> None:
+        """Draw ``head``'s toggles again at ``rates`` on the examples of ``where`` (bool), as if it had those rates
+        there: a head that looks real on some examples only."""
+        draws = rng.random(len(self.correct))
+        drawn = np.where(self.correct, draws < rates[1] / accuracy, draws < rates[0] / (1 - accuracy))
+        self.toggles[head] = np.where(where, drawn, self.toggles[head])
+
     def result(self, indices: Sequence[int]) -> CountsResult:
         if not indices:
             return CountsResult(self.correct, self.margins, self.ids)

@@ -19,9 +19,8 @@ from headprune.heads import Head, HeadGrid
 from headprune.search.find_result import FindSettings
 from headprune.search.folds import Folds
 from headprune.search.improve import choose, choose_on_heldout
-from headprune.search.parsimony import HeadSet
 from headprune.search.proposal import propose
-from headprune.search.rules import RULES, SelectionRule, find_rule
+from headprune.search.rules import RULES, Ran, SelectionRule, find_rule
 from headprune.search.simulation.counts import (CountsConditions, CountsModel, CountsSplit, Group, Rates,
                                                 true_change)
 from headprune.search.stages import Stages
@@ -35,6 +34,15 @@ class Outcome:
     real: tuple[int, ...]  # the heads with an effect (both heads of an interacting pair)
     confirmed: bool
     gain: float = 0.0  # the true expected accuracy change of removing the primary set (a fraction)
+    order: tuple[int, ...] = ()  # the proposal's heads in the order its steps followed (empty: no proposal)
+
+    @property
+    def null_ahead(self) -> bool:
+        """Every real head is in the proposal, and a null head comes ahead of one of them in its order: where the
+        fixed sequence stopped before the last real head."""
+        if not self.real or not set(self.real) <= set(self.order):
+            return False
+        return max(self.order.index(h) for h in self.real) >= len(self.real)
 
     @property
     def passenger(self) -> bool:
@@ -67,14 +75,18 @@ class Outcome:
         return self.confirmed and (any(h not in self.real for h in self.primary) or self.gain <= 0)
 
 
-FAMILIES = ("0", "1", "2", "pair", "2 exclusive", "together")  # the grid's models, by their heads with an effect
+FAMILIES = ("0", "1", "2", "pair", "2 exclusive", "together", "null first")  # the grid's models, by their heads with an effect
 
 
 def family(name: str, effect: Rates, flip: float) -> dict:
     """:func:`run_improve`'s keyword arguments for a family of :data:`FAMILIES`, real heads of ``effect``: ``0``-``2``
     real heads; ``pair``, an interacting pair (a real head and a partner that helps only once it is removed, by as
     much again); ``2 exclusive``, two real heads among exact nulls; ``together``, two heads that improve the task
-    only together (each alone a null head flipping ``flip``; together as much as two real heads)."""
+    only together (each alone a null head flipping ``flip``; together as much as two real heads); ``null first``, two
+    real heads and a null head that the search half ranks first (it rescues half as much again as a real head there
+    and flips ``flip`` at random everywhere else)."""
+    if name == "null first":
+        return {"real": [effect] * 2, "lucky": (1.5 * effect[0], effect[1])}
     if name == "pair":
         return {"partners": [(effect, effect)]}
     if name == "2 exclusive":
@@ -86,39 +98,47 @@ def family(name: str, effect: Rates, flip: float) -> dict:
 
 def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), partners: Sequence[tuple[Rates, Rates]] = (),
                 layers: int = 2, heads: int = 9, discovery: int = 2000, heldout: int = 1000, accuracy: float = 0.6,
-                settings: FindSettings | None = None, rule: str | None = None, exclusive: bool = False) -> Outcome:
+                settings: FindSettings | None = None, rule: str | None = None, exclusive: bool = False,
+                lucky: Rates | None = None) -> Outcome:
     """One find run (improve, exact screen) on a fresh counts-only model: ``real`` heads at random places,
     ``partners`` interacting pairs (each: the first head's own rates, and the rates of the toggles that act only
     when both heads are removed; the second head alone is a null head), every other head a null head flipping
     ``flip`` of the answers. ``settings``: find's (default: its defaults, seeded by ``seed``). ``rule``: a
     registered selection rule's name (``headprune.search.rules``; default find's), e.g. ``admission`` (0.2's: heads
     admitted on the check half alone) or ``same`` (0.1.0's: propose and admit on all of discovery, single heads by
-    find's ranking key). ``exclusive``: each
-    example toggled by at most one head (:class:`CountsSplit`), so null heads are exactly null inside any set."""
+    find's ranking key). ``exclusive``: each example toggled by at most one head (:class:`CountsSplit`), so null heads
+    are exactly null inside any set. ``lucky``: one more null head, whose toggles on the search half of discovery are
+    drawn at these rates instead (the search half will rank it as a real head; no other examples see it so)."""
     rng = np.random.default_rng(seed)
     grid = HeadGrid(layers, heads, heads, 4)
+    settings = settings or FindSettings(seed=seed)
     rates: list[Rates] = [(flip / 2, flip / 2)] * grid.total
-    places = [int(i) for i in rng.choice(grid.total, size=len(real) + 2 * len(partners), replace=False)]
+    count = len(real) + 2 * len(partners)
+    drawn = [int(i) for i in rng.choice(grid.total, size=count + (lucky is not None), replace=False)]
+    places = drawn[:count]
     for place, effect in zip(places, [*real, *(own for own, _ in partners)]):
         rates[place] = effect
     pairs = [(places[len(real) + 2 * k], places[len(real) + 2 * k + 1], joint) for k, (_, joint)
              in enumerate(partners)]
     splits = {"discovery": CountsSplit(rng, discovery, accuracy, rates, pairs, exclusive=exclusive),
               "heldout": CountsSplit(rng, heldout, accuracy, rates, pairs, exclusive=exclusive)}
+    if lucky is not None:  # the search half find will draw (Stages.split_discovery: the same seed and stream)
+        splits["discovery"].retoggle(rng, drawn[-1], lucky, accuracy, Folds.halves(discovery, settings.seed).search)
     conditions = CountsConditions(splits, grid)
-    stages = Stages(CountsModel(grid), conditions, settings or FindSettings(seed=seed))  # type: ignore[arg-type]
+    stages = Stages(CountsModel(grid), conditions, settings)  # type: ignore[arg-type]
     stages.base = {name: split.result(()) for name, split in splits.items()}
     # It logs a line or two: callers running thousands quieten the "headprune" logger.
-    primary, confirmed = (find_rule() if rule is None else RULES[rule]).run(stages, through_find)
-    indices = tuple(conditions.index(primary))
-    return Outcome(indices, tuple(places), confirmed, true_change(rates, indices, accuracy, pairs,
-                                                                  exclusive=exclusive))
+    ran = (find_rule() if rule is None else RULES[rule]).run(stages, through_find)
+    indices = tuple(conditions.index(ran.heads))
+    return Outcome(indices, tuple(places), ran.confirmed, true_change(rates, indices, accuracy, pairs,
+                                                                      exclusive=exclusive),
+                   tuple(conditions.index(ran.order)))
 
 
-def through_find(stages: Stages, rule: SelectionRule) -> tuple[HeadSet, bool]:
-    """find's discovery and ``rule``'s held-out stage on ``stages``: the primary set and whether it is confirmed."""
+def through_find(stages: Stages, rule: SelectionRule) -> Ran:
+    """find's discovery and ``rule``'s held-out stage on ``stages``."""
     chosen = choose_on_heldout(stages, choose(stages, rule))
-    return chosen.heads, chosen.verdict.confirmed
+    return Ran(chosen.heads, chosen.verdict.confirmed, tuple(map(Head.parse, chosen.selection.sequence)))
 
 
 MASKED = ((0.004, 0.002), (0.03, 0.002))  # the redundant pair's own effect; each masked head's, with A or B removed
@@ -147,7 +167,7 @@ def run_masked(seed: int, *, flip: float = 0.003, discovery: int = 2000, heldout
     chooser = find_rule() if rule is None else RULES[rule]
     proposal = propose(heads, lambda sets: conditions.many("discovery", sets, ""), splits["discovery"].result(()),
                        search=folds.search, check=folds.check, measure="accuracy", tolerance=0.0,
-                       hypotheses=chooser.hypotheses)
+                       rule=chooser)
     base = splits["heldout"].result(())
     chosen = chooser.select(proposal, Head(0, a), lambda sets: conditions.many("heldout", sets, ""), base,
                             alpha=alpha, measure="accuracy", tolerance=0.0, sizes=folds.sizes)
