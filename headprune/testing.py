@@ -117,82 +117,26 @@ def tiny_model(family: str, vocab_size: int, seed: int = 0, layers: int = 2) -> 
     return auto.from_config(tiny_config(family, vocab_size, layers), attn_implementation="eager")
 
 
-# One tiny random model per supported model type, built from transformers' own config class (hidden 64, 2 layers,
-# 4 query heads over 2 key/value heads where the family has grouped-query attention): the coverage matrix of
-# tests/test_families.py. model_type -> (config class, model class, config overrides).
-_GQA = dict(num_key_value_heads=2)
-_MOE = dict(num_experts_per_tok=2)
-_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
-               patch_size=14)
-_MROPE = dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])
-_QWEN_VL_IDS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
-FAMILY_MODELS: dict[str, tuple[str, str, dict]] = {
-    "llama": ("LlamaConfig", "LlamaForCausalLM", _GQA),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", _GQA),
-    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(_GQA, head_dim=16)),
-    "mistral": ("MistralConfig", "MistralForCausalLM", dict(_GQA, sliding_window=None)),
-    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(_GQA, head_dim=16)),
-    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(_GQA, head_dim=16)),
-    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(_GQA, head_dim=16)),
-    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", _GQA),
-    "granite": ("GraniteConfig", "GraniteForCausalLM", dict(_GQA, attention_multiplier=0.5, residual_multiplier=0.5,
-                                                            logits_scaling=2.0)),
-    "glm": ("GlmConfig", "GlmForCausalLM", dict(_GQA, head_dim=16)),
-    "glm4": ("Glm4Config", "Glm4ForCausalLM", dict(_GQA, head_dim=16)),
-    "olmo": ("OlmoConfig", "OlmoForCausalLM", _GQA),
-    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", _GQA),
-    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", dict(**_GQA, **_MOE, num_experts=4)),
-    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(**_GQA, **_MOE, num_local_experts=4, sliding_window=None)),
-    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(**_GQA, **_MOE, num_experts=4, moe_intermediate_size=32,
-                                                                  head_dim=16, norm_topk_prob=True)),  # as shipped
-    "phi3": ("Phi3Config", "Phi3ForCausalLM", _GQA),
-    "cohere": ("CohereConfig", "CohereForCausalLM", dict(**_GQA, use_qk_norm=True)),  # Command R+'s per-head norms
-    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(**_GQA, **_MOE, num_local_experts=4, head_dim=16,
-                                                          sliding_window=4)),
-    # Vision-language models as shipped (a one-layer vision tower) around the text model's sizes; image_ids: the
-    # config's special token ids, given the tiny vocabulary's last ids in this order
-    "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration", dict(
-        text_config=dict(**_GQA, head_dim=16), mm_tokens_per_image=4, vision_config=_VISION,
-        image_ids=("image_token_index", "boi_token_index", "eoi_token_index"))),
-    "llava": ("LlavaConfig", "LlavaForConditionalGeneration", dict(  # a 2 x 2 patch image: 4 image tokens
-        text_config=dict(**_GQA, model_type="llama"), vision_config=dict(_VISION, projection_dim=32),
-        image_ids=("image_token_index",))),
-    # M-RoPE: the sections of each head's 8 rotary frequencies (temporal, height, width); a 4 x 4 patch image merged
-    # 2 x 2: 4 image tokens
-    "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration", dict(
-        text_config=dict(**_GQA, rope_parameters=_MROPE), vision_config=dict(
-            depth=1, embed_dim=32, num_heads=2, hidden_size=64, mlp_ratio=2, patch_size=14, spatial_merge_size=2,
-            temporal_patch_size=2), image_ids=_QWEN_VL_IDS)),
-    "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", dict(
-        text_config=dict(**_GQA, rope_parameters=_MROPE), vision_config=dict(
-            depth=2, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=14,
-            spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1]),
-        image_ids=_QWEN_VL_IDS)),
-    "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_embd=64, n_layer=2, n_head=4, n_positions=256)),
-    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
-    "bert": ("BertConfig", "BertForMaskedLM", {}),
-    "roberta": ("RobertaConfig", "RobertaForMaskedLM", dict(max_position_embeddings=260, pad_token_id=1)),
-    # DeBERTa-v3 as shipped: relative positions only, projected by the shared query/key projections, in log buckets
-    # (8 here, so the tests' 7-token rows reach them)
-    "deberta-v2": ("DebertaV2Config", "DebertaV2ForMaskedLM", dict(
-        relative_attention=True, pos_att_type=["p2c", "c2p"], share_att_key=True, position_biased_input=False,
-        position_buckets=8, max_relative_positions=-1, norm_rel_ebd="layer_norm", type_vocab_size=0)),
-    # a global layer, then a local one whose window (4 positions) is shorter than the tests' rows
-    "modernbert": ("ModernBertConfig", "ModernBertForMaskedLM", dict(local_attention=4, cls_token_id=1,
-                                                                       sep_token_id=1)),
-}
+def family_models() -> dict[str, tuple[str, str, dict]]:
+    """The coverage matrix of tests/test_families.py: one tiny random model per supported model type, built from
+    transformers' own config class (hidden 64, 2 layers, 4 query heads over 2 key/value heads where the family groups
+    them), as each family file declares it (``Family.tiny``). model_type -> (config class, model class, config
+    overrides)."""
+    from headprune.loading.adapters import FAMILIES
+
+    return {t: (f.tiny.config_class, f.tiny.model_class, dict(f.tiny.overrides)) for t, f in sorted(FAMILIES.items())}
 
 
 def family_model(model_type: str, vocab_size: int, seed: int = 0, *, model_class: str | None = None,
                  **changes: Any) -> Any:
-    """The tiny random model of ``model_type`` (a key of :data:`FAMILY_MODELS`), eager attention, in eval mode;
+    """The tiny random model of ``model_type`` (a key of :func:`family_models`), eager attention, in eval mode;
     ``model_class``: another class of the family than the matrix's (``DebertaV2ForSequenceClassification``);
     ``changes``: config values of a variant (for a vision-language model, the outer config's: a ``text_config`` given
     replaces the entry's, over the same sizes)."""
     import torch
     import transformers
 
-    config_class, matrix_class, overrides = FAMILY_MODELS[model_type]
+    config_class, matrix_class, overrides = family_models()[model_type]
     overrides = {**overrides, **changes}
     sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  max_position_embeddings=256, vocab_size=vocab_size, **SPECIAL_IDS)
@@ -289,5 +233,5 @@ def cue_llama(heads: int, tokens_per_cue: int, generator: Any, kv_heads: int | N
 
 
 __all__ = ["ALL_FAMILIES", "CAUSAL_FAMILIES", "CORPUS", "CUE_SCALE", "LLAMA_SHAPES", "NUISANCE_SD", "READ_NUISANCE",
-           "bpe_tokenizer", "cue_llama", "cue_vocab", "llama_config", "random_choice_task", "random_llama",
+           "bpe_tokenizer", "cue_llama", "cue_vocab", "family_model", "family_models", "llama_config", "random_choice_task", "random_llama",
            "tiny_config", "tiny_model", "word_tokenizer"]

@@ -5,7 +5,7 @@ licence: LICENSE and README.md there), as they are in that release's source dist
 the ggml headers the declarations need (``ggml.h``, ``ggml-backend.h``),
 ``llama_default_params.cpp`` (llama.cpp's two ``*_default_params`` functions, cut verbatim from
 ``src/llama-context.cpp`` and ``src/llama-model.cpp``) and ``SOURCE`` (which file, its sha256). From them this
-script writes ``headprune/exporter/llama_cpp_decls/bBUILD.py``: every struct the wanted functions pass by value
+script writes ``headprune/exporter/llama_cpp/decls/bBUILD.py``: every struct the wanted functions pass by value
 (all fields, in the header's order), the functions' signatures, the enum constants they use, the callback types
 and the defaults llama.cpp's own ``*_default_params`` return, matched to the fields by position as C++ matches an
 aggregate initializer. ``__init__.py`` there maps each xllamacpp release to its module.
@@ -31,7 +31,7 @@ from c_header import BASE, Header, HeaderError, closing, evaluate, split, tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADERS = ROOT / "third_party" / "llama.cpp"  # llama.cpp's files, apart from ours
-OUT = ROOT / "headprune" / "exporter" / "llama_cpp_decls"
+OUT = ROOT / "headprune" / "exporter" / "llama_cpp" / "decls"
 KEPT = ("include/llama.h", "ggml/include/ggml.h", "ggml/include/ggml-backend.h")
 DEFAULT_SOURCES = {"llama_context_params": "src/llama-context.cpp", "llama_model_params": "src/llama-model.cpp"}
 # What headprune calls; everything about them (layouts, types, values) comes from the headers.

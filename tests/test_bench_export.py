@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from helpers import build_tiny, random_choice_task, save_folder
 
-from headprune.exporter import gguf_export
-from headprune.exporter.genai_probe import per_layer_kv_heads
+from headprune.exporter.gguf import writer as gguf_export
+from headprune.exporter.onnx.genai_probe import per_layer_kv_heads
 from headprune.heads import HeadGrid
 from headprune.tasks import write_jsonl_task
 from scripts.bench import export as bench
@@ -73,7 +73,7 @@ def test_a_runtime_that_cannot_be_imported_is_a_row_that_says_why(bench_inputs, 
 
 
 def test_heavy_rule_takes_a_quarter_in_whole_groups_and_leaves_every_layer_heads() -> None:
-    grid = HeadGrid(num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64)  # SmolLM2-135M
+    grid = HeadGrid.uniform(30, 9, 3, 64)  # SmolLM2-135M
     heads = bench.heavy_heads(grid)
     assert len(heads) == 67
     per_layer = {}

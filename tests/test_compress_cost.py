@@ -25,7 +25,7 @@ def _interleaved(layers: int):  # noqa: ANN202
         return {heads: Paired(N, 0, 2 * sum(h in harmful for h in heads), 0.9,
                               0.9 - 0.02 * sum(h in harmful for h in heads), 0.0) for heads in head_sets}
 
-    return units, HeadGrid(layers, 2, 2, 4), evaluate
+    return units, HeadGrid.uniform(layers, 2, 2, 4), evaluate
 
 
 def test_greedy_stops_at_its_cost_cap_in_a_long_interleaved_tail() -> None:

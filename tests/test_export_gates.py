@@ -18,7 +18,11 @@ from helpers import build_tiny, choice_task, generate_task, save_folder
 from headprune.surgery.ablation import ablated
 from helpers.cli import invoke
 from headprune.errors import VerificationError
-from headprune.exporter import export, gguf_export, gguf_families, gguf_read, onnx_export
+from headprune.exporter import export
+from headprune.exporter.gguf import writer as gguf_export
+from headprune.exporter.gguf import families as gguf_families
+from headprune.exporter.gguf import read as gguf_read
+from headprune.exporter.onnx import export as onnx_export
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE
 from headprune.exporter.formats.onnx import ONNX_TOLERANCE
 from headprune.exporter.pipeline import GREEDY_STEPS

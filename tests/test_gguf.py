@@ -15,8 +15,11 @@ from helpers import PROMPTS, build_tiny, choice_task, generate_task, save_folder
 
 from helpers.cli import invoke
 from helpers.gguf_file import gguf_metadata
-from headprune.exporter import (export, gguf_export, gguf_families, llama_cpp_binding, llama_cpp_runtime, read_record,
-                                runtimes, verify_record)
+from headprune.exporter import export, read_record, runtimes, verify_record
+from headprune.exporter.gguf import families as gguf_families
+from headprune.exporter.gguf import writer as gguf_export
+from headprune.exporter.llama_cpp import binding as llama_cpp_binding
+from headprune.exporter.llama_cpp import runtime as llama_cpp_runtime
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
 from headprune.heads import parse_heads
 from headprune.loading.models import wrap_model

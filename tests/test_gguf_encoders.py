@@ -21,8 +21,8 @@ from helpers.gguf_file import gguf_knows, gguf_metadata, llama_cpp_build
 from headprune.errors import UnsupportedModelError, VerificationError
 from headprune.exporter import export
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
-from headprune.exporter.gguf_families import ENCODER_TYPES, FAMILIES
-from headprune.exporter.llama_cpp_runtime import LlamaCpp
+from headprune.exporter.gguf.families import ENCODER_TYPES, FAMILIES
+from headprune.exporter.llama_cpp.runtime import LlamaCpp
 from headprune.heads import parse_heads
 from headprune.loading.models import wrap_model
 from headprune.surgery.ablation import ablated
@@ -171,7 +171,7 @@ def test_sliced_encoder_gguf_is_refused_naming_dense(model_type, tokenizer, tmp_
     ("bert", "BertForMaskedLM", "not a masked-lm head"),
     ("roberta", "RobertaForSequenceClassification", "not a sequence-classification head"),
     ("modernbert", "ModernBertForMaskedLM", "not a masked-lm head"),
-    ("deberta-v2", "DebertaV2Model", "the bare encoders of bert, roberta, modernbert"),
+    ("deberta-v2", "DebertaV2Model", "the bare encoders of bert, modernbert, roberta"),
 ])
 def test_encoder_heads_llama_cpp_does_not_compute_are_refused(model_type, model_class, words, tokenizer,
                                                               tmp_path) -> None:

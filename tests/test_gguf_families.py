@@ -20,7 +20,7 @@ from helpers.gguf_file import gguf_knows, gguf_metadata
 from headprune.errors import UnsupportedModelError
 from headprune.exporter import export, runtimes
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
-from headprune.exporter.gguf_families import ENCODER_TYPES, FAMILIES
+from headprune.exporter.gguf.families import ENCODER_TYPES, FAMILIES
 from headprune.heads import parse_heads
 from headprune.loading.models import wrap_model
 from headprune.surgery.ablation import ablated
@@ -28,25 +28,9 @@ from headprune.testing import family_model
 
 HEADS = "L0.H1,L1.H0,L1.H1"  # one head of a group in layer 0; a whole key/value group in layer 1
 # The families beyond test_gguf.py's, each with what its file must hold that a plain Llama file does not, and the
-# variant of the matrix's tiny model llama.cpp's graph computes (the refusals of the others are tested below).
-EXTRA = {"mixtral": ("blk.0.ffn_gate_exps.weight", "llama.expert_count", {}),
-         "qwen3_moe": ("blk.0.ffn_down_exps.weight", "qwen3moe.expert_feed_forward_length", {}),
-         "phi3": ("blk.0.attn_qkv.weight", "phi3.rope.dimension_count", {}),
-         "granite": ("blk.0.attn_q.weight", "granite.logit_scale", {}),
-         "olmo": ("blk.0.attn_q.weight", "olmo.attention.layer_norm_epsilon", {}),
-         "olmo2": ("blk.0.attn_q_norm.weight", "olmo2.attention.layer_norm_rms_epsilon", {}),
-         "olmoe": ("blk.0.ffn_up_exps.weight", "olmoe.expert_count", {"num_key_value_heads": 4}),
-         "glm4": ("blk.0.post_attention_norm.weight", "glm4.rope.dimension_count", {}),
-         "cohere": ("blk.0.attn_q.weight", "command-r.logit_scale", {"use_qk_norm": False}),
-         "gpt_oss": ("blk.0.attn_sinks.weight", "gpt-oss.attention.sliding_window", {}),  # a 4-token window
-         "gemma": ("blk.0.attn_norm.weight", "gemma.attention.key_length", {}),
-         "glm": ("blk.0.attn_q.bias", "chatglm.rope.dimension_count", {}),
-         "smollm3": ("blk.3.attn_q.weight", "smollm3.block_count", {"num_hidden_layers": 4}),  # layer 3 without RoPE
-         "gemma2": ("blk.0.post_ffw_norm.weight", "gemma2.final_logit_softcapping", {"query_pre_attn_scalar": 16}),
-         "gemma3_text": ("blk.0.attn_q_norm.weight", "gemma3.attention.sliding_window",
-                         {"query_pre_attn_scalar": 16}),
-         "gpt2": ("position_embd.weight", "gpt2.attention.layer_norm_epsilon", {}),  # learned positions, tied output
-         "gpt_neox": ("blk.0.attn_qkv.bias", "gptneox.use_parallel_residual", {})}  # a quarter of each head rotated
+# variant of the matrix's tiny model llama.cpp's graph computes, as its family file declares them (Gguf.holds,
+# Gguf.variant; the refusals of the others are tested below).
+EXTRA = {t: (*f.holds, dict(f.variant)) for t, f in FAMILIES.items() if f.holds}
 
 
 def test_every_gguf_family_is_run_in_llama_cpp_by_the_suite() -> None:
@@ -172,8 +156,8 @@ def test_k_quants_of_these_families_are_refused_naming_the_types_written(model_t
 def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(model_type, tokenizer, tmp_path) -> None:
     """A q8_0 file: the torch reference of its gate is rebuilt from the file's de-quantised tensors, the experts'
     stacked gate and up tensors joined back into transformers' fused gate_up_proj (GPT-OSS: columns alternating)."""
-    from headprune.exporter import gguf_export
-    from headprune.exporter.gguf_quant_check import with_stored
+    from headprune.exporter.gguf import writer as gguf_export
+    from headprune.exporter.gguf.quant_check import with_stored
 
     lm = _lm(model_type, tokenizer)
     if not gguf_knows(FAMILIES[model_type].arch):  # an older gguf-py (its floor lacks gpt-oss): refused, nothing written
@@ -277,7 +261,8 @@ def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, t
     """Why these families are dense only: llama.cpp's loader takes per-layer head_count/head_count_kv arrays for
     every architecture, but each of these graphs sizes layer N's tensors by layer 0's counts, so a sliced file (layer
     1 with half its heads) does not load in llama.cpp itself."""
-    from headprune.exporter import gguf_export, llama_cpp_runtime
+    from headprune.exporter.gguf import writer as gguf_export
+    from headprune.exporter.llama_cpp import runtime as llama_cpp_runtime
     from headprune.surgery.plan import plan_layers
     from headprune.surgery.slicing import slice_model
 
@@ -324,8 +309,9 @@ def test_gpt_variants_run_in_llama_cpp(model_type, changes, keys, tokenizer, tmp
 def test_fused_layouts_are_the_converters() -> None:
     """GPT-NeoX's per-head q/k/v rows regrouped as llama.cpp's converter does (GPTNeoXModel.modify_tensors, verbatim
     below), GPT-2's Conv1D weights transposed, and each undone exactly for a lossy file's check."""
-    from headprune.exporter.gguf_fused import from_llama_cpp, to_llama_cpp
+    from headprune.surgery.remote_modeling import qkv_layout
 
+    neox, gpt2 = qkv_layout("neox"), qkv_layout("gpt2")
     n_head, n_embed = 4, 32
     weight, bias = torch.randn(3 * n_embed, n_embed), torch.randn(3 * n_embed)
     qkv_weights = weight.reshape((n_head, 3, n_embed // n_head, n_embed))
@@ -335,13 +321,13 @@ def test_fused_layouts_are_the_converters() -> None:
     want_bias = torch.cat((qkv_bias[:, 0, :].reshape((n_embed,)), qkv_bias[:, 1, :].reshape((n_embed,)),
                            qkv_bias[:, 2, :].reshape((n_embed,))), dim=0)
     name = "gpt_neox.layers.0.attention.query_key_value"
-    assert torch.equal(to_llama_cpp(f"{name}.weight", weight, "neox", n_embed // n_head), want)
-    assert torch.equal(to_llama_cpp(f"{name}.bias", bias, "neox", n_embed // n_head), want_bias)
-    assert torch.equal(from_llama_cpp(f"{name}.weight", want, "neox", n_embed // n_head), weight)
+    assert torch.equal(neox.to_llama_cpp(f"{name}.weight", weight, n_embed // n_head), want)
+    assert torch.equal(neox.to_llama_cpp(f"{name}.bias", bias, n_embed // n_head), want_bias)
+    assert torch.equal(neox.from_llama_cpp(f"{name}.weight", want, n_embed // n_head), weight)
     conv = torch.randn(n_embed, 3 * n_embed)  # GPT-2's c_attn: (in, out)
-    assert torch.equal(to_llama_cpp("transformer.h.0.attn.c_attn.weight", conv, "gpt2", 8), conv.T)
-    assert torch.equal(to_llama_cpp("transformer.h.0.attn.c_attn.bias", bias, "gpt2", 8), bias)
-    assert torch.equal(from_llama_cpp("transformer.h.0.mlp.c_proj.weight", conv.T, "gpt2", 8), conv)
+    assert torch.equal(gpt2.to_llama_cpp("transformer.h.0.attn.c_attn.weight", conv, 8), conv.T)
+    assert torch.equal(gpt2.to_llama_cpp("transformer.h.0.attn.c_attn.bias", bias, 8), bias)
+    assert torch.equal(gpt2.from_llama_cpp("transformer.h.0.mlp.c_proj.weight", conv.T, 8), conv)
 
 
 @pytest.mark.parametrize(("model_type", "fused"), [("gpt2", "transformer.h.1.attn.c_attn.weight"),
@@ -350,8 +336,8 @@ def test_a_lossy_gpt_file_is_checked_on_its_own_rounded_weights(model_type, fuse
     """A q8_0 file of GPT-2 or GPT-NeoX: gated in llama.cpp on its float32 file, the torch reference rebuilt from the
     file's de-quantised tensors put back in the model's layout (a layout wrong there would be off by the weights'
     own size, not by q8_0's rounding)."""
-    from headprune.exporter import gguf_export
-    from headprune.exporter.gguf_quant_check import with_stored
+    from headprune.exporter.gguf import writer as gguf_export
+    from headprune.exporter.gguf.quant_check import with_stored
 
     lm = _lm(model_type, tokenizer)
     record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",

@@ -16,9 +16,11 @@ from helpers import build_tokenizer, choice_task, save_folder
 from helpers.cli import invoke
 from helpers.gguf_file import gguf_metadata
 from headprune.errors import VerificationError
-from headprune.exporter import export, gguf_export, gguf_quant, read_record
+from headprune.exporter import export, read_record
+from headprune.exporter.gguf import writer as gguf_export
+from headprune.exporter.gguf import quant as gguf_quant
 from headprune.exporter.formats.gguf import Gguf
-from headprune.exporter.gguf_quant import tensor_types, use_more_bits
+from headprune.exporter.gguf.quant import tensor_types, use_more_bits
 from headprune.loading.models import wrap_model
 
 BLOCKS = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "Q8_0": 32, "Q5_0": 32, "Q5_1": 32, "F16": 1}
@@ -200,7 +202,7 @@ def test_cli_prints_sizes_the_gate_and_the_task_after_quantization(wide, tmp_pat
 
 
 def test_k_quants_need_llama_cpps_quantizer_exit_2(wide, tmp_path, monkeypatch) -> None:
-    from headprune.exporter import llama_cpp_binding
+    from headprune.exporter.llama_cpp import binding as llama_cpp_binding
 
     save_folder(wide.model, wide.tokenizer, tmp_path / "m")
     monkeypatch.setattr(llama_cpp_binding, "runtime_version", lambda: (None, "llama.cpp is not installed (test)"))
@@ -235,7 +237,7 @@ def test_ctrl_c_while_llama_cpp_logs_stops_the_export_before_its_move(wide, tmp_
     import signal
     import time
 
-    from headprune.exporter.llama_cpp_binding import library
+    from headprune.exporter.llama_cpp.binding import library
 
     save_folder(wide.model, wide.tokenizer, tmp_path / "m")
     binding, sent = library(), []

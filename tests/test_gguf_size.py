@@ -13,9 +13,11 @@ import torch
 from helpers import build_tokenizer, generate_task, prefixed
 
 from helpers.cli import invoke
-from headprune.exporter import export, gguf_export, llama_cpp_runtime, read_record
+from headprune.exporter import export, read_record
+from headprune.exporter.gguf import writer as gguf_export
+from headprune.exporter.llama_cpp import runtime as llama_cpp_runtime
 from headprune.exporter.formats.gguf import Gguf
-from headprune.exporter.gguf_size import CONTEXT, kv_cache_bytes
+from headprune.exporter.gguf.size import CONTEXT, kv_cache_bytes
 from headprune.loading.models import wrap_model
 
 # Layer 1 loses a whole key/value group (2 of its 4 query heads), layer 2 one query head of each group: both sliced.

@@ -1,4 +1,4 @@
-"""llama.cpp's task runs on a shared prompt prefix (headprune/exporter/llama_cpp_rows.py): its keys and values are
+"""llama.cpp's task runs on a shared prompt prefix (headprune/exporter/llama_cpp/rows.py): its keys and values are
 evaluated once and given to every row, the rows decode side by side, and the answers, margins and logits are those of
 every row run alone from its first token, as the checks ran before.
 
@@ -12,7 +12,7 @@ import torch
 from helpers import build_tiny, choice_task, generate_task, prefixed, text_task
 
 from headprune.evaluation import Evaluator
-from headprune.exporter import gguf_export
+from headprune.exporter.gguf import writer as gguf_export
 from headprune.exporter.runtimes import LlamaCppModel
 from headprune.loading.models import LoadedModel
 from headprune.surgery.plan import plan_layers
@@ -142,7 +142,7 @@ def test_the_quantized_gates_differences_are_the_same_on_a_shared_prefix(files) 
     and llama.cpp runners sharing it themselves, count the prefix once per sequence as if computed in each."""
     import copy
 
-    from headprune.exporter.gguf_quant_check import _differences
+    from headprune.exporter.gguf.quant_check import _differences
 
     lm, paths = files
     other = copy.deepcopy(lm.model)

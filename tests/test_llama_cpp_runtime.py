@@ -24,9 +24,11 @@ from helpers import build_tiny
 from helpers.cli import invoke
 from headprune.cli import exits
 from headprune.errors import InternalCheckError, MissingExtraError
-from headprune.exporter import gguf_export, gguf_families, llama_cpp_binding as rt
-from headprune.exporter.llama_cpp_runtime import LlamaCpp
-from headprune.exporter.llama_cpp_decls import SUPPORTED
+from headprune.exporter.gguf import families as gguf_families
+from headprune.exporter.gguf import writer as gguf_export
+from headprune.exporter.llama_cpp import binding as rt
+from headprune.exporter.llama_cpp.runtime import LlamaCpp
+from headprune.exporter.llama_cpp.decls import SUPPORTED
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "llama_h_to_ctypes.py"
@@ -73,14 +75,14 @@ def test_a_field_moved_in_the_header_moves_in_the_declarations() -> None:
 def test_the_installed_release_is_supported_and_matches_its_declarations(binding) -> None:
     assert metadata.version("xllamacpp") in SUPPORTED
     assert rt.problems(binding) == []
-    decls = importlib.import_module(f"headprune.exporter.llama_cpp_decls.{SUPPORTED[metadata.version('xllamacpp')]}")
+    decls = importlib.import_module(f"headprune.exporter.llama_cpp.decls.{SUPPORTED[metadata.version('xllamacpp')]}")
     assert ctypes.sizeof(decls.llama_batch) == 56 and binding.runtime.startswith(f"llama.cpp {decls.BUILD} ")
 
 
 def _swapped_decls(first: str, second: str) -> types.ModuleType:
     """The installed release's declarations module with two fields' lines exchanged, as a hand edit would."""
     name = SUPPORTED[metadata.version("xllamacpp")]
-    text = Path(importlib.import_module(f"headprune.exporter.llama_cpp_decls.{name}").__file__).read_text()
+    text = Path(importlib.import_module(f"headprune.exporter.llama_cpp.decls.{name}").__file__).read_text()
     lines = text.splitlines()
     i, j = (next(n for n, line in enumerate(lines) if line.lstrip().startswith(f'("{f}",')) for f in (first, second))
     assert lines[i].split(",")[1] == lines[j].split(",")[1]  # same ctypes type

@@ -12,7 +12,8 @@ from helpers import build_tiny, choice_task, save_folder
 from helpers.extras import needs
 
 from helpers.cli import invoke
-from headprune.exporter import export, genai_probe, read_record
+from headprune.exporter import export, read_record
+from headprune.exporter.onnx import genai_probe
 from headprune.heads import parse_heads
 from headprune.surgery.ablation import ablated
 

@@ -25,16 +25,19 @@ def test_an_unknown_name_lists_the_available_ones() -> None:
 
 
 def test_every_extension_point_is_a_registry_and_refuses_a_second_claim() -> None:
+    from dataclasses import replace
+
     from headprune.exporter.formats.base import REGISTRY, register
-    from headprune.loading.adapters import _BY_MODEL_TYPE
+    from headprune.loading.adapters import FAMILIES
+    from headprune.loading.adapters.family import register as register_family
     from headprune.scoring import _SCORERS
     from headprune.search.find import OBJECTIVE_RUNS
     from headprune.tasks.builtin import BUILTIN_TASKS
     from headprune.tasks.kinds import KINDS
 
-    for registry in (REGISTRY, _BY_MODEL_TYPE, _SCORERS, OBJECTIVE_RUNS, BUILTIN_TASKS, KINDS):
+    for registry in (REGISTRY, FAMILIES, _SCORERS, OBJECTIVE_RUNS, BUILTIN_TASKS, KINDS):
         assert isinstance(registry, Registry), registry
-    assert set(REGISTRY) == {"safetensors", "onnx", "gguf"} and "llama" in _BY_MODEL_TYPE
+    assert set(REGISTRY) == {"safetensors", "onnx", "gguf"} and "llama" in FAMILIES
     assert ("choice", "causal") in _SCORERS and set(OBJECTIVE_RUNS) == {"improve", "compress"}
 
     class Another(REGISTRY["onnx"]):  # a second class calling itself onnx
@@ -43,12 +46,15 @@ def test_every_extension_point_is_a_registry_and_refuses_a_second_claim() -> Non
     with pytest.raises(ValueError, match="export format 'onnx' is registered twice"):
         register(Another)
     assert REGISTRY["onnx"] is not Another
+    with pytest.raises(ValueError, match="model type 'llama' is registered twice"):  # a second family file claiming it
+        register_family(replace(FAMILIES["qwen2"], model_type="llama"))
+    assert FAMILIES["llama"].model_type == "llama"
 
 
 def test_an_unknown_qkv_layout_is_refused_where_the_adapter_is_declared() -> None:
     from dataclasses import replace
 
-    from headprune.loading.adapters import LLAMA
+    from headprune.loading.adapters.llama import LLAMA
     from headprune.surgery.remote_modeling import QKV_LAYOUTS
 
     for layout in QKV_LAYOUTS:

@@ -124,7 +124,7 @@ def test_cli_find_shrink_then_export_the_grown_set(grouped, tmp_path) -> None:
 
 
 def test_growth_takes_no_set_a_guard_would_refuse() -> None:
-    grid = HeadGrid(num_layers=1, num_heads=9, num_kv_heads=3, head_dim=4)
+    grid = HeadGrid.uniform(1, 9, 3, 4)
     improving = (Head(0, 0),)
     units = shrink_units(improving, grid.all_heads(), grid)
 
@@ -159,7 +159,7 @@ def simulate(runs: int, *, margin: float, excess: float, discovery: int = 300, f
     examples the grown set is truly worse than the improving set by ``margin + excess`` points (right answers
     broken, a few wrong ones rescued). Returns (runs that grew a set, runs whose grown set the test accepted)."""
     rng = np.random.default_rng(seed)
-    grid = HeadGrid(num_layers=4, num_heads=9, num_kv_heads=3, head_dim=4)
+    grid = HeadGrid.uniform(4, 9, 3, 4)
     improving = (Head(0, 0),)
     units = shrink_units(improving, grid.all_heads(), grid)
     grown_runs = accepted = 0
@@ -189,7 +189,7 @@ def test_counts_only_the_claim_errs_within_its_level_when_the_grown_set_is_truly
     """The claim's error: a grown set truly worse than the improving set by more than the margin is accepted at
     most at the test's level (one-sided 2.5%), up to Monte Carlo error; at the margin itself, about at it (measured:
     24 of 960 at the boundary, 5 of 960 at 0.25 points beyond)."""
-    grid = HeadGrid(num_layers=2, num_heads=9, num_kv_heads=3, head_dim=4)
+    grid = HeadGrid.uniform(2, 9, 3, 4)
     units = shrink_units((Head(0, 0),), grid.all_heads(), grid)
     assert units[0] == (Head(0, 1), Head(0, 2)) and len(units) == 6  # the rest of H0's group, then whole groups
     level = 0.025

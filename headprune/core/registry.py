@@ -55,6 +55,9 @@ class Registry(Generic[K, V]):
     def values(self) -> list[V]:
         return list(self._entries.values())
 
+    def items(self) -> list[tuple[K, V]]:
+        return list(self._entries.items())
+
     def __repr__(self) -> str:
         return f"Registry({self.what!r}: {', '.join(map(str, self._entries))})"
 

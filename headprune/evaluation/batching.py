@@ -147,8 +147,7 @@ def bytes_per_token(lm: LoadedModel) -> int:
     config = lm.model.config
     hidden = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 768))
     inner = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", None) or 4 * hidden)
-    grid = lm.grid
-    cache = 2 * grid.num_layers * grid.num_kv_heads * grid.head_dim
+    cache = lm.grid.cache_width()
     size = torch.finfo(lm.dtype).bits // 8 if lm.dtype.is_floating_point else 4
     return size * (8 * hidden + 3 * inner + cache)
 

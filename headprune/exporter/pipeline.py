@@ -301,9 +301,11 @@ def _source_info(lm: LoadedModel) -> SourceInfo:
 def changed_prefixes(lm: LoadedModel, layers: Sequence[int]) -> list[str]:
     """State-dict name prefixes of the attention projections of ``layers`` (DeBERTa's position projections too), and
     the names of their per-head parameters (sinks, per-head norms): what pruning may change."""
-    adapter = lm.adapter
+    adapter, found = lm.adapter, []
     base = "" if lm.model.base_model is lm.model else f"{lm.model.base_model_prefix}."
-    return [f"{base}{adapter.layers_path}.{layer}.{path}." for layer in layers
-            for path in (*adapter.qkv_paths, *(p for p, _ in adapter.head_projections),
-                         adapter.output_projection_path)] + [
-            f"{base}{adapter.layers_path}.{layer}.{path}" for layer in layers for path, _ in adapter.head_params]
+    for layer in layers:
+        mixer, where = adapter.mixer(lm.grid.layers[layer].kind), f"{base}{adapter.layers_path}.{layer}."
+        found += [f"{where}{path}." for path in (*mixer.qkv_paths, *(p for p, _ in mixer.head_projections),
+                                                   mixer.output_projection_path)]
+        found += [f"{where}{path}" for path, _ in mixer.head_params]
+    return found

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from headprune.core.compat import cache_of, passing_cache
-from headprune.exporter.llama_cpp_rows import SharedRows
+from headprune.exporter.llama_cpp.rows import SharedRows
 
 # A context whose rows share a prompt prefix holds at most this many tokens in all (unless one row needs more): the
 # prefix, every row of a group after it and what they generate (float32 keys and values of SmolLM2-135M: 46 KB a
@@ -192,7 +192,7 @@ class GenaiRunner:
 
 
 class LlamaCppModel:
-    """A GGUF file in llama.cpp (:mod:`headprune.exporter.llama_cpp_runtime`) answering the calls headprune's
+    """A GGUF file in llama.cpp (:mod:`headprune.exporter.llama_cpp.runtime`) answering the calls headprune's
     evaluator and verifier make of a model, at every real position of each row, without its padding.
 
     Args:
@@ -201,7 +201,7 @@ class LlamaCppModel:
         flash_attn: llama.cpp's flash attention (off for the gate: per-layer head counts pad it differently).
         rows: with more than one, the rows of a call share their common prompt prefix's keys and values, evaluated
             once and kept between calls, and decode side by side, up to ``rows`` at a time
-            (:mod:`headprune.exporter.llama_cpp_rows`); the context then holds ``n_ctx`` tokens for each row, up to
+            (:mod:`headprune.exporter.llama_cpp.rows`); the context then holds ``n_ctx`` tokens for each row, up to
             :data:`SHARED_CELLS` in all. With one, each row runs alone from its first token.
 
     Raises:
@@ -211,7 +211,7 @@ class LlamaCppModel:
     def __init__(self, path: Path, *, n_ctx: int, eos: tuple[int, ...], threads: int | None = None,
                  kv_f32: bool = True, flash_attn: bool = False, rows: int = 1) -> None:
         from headprune.errors import VerificationError
-        from headprune.exporter.llama_cpp_runtime import LlamaCpp
+        from headprune.exporter.llama_cpp.runtime import LlamaCpp
 
         cells = n_ctx if rows <= 1 else max(n_ctx, min(n_ctx * rows, SHARED_CELLS))
         try:

@@ -45,6 +45,7 @@ def _probe(model_type: str, adapter: Adapter) -> tuple[bool, str]:
     import torch
     from transformers import AutoConfig, AutoModel
 
+    from headprune.heads import ATTENTION
     from headprune.loading.adapters.base import get_path
 
     heads, head_dim = 4, 8
@@ -60,6 +61,8 @@ def _probe(model_type: str, adapter: Adapter) -> tuple[bool, str]:
             model = AutoModel.from_config(config)
     except Exception as error:  # noqa: BLE001 - any refusal is the answer: this release cannot express it
         return False, f"its {model_type} config refuses per_layer_config ({type(error).__name__})"
+    if adapter.kinds(adapter.sizes(config)) != [ATTENTION] * 2:  # a hybrid's: not two attention layers to compare
+        return False, f"its {model_type} config does not build the probe's two layers as attention layers"
     layers = get_path(model.base_model, adapter.layers_path)
     weights = [get_path(layer, adapter.output_projection_path).weight for layer in layers]
     widths = [int(w.shape[0] if adapter.projection_is_conv1d else w.shape[1]) for w in weights]

@@ -70,8 +70,9 @@ def render_compression(result: FindResult) -> str:
     within = [p for p in c.curve if p.within]
     lines = [
         f"# headprune find --objective compress: {model.name} on {result.task.name}", "",
-        f"- Model: `{model.name}` ({model.family}, {model.layers} layers x {model.heads} heads, "
-        f"{model.kv_heads} key/value heads per layer), weights `{model.weight_hash[:23]}...`",
+        f"- Model: `{model.name}` ({model.family}, {model.shape}"
+        f"{'' if model.grid else f', {model.kv_heads} key/value heads per layer'}), weights "
+        f"`{model.weight_hash[:23]}...`",
         f"- Task: `{result.task.name}` ({result.task.kind}), discovery n={result.split.discovery}, "
         f"held-out n={result.split.heldout}, split seed {result.split.seed}",
         f"- Intact model: discovery {pct(base.discovery.accuracy)}, held-out {pct(base.heldout.accuracy)}",

@@ -41,7 +41,7 @@ def render_markdown(result: FindResult) -> str:
     lines = [
         f"# headprune find: {model.name} on {result.task.name}",
         "",
-        f"- Model: `{model.name}` ({model.family}, {model.layers} layers x {model.heads} heads), weights "
+        f"- Model: `{model.name}` ({model.family}, {model.shape}), weights "
         f"`{model.weight_hash[:23]}...`",
         f"- Task: `{result.task.name}` ({result.task.kind}), discovery n={result.split.discovery}, "
         f"held-out n={result.split.heldout}, split seed {result.split.seed}; disjoint by input: "

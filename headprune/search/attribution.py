@@ -25,23 +25,25 @@ def estimate_effects(evaluator: Evaluator, *, means: torch.Tensor | None = None,
     removed: the first-order effect of adding each other head to them)."""
     lm = evaluator.lm
     grid = lm.grid
-    start = torch.ones(grid.num_layers, grid.num_heads)  # float32, on the CPU
+    start = torch.ones(grid.num_layers, grid.widest[0])  # float32, on the CPU (a layer with fewer heads: its first)
     for head in ablated:
         start[head.layer, head.head] = 0.0
     gates = start.requires_grad_(True)
 
     def gate_hook(layer: int):  # noqa: ANN202
+        heads, width = grid.layers[layer].heads, grid.layers[layer].out_dim
+
         def hook(module: nn.Module, args: tuple) -> tuple:
             x = args[0]
-            per_head = x.view(*x.shape[:-1], grid.num_heads, grid.head_dim)  # (B, T, H, head_dim)
-            base = means[layer].to(x) if means is not None else torch.zeros_like(per_head[0, 0])
-            gated = base + gates[layer].to(x)[:, None] * (per_head - base)
+            per_head = x.view(*x.shape[:-1], heads, width)  # (B, T, H, width)
+            base = means[layer, :heads, :width].to(x) if means is not None else torch.zeros_like(per_head[0, 0])
+            gated = base + gates[layer, :heads].to(x)[:, None] * (per_head - base)
             return (gated.reshape(x.shape), *args[1:])
 
         return hook
 
     handles = [lm.adapter.output_projection(lm.model, layer).register_forward_pre_hook(gate_hook(layer))
-               for layer in range(grid.num_layers)]
+               for layer in range(grid.num_layers) if grid.layers[layer].heads]
     trainable = [p for p in lm.model.parameters() if p.requires_grad]
     for parameter in trainable:
         parameter.requires_grad_(False)  # gradients are needed for the gates only
@@ -58,5 +60,4 @@ def estimate_effects(evaluator: Evaluator, *, means: torch.Tensor | None = None,
             if not parameter.is_inference():
                 parameter.requires_grad_(True)
     effect = -gates.grad / len(evaluator.task)  # (L, H): first-order change of the mean margin
-    return {Head(layer, head): float(effect[layer, head]) for layer in range(grid.num_layers)
-            for head in range(grid.num_heads)}
+    return {head: float(effect[head.layer, head.head]) for head in grid.all_heads()}

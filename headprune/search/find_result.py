@@ -25,7 +25,7 @@ from headprune.core.io import read_regular_file
 from headprune.core.record_json import from_json, to_json
 from headprune.errors import ResultFileError
 from headprune.evaluation.results import Summary
-from headprune.heads import Head, parse_heads
+from headprune.heads import Head, HeadGrid, LayerHeads, parse_heads
 from headprune.search.effects import ControlEffect
 from headprune.search.generations import Generations
 from headprune.search.guards import GuardEffect, Guarding, claim_holds
@@ -42,6 +42,9 @@ RESULT_NAME = "result.json"
 
 @dataclass(frozen=True)
 class ModelInfo:
+    """The model find ran on. ``heads``, ``kv_heads`` and ``head_dim`` are every layer's; where layers differ,
+    ``grid`` holds each layer's (and those three its widest layer's: the heatmap's columns)."""
+
     name: str
     weight_hash: str
     family: str
@@ -51,10 +54,30 @@ class ModelInfo:
     kv_heads: int
     head_dim: int
     revision: str | None = None  # the Hub commit the weights were read at (None: not a Hub snapshot)
+    grid: tuple[LayerHeads, ...] = ()  # each layer's heads, where the layers differ (empty: all alike)
+
+    @classmethod
+    def of(cls, name: str, weight_hash: str, family: str, model_type: str, grid: HeadGrid,
+           revision: str | None) -> ModelInfo:
+        """The record of a model whose heads are ``grid``."""
+        heads, kv_heads, head_dim = (max((getattr(layer, f) for layer in grid.layers), default=0)
+                                     for f in ("heads", "kv_heads", "head_dim"))
+        return cls(name, weight_hash, family, model_type, grid.num_layers, heads, kv_heads, head_dim, revision,
+                   () if grid.is_uniform else grid.layers)
+
+    @property
+    def head_grid(self) -> HeadGrid:
+        return HeadGrid(self.grid) if self.grid else HeadGrid.uniform(self.layers, self.heads, self.kv_heads,
+                                                                      self.head_dim)
 
     @property
     def total_heads(self) -> int:
-        return self.layers * self.heads
+        return self.head_grid.total
+
+    @property
+    def shape(self) -> str:
+        """``24 layers x 16 heads``, or each kind of layer's count where they differ."""
+        return self.head_grid.describe()
 
 
 @dataclass(frozen=True)

@@ -100,8 +100,8 @@ def grow(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, *, budget: B
     curve: list[CurvePoint] = []
     rejected: list[Unit] = []
     evaluated: dict[tuple[Head, ...], Paired] = {}
-    left = {layer: grid.num_heads - sum(h.layer == layer for h in removed)  # heads each layer still has
-            for layer in range(grid.num_layers)}
+    left = {index: layer.heads - sum(h.layer == index for h in removed)  # heads each layer still has
+            for index, layer in enumerate(grid.layers)}
     step, streak, rounds, stopped = 1, 0, 0, "queue"
     while True:
         capped = sets_per_unit is not None and len(evaluated) >= sets_per_unit * (patience + len(chosen))
@@ -179,7 +179,7 @@ def beam(units: Sequence[Unit], grid: HeadGrid, evaluate: Evaluate, intact: Pair
         layer = unit[0].layer
         # A unit that would take a layer's last head cannot join that set; it is passed over, not rejected.
         grows = {id(k): tuple(sorted(k.heads + unit)) for k in kept
-                 if grid.num_heads - sum(h.layer == layer for h in k.heads) - len(unit) >= 1}
+                 if grid.layers[layer].heads - sum(h.layer == layer for h in k.heads) - len(unit) >= 1}
         sets = list(dict.fromkeys(grows.values()))
         if sets:
             results = evaluate(sets, "compress")

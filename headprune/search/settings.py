@@ -244,9 +244,10 @@ def check_layout(grid: HeadGrid, prefer: str | None) -> None:
     Raises:
         SearchSettingsError
     """
-    if prefer == "groups" and grid.num_kv_heads == grid.num_heads:
+    if prefer == "groups" and all(layer.group <= 1 for layer in grid.layers):
+        counts = sorted({layer.heads for layer in grid.layers if layer.heads})
         _refuse(f"prefer groups needs grouped-query attention; this model has one key/value head per query head "
-                f"({grid.num_heads} per layer): use prefer heads", "prefer")
+                f"({'/'.join(map(str, counts))} per layer): use prefer heads", "prefer")
 
 
 def fit_to_grid(settings: FindSettings, grid: HeadGrid) -> FindSettings:

@@ -39,6 +39,7 @@ from headprune.search.shrink_record import Shrink, ShrinkSize, kv_cache_bytes
 from headprune.search.stages import Screened, Stages
 from headprune.search.stats import NonInferiority, non_inferiority
 from headprune.search.units import head_queue, savings, units_of
+from headprune.surgery.plan import plan_layers
 
 log = logging.getLogger("headprune")
 
@@ -142,9 +143,10 @@ def grow_on_discovery(stages: Stages, screened: Screened, prescreen: Prescreen |
 
 
 def size_of(stages: Stages, heads: HeadSet) -> ShrinkSize:
-    s, head_dim = savings(stages.lm, heads), stages.lm.grid.head_dim
+    s, grid = savings(stages.lm, heads), stages.lm.grid
+    kept = [len(plan.kv_heads) for plan in plan_layers(grid, heads)]
     return ShrinkSize(s.parameters_after, s.parameters_before, s.kv_heads_after, s.kv_heads_before,
-                      kv_cache_bytes(s.kv_heads_after, head_dim), kv_cache_bytes(s.kv_heads_before, head_dim))
+                      kv_cache_bytes(grid.cache_width(kept)), kv_cache_bytes(grid.cache_width()))
 
 
 def judge_on_fresh(stages: Stages, grown: Grown, rank: int | None) -> Shrink:

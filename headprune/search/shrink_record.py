@@ -18,11 +18,11 @@ from headprune.search.stats import NonInferiority
 KV_CONTEXT, KV_ITEM_BYTES = 4096, 2  # the context and cache type (f16) llama.cpp's cache is given for
 
 
-def kv_cache_bytes(kv_heads: int, head_dim: int) -> int:
-    """Bytes of llama.cpp's default key/value cache (f16, flash attention: keys and values ``kv_heads x head_dim``
-    wide per layer, summed) at a 4k context; the GGUF export measures the same from llama.cpp's own log
-    (``headprune.exporter.gguf_size``)."""
-    return 2 * kv_heads * head_dim * KV_CONTEXT * KV_ITEM_BYTES
+def kv_cache_bytes(width: int) -> int:
+    """Bytes of llama.cpp's default key/value cache (f16, flash attention) holding ``width`` numbers a token (keys
+    and values of every layer, ``HeadGrid.cache_width``) at a 4k context; the GGUF export measures the same from
+    llama.cpp's own log (``headprune.exporter.gguf.size``)."""
+    return width * KV_CONTEXT * KV_ITEM_BYTES
 
 
 @dataclass(frozen=True)

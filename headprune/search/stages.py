@@ -247,9 +247,8 @@ class Stages:
                              else lambda h: self.rank(evaluated[h], h))
         names = self.conditions.control_names
         return FindResult(
-            model=ModelInfo(lm.name, lm.weight_hash, lm.adapter.family, lm.model.config.model_type,
-                            lm.grid.num_layers, lm.grid.num_heads, lm.grid.num_kv_heads, lm.grid.head_dim,
-                            commit_of(lm.folder)),
+            model=ModelInfo.of(lm.name, lm.weight_hash, lm.adapter.family, lm.model.config.model_type, lm.grid,
+                               commit_of(lm.folder)),
             task=TaskInfo(inputs.task.name, inputs.task.kind, len(inputs.task), inputs.task.content_hash(),
                           inputs.specs["task"], dict(inputs.task.settings), split.discovery.content_hash()),
             heldout_task=TaskInfo(split.heldout.name, split.heldout.kind, len(split.heldout),

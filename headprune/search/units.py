@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from headprune.heads import Head, HeadGrid
+from headprune.heads import ATTENTION, Head, HeadGrid
 from headprune.loading.models import LoadedModel
 from headprune.search.find_result import Prescreen, Savings
 from headprune.search.growth import Unit
@@ -35,15 +35,15 @@ def units_of(queue: Sequence[Head], grid: HeadGrid, prefer: str) -> list[Unit]:
     """The queue in units: single heads, or whole key/value groups ordered by their heads' mean place."""
     if prefer == "heads":
         return [(h,) for h in queue]
-    size = grid.num_heads // grid.num_kv_heads
     place = {h: i for i, h in enumerate(queue)}
-    groups = [tuple(Head(layer, kv * size + q) for q in range(size)) for layer in range(grid.num_layers)
-              for kv in range(grid.num_kv_heads)]
+    groups = [tuple(Head(index, kv * layer.group + q) for q in range(layer.group))
+              for index, layer in enumerate(grid.layers) for kv in range(layer.kv_heads if layer.heads else 0)]
     return sorted(groups, key=lambda g: (sum(place[h] for h in g) / len(g), g))
 
 
 def savings(lm: LoadedModel, heads: Sequence[Head]) -> Savings:
-    """Parameters and weight bytes of the sliced export of ``heads``, counted on the sliced model itself."""
+    """Parameters and weight bytes of the sliced export of ``heads``, counted on the sliced model itself, and the
+    key/value heads of its attention layers (those a key/value cache holds)."""
     from headprune.core.devices import dtype_name
     from headprune.surgery.plan import plan_layers
     from headprune.surgery.slicing import count_parameters
@@ -51,7 +51,8 @@ def savings(lm: LoadedModel, heads: Sequence[Head]) -> Savings:
 
     grid, itemsize = lm.grid, lm.model.dtype.itemsize
     before = count_parameters(lm.model)
-    kv_before = grid.num_layers * grid.num_kv_heads
+    cached = [index for index, layer in enumerate(grid.layers) if layer.kind == ATTENTION]
+    kv_before = sum(grid.layers[index].kv_heads for index in cached)
     if not heads:
         return Savings(before, before, before * itemsize, before * itemsize, dtype_name(lm.dtype), kv_before,
                        kv_before)
@@ -60,7 +61,7 @@ def savings(lm: LoadedModel, heads: Sequence[Head]) -> Savings:
     after = count_parameters(sliced)
     del sliced
     return Savings(before, after, before * itemsize, after * itemsize, dtype_name(lm.dtype), kv_before,
-                   sum(len(p.kv_heads) for p in plans))
+                   sum(len(plans[index].kv_heads) for index in cached))
 
 
 __all__ = ["head_queue", "savings", "units_of"]

@@ -1,7 +1,8 @@
 """Ablating attention heads: a forward pre-hook on the attention output projection.
 
 The projection's input is the concatenation of the query heads' outputs, ``(B, T, num_heads * head_dim)``;
-head ``h`` is the slice ``[h * head_dim, (h + 1) * head_dim)``. Zeroing that slice is exactly what removing
+head ``h`` is the slice ``[h * head_dim, (h + 1) * head_dim)`` (``out_dim`` wide, in general: each layer's own,
+:class:`~headprune.heads.LayerHeads`). Zeroing that slice is exactly what removing
 the head does (its output never reaches the residual stream); ``mean`` ablation replaces the slice by the
 head's mean output over reference inputs instead. Key/value heads are untouched.
 """
@@ -44,18 +45,18 @@ class FiredHooks:
                                          "pass, so the result would be wrong")
 
 
-def _make_pre_hook(indices: list[int], head_dim: int, replacement: torch.Tensor | None,  # noqa: ANN202
+def _make_pre_hook(indices: list[int], width: int, replacement: torch.Tensor | None,  # noqa: ANN202
                    fired: FiredHooks, layer: int):
     index = torch.tensor(indices)
 
     def hook(module: nn.Module, args: tuple) -> tuple:
         fired.calls[layer] += 1
-        hidden = args[0].clone()  # (B, T, H * head_dim); cloned so the caller's tensor is never changed
-        per_head = hidden.view(*hidden.shape[:-1], -1, head_dim)  # (B, T, H, head_dim), a view of `hidden`
+        hidden = args[0].clone()  # (B, T, H * width); cloned so the caller's tensor is never changed
+        per_head = hidden.view(*hidden.shape[:-1], -1, width)  # (B, T, H, width), a view of `hidden`
         where = index.to(hidden.device)
         if replacement is None:
             per_head[..., where, :] = 0
-        else:  # (len(index), head_dim), broadcast
+        else:  # (len(index), width), broadcast
             per_head[..., where, :] = replacement.to(device=per_head.device, dtype=per_head.dtype)
         return (hidden, *args[1:])
 
@@ -77,8 +78,8 @@ def ablated(
         lm: the model.
         heads: heads to ablate; checked against the model's grid first.
         mode: ``zero`` or ``mean``.
-        means: for ``mean``, the per-head mean outputs, ``(num_layers, num_heads, head_dim)``
-            (see :func:`collect_head_means`).
+        means: for ``mean``, the per-head mean outputs, ``(num_layers, heads, out_dim)`` (the widest layer's, the
+            rest padded: see :func:`collect_head_means`).
 
     Raises:
         HeadSpecError: a head is out of range, or ``mean`` without means.
@@ -101,10 +102,11 @@ def ablated(
 
             handles.append(lm.model.register_forward_pre_hook(count))
         for layer, indices in by_layer.items():
-            replacement = means[layer, indices] if mode == "mean" else None
+            width = lm.grid.layers[layer].out_dim
+            replacement = means[layer, indices, :width] if mode == "mean" else None
             projection = lm.adapter.output_projection(lm.model, layer)
             handles.append(projection.register_forward_pre_hook(
-                _make_pre_hook(indices, lm.grid.head_dim, replacement, fired, layer)))
+                _make_pre_hook(indices, width, replacement, fired, layer)))
         yield fired
         fired.check(checked)
     finally:
@@ -131,24 +133,27 @@ def collect_head_means(
         batches: ``(input_ids, attention_mask, extra_forward_kwargs)`` triples.
 
     Returns:
-        ``(num_layers, num_heads, head_dim)`` float32 tensor.
+        ``(num_layers, heads, out_dim)`` float32 tensor, the widest layer's sizes (:attr:`HeadGrid.widest`): a layer
+        with fewer or narrower heads fills its corner, the rest is zero.
     """
     grid = lm.grid
-    sums = torch.zeros(grid.num_layers, grid.num_heads, grid.head_dim, dtype=torch.float64)
+    sums = torch.zeros(grid.num_layers, *grid.widest, dtype=torch.float64)
     count = torch.zeros((), dtype=torch.float64)
     current_mask: list[torch.Tensor] = []
 
     def collector(layer: int):  # noqa: ANN202
+        heads, width = grid.layers[layer].heads, grid.layers[layer].out_dim
+
         def hook(module: nn.Module, args: tuple) -> None:
-            per_head = args[0].view(*args[0].shape[:-1], grid.num_heads, grid.head_dim).to(torch.float64)
+            per_head = args[0].view(*args[0].shape[:-1], heads, width).to(torch.float64)
             mask = current_mask[0].to(device=per_head.device, dtype=torch.float64)  # (B, T)
-            sums[layer] += torch.einsum("bt,bthd->hd", mask, per_head).cpu()
+            sums[layer, :heads, :width] += torch.einsum("bt,bthd->hd", mask, per_head).cpu()
 
         return hook
 
     handles = [
         lm.adapter.output_projection(lm.model, layer).register_forward_pre_hook(collector(layer))
-        for layer in range(grid.num_layers)
+        for layer in range(grid.num_layers) if grid.layers[layer].heads
     ]
     try:
         for input_ids, attention_mask, extra in batches:

@@ -8,7 +8,9 @@ slot each query slot reads (the exported modeling code repeats each KV head for 
 Runtimes that repeat KV heads evenly (llama.cpp) cannot take a map; for them (``kv_map=False``) the smaller
 of two even layouts is chosen: ``duplicate-kv`` gives every kept query head its own copy of its KV head;
 ``keep-zeroed`` keeps some removed query heads (output columns zeroed) so that every KV group has the same
-count. Plain data, no torch: export records carry the plans.
+count. Each layer is planned by its own counts (:class:`~headprune.heads.LayerHeads`); a layer without heads, or whose
+kind cannot take a map (``kv_map`` false: a Gated DeltaNet), is planned as such. Plain data, no torch: export records
+carry the plans.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from headprune.errors import HeadSpecError
-from headprune.heads import Head, HeadGrid
+from headprune.heads import Head, HeadGrid, LayerHeads
 
 LAYOUTS = ("unchanged", "grouped", "mapped", "duplicate-kv", "keep-zeroed")
 
@@ -34,45 +36,45 @@ class LayerPlan:
 
 def plan_layers(grid: HeadGrid, heads: Sequence[Head], *, kv_map: bool = True) -> list[LayerPlan]:
     """The per-layer sliced layout for removing ``heads``; ``kv_map=False`` for runtimes whose layers need an
-    even number of query heads per KV head.
+    even number of query heads per KV head (a layer whose kind cannot take a map gets an even layout anyway).
 
     Raises:
         HeadSpecError: a head is out of range, or every head of a layer would go.
     """
     removed = grid.check(heads)
-    group = grid.num_heads // grid.num_kv_heads
     plans = []
-    for layer in range(grid.num_layers):
+    for layer, shape in enumerate(grid.layers):
         gone = {h.head for h in removed if h.layer == layer}
-        if len(gone) == grid.num_heads:
-            raise HeadSpecError(f"cannot remove every head of layer {layer} ({grid.num_heads} heads)")
-        kept = [h for h in range(grid.num_heads) if h not in gone]
+        if shape.heads and len(gone) == shape.heads:
+            raise HeadSpecError(f"cannot remove every head of layer {layer} ({shape.heads} heads)")
+        kept = [h for h in range(shape.heads) if h not in gone]
         if not gone:
-            plans.append(LayerPlan(layer, tuple(kept), tuple(range(grid.num_kv_heads)), (), "unchanged"))
+            plans.append(LayerPlan(layer, tuple(kept), tuple(range(shape.kv_heads)), (), "unchanged"))
             continue
-        by_kv = {kv: [h for h in kept if h // group == kv] for kv in range(grid.num_kv_heads)}
-        by_kv = {kv: qs for kv, qs in by_kv.items() if qs}
-        if len({len(qs) for qs in by_kv.values()}) == 1:
-            plans.append(LayerPlan(layer, tuple(q for qs in by_kv.values() for q in qs), tuple(by_kv), (),
-                                   "grouped"))
-            continue
-        if kv_map:
-            slots = tuple(slot for slot, qs in enumerate(by_kv.values()) for _ in qs)
-            plans.append(LayerPlan(layer, tuple(q for qs in by_kv.values() for q in qs), tuple(by_kv), (), "mapped",
-                                   slots))
-            continue
-        widest = max(len(qs) for qs in by_kv.values())
-        # Parameter cost beyond the grouped ideal: duplicate-kv adds k and v rows, keep-zeroed adds q rows
-        # and output columns; both add head_dim * hidden per head, so compare head counts.
-        extra_duplicate = 2 * (len(kept) - len(by_kv))
-        extra_zeroed = 2 * (widest * len(by_kv) - len(kept))
-        if extra_duplicate < extra_zeroed:
-            plans.append(LayerPlan(layer, tuple(kept), tuple(h // group for h in kept), (), "duplicate-kv"))
-        else:
-            q_heads, zeroed = [], []
-            for kv, qs in by_kv.items():
-                padding = [h for h in range(kv * group, (kv + 1) * group) if h not in qs][: widest - len(qs)]
-                q_heads += sorted(qs + padding)
-                zeroed += padding
-            plans.append(LayerPlan(layer, tuple(q_heads), tuple(by_kv), tuple(sorted(zeroed)), "keep-zeroed"))
+        plans.append(_plan_layer(layer, shape, kept, kv_map=kv_map and shape.kv_map))
     return plans
+
+
+def _plan_layer(layer: int, shape: LayerHeads, kept: list[int], *, kv_map: bool) -> LayerPlan:
+    """The smallest exact layout of a layer that keeps query heads ``kept`` (some of its heads go)."""
+    group = shape.group
+    by_kv = {kv: [h for h in kept if h // group == kv] for kv in range(shape.kv_heads)}
+    by_kv = {kv: qs for kv, qs in by_kv.items() if qs}
+    if len({len(qs) for qs in by_kv.values()}) == 1:
+        return LayerPlan(layer, tuple(q for qs in by_kv.values() for q in qs), tuple(by_kv), (), "grouped")
+    if kv_map:
+        slots = tuple(slot for slot, qs in enumerate(by_kv.values()) for _ in qs)
+        return LayerPlan(layer, tuple(q for qs in by_kv.values() for q in qs), tuple(by_kv), (), "mapped", slots)
+    widest = max(len(qs) for qs in by_kv.values())
+    # Parameter cost beyond the grouped ideal: duplicate-kv adds k and v rows, keep-zeroed adds q rows
+    # and output columns; both add head_dim * hidden per head, so compare head counts.
+    extra_duplicate = 2 * (len(kept) - len(by_kv))
+    extra_zeroed = 2 * (widest * len(by_kv) - len(kept))
+    if extra_duplicate < extra_zeroed:
+        return LayerPlan(layer, tuple(kept), tuple(h // group for h in kept), (), "duplicate-kv")
+    q_heads, zeroed = [], []
+    for kv, qs in by_kv.items():
+        padding = [h for h in range(kv * group, (kv + 1) * group) if h not in qs][: widest - len(qs)]
+        q_heads += sorted(qs + padding)
+        zeroed += padding
+    return LayerPlan(layer, tuple(q_heads), tuple(by_kv), tuple(sorted(zeroed)), "keep-zeroed")

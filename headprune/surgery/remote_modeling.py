@@ -3,7 +3,7 @@
 This file is copied verbatim (with the base class name filled in) into every sliced export as
 ``modeling_headprune.py``, so ``AutoModel*.from_pretrained(dir, trust_remote_code=True)`` works where
 headprune is not installed; ``headprune.load`` uses the same code. The stock model class is built from the
-config, then each layer's attention projections are re-created with the sizes recorded in
+config, then each layer's head projections are re-created with the sizes recorded in
 ``config.headprune["layers"]``; the weights are then loaded as usual.
 
 Per layer the record says which original query heads are kept (``q_heads``, in order), which original KV
@@ -12,12 +12,19 @@ KV slot ``j // (len(q_heads) // len(kv_heads))``, as ``repeat_kv`` expects, unle
 (``kv_slots``, the KV slot of each query slot, in order): such a layer's attention module repeats each KV head
 for its own query heads and then runs the model's attention function, whichever it is (sdpa, eager, flash).
 The key/value cache keeps the layer's KV heads, not the repeated ones.
+
+A model whose layers differ (hybrids of attention and Gated DeltaNet layers, per-layer head sizes) records each
+layer's original heads in ``grid`` (its kind, counts and widths; :func:`layer_shapes`) and where each kind keeps
+them in ``paths.mixers`` (the attention layers' paths stay ``paths``); a record without ``grid`` is one of a model whose
+every layer is an attention layer of ``original_heads`` heads of ``head_dim``.
 """
 
 from __future__ import annotations
 
 import copy
 import sys
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 import transformers
@@ -25,10 +32,149 @@ from torch import nn
 from transformers import AttentionInterface
 
 KV_MAP_ATTENTION = "headprune_kv_map"
-# How a layer stores its query/key/value projections; slicing and the rebuild below handle exactly these.
-# "separate": q, k, v Linear layers; "gpt2": one Conv1D, columns [q | k | v]; "neox": one Linear, rows per head [q, k, v];
-# "fused": one Linear, rows [q heads | k heads | v heads] with grouped key/value heads (Phi-3's qkv_proj).
-QKV_LAYOUTS = ("separate", "gpt2", "neox", "fused")
+
+
+class QkvLayout:
+    """How a layer stores its query, key and value projections: one class a layout, registered in
+    :data:`QKV_LAYOUTS` under the name a record carries (``paths.qkv_layout``).
+
+    A layout says, for each of its projections (``part``: the index of its path in the adapter's ``qkv_paths``: q, k
+    and v apart, or one fused), which of its rows a set of kept heads keeps (:meth:`rows`; by default whole blocks,
+    :meth:`blocks`, of equal size) and along which axis of the weight they lie (``dim``: 1 for GPT-2's ``Conv1D``,
+    whose weight is (in, out)). Slicing takes those rows, :func:`shrink` sizes each projection by them, unslicing
+    puts them back in place; a module that keeps its sizes in attributes is told (:meth:`resize`), and a fused
+    layout says how llama.cpp's graph orders its rows (:meth:`to_llama_cpp`).
+
+    ``shape`` is the layer's original heads (``heads``, ``kv_heads``, ``head_dim``, ``out_dim``: a
+    ``headprune.heads.LayerHeads``, or :func:`layer_shapes`' entry in an export).
+    """
+
+    name = ""
+    dim = 0
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        """The blocks of projection ``part`` that query heads ``q_heads`` and key/value heads ``kv_heads`` keep, in
+        order, of a layer that had ``heads`` query and ``kv`` key/value heads."""
+        raise NotImplementedError
+
+    def rows(self, part: int, q_heads: list[int], kv_heads: list[int], shape: Any, extent: int) -> list[int]:
+        """The rows (``dim`` 1: columns) of projection ``part``, ``extent`` long in the original layer of ``shape``,
+        that ``q_heads`` and ``kv_heads`` keep, in order: its :meth:`blocks`, the projection split in as many equal
+        blocks as every head has (a layout of blocks of several sizes overrides this).
+
+        Raises:
+            ValueError: the projection does not split evenly into the layout's blocks (not this layout's module).
+        """
+        heads, kv = shape.heads, shape.kv_heads
+        size, odd = divmod(extent, len(self.blocks(part, list(range(heads)), list(range(kv)), heads, kv)))
+        if odd or not size:
+            raise ValueError(f"qkv layout {self.name!r}: projection {part} ({extent} long) does not split into the "
+                             f"blocks of {heads} query and {kv} key/value heads")
+        return block_rows(self.blocks(part, q_heads, kv_heads, heads, kv), size)
+
+    def resize(self, attention: nn.Module, n_q: int, n_kv: int, shape: Any) -> None:
+        """Tell an attention module that keeps its sizes in attributes of its new head counts."""
+
+    def to_llama_cpp(self, name: str, data: torch.Tensor, head_dim: int) -> torch.Tensor:
+        """``data`` (the model's tensor ``name``) as llama.cpp's graph reads it."""
+        return data
+
+    def from_llama_cpp(self, name: str, data: torch.Tensor, head_dim: int) -> torch.Tensor:
+        """The inverse of :meth:`to_llama_cpp`."""
+        return data
+
+
+def block_rows(blocks: list[int], size: int, offset: int = 0) -> list[int]:
+    """The rows of blocks ``blocks`` of ``size`` rows each, after ``offset`` rows."""
+    return [offset + block * size + i for block in blocks for i in range(size)]
+
+
+class Separate(QkvLayout):
+    """q, k and v Linear layers: q's blocks by query head, k's and v's by key/value head."""
+
+    name = "separate"
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        return list(q_heads if part == 0 else kv_heads)
+
+
+class Gpt2(QkvLayout):
+    """GPT-2's one ``Conv1D`` ``c_attn``, weight (in, 3 * E): columns [q heads | k heads | v heads]. llama.cpp stores
+    every ``Conv1D`` weight transposed (its converter's ``GPT2Model.modify_tensors``)."""
+
+    name, dim = "gpt2", 1
+    _CONV1D = (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")  # the converter's list (mlp.c_proj ends the same)
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        return [third * heads + h for third in range(3) for h in q_heads]
+
+    def resize(self, attention: nn.Module, n_q: int, n_kv: int, shape: Any) -> None:
+        attention.split_size = n_q * shape.head_dim
+
+    def to_llama_cpp(self, name: str, data: torch.Tensor, head_dim: int) -> torch.Tensor:
+        return data.transpose(0, 1) if name.endswith(self._CONV1D) else data
+
+    from_llama_cpp = to_llama_cpp
+
+
+class Neox(QkvLayout):
+    """GPT-NeoX's one Linear ``query_key_value``, rows [head][q | k | v][head_dim]: a block is a head's three parts.
+    llama.cpp's gptneox graph reads [q heads | k heads | v heads] (its converter regroups the rows)."""
+
+    name = "neox"
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        return list(q_heads)
+
+    @staticmethod
+    def _regroup(data: torch.Tensor, head_dim: int, per_head: bool) -> torch.Tensor:
+        """Rows [head][q|k|v][head_dim] -> [q|k|v][head][head_dim] (``per_head``), or back; the head count is the
+        tensor's own, so a sliced layer regroups as the others."""
+        heads = data.shape[0] // (3 * head_dim)
+        shape = (heads, 3) if per_head else (3, heads)
+        return data.reshape(*shape, head_dim, *data.shape[1:]).transpose(0, 1).reshape(data.shape)
+
+    def to_llama_cpp(self, name: str, data: torch.Tensor, head_dim: int) -> torch.Tensor:
+        return self._regroup(data, head_dim, True) if ".query_key_value." in name else data
+
+    def from_llama_cpp(self, name: str, data: torch.Tensor, head_dim: int) -> torch.Tensor:
+        return self._regroup(data, head_dim, False) if ".query_key_value." in name else data
+
+
+class Fused(QkvLayout):
+    """One Linear, rows [q heads | k heads | v heads] with grouped key/value heads (Phi-3's ``qkv_proj``, ModernBERT's
+    ``Wqkv``). Phi-3 splits the rows at ``config.num_attention_heads * head_dim``: a sliced layer gets a config of
+    its own with its own count (the model's keeps the original, which the checkpoint's config.json holds)."""
+
+    name = "fused"
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        return [*q_heads, *(heads + k for k in kv_heads), *(heads + kv + k for k in kv_heads)]
+
+    def resize(self, attention: nn.Module, n_q: int, n_kv: int, shape: Any) -> None:
+        attention.config = copy.copy(attention.config)
+        attention.config.num_attention_heads = n_q
+        attention.num_key_value_heads = n_kv
+
+
+# The layouts slicing and the rebuild below handle, by the name records carry; a name claimed twice is an error.
+QKV_LAYOUTS: dict[str, QkvLayout] = {}
+for _layout in (Separate(), Gpt2(), Neox(), Fused()):
+    if _layout.name in QKV_LAYOUTS:
+        raise ValueError(f"qkv layout {_layout.name!r} is registered twice")
+    QKV_LAYOUTS[_layout.name] = _layout
+
+
+def qkv_layout(name: str) -> QkvLayout:
+    """The layout registered as ``name``.
+
+    Raises:
+        ValueError: no layout has that name (slicing a layout it does not know would write a wrong model).
+    """
+    if name not in QKV_LAYOUTS:
+        raise ValueError(f"unknown qkv layout {name!r}; known: {', '.join(QKV_LAYOUTS)}")
+    return QKV_LAYOUTS[name]
+
 
 BASE_CLASS = "{base_class}"  # filled in when the file is written next to a checkpoint
 
@@ -65,11 +211,16 @@ def head_projection(module: nn.Module, path: str) -> nn.Module | None:
 
 
 def _linear(old: nn.Module, out_features: int | None = None, in_features: int | None = None) -> nn.Module:
-    """A module like ``old`` (Linear or GPT-2 Conv1D) with new sizes, on ``old``'s device and dtype."""
+    """A module like ``old`` (Linear, GPT-2 Conv1D, or a depthwise convolution: one channel a row) with new sizes, on
+    ``old``'s device and dtype."""
     weight = old.weight
     if type(old).__name__ == "Conv1D":  # weight is (in, out)
         new = type(old)(out_features or weight.shape[1], in_features or weight.shape[0])
         return new.to(device=weight.device, dtype=weight.dtype)
+    if isinstance(old, nn.Conv1d):  # depthwise (a Gated DeltaNet's over its q/k/v channels): (channels, 1, kernel)
+        channels = out_features or old.out_channels
+        return nn.Conv1d(channels, channels, old.kernel_size, groups=channels, padding=old.padding,
+                         bias=old.bias is not None, device=weight.device, dtype=weight.dtype)
     # Built in place: no float32 copy first (a model's worth of them for a big checkpoint in bfloat16).
     return nn.Linear(in_features or old.in_features, out_features or old.out_features, bias=old.bias is not None,
                      device=weight.device, dtype=weight.dtype)
@@ -102,54 +253,60 @@ def _map_kv(attention: nn.Module, kv_slots: list[int]) -> None:
     attention.num_key_value_groups = 1  # the map has repeated the KV heads already
 
 
+def layer_shapes(record: dict) -> list[Any]:
+    """Each layer's original heads as ``record`` gives them (``kind``, ``heads``, ``kv_heads``, ``head_dim``,
+    ``out_dim``): its ``grid`` where the layers differ, else ``original_heads`` query heads over
+    ``original_kv_heads`` of ``head_dim`` in every layer."""
+    if record.get("grid"):
+        return [SimpleNamespace(**layer) for layer in record["grid"]]
+    head_dim = int(record["head_dim"])
+    every = SimpleNamespace(kind="attention", heads=int(record["original_heads"]),
+                            kv_heads=int(record["original_kv_heads"]), head_dim=head_dim, out_dim=head_dim)
+    return [every] * len(record["layers"])
+
+
+def mixer_paths(record: dict, kind: str) -> dict:
+    """Where a layer of ``kind`` keeps its heads: the attention layers' ``paths``, or those of another mixer."""
+    return record["paths"] if kind == "attention" else record["paths"]["mixers"][kind]
+
+
 def shrink(model: nn.Module, record: dict) -> None:
-    """Re-create every attention projection with the per-layer head counts of ``record`` (weights unset)."""
-    paths, head_dim = record["paths"], int(record["head_dim"])
-    layers = _get(model.base_model, paths["layers"])
-    for layer_record, layer in zip(record["layers"], layers):
-        if layer_record.get("layout") == "unchanged":  # the stock sizes: nothing to re-create
-            continue
-        n_q, n_kv = len(layer_record["q_heads"]), len(layer_record["kv_heads"])
-        attention = _get(layer, paths["attention"])
-        qkv = paths["qkv"]
-        if paths["qkv_layout"] == "separate":
-            q, k, v = (_get(layer, p) for p in qkv)
-            _set(layer, qkv[0], _linear(q, out_features=n_q * head_dim))
-            _set(layer, qkv[1], _linear(k, out_features=n_kv * head_dim))
-            _set(layer, qkv[2], _linear(v, out_features=n_kv * head_dim))
-        elif paths["qkv_layout"] == "gpt2":
-            _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=3 * n_q * head_dim))
-            attention.split_size = n_q * head_dim
-        elif paths["qkv_layout"] == "neox":
-            _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=3 * n_q * head_dim))
-        elif paths["qkv_layout"] == "fused":
-            _set(layer, qkv[0], _linear(_get(layer, qkv[0]), out_features=(n_q + 2 * n_kv) * head_dim))
-            # Phi-3 splits the fused rows at config.num_attention_heads * head_dim: the layer gets its own config
-            # with its own count (the model's config keeps the original, which the checkpoint's config.json holds).
-            attention.config = copy.copy(attention.config)
-            attention.config.num_attention_heads = n_q
-            attention.num_key_value_heads = n_kv
-        else:
-            raise ValueError(f"unknown qkv layout {paths['qkv_layout']!r}")
-        _set(layer, paths["output"], _linear(_get(layer, paths["output"]), in_features=n_q * head_dim))
-        for path, which in paths.get("head_projections", ()):  # head_dim rows a head: DeBERTa's position projections
-            old = head_projection(layer, path)
-            if old is not None:
-                _set(layer, path, _linear(old, out_features=(n_q if which == "q" else n_kv) * head_dim))
-        for path, which in paths.get("head_params", ()):  # a row per head: GPT-OSS's sinks, per-head norms
-            old = head_param(layer, path)
-            if old is not None:
-                rows = n_q if which == "q" else n_kv
-                _set(layer, path, nn.Parameter(torch.empty(rows, *old.shape[1:], dtype=old.dtype, device=old.device),
-                                               requires_grad=False))
-        if hasattr(attention, "num_key_value_groups"):
-            attention.num_key_value_groups = n_q // n_kv
-        if layer_record.get("kv_slots"):
-            _map_kv(attention, layer_record["kv_slots"])
-        for attr in paths["count_attrs"]:
-            setattr(attention, attr, n_q)
-        if hasattr(attention, "all_head_size"):
-            attention.all_head_size = n_q * head_dim
+    """Re-create every head projection with the per-layer head counts of ``record`` (weights unset)."""
+    layers = _get(model.base_model, record["paths"]["layers"])
+    for layer_record, layer, shape in zip(record["layers"], layers, layer_shapes(record)):
+        if layer_record.get("layout") != "unchanged":  # an unchanged layer keeps the stock sizes
+            _shrink_layer(layer, layer_record, shape, mixer_paths(record, shape.kind))
+
+
+def _shrink_layer(layer: nn.Module, layer_record: dict, shape: Any, paths: dict) -> None:
+    q_heads, kv_heads = list(layer_record["q_heads"]), list(layer_record["kv_heads"])
+    n_q, n_kv, head_dim = len(q_heads), len(kv_heads), shape.head_dim
+    attention = _get(layer, paths["attention"])
+    layout = qkv_layout(paths["qkv_layout"])
+    for part, path in enumerate(paths["qkv"]):
+        old = _get(layer, path)
+        rows = layout.rows(part, q_heads, kv_heads, shape, old.weight.shape[layout.dim])
+        _set(layer, path, _linear(old, out_features=len(rows)))
+    layout.resize(attention, n_q, n_kv, shape)
+    _set(layer, paths["output"], _linear(_get(layer, paths["output"]), in_features=n_q * shape.out_dim))
+    for path, which in paths.get("head_projections", ()):  # head_dim rows a head: DeBERTa's position projections
+        old = head_projection(layer, path)
+        if old is not None:
+            _set(layer, path, _linear(old, out_features=(n_q if which == "q" else n_kv) * head_dim))
+    for path, which in paths.get("head_params", ()):  # a row per head: GPT-OSS's sinks, per-head norms
+        old = head_param(layer, path)
+        if old is not None:
+            rows = n_q if which == "q" else n_kv
+            _set(layer, path, nn.Parameter(torch.empty(rows, *old.shape[1:], dtype=old.dtype, device=old.device),
+                                           requires_grad=False))
+    if hasattr(attention, "num_key_value_groups"):
+        attention.num_key_value_groups = n_q // n_kv
+    if layer_record.get("kv_slots"):
+        _map_kv(attention, layer_record["kv_slots"])
+    for attr in paths["count_attrs"]:
+        setattr(attention, attr, n_q)
+    if hasattr(attention, "all_head_size"):
+        attention.all_head_size = n_q * head_dim
 
 
 def headpruned_class(base_class: str) -> type:

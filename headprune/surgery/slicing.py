@@ -20,7 +20,7 @@ from headprune.heads import Head
 from headprune.loading.adapters.base import get_path
 from headprune.loading.models import LoadedModel
 from headprune.surgery.plan import LayerPlan
-from headprune.surgery.remote_modeling import head_param, head_projection, shrink
+from headprune.surgery.remote_modeling import head_param, head_projection, qkv_layout, shrink
 
 
 def _rows(weight: torch.Tensor, blocks: Sequence[int], size: int, dim: int) -> torch.Tensor:
@@ -66,18 +66,15 @@ def slice_model(lm: LoadedModel, plans: Sequence[LayerPlan], removed: Sequence[H
         lm: the model (left untouched).
         plans: per-layer layouts (:func:`headprune.surgery.plan.plan_layers` for ``removed``).
         removed: the heads removed (recorded in the config).
-        means: for mean ablation, ``(layers, heads, head_dim)`` means folded into the output bias.
+        means: for mean ablation, ``(layers, heads, out_dim)`` means folded into the output bias.
 
     Raises:
         HeadSpecError: mean ablation on a projection without bias.
     """
-    adapter, hd = lm.adapter, lm.grid.head_dim
+    adapter = lm.adapter
     if means is not None:
-        _check_bias_for_mean(lm)
-    layers = [{k: v for k, v in to_json(p).items() if k != "layer"} for p in plans]
-    record = {"paths": adapter.module_paths(), "head_dim": hd, "layers": layers,
-              "removed": [str(h) for h in sorted(removed)], "base_class": type(lm.model).__name__,
-              "original_heads": lm.grid.num_heads, "original_kv_heads": lm.grid.num_kv_heads}
+        _check_bias_for_mean(lm, removed)
+    record = _record(lm, plans, removed)
     # Validate done; now build the new weights from the original, then shrink a copy and give them to it.
     originals = adapter.layers(lm.model)
     new_weights = [{} if p.layout == "unchanged" else _sliced_weights(lm, originals[p.layer], p, means)
@@ -95,66 +92,63 @@ def slice_model(lm: LoadedModel, plans: Sequence[LayerPlan], removed: Sequence[H
     return model
 
 
-def _check_bias_for_mean(lm: LoadedModel) -> None:
-    if lm.adapter.output_projection(lm.model, 0).bias is None:
-        raise HeadSpecError(f"mean ablation cannot be exported exactly: the {lm.adapter.family} attention output "
-                            "projection has no bias to fold the mean into (use --ablation zero)")
+def _record(lm: LoadedModel, plans: Sequence[LayerPlan], removed: Sequence[Head]) -> dict:
+    """The ``config.headprune`` record: the paths and each layer's plan, and each layer's original heads (``grid``)
+    where the layers differ; otherwise, as every record before them, one count and size for all."""
+    grid = lm.grid
+    first = next((layer for layer in grid.layers if layer.heads), grid.layers[0])
+    layers = [{k: v for k, v in to_json(p).items() if k != "layer"} for p in plans]
+    return {"paths": lm.adapter.module_paths(), "head_dim": first.head_dim, "layers": layers,
+            "removed": [str(h) for h in sorted(removed)], "base_class": type(lm.model).__name__,
+            "original_heads": first.heads, "original_kv_heads": first.kv_heads,
+            **({} if grid.is_uniform else {"grid": to_json(grid.layers)})}
+
+
+def _check_bias_for_mean(lm: LoadedModel, heads: Sequence[Head]) -> None:
+    for layer in sorted({h.layer for h in heads}):
+        if lm.adapter.output_projection(lm.model, layer).bias is None:
+            raise HeadSpecError(f"mean ablation cannot be exported exactly: the {lm.adapter.family} attention output "
+                                "projection has no bias to fold the mean into (use --ablation zero)")
 
 
 def _sliced_weights(lm: LoadedModel, layer: nn.Module, plan: LayerPlan, means: torch.Tensor | None) -> dict:
-    adapter, hd, grid = lm.adapter, lm.grid.head_dim, lm.grid
+    shape = lm.grid.layers[plan.layer]
+    mixer = lm.adapter.mixer(shape.kind)
+    hd, width = shape.head_dim, shape.out_dim
     out: dict = {}
-    paths = adapter.qkv_paths
-    if adapter.qkv_layout == "separate":
-        q, k, v = (get_path(layer, p) for p in paths)
-        for path, module, blocks in ((paths[0], q, plan.q_heads), (paths[1], k, plan.kv_heads),
-                                     (paths[2], v, plan.kv_heads)):
-            bias = None if module.bias is None else _rows(module.bias, blocks, hd, 0)
-            out[path] = (_rows(module.weight, blocks, hd, 0), bias)
-    elif adapter.qkv_layout == "gpt2":
-        fused = get_path(layer, paths[0])  # Conv1D weight (in, 3 * E), columns [q | k | v]
-        width = grid.num_heads * hd
-        cols = [part * grid.num_heads + h for part in range(3) for h in plan.q_heads]
-        out[paths[0]] = (_rows(fused.weight, cols, hd, 1), _rows(fused.bias, cols, hd, 0))
-        assert fused.weight.shape[1] == 3 * width
-    elif adapter.qkv_layout == "neox":  # rows [head][q | k | v][head_dim]
-        fused = get_path(layer, paths[0])
-        bias = None if fused.bias is None else _rows(fused.bias, plan.q_heads, 3 * hd, 0)
-        out[paths[0]] = (_rows(fused.weight, plan.q_heads, 3 * hd, 0), bias)
-    elif adapter.qkv_layout == "fused":  # rows [q heads | k heads | v heads], head_dim rows a block
-        fused = get_path(layer, paths[0])
-        kv_base = grid.num_heads + grid.num_kv_heads
-        blocks = [*plan.q_heads, *(grid.num_heads + k for k in plan.kv_heads), *(kv_base + k for k in plan.kv_heads)]
-        bias = None if fused.bias is None else _rows(fused.bias, blocks, hd, 0)
-        out[paths[0]] = (_rows(fused.weight, blocks, hd, 0), bias)
-    else:  # an adapter refuses an unknown layout when it is declared; this keeps slicing from guessing
-        raise ValueError(f"unknown qkv layout {adapter.qkv_layout!r}")
-    for path, which in adapter.head_projections:
+    layout = qkv_layout(mixer.qkv_layout)
+    for part, path in enumerate(mixer.qkv_paths):
+        module = get_path(layer, path)
+        rows = torch.tensor(layout.rows(part, list(plan.q_heads), list(plan.kv_heads), shape,
+                                        module.weight.shape[layout.dim]), device=module.weight.device)
+        bias = None if module.bias is None else module.bias.index_select(0, rows)
+        out[path] = (module.weight.index_select(layout.dim, rows), bias)
+    for path, which in mixer.head_projections:
         module = head_projection(layer, path)
         if module is not None:  # head_dim output rows a head, as q/k/v
             blocks = plan.q_heads if which == "q" else plan.kv_heads
             bias = None if module.bias is None else _rows(module.bias, blocks, hd, 0)
             out[path] = (_rows(module.weight, blocks, hd, 0), bias)
-    for path, which in adapter.head_params:
+    for path, which in mixer.head_params:
         parameter = head_param(layer, path)
         if parameter is not None:  # rows per head: (heads, ...) -> (kept heads, ...)
             heads = plan.q_heads if which == "q" else plan.kv_heads
             out[path] = (parameter.detach()[list(heads)].clone(), None)
-    projection = get_path(layer, adapter.output_projection_path)
-    conv = adapter.projection_is_conv1d  # GPT-2's Conv1D weight is (in, out): heads are rows
-    weight = _rows(projection.weight, plan.q_heads, hd, 0 if conv else 1).clone()
+    projection = get_path(layer, mixer.output_projection_path)
+    conv = mixer.projection_is_conv1d  # GPT-2's Conv1D weight is (in, out): heads are rows
+    weight = _rows(projection.weight, plan.q_heads, width, 0 if conv else 1).clone()
     for slot, head in enumerate(plan.q_heads):
         if head in plan.zeroed:
-            (weight[slot * hd:(slot + 1) * hd] if conv else weight[:, slot * hd:(slot + 1) * hd]).zero_()
+            (weight[slot * width:(slot + 1) * width] if conv else weight[:, slot * width:(slot + 1) * width]).zero_()
     bias = None if projection.bias is None else projection.bias.detach().clone()
     if means is not None:
         kept_live = set(plan.q_heads) - set(plan.zeroed)
-        for head in range(grid.num_heads):
+        for head in range(shape.heads):
             if head not in kept_live:
-                columns = projection.weight[head * hd:(head + 1) * hd].T if conv else \
-                    projection.weight[:, head * hd:(head + 1) * hd]
-                bias = bias + columns @ means[plan.layer, head].to(columns.dtype)
-    out[adapter.output_projection_path] = (weight, bias)
+                columns = projection.weight[head * width:(head + 1) * width].T if conv else \
+                    projection.weight[:, head * width:(head + 1) * width]
+                bias = bias + columns @ means[plan.layer, head, :width].to(columns.dtype)
+    out[mixer.output_projection_path] = (weight, bias)
     return out
 
 
@@ -162,17 +156,17 @@ def densify(lm: LoadedModel, heads: Sequence[Head], *, means: torch.Tensor | Non
     """A copy of ``lm.model`` with the heads' output-projection inputs zeroed (mean folded into the bias)."""
     checked = lm.grid.check(heads)
     if means is not None:
-        _check_bias_for_mean(lm)
+        _check_bias_for_mean(lm, checked)
     projections = [lm.adapter.output_projection(lm.model, layer) for layer in sorted({h.layer for h in checked})]
     model = copy_sharing(lm.model, edited=[t for p in projections for t in (p.weight, p.bias) if t is not None])
-    hd = lm.grid.head_dim
     with torch.no_grad():
         for head in checked:
+            width = lm.grid.layers[head.layer].out_dim
             projection = lm.adapter.output_projection(model, head.layer)
-            cols = slice(head.head * hd, (head.head + 1) * hd)
-            conv = lm.adapter.projection_is_conv1d
+            cols = slice(head.head * width, (head.head + 1) * width)
+            conv = lm.adapter.layer_mixer(model, head.layer).projection_is_conv1d
             block = projection.weight[cols] if conv else projection.weight[:, cols]
             if means is not None:
-                projection.bias += (block.T if conv else block) @ means[head.layer, head.head].to(block.dtype)
+                projection.bias += (block.T if conv else block) @ means[head.layer, head.head, :width].to(block.dtype)
             block.zero_()
     return model

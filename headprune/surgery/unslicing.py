@@ -19,7 +19,7 @@ from torch import nn
 from headprune.heads import Head, parse_heads
 from headprune.loading.adapters.base import get_path
 from headprune.loading.models import LoadedModel
-from headprune.surgery.remote_modeling import head_projection
+from headprune.surgery.remote_modeling import head_param, head_projection, qkv_layout
 
 
 def sliced_away(lm: LoadedModel) -> tuple[Head, ...]:
@@ -45,68 +45,68 @@ def unslice(lm: LoadedModel) -> LoadedModel:
         full = base(config).to(lm.dtype).eval()
     sliced_layers = [i for i, layer in enumerate(record["layers"]) if layer.get("layout") != "unchanged"]
     adapter = lm.adapter
-    paths = [*adapter.qkv_paths, *(p for p, _ in adapter.head_projections), adapter.output_projection_path]
-    names = {id(module): name for name, module in lm.model.named_modules()}
-    layers = adapter.layers(lm.model)
-    rebuilt = {names[id(module)] for i in sliced_layers for path in paths
-               if (module := head_projection(layers[i], path)) is not None}
-    kept = {key: tensor for key, tensor in lm.model.state_dict().items()
-            if key.rsplit(".", 1)[0] not in rebuilt}
+    resized = _resized(lm, sliced_layers)
+    kept = {key: tensor for key, tensor in lm.model.state_dict().items() if key not in resized}
     missing, unexpected = full.load_state_dict(kept, strict=False)
-    if unexpected or any(key.rsplit(".", 1)[0] not in rebuilt for key in missing):
+    if unexpected or set(missing) - resized:
         raise ValueError(f"a sliced export's tensors do not fit {record['base_class']}: {unexpected or missing}")
     with torch.no_grad():
         for i in sliced_layers:
-            _place_layer(lm, full, i, record["layers"][i], int(record["head_dim"]))
+            _place_layer(lm, full, i, record["layers"][i])
     return replace(lm, model=full, grid=adapter.grid(config))
 
 
-def _place(full: torch.Tensor, sliced: torch.Tensor, blocks: list[int], size: int, dim: int) -> None:
-    """Block ``slot`` of ``sliced`` (``size`` wide along ``dim``) into block ``blocks[slot]`` of ``full``, whose
-    other blocks are zero."""
+def _resized(lm: LoadedModel, sliced_layers: list[int]) -> set[str]:
+    """The state-dict names of the tensors the sliced layers hold smaller: their q/k/v projections', DeBERTa's
+    position projections', the output projection's, and their per-head parameters (put back by :func:`_place_layer`,
+    the rest is loaded as it is)."""
+    names = {id(module): name for name, module in lm.model.named_modules()}
+    layers, found = lm.adapter.layers(lm.model), set()
+    for i in sliced_layers:
+        mixer, prefix = lm.adapter.mixer(lm.grid.layers[i].kind), names[id(layers[i])]
+        for path in (*mixer.qkv_paths, *(p for p, _ in mixer.head_projections), mixer.output_projection_path):
+            module = head_projection(layers[i], path)
+            if module is not None:
+                found |= {f"{prefix}.{path}.{name}" for name, _ in module.named_parameters()}
+        found |= {f"{prefix}.{path}" for path, _ in mixer.head_params if head_param(layers[i], path) is not None}
+    return found
+
+
+def _place(full: torch.Tensor, sliced: torch.Tensor, rows: list[int], dim: int) -> None:
+    """Row (along ``dim``) ``slot`` of ``sliced`` into row ``rows[slot]`` of ``full``, whose other rows are zero."""
     full.zero_()
-    for slot, block in enumerate(blocks):
-        full.narrow(dim, block * size, size).copy_(sliced.narrow(dim, slot * size, size))
+    full.index_copy_(dim, torch.tensor(rows, device=full.device), sliced)
 
 
-def _place_layer(lm: LoadedModel, full: nn.Module, index: int, layer: dict, hd: int) -> None:
-    adapter, grid = lm.adapter, lm.grid
+def _blocks(blocks: list[int], size: int) -> list[int]:
+    return [block * size + i for block in blocks for i in range(size)]
+
+
+def _place_layer(lm: LoadedModel, full: nn.Module, index: int, layer: dict) -> None:
+    adapter, shape = lm.adapter, lm.grid.layers[index]
+    mixer = adapter.mixer(shape.kind)
     small, large = adapter.layers(lm.model)[index], adapter.layers(full)[index]
     q_heads, kv_heads = [int(h) for h in layer["q_heads"]], [int(h) for h in layer["kv_heads"]]
-    pairs = [(get_path(small, p), get_path(large, p)) for p in adapter.qkv_paths]
-    if adapter.qkv_layout == "separate":  # q rows by query head; k and v rows by key/value head
-        for (s, f), blocks in zip(pairs, (q_heads, kv_heads, kv_heads)):
-            _place(f.weight.data, s.weight.data, blocks, hd, 0)
-            if f.bias is not None:
-                _place(f.bias.data, s.bias.data, blocks, hd, 0)
-    elif adapter.qkv_layout == "gpt2":  # Conv1D (in, 3 * E): columns [q | k | v], each by head
-        (s, f), = pairs
-        blocks = [part * grid.num_heads + h for part in range(3) for h in q_heads]
-        _place(f.weight.data, s.weight.data, blocks, hd, 1)
-        _place(f.bias.data, s.bias.data, blocks, hd, 0)
-    elif adapter.qkv_layout == "neox":  # rows [head][q | k | v][head_dim]
-        (s, f), = pairs
-        _place(f.weight.data, s.weight.data, q_heads, 3 * hd, 0)
+    layout = qkv_layout(mixer.qkv_layout)
+    for part, path in enumerate(mixer.qkv_paths):
+        s, f = get_path(small, path), get_path(large, path)
+        rows = layout.rows(part, q_heads, kv_heads, shape, f.weight.shape[layout.dim])
+        _place(f.weight.data, s.weight.data, rows, layout.dim)
         if f.bias is not None:
-            _place(f.bias.data, s.bias.data, q_heads, 3 * hd, 0)
-    elif adapter.qkv_layout == "fused":  # rows [q heads | k heads | v heads]
-        (s, f), = pairs
-        blocks = [*q_heads, *(grid.num_heads + k for k in kv_heads), *(grid.num_heads + grid.num_kv_heads + k
-                                                                          for k in kv_heads)]
-        _place(f.weight.data, s.weight.data, blocks, hd, 0)
-        if f.bias is not None:
-            _place(f.bias.data, s.bias.data, blocks, hd, 0)
-    else:
-        raise ValueError(f"unknown qkv layout {adapter.qkv_layout!r}")
-    for path, which in adapter.head_projections:  # DeBERTa's position projections: rows by head, as q/k
+            _place(f.bias.data, s.bias.data, rows, 0)
+    for path, which in mixer.head_projections:  # DeBERTa's position projections: rows by head, as q/k
         s, f = head_projection(small, path), head_projection(large, path)
         if s is not None and f is not None:
-            blocks = q_heads if which == "q" else kv_heads
-            _place(f.weight.data, s.weight.data, blocks, hd, 0)
+            rows = _blocks(q_heads if which == "q" else kv_heads, shape.head_dim)
+            _place(f.weight.data, s.weight.data, rows, 0)
             if f.bias is not None:
-                _place(f.bias.data, s.bias.data, blocks, hd, 0)
-    s, f = get_path(small, adapter.output_projection_path), get_path(large, adapter.output_projection_path)
-    _place(f.weight.data, s.weight.data, q_heads, hd, 0 if adapter.projection_is_conv1d else 1)
+                _place(f.bias.data, s.bias.data, rows, 0)
+    for path, which in mixer.head_params:  # a row per head (sinks, per-head norms, a Gated DeltaNet's dt_bias)
+        s, f = head_param(small, path), head_param(large, path)
+        if s is not None and f is not None:
+            _place(f.data, s.data, q_heads if which == "q" else kv_heads, 0)
+    s, f = get_path(small, mixer.output_projection_path), get_path(large, mixer.output_projection_path)
+    _place(f.weight.data, s.weight.data, _blocks(q_heads, shape.out_dim), 0 if mixer.projection_is_conv1d else 1)
     if f.bias is not None:
         f.bias.data.copy_(s.bias.data)
 

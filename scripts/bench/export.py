@@ -146,7 +146,7 @@ def build_torch(lm: LoadedModel, prunes: dict, folder: Path, options: dict) -> l
 
 
 def build_genai(lm: LoadedModel, prunes: dict, folder: Path, options: dict, threads: int) -> list[Entry]:
-    from headprune.exporter.onnx_export import export_decoder
+    from headprune.exporter.onnx.export import export_decoder
 
     base = folder / "original-onnx"
     base.mkdir()
@@ -175,7 +175,8 @@ def _llama_cpp(path: Path, n_ctx: int, threads: int, flash_attn: bool) -> LlamaC
 
 def build_llama_cpp(lm: LoadedModel, prunes: dict, folder: Path, options: dict, threads: int, n_ctx: int,
                     gguf_type: str, flash_attn: bool) -> list[Entry]:
-    from headprune.exporter import gguf_export, gguf_families
+    from headprune.exporter.gguf import families as gguf_families
+    from headprune.exporter.gguf import writer as gguf_export
 
     arch = gguf_families.check_supported(lm, "dense", gguf_type)
     base = folder / "original-gguf"
@@ -258,7 +259,7 @@ def runtime_rows(runtime: str, args: argparse.Namespace, lm: LoadedModel, prunes
             label = f"torch {torch.__version__.split('+')[0]} (transformers {transformers.__version__})"
             entries = build_torch(lm, prunes, folder, options)
         elif runtime == "onnx-genai":
-            from headprune.exporter.onnx_export import genai_version
+            from headprune.exporter.onnx.export import genai_version
 
             version, reason = genai_version()
             label = f"ONNX Runtime GenAI {version}"
@@ -266,7 +267,7 @@ def runtime_rows(runtime: str, args: argparse.Namespace, lm: LoadedModel, prunes
                 raise Unavailable(reason)
             entries = build_genai(lm, prunes, folder, options, args.threads)
         else:
-            from headprune.exporter.gguf_export import llama_cpp_version
+            from headprune.exporter.gguf.writer import llama_cpp_version
 
             version, reason = llama_cpp_version()
             label = f"{version or 'llama.cpp'} ({args.gguf_type}{', FA' if args.flash_attn else ''})"

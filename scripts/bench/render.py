@@ -5,8 +5,8 @@
     python -m scripts.bench.render --check docs/benchmarks.md    # exit 1 when one differs from its record
 
 A document marks a table with the line ``<!-- table: PATH -->`` (PATH from the repository root) right above it;
-the table is the run of lines starting with ``|`` that follows; ``PATH#VIEW`` picks one of several tables a
-renderer makes of a record. A record whose benchmark has a renderer here (``kinds``, ``passengers``, ``export_check``) gets that
+the table is the run of lines starting with ``|`` that follows, or a fenced block (commands, a program's output)
+when a fence follows; ``PATH#VIEW`` picks one of several tables a renderer makes of a record. A record whose benchmark has a renderer here (``kinds``, ``passengers``, ``export_check``) gets that
 table; any other, one row per result with a column per key.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = re.compile(r"^<!-- table: (\S+) -->$")
+PROGRESS = re.compile(r"^headprune: .+?: \d+(/\d+)? conditions")  # a stage's progress line
 
 
 def _row(cells: list[Any]) -> str:
@@ -150,8 +152,84 @@ def export_check(record: dict[str, Any], view: str = "") -> str:
     return _table(["stage (from its log line)", "CPU s", "wall s"], rows)
 
 
+def _command(argv: list[str]) -> str:
+    """A headprune command as a user types it, wrapped under 116 columns with backslashes, an option kept with its
+    value."""
+    words = [shlex.quote(w) for w in argv]
+    units = []
+    for word in words:
+        if units and units[-1].startswith("--") and " " not in units[-1] and not word.startswith("--"):
+            units[-1] += " " + word
+        else:
+            units.append(word)
+    lines, line = [], "headprune"
+    for unit in units:
+        if len(line) + len(unit) > 112:
+            lines.append(line + " \\")
+            line = "   "
+        line += " " + unit
+    return "\n".join([*lines, line])
+
+
+def _points(value: float) -> str:
+    return f"{100 * value:+.1f}"
+
+
+def main_job(record: dict[str, Any], view: str = "figures") -> str:
+    """scripts/bench/main_job.py: ``commands`` and ``output`` (fenced blocks: what was typed, what it printed),
+    ``figures`` (the export, the times, the machine), ``variants`` (each way of running find: what it shipped, its
+    verdict, its guards and controls), ``steps`` (the fixed sequence's hypotheses as find tested them)."""
+    main = record["results"]["main"]
+    if view == "commands":
+        return "```\n" + "\n".join(_command(c) for c in main["commands"]) + "\n```"
+    if view == "steps":  # the fixed sequence as the selection record holds it: each hypothesis tested, in order
+        steps = (main.get("selection") or {}).get("steps", [])
+        return _table(["step", "heads tested", "added", "better (check / held-out)", "worse (check / held-out)",
+                       "one-sided p", "level", "rejects"],
+                      [[i, f"`{','.join(s['prefix'])}`", f"`{s['added']}`",
+                        f"{s['check_rescued']} / {s['heldout_rescued']}", f"{s['check_damaged']} / {s['heldout_damaged']}",
+                        f"{s['p_value']:.2g}", f"{s['level']:.3g}", "yes" if s["rejected"] else "no"]
+                       for i, s in enumerate(steps, 1)])
+    if view == "output":  # what was printed, progress lines ("screen: 4/8 conditions, ...") left out
+        shown = [line for line in main["output"] if not PROGRESS.match(line)]
+        return "```\n" + "\n".join(shown) + "\n```"
+
+    def effect(e: dict[str, Any]) -> str:
+        accuracy = e["metric"] == "accuracy"
+        scale, unit = (100, " points") if accuracy else (1, " nats")
+        low, high = e.get("interval") or (None, None)
+        span = "" if low is None else f" [{scale * low:+.{1 if accuracy else 3}f}, {scale * high:+.{1 if accuracy else 3}f}]"
+        return f"{e['task']} {scale * (e['after'] - e['before']):+.{1 if accuracy else 3}f}{unit}{span} (n={e['n']})"
+
+    def claim(job: dict[str, Any]) -> list[str]:
+        v = job["verdict"]
+        low, high = v["interval"]
+        return [f"`{','.join(job['primary'])}`", f"{_pct(v['accuracy_before'])} -> {_pct(v['accuracy_after'])}",
+                f"{_points(v['difference'])} [{_points(low)}, {_points(high)}] (n={v['n']})",
+                "; ".join(effect(e) for e in [*job["guards"], *job["controls"]]) or "-",
+                "confirmed" if job["confirmed"] else "not confirmed"]
+
+    if view == "variants":
+        jobs = {"as above": main, **record["results"].get("variants", {})}
+        return _table(["find", "ships", "held-out", "change, points [interval]", "guards and controls", "verdict"],
+                      [[name, *claim(job)] for name, job in jobs.items()])
+    machine, export = record["machine"], main.get("export") or {}
+    rows = []
+    if export:
+        task, logits, count = export["task"], export["logits"], export["parameters"]
+        rows += [[f"{task['task']} (n={task['n']}): original, masked, exported",
+                  f"{_pct(task['intact'])}, {_pct(task['masked'])}, {_pct(task['exported'])}"],
+                 [f"parameters ({export['layout']} {export['format']})", f"{count['before']:,} -> {count['after']:,}"],
+                 ["max \\|logit diff\\| against the masked original (allowed)",
+                  f"{logits['max_abs_diff']:.2e} ({logits['allowed']:.2e}, {logits['tokens']:,} tokens)"]]
+    rows += [["find, s", main["find_s"]], ["export and verification, s", main.get("export_s", "-")],
+             ["machine", f"{machine['cpu']} ({machine.get('kernels', '')}), {machine['cores']} cores, load average "
+                         f"{machine.get('load_average')} at the start"]]
+    return _table(["the main job", "measured"], rows)
+
+
 RENDERERS: dict[str, Callable[..., str]] = {"kinds": kinds, "passengers": passengers, "export_check": export_check,
-                                             "guards": guards}
+                                             "guards": guards, "main_job": main_job}
 
 
 def render(path: Path | str) -> str:
@@ -168,11 +246,17 @@ def marked_tables(text: str) -> list[tuple[str, str]]:
     for i, line in enumerate(lines):
         mark = MARK.match(line)
         if mark:
-            table = []
+            table: list[str] = []
+            fenced = i + 1 < len(lines) and lines[i + 1].startswith("```")
             for row in lines[i + 1:]:
-                if not row.startswith("|"):
+                if fenced:  # a fenced block: up to its closing fence
+                    table.append(row)
+                    if len(table) > 1 and row.startswith("```"):
+                        break
+                elif row.startswith("|"):
+                    table.append(row)
+                else:
                     break
-                table.append(row)
             found.append((mark.group(1), "\n".join(table)))
     return found
 

@@ -47,7 +47,7 @@ def llama_cpp_build() -> int:
     """The installed llama.cpp's build number (11549 for b11549), as its runtime names itself."""
     import re
 
-    from headprune.exporter.llama_cpp_binding import runtime_version
+    from headprune.exporter.llama_cpp.binding import runtime_version
 
     runtime, _ = runtime_version()
     return int(re.search(r"\bb(\d+)", runtime or "b0").group(1))

@@ -91,7 +91,7 @@ class Written:
     weights: torch.nn.Module
     measured_on: str
     closers: list[Any] = field(default_factory=list)
-    files: Any = None  # what the format wrote, as its runtime check reads it (GGUF: gguf_export.GgufFiles)
+    files: Any = None  # what the format wrote, as its runtime check reads it (GGUF: gguf.writer.GgufFiles)
 
     def close(self) -> None:
         for closer in self.closers:

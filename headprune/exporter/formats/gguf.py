@@ -1,11 +1,11 @@
 """GGUF: one file for llama.cpp (dense in each family's stock llama.cpp architecture, sliced as ``deci`` where that
-graph computes the family: :mod:`headprune.exporter.gguf_families`), run in llama.cpp itself before it is written.
+graph computes the family: :mod:`headprune.exporter.gguf.families`), run in llama.cpp itself before it is written.
 
-The file is written and read back by :mod:`headprune.exporter.gguf_export` (K-quants by llama.cpp's own quantizer,
-:mod:`headprune.exporter.gguf_quant`). The verification runs a float32 file (the written one, or a float32 copy when
+The file is written and read back by :mod:`headprune.exporter.gguf.writer` (K-quants by llama.cpp's own quantizer,
+:mod:`headprune.exporter.gguf.quant`). The verification runs a float32 file (the written one, or a float32 copy when
 the written type is lossy) in llama.cpp; a lossy file is then gated on that float32 file with a tolerance derived
 from its type, and the task is run on it and on the original in the same type
-(:mod:`headprune.exporter.gguf_quant_check`). Without llama.cpp it runs the torch model the file was written from and
+(:mod:`headprune.exporter.gguf.quant_check`). Without llama.cpp it runs the torch model the file was written from and
 the record says the file was not run (K-quants, which llama.cpp makes, are refused). An installed llama.cpp
 that headprune cannot run (an xllamacpp release it has no declarations for) is refused before anything is done.
 The record's ``format_details`` is a :class:`GgufInfo`: what the CLI prints and the card says of the file.
@@ -23,8 +23,8 @@ from headprune.core.choices import GGUF_TYPES
 from headprune.exporter.export_record import ExportRecord, RuntimeCheck
 from headprune.exporter.formats.base import (ExportFormat, FormatOption, Job, Written, refuse_unless_float32,
                                              register)
-from headprune.exporter.gguf_quant_check import QuantCheck
-from headprune.exporter.gguf_size import DeploySize
+from headprune.exporter.gguf.quant_check import QuantCheck
+from headprune.exporter.gguf.size import DeploySize
 
 if TYPE_CHECKING:  # pragma: no cover
     from headprune.loading.models import LoadedModel
@@ -38,7 +38,7 @@ log = logging.getLogger("headprune")
 # ONNX's 5e-5 serves here too: twice the largest runtime difference seen, half the smallest error.
 GGUF_TOLERANCE = 5e-5
 FLOAT32_ONLY = "GGUF export is verified in float32; give dtype float32 (gguf_type sets the file's own type)"
-# Task examples llama.cpp runs side by side in the checks, on their shared prompt prefix (llama_cpp_rows): on
+# Task examples llama.cpp runs side by side in the checks, on their shared prompt prefix (llama_cpp.rows): on
 # SmolLM2-135M a decoding step of 16 rows costs about what one of a single row does.
 TASK_ROWS = 16
 
@@ -83,9 +83,9 @@ class Gguf(ExportFormat):
     encoder = False  # the model is a bare encoder (set by check_model)
 
     def check_options(self) -> None:
-        from headprune.exporter.gguf_export import llama_cpp_version
-        from headprune.exporter.gguf_families import check_type
-        from headprune.exporter.gguf_quant import K_QUANTS, quantizer_library
+        from headprune.exporter.gguf.writer import llama_cpp_version
+        from headprune.exporter.gguf.families import check_type
+        from headprune.exporter.gguf.quant import K_QUANTS, quantizer_library
 
         super().check_options()
         check_type(self.chosen["gguf_type"])
@@ -95,12 +95,12 @@ class Gguf(ExportFormat):
             quantizer_library()  # only llama.cpp makes K-quants: without its quantizer, exit 2 now
 
     def check_model(self, lm: LoadedModel) -> None:
-        from headprune.exporter.gguf_families import check_supported, family_of
-        from headprune.exporter.gguf_tokenizer import check_wordpiece
+        from headprune.exporter.gguf.families import check_supported, family_of
+        from headprune.exporter.gguf.tokenizer import check_wordpiece
 
         super().check_model(lm)
         self.arch = check_supported(lm, self.options.layout, self.chosen["gguf_type"])
-        self.encoder = family_of(lm.model.config).encoder  # embeddings (llama_cpp_encoder), not logits
+        self.encoder = family_of(lm.model.config).encoder  # embeddings (llama_cpp.encoder), not logits
         backend = getattr(lm.tokenizer, "backend_tokenizer", None)
         if backend is not None:  # a tokenizer llama.cpp would split otherwise: refused before anything is built
             check_wordpiece(json.loads(backend.to_str()))
@@ -109,7 +109,7 @@ class Gguf(ExportFormat):
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
         """``model.gguf`` (it carries its tokenizer), and llama.cpp on its float32 file when llama.cpp is here."""
-        from headprune.exporter import gguf_export
+        from headprune.exporter.gguf import writer as gguf_export
         from headprune.loading.models import LoadedModel
 
         lm, artifact = job.lm, job.artifact
@@ -135,7 +135,7 @@ class Gguf(ExportFormat):
         Raises:
             VerificationError: the float32 file disagrees.
         """
-        from headprune.exporter import gguf_export
+        from headprune.exporter.gguf import writer as gguf_export
         from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
         from headprune.exporter.runtimes import LlamaCppModel
 
@@ -166,13 +166,13 @@ class Gguf(ExportFormat):
         return None, info
 
     def _encoder_check(self, job: Job, written: Written) -> GgufInfo:
-        """An encoder's files (:func:`llama_cpp_encoder.check_files`); a lossy one gated on the float32 one as a
+        """An encoder's files (:func:`llama_cpp.encoder.check_files`); a lossy one gated on the float32 one as a
         decoder's is (its hidden states, not logits), with the task run on it and on the original.
 
         Raises:
             VerificationError: the float32 file disagrees, or the lossy one beyond its rounding.
         """
-        from headprune.exporter.llama_cpp_encoder import check_files
+        from headprune.exporter.llama_cpp.encoder import check_files
 
         files, gguf_type, runner = written.files, self.chosen["gguf_type"], written.runner
         check, typed = check_files(job, files, runner.n_ctx, gguf_type=gguf_type, runtime=self.runtime)
@@ -190,7 +190,7 @@ class Gguf(ExportFormat):
         Raises:
             VerificationError: the lossy file's logits differ by more than its type explains.
         """
-        from headprune.exporter.gguf_quant_check import check_quantized
+        from headprune.exporter.gguf.quant_check import check_quantized
         from headprune.exporter.runtimes import LlamaCppModel
 
         runner = written.runner
@@ -200,14 +200,14 @@ class Gguf(ExportFormat):
 
     @classmethod
     def summary_lines(cls, record: ExportRecord) -> list[str]:
-        from headprune.exporter.gguf_quant_check import summary
+        from headprune.exporter.gguf.quant_check import summary
 
         info = cls.details(record)
         if info is None:
             return []
         check, typed = info.runtime, info.typed_runtime
         if info.pooling and check.done:  # an encoder's embeddings
-            from headprune.exporter.llama_cpp_encoder import pooled_lines
+            from headprune.exporter.llama_cpp.encoder import pooled_lines
 
             return pooled_lines(info) + (summary(info.quantized) if info.quantized else [])
         lines = [f"note: the GGUF file was not run in llama.cpp: {check.reason}" if not check.done else
@@ -220,7 +220,7 @@ class Gguf(ExportFormat):
         if info.quantized is not None:
             lines += summary(info.quantized)
         if info.size is not None:
-            from headprune.exporter.gguf_size import summary_line
+            from headprune.exporter.gguf.size import summary_line
 
             lines.append(summary_line(info.size, info.gguf_type))
         return lines
@@ -256,7 +256,7 @@ class Gguf(ExportFormat):
                 continue
             lossy = "" if check.gated else " (lossy: reported, not gated)"
             if info.pooling:  # an encoder's embeddings
-                from headprune.exporter.llama_cpp_encoder import pooled_card_line
+                from headprune.exporter.llama_cpp.encoder import pooled_card_line
 
                 lines.append(pooled_card_line(check, info.pooling, lossy))
                 continue
@@ -266,11 +266,11 @@ class Gguf(ExportFormat):
                          f"{check.max_abs_logit_diff:.2e}); llama.cpp's tokenizer agrees on {check.tokenizer_agree} "
                          f"of {check.tokenizer_texts} task texts.")
         if info.quantized is not None:
-            from headprune.exporter.gguf_quant_check import card_lines
+            from headprune.exporter.gguf.quant_check import card_lines
 
             lines += card_lines(info.quantized)
         if info.size is not None:
-            from headprune.exporter.gguf_size import card_line
+            from headprune.exporter.gguf.size import card_line
 
             lines.append(card_line(info.size, info.gguf_type))
         return lines + [f"- Note: {note}." for note in info.notes]
@@ -294,8 +294,8 @@ class Gguf(ExportFormat):
 def _size(job: Job, files: Any) -> DeploySize:
     """The written file and llama.cpp's key/value cache against the original's (written in the same type)."""
     from headprune.exporter.export_record import weight_bytes
-    from headprune.exporter.gguf_export import gguf_plan
-    from headprune.exporter.gguf_size import deploy_size
+    from headprune.exporter.gguf.writer import gguf_plan
+    from headprune.exporter.gguf.size import deploy_size
 
     stock = gguf_plan(job.lm, "llama", job.plans)  # the original's head counts (the architecture name aside)
     original = weight_bytes(files.original_path) if files.original_path is not None else 0
@@ -305,7 +305,7 @@ def _size(job: Job, files: Any) -> DeploySize:
 
 def _runner(lm: LoadedModel, path: Path, n_ctx: int, encoder: bool) -> Any:
     """llama.cpp on ``path`` as the verification calls a model: an encoder's hidden states or a decoder's logits."""
-    from headprune.exporter.llama_cpp_encoder import LlamaCppEncoder
+    from headprune.exporter.llama_cpp.encoder import LlamaCppEncoder
     from headprune.exporter.runtime_check import eos_ids
     from headprune.exporter.runtimes import LlamaCppModel
 
@@ -336,7 +336,7 @@ def _context_for(lm: LoadedModel, task: Task, steps: int) -> int:
     """A llama.cpp context that holds the longest verification input plus the greedy tokens."""
     from headprune.evaluation import Evaluator
 
-    from headprune.exporter.gguf_families import family_of
+    from headprune.exporter.gguf.families import family_of
 
     config = lm.model.config
     family = family_of(config)

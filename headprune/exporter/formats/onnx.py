@@ -1,7 +1,7 @@
 """ONNX: one graph with the model's head output, run in ONNX Runtime; language models of the families ONNX
 Runtime GenAI runs are written as a decoder with a key/value cache and decoded in GenAI itself.
 
-The graphs are written by :mod:`headprune.exporter.onnx_export`; this class chooses which, checks what the
+The graphs are written by :mod:`headprune.exporter.onnx.export`; this class chooses which, checks what the
 format cannot hold before anything is built, and says how the verification runs the result.
 """
 
@@ -39,18 +39,16 @@ class GenaiCache:
 
 
 def genai_cache(job: Job) -> GenaiCache:
-    """The cache the written decoder gets in GenAI, and the original's, at ``gguf_size.CONTEXT`` tokens."""
-    from headprune.exporter.gguf_size import CONTEXT, kv_cache_bytes
+    """The cache the written decoder gets in GenAI, and the original's, at ``gguf.size.CONTEXT`` tokens."""
+    from headprune.exporter.gguf.size import CONTEXT, cache_bytes
 
     grid = job.lm.grid
-    original = [grid.num_kv_heads] * grid.num_layers
-    kept = [len(p.kv_heads) for p in job.plans] if job.layout == "sliced" else original
-    return GenaiCache(CONTEXT, kv_cache_bytes(kept, grid.head_dim, item=4),
-                      kv_cache_bytes(original, grid.head_dim, item=4))
+    kept = [len(p.kv_heads) for p in job.plans] if job.layout == "sliced" else None
+    return GenaiCache(CONTEXT, cache_bytes(grid.cache_width(kept), item=4), cache_bytes(grid.cache_width(), item=4))
 
 
 def _generates(lm: LoadedModel) -> bool:
-    from headprune.exporter.onnx_export import generates
+    from headprune.exporter.onnx.export import generates
 
     return generates(lm.model.config.model_type, lm.task_head)
 
@@ -69,7 +67,7 @@ class Onnx(ExportFormat):
         refuse_unless_float32(self.options.dtype, FLOAT32_ONLY)
 
     def check_model(self, lm: LoadedModel) -> None:
-        from headprune.exporter.onnx_export import onnx_output
+        from headprune.exporter.onnx.export import onnx_output
 
         super().check_model(lm)
         self.output = onnx_output(lm.task_head)  # refuses heads whose outputs are not one tensor
@@ -80,9 +78,9 @@ class Onnx(ExportFormat):
 
     def layout_for(self, lm: LoadedModel, plans: Sequence[Any]) -> str:
         """The sliced layout where layers keep different key/value head counts only when the installed ONNX Runtime
-        GenAI runs them (:func:`genai_probe.per_layer_kv_heads`, which runs it); else the dense one, and why."""
-        from headprune.exporter.genai_probe import per_layer_kv_heads
-        from headprune.exporter.onnx_export import COMBINED_CACHE, GENAI_TYPES
+        GenAI runs them (:func:`onnx.genai_probe.per_layer_kv_heads`, which runs it); else the dense one, and why."""
+        from headprune.exporter.onnx.genai_probe import per_layer_kv_heads
+        from headprune.exporter.onnx.export import COMBINED_CACHE, GENAI_TYPES
 
         counts = [len(p.kv_heads) for p in plans]
         if self.options.layout == "sliced" and _generates(lm) and len(set(counts)) > 1:
@@ -99,7 +97,7 @@ class Onnx(ExportFormat):
         return self.options.layout
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
-        from headprune.exporter import onnx_export
+        from headprune.exporter.onnx import export as onnx_export
         from headprune.exporter.runtime_check import eos_ids
         from headprune.exporter.runtimes import OnnxModel
         from headprune.loading.models import LoadedModel
@@ -137,7 +135,7 @@ class Onnx(ExportFormat):
             VerificationError: a mismatch.
         """
         from headprune.exporter.export_record import RuntimeCheck
-        from headprune.exporter.onnx_export import genai_version
+        from headprune.exporter.onnx.export import genai_version
         from headprune.exporter.runtime_check import compare_greedy, gate, task_texts
         from headprune.exporter.runtimes import GenaiRunner
 
@@ -158,7 +156,7 @@ class Onnx(ExportFormat):
 
     @classmethod
     def summary_lines(cls, record: ExportRecord) -> list[str]:
-        from headprune.exporter.gguf_size import against
+        from headprune.exporter.gguf.size import against
 
         cache = cls.details(record)
         return [] if cache is None else [f"size in ONNX Runtime GenAI: key/value cache at a {cache.context:,}-token "
@@ -166,7 +164,7 @@ class Onnx(ExportFormat):
 
     @classmethod
     def card_lines(cls, record: ExportRecord) -> list[str]:
-        from headprune.exporter.gguf_size import against
+        from headprune.exporter.gguf.size import against
 
         cache = cls.details(record)
         return [] if cache is None else [

@@ -9,10 +9,10 @@ did. The sequence classifier's pooler reads the first position alone.
 """
 
 from headprune.loading.adapters.base import Adapter
+from headprune.loading.adapters.family import Family, TinyModel, register
 
 DEBERTA = Adapter(
     family="deberta",
-    model_types=("deberta-v2",),
     layers_path="encoder.layer",
     attention_path="attention.self",
     output_projection_path="attention.output.dense",
@@ -26,3 +26,9 @@ DEBERTA = Adapter(
     unsupported_settings=(("attention_head_size", "a head size set apart from hidden_size / num_attention_heads is "
                                                   "not read by headprune"),),
 )
+# DeBERTa-v3 as shipped: relative positions only, projected by the shared query/key projections, in log buckets (8
+# here, so the tests' 7-token rows reach them). llama.cpp has no DeBERTa architecture: no GGUF.
+register(Family("deberta-v2", DEBERTA, TinyModel("DebertaV2Config", "DebertaV2ForMaskedLM", dict(
+    relative_attention=True, pos_att_type=["p2c", "c2p"], share_att_key=True, position_biased_input=False,
+    position_buckets=8, max_relative_positions=-1, norm_rel_ebd="layer_norm", type_vocab_size=0)),
+    note="DeBERTa-v3 too; the relative-position projections go with their heads"))

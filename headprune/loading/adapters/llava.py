@@ -6,10 +6,15 @@ tower and the projector into the language model are never touched, so the pruned
 """
 
 from headprune.loading.adapters.base import VISION_LANGUAGE, Adapter
+from headprune.loading.adapters.family import Family, TinyModel, register
+from headprune.loading.adapters.gemma import VISION
+from headprune.loading.adapters.llama import GQA
 
 LLAVA = Adapter(
     family="llava",
-    model_types=("llava",),
     **VISION_LANGUAGE,  # type: ignore[arg-type]
     text_model_types=("llama", "mistral", "qwen2"),
 )
+register(Family("llava", LLAVA, TinyModel("LlavaConfig", "LlavaForConditionalGeneration", dict(  # 4 image tokens
+    text_config=dict(GQA, model_type="llama"), vision_config=dict(VISION, projection_dim=32),
+    image_ids=("image_token_index",))), note="a llama, mistral or qwen2 language model; the vision tower kept"))

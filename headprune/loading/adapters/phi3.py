@@ -4,15 +4,13 @@ heads, then the key heads, then the value heads (grouped-query), and the output 
 Slicing takes each kept head's rows out of the fused projection and writes them back fused, in the same order.
 """
 
-from headprune.loading.adapters.base import Adapter
+from headprune.loading.adapters.base import LLAMA_STYLE, Adapter
+from headprune.loading.adapters.family import Family, TinyModel, register
+from headprune.loading.adapters.gguf_spec import Gguf, one_count
+from headprune.loading.adapters.llama import GQA
 
-PHI3 = Adapter(
-    family="phi3",
-    model_types=("phi3",),
-    layers_path="layers",
-    attention_path="self_attn",
-    output_projection_path="self_attn.o_proj",
-    kv_heads_attr="num_key_value_heads",
-    qkv_layout="fused",
-    qkv_paths=("self_attn.qkv_proj",),
-)
+PHI3 = Adapter(**dict(LLAMA_STYLE, family="phi3", qkv_layout="fused", qkv_paths=("self_attn.qkv_proj",)))
+register(Family("phi3", PHI3, TinyModel("Phi3Config", "Phi3ForCausalLM", GQA),
+                Gguf("phi3", dense_only=one_count("phi3") + " (its fused attn_qkv is sized by it)",
+                     holds=("blk.0.attn_qkv.weight", "phi3.rope.dimension_count")), genai="phi3",
+                note="the fused qkv_proj is split by head and written back fused"))

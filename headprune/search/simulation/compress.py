@@ -50,7 +50,7 @@ def run_compress(seed: int, *, max_drop: float = 0.5, layers: int = 4, heads: in
     from headprune.search.settings import compress_fields
 
     rng = np.random.default_rng(seed)
-    grid = HeadGrid(layers, heads, heads, 4)
+    grid = HeadGrid.uniform(layers, heads, heads, 4)
     rates = compress_rates(rng, grid.total)
     splits = {"discovery": CountsSplit(rng, discovery, accuracy, rates),
               "heldout": CountsSplit(rng, heldout, accuracy, rates)}

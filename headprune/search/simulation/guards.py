@@ -97,7 +97,7 @@ def run_guarded(seed: int, *, family: str, effect: Rates, margin: float, flip: f
     and ``margin`` (a fraction) on a fresh counts-only model of ``family``; ``guarded=False`` runs find without the
     guard on the same model (the comparison of power)."""
     rng = np.random.default_rng(seed)
-    grid = HeadGrid(layers, heads, heads, 4)
+    grid = HeadGrid.uniform(layers, heads, heads, 4)
     task_real, guard_real = family_rates(family, effect, flip, margin)
     task_rates: list[Rates] = [(flip / 2, flip / 2)] * grid.total
     guard_rates: list[Rates] = [(flip / 2, flip / 2)] * grid.total

@@ -3,7 +3,7 @@
 Layouts:
 
 - ``dense``: the family's stock llama.cpp architecture (``llama``, ``qwen2``, ``phi3``, ...:
-  :mod:`headprune.exporter.gguf_families`), every layer with the original head counts; a removed head's
+  :mod:`headprune.exporter.gguf.families`), every layer with the original head counts; a removed head's
   ``attn_output`` columns are zero. Any llama.cpp loads it.
 - ``sliced`` (Llama, Mistral, Qwen2): heads physically removed, written as llama.cpp's ``deci`` architecture, which
   reads ``{arch}.attention.head_count`` and ``.head_count_kv`` as per-layer arrays (``src/models/deci.cpp``). The
@@ -20,11 +20,11 @@ Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel`
   pairs (GLM-4, Cohere) and take the rows as they are;
 - ``attention.key_length`` / ``value_length`` are always written: llama.cpp otherwise derives the head size
   from layer 0's head count, which a sliced layer 0 no longer has;
-- experts: :mod:`headprune.exporter.gguf_experts`; GPT-2's ``Conv1D`` weights and NeoX's per-head fused q/k/v:
-  :mod:`headprune.exporter.gguf_fused`; RoPE scalings' keys and factor tensors:
-  :mod:`headprune.exporter.gguf_rope`; the tokenizer:
-  :mod:`headprune.exporter.gguf_tokenizer`; reading the file back:
-  :mod:`headprune.exporter.gguf_read`.
+- experts: :mod:`headprune.exporter.gguf.experts`; GPT-2's ``Conv1D`` weights and NeoX's per-head fused q/k/v:
+  the family's q/k/v layout (``QkvLayout.to_llama_cpp``, :mod:`headprune.surgery.remote_modeling`); RoPE scalings' keys and factor tensors:
+  :mod:`headprune.exporter.gguf.rope`; the tokenizer:
+  :mod:`headprune.exporter.gguf.tokenizer`; reading the file back:
+  :mod:`headprune.exporter.gguf.read`.
 """
 
 from __future__ import annotations
@@ -37,15 +37,15 @@ import numpy as np
 import torch
 
 from headprune.errors import UnsupportedModelError
-from headprune.exporter.gguf_families import (ERF_GELU_NOTE, GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES,
-                                              family_of, rope_parameters)
-from headprune.exporter.gguf_encoders import ENCODER_NOTE, GELU_TABLE_NOTE
-from headprune.exporter.gguf_experts import split_experts
-from headprune.exporter.gguf_fused import to_llama_cpp
-from headprune.exporter.gguf_quant import K_QUANTS, typer
-from headprune.exporter.gguf_read import read_back
-from headprune.exporter.gguf_rope import add_rope_keys, rope_notes, rope_tensors
-from headprune.exporter.gguf_tokenizer import tokenizer_writer
+from headprune.heads import ATTENTION
+from headprune.exporter.gguf.families import (ERF_GELU_NOTE, GELU_NOTE, OTHER_FORMATS, PERMUTED_ARCHES,
+                                              family_of, qkv_of, rope_parameters)
+from headprune.exporter.gguf.encoders import ENCODER_NOTE, GELU_TABLE_NOTE
+from headprune.exporter.gguf.experts import split_experts
+from headprune.exporter.gguf.quant import K_QUANTS, typer
+from headprune.exporter.gguf.read import read_back
+from headprune.exporter.gguf.rope import add_rope_keys, rope_notes, rope_tensors
+from headprune.exporter.gguf.tokenizer import tokenizer_writer
 
 GGUF_NAME = "model.gguf"
 
@@ -63,30 +63,33 @@ def unpermute(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class GgufPlan:
-    """What a GGUF file of the artifact holds: its architecture and per-layer head counts."""
+    """What a GGUF file of the artifact holds: its architecture and per-layer attention head counts (0 in a layer
+    without attention: llama.cpp's hybrids size their other layers by keys of their own)."""
 
     arch: str
     head_count: tuple[int, ...]
     head_count_kv: tuple[int, ...]
-    head_dim: int
+    head_dim: int  # the attention layers' (the first's)
     permuted: bool  # q/k rows permuted to llama.cpp's rotation
 
 
 def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
-    grid = lm.grid
+    layers = lm.grid.layers
+    attention = [layer.kind == ATTENTION for layer in layers]
     if arch == "deci":
         heads = tuple(len(p.q_heads) for p in plans)
         kv = tuple(len(p.kv_heads) for p in plans)
     else:
-        heads = (grid.num_heads,) * grid.num_layers
-        kv = (grid.num_kv_heads,) * grid.num_layers
-    return GgufPlan(arch, heads, kv, grid.head_dim, arch in PERMUTED_ARCHES)
+        heads = tuple(layer.heads if a else 0 for layer, a in zip(layers, attention))
+        kv = tuple(layer.kv_heads if a else 0 for layer, a in zip(layers, attention))
+    head_dim = next((layer.head_dim for layer, a in zip(layers, attention) if a), 0)
+    return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES)
 
 
 def gguf_name(names: Any, name: str) -> str | None:
     """The GGUF tensor a model tensor is stored as (``names``: gguf's tensor name map), None where llama.cpp's graph
     has no place for it; a parameter without a ``.weight`` suffix (GPT-OSS's ``sinks``) gets one, as the converter
-    gives it. Experts' fused tensors: :mod:`headprune.exporter.gguf_experts`."""
+    gives it. Experts' fused tensors: :mod:`headprune.exporter.gguf.experts`."""
     new = names.get_name(name, try_suffixes=(".weight", ".bias"))
     if new is not None and not new.endswith((".weight", ".bias")):
         new += ".weight"
@@ -110,7 +113,7 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
                                     "architecture: a newer gguf writes it (pip install -U gguf)")
     names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
     state = artifact.state_dict()
-    family = family_of(artifact.config)
+    family, layout = family_of(artifact.config), qkv_of(artifact.config)
     tied = bool(getattr(artifact.config, "tie_word_embeddings", False)) and not family.own_output
     out: dict[str, torch.Tensor] = {}
     offset = family.position_offset(artifact.config) if family.position_offset else 0
@@ -133,7 +136,7 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
             data = data[offset:]
         if plan.permuted and (".attn_q." in new or ".attn_k." in new):
             data = permute(data, plan.head_dim)
-        data = to_llama_cpp(name, data, family.qkv_layout, plan.head_dim)  # GPT-2's Conv1D, NeoX's fused q/k/v
+        data = layout.to_llama_cpp(name, data, plan.head_dim)  # GPT-2's Conv1D, NeoX's fused q/k/v
         out[new] = data.contiguous()
     out.update(rope_tensors(artifact.config, plan.head_dim))
     return out
@@ -165,7 +168,7 @@ def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any
         return data.astype(np.float16), qt.F16
 
 
-# gguf.LlamaFileType: ALL_F32, MOSTLY_F16, ...; the K-quants' are gguf_quant's.
+# gguf.LlamaFileType: ALL_F32, MOSTLY_F16, ...; the K-quants' are quant's.
 FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32, **{t: ftype for t, (ftype, _) in K_QUANTS.items()}}
 
 
@@ -191,12 +194,14 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     writer.add_context_length(int(config.max_position_embeddings) - offset)
     writer.add_embedding_length(int(config.hidden_size))
     writer.add_feed_forward_length(family.ffn_length(config) if family.ffn_length else int(config.intermediate_size))
-    if plan.arch == "deci" or len(set(plan.head_count)) > 1 or len(set(plan.head_count_kv)) > 1:
+    # One count where every attention layer has it (a hybrid's other layers are told apart by keys of their own)
+    heads, kv = ({n for n in counts if n} for counts in (plan.head_count, plan.head_count_kv))
+    if plan.arch == "deci" or len(heads) > 1 or len(kv) > 1:
         writer.add_head_count(list(plan.head_count))
         writer.add_head_count_kv(list(plan.head_count_kv))
     else:
-        writer.add_head_count(plan.head_count[0])
-        writer.add_head_count_kv(plan.head_count_kv[0])
+        writer.add_head_count(heads.pop())
+        writer.add_head_count_kv(kv.pop())
     writer.add_key_length(plan.head_dim)
     writer.add_value_length(plan.head_dim)
     if getattr(config, "rms_norm_eps", None) is not None:  # LayerNorm families write theirs with their own keys
@@ -238,7 +243,7 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
 
 def llama_cpp_version() -> tuple[str | None, str]:
     """The llama.cpp runtime headprune runs GGUF files in, or None and why it cannot be used."""
-    from headprune.exporter.llama_cpp_binding import runtime_version
+    from headprune.exporter.llama_cpp.binding import runtime_version
 
     return runtime_version()
 

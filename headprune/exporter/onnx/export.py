@@ -27,14 +27,14 @@ from torch import nn
 
 from headprune.core.compat import cache_of, passing_cache
 from headprune.errors import UnsupportedModelError
+from headprune.loading.adapters import FAMILIES
 
 ONNX_NAME = "model.onnx"
 GENAI_CONFIG = "genai_config.json"
 OUTPUTS = ("logits", "last_hidden_state")
-# model_type -> the model type ONNX Runtime GenAI names it by (its decoder-only types; each run by the export's gate)
-GENAI_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3",
-               "granite": "granite", "gemma": "gemma", "gemma2": "gemma2", "gemma3_text": "gemma3_text", "olmo": "olmo",
-               "smollm3": "smollm3", "gpt_oss": "gptoss", "gpt2": "gpt2"}
+# model_type -> the model type ONNX Runtime GenAI names it by (its decoder-only types, as each family file declares
+# them; each run by the export's gate)
+GENAI_TYPES = {t: f.genai for t, f in sorted(FAMILIES.items()) if f.genai}
 # GenAI model types whose cache is one tensor a layer, keys and values stacked ``(2, batch, heads, sequence, head)``
 # (``past_%d`` / ``present_%d``), with one head count for every layer (GenAI's ``CombinedKeyValueCache``)
 COMBINED_CACHE = {"gpt2"}

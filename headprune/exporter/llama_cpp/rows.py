@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from headprune.exporter.llama_cpp_runtime import LlamaCpp
+    from headprune.exporter.llama_cpp.runtime import LlamaCpp
 
 PREFIX = 0  # the sequence that holds the shared prefix; rows use 1, 2, ...
 

@@ -1,5 +1,5 @@
 """A GGUF file in llama.cpp: one model and one context, through the runtime
-:mod:`headprune.exporter.llama_cpp_binding` loads and checks (per-position logits, batched decoding of several
+:mod:`headprune.exporter.llama_cpp.binding` loads and checks (per-position logits, batched decoding of several
 sequences, an encoder's per-token embeddings, tokenization). Every field set on a context is read back from llama.cpp
 before it is used."""
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from headprune.core.interrupts import deferred_interrupt
 from headprune.errors import InternalCheckError
-from headprune.exporter.llama_cpp_binding import Binding, library, physical_cores, read_back
+from headprune.exporter.llama_cpp.binding import Binding, library, physical_cores, read_back
 
 
 class LlamaCpp:

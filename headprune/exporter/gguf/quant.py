@@ -37,7 +37,7 @@ def quantizer_library() -> Any:
     Raises:
         MissingExtraError: no llama.cpp, or one whose quantizer headprune does not call (llama-cpp-python).
     """
-    from headprune.exporter.llama_cpp_binding import library, runtime_version
+    from headprune.exporter.llama_cpp.binding import library, runtime_version
 
     version, reason = runtime_version()
     if version is None:
@@ -144,7 +144,7 @@ def quantize(binding: Any, data: np.ndarray, type_name: str) -> np.ndarray:
 
 def typer(tensors: Mapping[str, Any], gguf_type: str, *, arch: str, head_count: tuple[int, ...],
           head_count_kv: tuple[int, ...]) -> tuple[Callable[[str, np.ndarray], tuple[np.ndarray, Any]], dict[str, str]]:
-    """What ``gguf_export.write_gguf`` stores for each tensor of a ``gguf_type`` file, and the type of each.
+    """What ``writer.write_gguf`` stores for each tensor of a ``gguf_type`` file, and the type of each.
 
     ``tensors``: name -> float32 tensor, in the shapes the file holds (``rope_freqs`` and 1-D tensors stay float32).
     """

@@ -1,4 +1,4 @@
-"""An encoder's GGUF file in llama.cpp (BERT, RoBERTa: :mod:`headprune.exporter.gguf_encoders`): the runner that
+"""An encoder's GGUF file in llama.cpp (BERT, RoBERTa: :mod:`headprune.exporter.gguf.encoders`): the runner that
 answers the calls headprune's evaluator and verifier make of a bare encoder (each real token's last hidden state),
 and the runtime check of the file as llama.cpp's embedding tools use it, pooled as the file says.
 
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from headprune.errors import VerificationError
-from headprune.exporter.llama_cpp_runtime import LlamaCpp
+from headprune.exporter.llama_cpp.runtime import LlamaCpp
 
 if TYPE_CHECKING:  # pragma: no cover - torch is imported where it is used: the card's lines below need none
     import torch

@@ -4,7 +4,7 @@ decided by running one: a version string says nothing of what a build does.
 ONNX Runtime GenAI allocated its key/value cache with one ``num_key_value_heads`` for every layer until its
 ``DefaultKeyValueCache`` learned to read each layer's count from the graph's ``past_key_values.{i}`` input shapes
 (microsoft/onnxruntime-genai pull request 2214, 2026). The probe exports a two-layer Llama, sliced so that its layers
-keep 2 and 1 key/value heads, with :func:`onnx_export.export_decoder`, and has GenAI decode it greedily: it supports
+keep 2 and 1 key/value heads, with :func:`export.export_decoder`, and has GenAI decode it greedily: it supports
 per-layer counts when it loads the folder and decodes the torch model's tokens with its logits within the ONNX
 tolerance. The verdict is kept for the process (one probe per installed version).
 """
@@ -21,7 +21,7 @@ PROBE_TOLERANCE = 5e-5  # the ONNX format's own (formats/onnx.py): the same kern
 def per_layer_kv_heads() -> tuple[bool, str]:
     """``(True, how it was checked)`` when the installed GenAI runs per-layer key/value head counts, else
     ``(False, why not)``: not installed, the folder refused, or decoded otherwise than torch."""
-    from headprune.exporter.onnx_export import genai_version
+    from headprune.exporter.onnx.export import genai_version
 
     version, reason = genai_version()
     if version is None:
@@ -34,7 +34,7 @@ def per_layer_kv_heads() -> tuple[bool, str]:
 def _probe(version: str) -> tuple[bool, str]:
     import torch
 
-    from headprune.exporter.onnx_export import export_decoder
+    from headprune.exporter.onnx.export import export_decoder
     from headprune.exporter.runtimes import GenaiRunner, TorchRunner
     from headprune.heads import parse_heads
     from headprune.loading.models import wrap_model

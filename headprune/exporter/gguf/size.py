@@ -27,6 +27,12 @@ def kv_cache_bytes(head_count_kv: Sequence[int], head_dim: int, *, context: int 
     return (keys + values) * context * item
 
 
+def cache_bytes(width: int, *, context: int = CONTEXT, item: int = CACHE_BYTES) -> int:
+    """Bytes of a key/value cache of ``width`` numbers a token (keys and values of every layer,
+    ``HeadGrid.cache_width``) at ``context`` tokens, ``item`` bytes a number."""
+    return width * context * item
+
+
 @dataclass(frozen=True)
 class DeploySize:
     """A GGUF export's file and key/value cache against the original's (the record's ``format_details.size``)."""

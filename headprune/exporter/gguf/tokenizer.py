@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from headprune.errors import UnsupportedModelError
-from headprune.exporter.gguf_read import read_gguf
+from headprune.exporter.gguf.read import read_gguf
 from headprune.loading.gguf_source import source_gguf
 
-_PRETOKENIZERS = Path(__file__).with_name("gguf_pretokenizers.json")
+_PRETOKENIZERS = Path(__file__).with_name("pretokenizers.json")
 
 
 def tokenizer_writer(lm: Any, vocab_size: int, scratch: Path) -> tuple[Any, str, bool]:

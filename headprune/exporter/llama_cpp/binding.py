@@ -4,7 +4,7 @@ users already have, with its own declarations), else the prebuilt ``xllamacpp`` 
 PyPI ships llama-cpp-python only as source (15 to 30 minutes of compiling on a 2-core machine), while ``xllamacpp``
 (Xorbits, MIT) is a prebuilt abi3 wheel whose shared library exports llama.cpp's C functions. Its stated API is only
 its ``Server``, so the C structs and signatures headprune passes are declared per release, GENERATED from that
-release's own ``llama.h`` (``headprune/exporter/llama_cpp_decls``, by ``scripts/llama_h_to_ctypes.py``; never typed
+release's own ``llama.h`` (``headprune/exporter/llama_cpp/decls``, by ``scripts/llama_h_to_ctypes.py``; never typed
 by hand) and picked by the installed version before anything of the library is loaded: another release is refused
 (one line naming the supported ones, exit 2), never called with a layout that may not match.
 
@@ -31,7 +31,7 @@ from typing import Any
 
 
 from headprune.errors import InternalCheckError, MissingExtraError
-from headprune.exporter.llama_cpp_decls import SUPPORTED
+from headprune.exporter.llama_cpp.decls import SUPPORTED
 
 RUNTIMES = ("llama-cpp-python", "xllamacpp")  # in the order they are preferred
 # Defaults the gate's numbers depend on (rope and YaRN from the file, logits of a causal decoder, one sequence),
@@ -55,7 +55,7 @@ class Binding:
 
 
 def _newest() -> ModuleType:
-    return importlib.import_module(f"headprune.exporter.llama_cpp_decls.{SUPPORTED[max(SUPPORTED, key=_key)]}")
+    return importlib.import_module(f"headprune.exporter.llama_cpp.decls.{SUPPORTED[max(SUPPORTED, key=_key)]}")
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -74,7 +74,7 @@ def _xllamacpp(decls: ModuleType | None = None) -> Binding:
             raise MissingExtraError(
                 f"xllamacpp {version} is installed; headprune runs llama.cpp through xllamacpp "
                 f"{', '.join(sorted(SUPPORTED, key=_key))} only: pip install 'headprune[gguf]'")
-        decls = importlib.import_module(f"headprune.exporter.llama_cpp_decls.{SUPPORTED[version]}")
+        decls = importlib.import_module(f"headprune.exporter.llama_cpp.decls.{SUPPORTED[version]}")
     folder = Path(util.find_spec("xllamacpp").origin).parent  # type: ignore[union-attr, arg-type]
     found = sorted(folder.glob("xllamacpp*.so")) + sorted(folder.glob("xllamacpp*.pyd"))
     if not found:

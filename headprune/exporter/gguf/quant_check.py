@@ -2,7 +2,7 @@
 the float32 GGUF of the same pruned model, and the task on it and on the original written in the same type.
 
 Whether a head set's gain survives quantization is measured, not assumed: the task is run in llama.cpp on the
-quantized original (every head, the stock architecture, the same type, :func:`gguf_export.write_files`) and on the
+quantized original (every head, the stock architecture, the same type, :func:`writer.write_files`) and on the
 quantized pruned file, and their paired change is tested as find tests a gain (exact McNemar test, score
 interval), beside the float figures of the export's task check.
 
@@ -14,7 +14,7 @@ square, not the largest difference: the largest of millions of logits moves with
 q4_k_m it was 2.3x the original's for a 3-head prune while the root mean square was 0.95x), and a heavy prune is
 legitimately more sensitive to rounding (67 heads: 4.9x the original's, in torch and in llama.cpp alike), which a
 tolerance taken from the original model would refuse. Bytes that are not the rounding of the pruned weights are
-refused before this, when the file is read back (:data:`gguf_read.ROUNDING`).
+refused before this, when the file is read back (:data:`read.ROUNDING`).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _differences(want: Any, have: Any, evaluator: Any) -> tuple[float, float, fl
     ``evaluator``'s task inputs; the tokens compared (every sequence's, a shared prefix's included).
 
     A prompt prefix the inputs share is computed once: by two torch models (its keys and values then serve every
-    batch), or by llama.cpp's runners, which share it themselves (:mod:`headprune.exporter.llama_cpp_rows`) and are
+    batch), or by llama.cpp's runners, which share it themselves (:mod:`headprune.exporter.llama_cpp.rows`) and are
     given whole rows, read after the prefix. Its differences count once for every sequence, as if computed in each."""
     import torch
 
@@ -122,10 +122,9 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
     import gguf
     import torch
 
-    from headprune.exporter.gguf_experts import join_experts
-    from headprune.exporter.gguf_export import gguf_name, unpermute
-    from headprune.exporter.gguf_families import family_of
-    from headprune.exporter.gguf_fused import from_llama_cpp
+    from headprune.exporter.gguf.experts import join_experts
+    from headprune.exporter.gguf.writer import gguf_name, unpermute
+    from headprune.exporter.gguf.families import family_of, qkv_of
 
     arch_enum = next(a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == plan.arch)
     names = gguf.get_tensor_name_map(arch_enum, len(plan.head_count))
@@ -138,7 +137,7 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
             if joined is None and new not in stored:  # rotary frequencies, a tied output
                 continue
             if joined is None:  # GPT-2's Conv1D and NeoX's fused q/k/v back in the model's layout
-                joined = from_llama_cpp(name, torch.from_numpy(stored[new]), family.qkv_layout, plan.head_dim)
+                joined = qkv_of(artifact.config).from_llama_cpp(name, torch.from_numpy(stored[new]), plan.head_dim)
             data = joined.reshape(-1, *tensor.shape[1:])  # (RoBERTa's positions: rows cut)
             if new is not None and new.endswith("norm.weight"):  # Gemma's gains: stored as llama.cpp takes them
                 data = data - family.norm_offset

@@ -2,7 +2,7 @@
 
 From llama.cpp's converter: ``LlamaModel.generate_extra_tensors`` (Llama 3.1's ``rope_freqs``) and
 ``Phi3MiniModel`` (Phi-3.5/Phi-4-mini's ``longrope``: ``rope_factors_long``/``_short`` and the attention factor).
-Which RoPE types each family may carry: :mod:`headprune.exporter.gguf_families`.
+Which RoPE types each family may carry: :mod:`headprune.exporter.gguf.families`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from headprune.exporter.gguf_families import rope_parameters
+from headprune.exporter.gguf.families import rope_parameters
 
 
 def rope_tensors(config: Any, head_dim: int) -> dict[str, torch.Tensor]:

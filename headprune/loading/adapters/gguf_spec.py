@@ -1,0 +1,105 @@
+"""What a family's GGUF file is, as its family file declares it: llama.cpp's architecture for it (the converter's
+choice, ``convert_hf_to_gguf.py``'s class for the model type), the keys of its own that the graph reads, and what
+the graph would compute otherwise (refused). The writer (:mod:`headprune.exporter.gguf`) reads these; nothing here
+imports gguf-py until a key is written.
+
+The llama.cpp converter keeps one class per architecture, each overriding only what differs; a :class:`Gguf` is
+that class's data: the fields a family leaves at their defaults are llama.cpp's ``llama`` graph's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# The gate (x the largest value) of files whose GELU is llama.cpp's float16 table: Gemma's, GPT-2's and BERT's.
+# llama.cpp's CPU GELU rounds input and output through float16 (ggml_vec_gelu_f32 under GGML_GELU_FP16): on the
+# suite's tiny Gemma 2 that alone moves the logits by 2.3e-4 (3.5e-4 of the largest); transformers with the same
+# rounding done in torch comes within 3e-7 on one prompt and 1.2e-4 of the largest logit over the test prompts. So
+# those files are gated at 1e-3 of the largest logit, not GGUF's 5e-5, and the record says why.
+GELU_TABLE = 1e-3
+TANH_GELU = ("gelu_pytorch_tanh",)
+# llama.cpp's gpt2 and gptneox graphs compute GELU's tanh form (ggml_gelu, through the float16 table); Pythia's configs
+# name the exact (erf) GELU, which differs from it by at most 4.7e-4 (a note says so; within the same gate).
+GPT_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+
+
+@dataclass(frozen=True)
+class Gguf:
+    """How one model type is written to GGUF.
+
+    Attributes:
+        arch: llama.cpp's architecture (gguf-py's ``MODEL_ARCH_NAMES``).
+        permuted: llama.cpp rotates adjacent pairs in this graph (``LLAMA_ROPE_TYPE_NORM``): q/k rows are permuted
+            as the converter's ``LlamaModel.permute`` does.
+        dense_only: why a sliced file cannot be written (None: it is written as llama.cpp's ``deci``).
+        keys: ``(gguf.GGUFWriter, config) -> None``, the keys of its own the graph reads.
+        refuse: ``config -> reason or None``, what llama.cpp's graph would compute otherwise.
+        k_quants: llama.cpp's choice of K-quant tensor types is reproduced (``exporter.gguf.quant``) for its tensors.
+        activation: the MLP's, as the config names it (those llama.cpp's graph computes).
+        norm_offset: added to every norm gain (Gemma's RMSNorm scales by (1 + w), llama.cpp's by w).
+        tolerance: the runtime gate's, where llama.cpp's kernels round (:data:`GELU_TABLE`).
+        interleaved_experts: GPT-OSS's experts as x @ W, gate and up columns alternating.
+        sliding_window: the config's sliding window is written, and llama.cpp's graph applies it.
+        gated: a gated MLP without biases; else up and down projections with biases (GPT-2, NeoX).
+        rotary: RoPE keys are written (GPT-2 has learned positions: ``position_embd``).
+        ffn_length: ``config -> the MLP's width``, where not ``intermediate_size``.
+        own_output: the graph reads ``output.weight`` even where the embeddings are tied: written then.
+        encoder: a bare encoder: llama.cpp's graph gives its last hidden states (embeddings), not logits.
+        position_offset: ``config -> position rows the file leaves out`` (RoBERTa's).
+        dropped: tensors (prefixes) llama.cpp's graph does not read, left out as the converter does.
+        holds: a tensor and a metadata key its file holds that a plain Llama file does not: the suite runs every
+            family's file in llama.cpp against the masked original and checks both are there
+            (tests/test_gguf_families.py; Llama, Mistral, Qwen2 and Qwen3 are tested in test_gguf.py, the bare
+            encoders in test_gguf_encoders.py).
+        variant: config values of the family's tiny model (``Family.tiny``) for that test, where llama.cpp's graph
+            computes only some of what the config can set.
+    """
+
+    arch: str
+    permuted: bool = False
+    dense_only: str | None = None
+    keys: Callable[[Any, Any], None] | None = None
+    refuse: Callable[[Any], str | None] | None = None
+    k_quants: bool = False
+    activation: tuple[str, ...] = ("silu",)
+    norm_offset: float = 0.0
+    tolerance: float | None = None
+    interleaved_experts: bool = False
+    sliding_window: bool = False
+    gated: bool = True
+    rotary: bool = True
+    ffn_length: Callable[[Any], int] | None = None
+    own_output: bool = False
+    encoder: bool = False
+    position_offset: Callable[[Any], int] | None = None
+    dropped: tuple[str, ...] = ()
+    holds: tuple[str, str] | tuple[()] = ()
+    variant: Mapping[str, Any] = field(default_factory=dict)
+
+
+def one_count(arch: str, lacks: str = "", name: str = "") -> str:
+    """Why a family's GGUF is dense only: llama.cpp sizes every layer by layer 0's head counts except in its deci
+    graph, and deci is a plain Llama layer, without what the family needs (``lacks``)."""
+    why = f"llama.cpp's {arch} graph takes one head count for every layer"
+    return why + (f" and its graph for per-layer head counts (deci) has no {lacks}, which {name} needs" if lacks else "")
+
+
+def expert_keys(writer: Any, config: Any) -> None:
+    """Mixture-of-experts keys (the converter's ``set_gguf_parameters``): how many experts, how many each token
+    uses, and an expert's own hidden size where the config names one apart from the dense MLP's."""
+    writer.add_expert_count(int(getattr(config, "num_local_experts", None) or config.num_experts))
+    writer.add_expert_used_count(int(config.num_experts_per_tok))
+    if getattr(config, "moe_intermediate_size", None):
+        writer.add_expert_feed_forward_length(int(config.moe_intermediate_size))
+
+
+def layer_norm_keys(writer: Any, config: Any) -> None:
+    """The epsilon of a LayerNorm family (OLMo's norms have no gain and a fixed 1e-5; Cohere and GPT-2 name their
+    own)."""
+    eps = getattr(config, "layer_norm_eps", None) or getattr(config, "layer_norm_epsilon", None)
+    writer.add_layer_norm_eps(float(eps or 1e-5))
+
+
+__all__ = ["GELU_TABLE", "GPT_GELU", "Gguf", "TANH_GELU", "expert_keys", "layer_norm_keys", "one_count"]
