@@ -115,6 +115,7 @@ def test_the_single_on_the_search_half_is_the_first_step_or_a_step_of_its_own() 
     (step,) = chosen.verdict.steps
     assert (step.check_rescued, step.heldout_rescued, step.level) == (20, 25, pytest.approx(LEVEL * SEARCHED_SHARE))
     assert chosen.selection.searched == "L0.H3"
+    assert "ships L0.H3, confirmed by its own step (the single on the search half)" in find_rule().summary(chosen)
     merged = plan((H3, H0), 1, None).graph.weights
     own = plan((H0, H3), 1, H3).graph.weights
     assert merged[0] == pytest.approx(1 - SINGLE_SHARE) and own[0] == pytest.approx(1 - SINGLE_SHARE - SEARCHED_SHARE)
@@ -127,7 +128,8 @@ def test_where_nothing_is_confirmed_the_kept_set_is_shown_with_the_steps_that_di
     assert chosen.heads == (H0, H1) and not chosen.verdict.confirmed and chosen.selection.chosen == "none"
     assert "no set confirmed" in verdict_sentence(chosen.verdict)
     line = find_rule().summary(chosen)
-    assert "nothing confirmed: no step of the proposal's rejected (L0.H2 against the original p=1)" in line
+    assert ("nothing confirmed: the proposal's steps confirmed no set (did not reject: L0.H2 against the original "
+            "p=1)") in line
     assert line.endswith("shown: L0.H0,L0.H1 (the membership tests' kept set, not a claim)")
     section = "\n".join(find_rule().section(SimpleNamespace(selection=chosen.selection)))
     assert "**The set shown, since nothing is confirmed** (not a claim)" in section

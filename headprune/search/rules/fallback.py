@@ -64,7 +64,6 @@ from headprune.search.sequence import Hypothesis
 from headprune.search.stats import Step, Verdict, test_size, verdict
 
 
-
 class Fallback(SelectionRule):
     """The proposal's steps as a graph with fallbacks, beside the single head (the module docstring)."""
 
@@ -116,16 +115,16 @@ class Fallback(SelectionRule):
         proposal = f"proposal {','.join(sel.proposal) or 'none'} (search half), single {sel.single}"
         (single,) = sel.tests
         test = f"McNemar p={single.p_value:.2g} at {single.level:g}"
-        skipped = [s for s in sel.steps if not s.rejected]
+        skipped = ", ".join(step_words(s) for s in sel.steps if not s.rejected)
         passed = "; no level reached it" if not single.level else ""
-        if sel.chosen == "proposal":
+        if sel.chosen in ("proposal", "searched"):
             decided = ", ".join(f"{step_words(s)} at {s.level:.2g}" for s in chosen.verdict.steps)
-            also = f"; did not reject: {', '.join(step_words(s) for s in skipped)}" if skipped else ""
-            return (f"{proposal}; ships {shipped}, confirmed by the proposal's steps on the check half and held-out "
+            by = "the proposal's steps" if sel.chosen == "proposal" else "its own step (the single on the search half)"
+            return (f"{proposal}; ships {shipped}, confirmed by {by} on the check half and held-out "
                     f"({sel.check + sel.heldout} examples), a graph at one-sided {sel.alpha / 2:g} in all: "
-                    f"{decided}{also}")
-        steps = (f"no step of the proposal's rejected ({', '.join(step_words(s) for s in skipped)})" if sel.steps
-                 else "no proposal to test")
+                    f"{decided}" + (f"; did not reject: {skipped}" if skipped else ""))
+        steps = f"the proposal's steps confirmed no set (did not reject: {skipped})" if sel.steps else \
+            "no proposal to test"
         if sel.chosen == "single":
             return f"{proposal}; ships {shipped}, confirmed by its own test on held-out ({test}); {steps}"
         shown = "the membership tests' kept set" if len(heads) > 1 else "the single head"
