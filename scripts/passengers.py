@@ -15,13 +15,15 @@ the same models (seeds 0 to runs - 1):
   ``--extend 0`` and ``--extend 2``, and the main job's search settings (``--nominees 3 --max-heads 2
   --finalists 2``); 18 heads (2 layers of 9). An adversarial family among them, ``2 exclusive``: two real heads
   among exactly null heads (each example toggled by at most one head, so no toggle cancels a null head's own).
-  Rules: any registered selection rule that runs (``headprune.search.rules``): find's (``fallback``), ``sequence``
-  (the fixed sequence it replaced), ``admission`` (0.2's: heads admitted on the check half alone) and ``same``
-  (0.1.0's: all on discovery).
+  find's rule alone (the first of ``--rules``): the rules are compared in the power table.
 - **power**: the cells that decide, at find's defaults and more runs a cell (``--power-runs``): one or two real heads,
   two among exact nulls, an interacting pair, two acting only together and ``null first`` (two real heads and a null
   head the search half ranks first) at null flips of 0.3%, one real head at 3% and 5%, no real head at 1-5%; each
-  rule on the same models, with the share of runs whose proposal orders a null head ahead of a real one.
+  rule of ``--rules`` on the same models (any registered selection rule that runs, ``headprune.search.rules``:
+  find's, ``fallback``; ``sequence``, the fixed sequence it replaced; ``admission``, 0.2's, heads admitted on the
+  check half alone; ``same``, 0.1.0's, all on discovery), with the share of runs whose proposal orders a null head ahead of a real one; and
+  ``lucky null`` (no real head, every head exactly null but one that the search half ranks first) at flips of 3%:
+  the steps' size where a null head leads them.
 - **masked**: the held-out stage alone on a fixed proposal of redundant and masked heads, whose kept set gains
   nothing while the proposal gains (``headprune.search.simulation.run_masked``); find's rule only.
 - **compress**: the share of runs accepted on held-out and the share of accepted sets whose true drop exceeds
@@ -49,7 +51,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file from a checkout
 from headprune.search.find_result import FindSettings  # noqa: E402
 from headprune.search.rules import FIND_RULE, RULES  # noqa: E402
-from headprune.search.simulation import FAMILIES, Outcome, family, run_improve, run_masked  # noqa: E402
+from headprune.search.simulation import FAMILIES, LUCKY_NULL, Outcome, family, run_improve, run_masked  # noqa: E402
 from headprune.search.simulation.compress import run_compress  # noqa: E402
 
 FLIPS = (0.001, 0.003, 0.01, 0.03, 0.05)
@@ -69,12 +71,13 @@ def run_cell(size: str, reals: str, flip: float, search: str, rule: str, runs: i
 
 
 def figures(out: Sequence[Outcome], reals: str) -> dict:
-    """The cell's rates (see the module docstring); ``kept`` is None without real heads. ``null_ahead``: runs whose
+    """The cell's rates (see the module docstring); ``all_kept`` is None without real heads. ``null_ahead``: runs whose
     proposal holds every real head with a null head ahead of one of them in its order; ``confirmed_null_ahead``:
     those runs with every real head kept and confirmed (both as shares of all runs)."""
+    real = any(o.real for o in out)
     return {"passenger": float(np.mean([o.passenger for o in out])),
-            "all_kept": float(np.mean([o.all_kept for o in out])) if reals != "0" else None,
-            "confirmed_all": float(np.mean([o.confirmed and o.all_kept for o in out])) if reals != "0" else None,
+            "all_kept": float(np.mean([o.all_kept for o in out])) if real else None,
+            "confirmed_all": float(np.mean([o.confirmed and o.all_kept for o in out])) if real else None,
             "confirmed": float(np.mean([o.confirmed for o in out])),
             "false_confirmed": float(np.mean([o.false_confirmation for o in out])),
             "confirmed_gain": float(100 * np.mean([o.confirmed_gain for o in out])),
@@ -105,7 +108,8 @@ def improve_table(runs: int, rules: Sequence[str]) -> list[dict]:
 POWER_CELLS = [(size, reals, 0.003) for size in SIZES for reals in ("1", "2", "2 exclusive", "pair", "together",
                                                                    "null first")] + \
               [(size, "1", flip) for size in SIZES for flip in (0.03, 0.05)] + \
-              [(size, "0", flip) for size in SIZES for flip in (0.01, 0.03, 0.05)]
+              [(size, "0", flip) for size in SIZES for flip in (0.01, 0.03, 0.05)] + \
+              [(size, LUCKY_NULL, EXCLUSIVE_MAX_FLIP) for size in SIZES]  # size where a null head is ranked first
 
 
 def power_table(runs: int, rules: Sequence[str]) -> list[dict]:
@@ -149,7 +153,7 @@ def compress_table(runs: int) -> list[dict]:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=400, help="runs per improve cell and rule")
+    parser.add_argument("--runs", type=int, default=400, help="runs per improve cell (find's rule)")
     parser.add_argument("--compress-runs", type=int, default=3000, help="runs per compress budget and rule")
     parser.add_argument("--power-runs", type=int, default=1000, help="runs per cell of the power table (0: none)")
     parser.add_argument("--rules", default=f"{FIND_RULE},sequence",
@@ -166,8 +170,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     started = time.perf_counter()
     try:
         power = power_table(args.power_runs, rules) if args.power_runs else []  # first: the cells that decide
-        figures_ = {"bench": "passengers", "runs": args.runs, "compress_runs": args.compress_runs, "rules": rules,
-                    "power": power, "improve": improve_table(args.runs, rules),
+        figures_ = {"bench": "passengers", "runs": args.runs, "compress_runs": args.compress_runs,
+                    "rules": rules[:1], "power_rules": rules, "power": power,
+                    "improve": improve_table(args.runs, rules[:1]),
                     "masked": masked_table(args.runs, rules[0]), "compress": compress_table(args.compress_runs)}
     finally:
         logger.setLevel(level)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from headprune.search.simulation.counts import (CountsConditions, CountsModel, CountsResult, CountsSplit, Rates,
                                                 true_change)
-from headprune.search.simulation.improve import FAMILIES, MASKED, Outcome, family, run_improve, run_masked
+from headprune.search.simulation.improve import (FAMILIES, LUCKY_NULL, MASKED, Outcome, family, run_improve,
+                                                 run_masked)
 
-__all__ = ["FAMILIES", "MASKED", "CountsConditions", "CountsModel", "CountsResult", "CountsSplit", "Outcome", "Rates",
-           "family", "run_improve", "run_masked", "true_change"]
+__all__ = ["FAMILIES", "LUCKY_NULL", "MASKED", "CountsConditions", "CountsModel", "CountsResult", "CountsSplit",
+           "Outcome", "Rates", "family", "run_improve", "run_masked", "true_change"]

@@ -75,7 +75,9 @@ class Outcome:
         return self.confirmed and (any(h not in self.real for h in self.primary) or self.gain <= 0)
 
 
-FAMILIES = ("0", "1", "2", "pair", "2 exclusive", "together", "null first")  # the grid's models, by their heads with an effect
+# The grid's models, by their heads with an effect.
+FAMILIES = ("0", "1", "2", "pair", "2 exclusive", "together", "null first")
+LUCKY_NULL = "lucky null"  # a family of size alone, outside the grid (no real head)
 
 
 def family(name: str, effect: Rates, flip: float) -> dict:
@@ -84,9 +86,13 @@ def family(name: str, effect: Rates, flip: float) -> dict:
     much again); ``2 exclusive``, two real heads among exact nulls; ``together``, two heads that improve the task
     only together (each alone a null head flipping ``flip``; together as much as two real heads); ``null first``, two
     real heads and a null head that the search half ranks first (it rescues half as much again as a real head there
-    and flips ``flip`` at random everywhere else)."""
+    and flips ``flip`` at random everywhere else). Beside them, :data:`LUCKY_NULL`: no real head, every head exactly
+    null outside the search half (each example toggled by at most one head), and that lucky head: the size of the
+    steps where discovery ranks a null head first."""
     if name == "null first":
         return {"real": [effect] * 2, "lucky": (1.5 * effect[0], effect[1])}
+    if name == LUCKY_NULL:
+        return {"exclusive": True, "lucky": (1.5 * effect[0], effect[1])}
     if name == "pair":
         return {"partners": [(effect, effect)]}
     if name == "2 exclusive":
@@ -110,7 +116,7 @@ def run_improve(seed: int, *, flip: float, real: Sequence[Rates] = (), partners:
     are exactly null inside any set. ``lucky``: one more null head, whose toggles on the search half of discovery are
     drawn at these rates instead (the search half will rank it as a real head; no other examples see it so)."""
     rng = np.random.default_rng(seed)
-    grid = HeadGrid(layers, heads, heads, 4)
+    grid = HeadGrid.uniform(layers, heads, heads, 4)
     settings = settings or FindSettings(seed=seed)
     rates: list[Rates] = [(flip / 2, flip / 2)] * grid.total
     count = len(real) + 2 * len(partners)
@@ -155,7 +161,7 @@ def run_masked(seed: int, *, flip: float = 0.003, discovery: int = 2000, heldout
     Every head also flips ``flip`` of the answers at random. A confirmed {C, D} is a false confirmation; ``real``
     lists A, B, C and D (each has an effect within S)."""
     rng = np.random.default_rng(seed)
-    grid = HeadGrid(1, 6, 6, 4)
+    grid = HeadGrid.uniform(1, 6, 6, 4)
     rates: list[Rates] = [(flip / 2, flip / 2)] * grid.total
     a, b, c, d = 0, 1, 2, 3
     groups: list[Group] = [((), (a, b), redundant), ((c,), (a, b), partner), ((d,), (a, b), partner)]
@@ -176,4 +182,4 @@ def run_masked(seed: int, *, flip: float = 0.003, discovery: int = 2000, heldout
                                                                                 groups=groups))
 
 
-__all__ = ["FAMILIES", "MASKED", "Outcome", "family", "run_improve", "run_masked", "through_find"]
+__all__ = ["FAMILIES", "LUCKY_NULL", "MASKED", "Outcome", "family", "run_improve", "run_masked", "through_find"]
