@@ -78,6 +78,19 @@ class ResultFileError(HeadpruneError, ValueError):
     """A result, journal or export file or folder cannot be used (unwritable, from another model, corrupt)."""
 
 
+class EditedResultError(ResultFileError):
+    """A find result edited after find wrote it (its digest does not match its content, or is missing): its figures
+    are not find's for what it now says.
+
+    Attributes:
+        finalists: each finalist's heads as the edited file reads (for a message that offers them by hand).
+    """
+
+    def __init__(self, message: str, *, finalists: tuple[tuple[str, ...], ...] = ()) -> None:
+        super().__init__(message)
+        self.finalists = finalists
+
+
 class KeptOutputError(ResultFileError):
     """A finished output was not moved into place (its destination changed while it was written, or the move
     failed): it stays in the staging folder the message names, and nothing at the destination was replaced."""

@@ -107,6 +107,12 @@ class HeadGrid:
     head_dim = property(lambda self: self._the("head_dim"), doc="The head size of every layer (uniform grids only).")
 
     @property
+    def recurrent(self) -> bool:
+        """Some layer carries a state from token to token besides keys and values (a Gated DeltaNet, a Mamba or
+        convolution layer): its cache cannot be masked back, cut or shared by rows as keys and values can."""
+        return any(layer.kind != ATTENTION for layer in self.layers)
+
+    @property
     def widest(self) -> tuple[int, int]:
         """(most heads of a layer, widest head output): the shape of per-head tensors of every layer, such as head
         means ``(layers, heads, out_dim)``, padded where a layer has fewer or narrower."""

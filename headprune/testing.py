@@ -127,16 +127,11 @@ def family_models() -> dict[str, tuple[str, str, dict]]:
     return {t: (f.tiny.config_class, f.tiny.model_class, dict(f.tiny.overrides)) for t, f in sorted(FAMILIES.items())}
 
 
-def family_model(model_type: str, vocab_size: int, seed: int = 0, *, model_class: str | None = None,
-                 **changes: Any) -> Any:
-    """The tiny random model of ``model_type`` (a key of :func:`family_models`), eager attention, in eval mode;
-    ``model_class``: another class of the family than the matrix's (``DebertaV2ForSequenceClassification``);
-    ``changes``: config values of a variant (for a vision-language model, the outer config's: a ``text_config`` given
-    replaces the entry's, over the same sizes)."""
-    import torch
+def family_config(model_type: str, vocab_size: int, **changes: Any) -> Any:
+    """The config of :func:`family_model`'s model of ``model_type`` (no weights)."""
     import transformers
 
-    config_class, matrix_class, overrides = family_models()[model_type]
+    config_class, _, overrides = family_models()[model_type]
     overrides = {**overrides, **changes}
     sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  max_position_embeddings=256, vocab_size=vocab_size, **SPECIAL_IDS)
@@ -146,9 +141,21 @@ def family_model(model_type: str, vocab_size: int, seed: int = 0, *, model_class
         overrides = dict(overrides, text_config={**sizes, **overrides["text_config"]},
                          **{name: vocab_size - 1 - i for i, name in enumerate(image_ids)})
         sizes = {}
-    config = getattr(transformers, config_class)(**{**sizes, **overrides}, attn_implementation="eager")
+    return getattr(transformers, config_class)(**{**sizes, **overrides}, attn_implementation="eager")
+
+
+def family_model(model_type: str, vocab_size: int, seed: int = 0, *, model_class: str | None = None,
+                 **changes: Any) -> Any:
+    """The tiny random model of ``model_type`` (a key of :func:`family_models`), eager attention, in eval mode;
+    ``model_class``: another class of the family than the matrix's (``DebertaV2ForSequenceClassification``);
+    ``changes``: config values of a variant (for a vision-language model, the outer config's: a ``text_config`` given
+    replaces the entry's, over the same sizes)."""
+    import torch
+    import transformers
+
+    config = family_config(model_type, vocab_size, **changes)
     torch.manual_seed(seed)
-    return getattr(transformers, model_class or matrix_class)(config).eval()
+    return getattr(transformers, model_class or family_models()[model_type][1])(config).eval()
 
 
 def llama_config(shape: str, layers: int | None = None, **overrides: Any) -> Any:
@@ -233,5 +240,6 @@ def cue_llama(heads: int, tokens_per_cue: int, generator: Any, kv_heads: int | N
 
 
 __all__ = ["ALL_FAMILIES", "CAUSAL_FAMILIES", "CORPUS", "CUE_SCALE", "LLAMA_SHAPES", "NUISANCE_SD", "READ_NUISANCE",
-           "bpe_tokenizer", "cue_llama", "cue_vocab", "family_model", "family_models", "llama_config", "random_choice_task", "random_llama",
+           "bpe_tokenizer", "cue_llama", "cue_vocab", "family_config", "family_model", "family_models", "llama_config",
+           "random_choice_task", "random_llama",
            "tiny_config", "tiny_model", "word_tokenizer"]

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set everything up and run the main job on the default model (smollm2-135m): find a head set whose removal
 # improves arithmetic, test it on held-out data, measure what it costs sentiment (--control), export the pruned
-# model (sliced safetensors) and verify it. Arithmetic is a generation task: every condition decodes. Nothing
-# compiles. Measured times: docs/install.md.
+# model (sliced safetensors) and verify it. Arithmetic is a generation task: every condition decodes. find
+# guards the run with general text by default (docs/find.md); a claim not confirmed, the gain or its guard,
+# exports nothing. Nothing compiles. Measured times: docs/install.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

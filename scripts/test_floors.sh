@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 CPU_TORCH=2.13.0  # the CPU build on this machine's disk (scripts/setup.sh)
-EXTRAS=test,onnx,lm-eval,gguf
+EXTRAS=test,onnx,lm-eval,gguf,compressed-tensors
 CPU_INDEX="${HEADPRUNE_TORCH_CPU_INDEX-https://download.pytorch.org/whl/cpu}"
 REQUIREMENTS="$(mktemp)"
 trap 'rm -f "$REQUIREMENTS"' EXIT

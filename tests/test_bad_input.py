@@ -36,6 +36,9 @@ class Inputs:
                 name = name[: -len(suffix) - 1] + "." + suffix
         return str(self.root / name)
 
+    def gguf_file(self, name: str) -> str:
+        return str(self.root / f"{name}.gguf")
+
 
 def _row(**fields: object) -> str:
     return json.dumps(fields) + "\n"
@@ -97,7 +100,38 @@ def p(tmp_path_factory, tokenizer) -> Inputs:  # noqa: ANN001
     assert run.exit_code in (0, 1), run.output
     done = invoke("export", str(root / "good"), "--heads", "L0.H0", "--out", str(root / "export"))
     assert done.exit_code == 0, done.output
+    _fourth_pass(root)
     return Inputs(root)
+
+
+def _fourth_pass(root: Path) -> None:
+    """The fourth pass's inputs: GGUF files with tampered head counts, find results edited by hand or made where
+    their task file lay elsewhere, and a run folder whose result.json is a link."""
+    import gguf
+
+    done = invoke("export", str(root / "good"), "--heads", "L0.H0", "--layout", "dense", "--format", "gguf",
+                  "--out", str(root / "gguf"))
+    assert done.exit_code == 0, done.output
+    for name, key, value in (("heads3", "llama.attention.head_count", 3), ("heads0", "llama.attention.head_count", 0),
+                             ("kv3", "llama.attention.head_count_kv", 3)):
+        shutil.copy(root / "gguf" / "model.gguf", root / f"{name}.gguf")
+        field = gguf.GGUFReader(root / f"{name}.gguf", "r+").fields[key]
+        field.parts[field.data[0]][0] = value  # written in place, through the file's memory map
+    result = json.loads((root / "run" / "result.json").read_text())
+    for name, edit in (("edited", lambda r: r["finalists"][0].update(heads=["L1.H3"])),
+                       ("undigested", lambda r: r.pop("digest"))):
+        (root / name).mkdir()
+        changed = json.loads(json.dumps(result))
+        edit(changed)
+        (root / name / "result.json").write_text(json.dumps(changed, indent=2))
+    (root / "moving.jsonl").write_text((root / "ok.jsonl").read_text())
+    moved = invoke("find", str(root / "good"), "--task", str(root / "moving.jsonl"), *SMALL_FIND, "--out",
+                   str(root / "moved_run"))
+    assert moved.exit_code in (0, 1), moved.output
+    (root / "moving.jsonl").rename(root / "moved.jsonl")  # the run's task now lies elsewhere
+    shutil.copytree(root / "run", root / "linked_run", ignore=shutil.ignore_patterns(".*"))
+    (root / "linked_run" / "result.json").unlink()
+    (root / "linked_run" / "result.json").symlink_to(root / "ok.jsonl")
 
 
 SMALL_FIND = ["--discovery", "20", "--heldout", "20", "--nominees", "2", "--max-heads", "2", "--finalists", "1"]
@@ -348,6 +382,33 @@ CASES = [
     ("model under an unknown user's home", lambda p: ["eval", "~0", "--task", p.ok_jsonl], {}, "'~0' not found"),
     ("task under an unknown user's home", lambda p: ["eval", p.good, "--task", "~nosuchuser0/t.jsonl"], {},
      "unknown task"),
+    # the fourth pass: a GGUF input's head counts (exit 3 before: StrictDataclassClassValidationError), a find result
+    # edited by hand (exported as a false card before), or made where its task file lay elsewhere (refused even with
+    # --verify-task before), a link at a run's result.json (said that nothing moved while two files had), a head
+    # pruned twice (a copy, exit 0, before), a fresh-example count no task has (capped in silence before)
+    ("GGUF head count that does not divide the width", lambda p: ["export", p.gguf_file("heads3"), "--heads",
+                                                                  "L0.H1"], {},
+     "llama.attention.head_count is 3: blk.0.attn_q.weight holds 32 rows, not 3 heads of"),
+    ("GGUF head count 0", lambda p: ["export", p.gguf_file("heads0"), "--heads", "L0.H1"], {},
+     "llama.attention.head_count is 0: a head count is at least 1"),
+    ("GGUF key/value head count that does not divide the heads", lambda p: ["eval", p.gguf_file("kv3"), "--task",
+                                                                            p.ok_jsonl], {},
+     "llama.attention.head_count_kv is 3: it does not divide llama.attention.head_count 4"),
+    ("a result.json edited by hand", lambda p: ["export", p.good, "--heads", str(Path(p.edited) / "result.json")],
+     {}, "was edited after find wrote it (its content no longer matches the digest find wrote)"),
+    ("a result.json without its digest", lambda p: ["export", p.good, "--heads", p.undigested], {},
+     "give it by hand (--heads "),
+    ("a result whose task file is elsewhere", lambda p: ["export", p.good, "--heads", p.moved_run,
+                                                          "--allow-unconfirmed"], {},
+     "moving.jsonl is not here (a result made on another machine?): give --verify-task"),
+    ("find --overwrite over a linked result.json", lambda p: ["find", p.good, "--task", p.ok_jsonl, *SMALL_FIND,
+                                                              "--overwrite", "--out", p.linked_run], {},
+     "result.json is a symbolic link or not a file, not one find wrote"),
+    ("a head the export already lacks", lambda p: ["export", str(Path(p.root) / "export"), "--heads", "L0.H0"], {},
+     "L0.H0 is gone already"),
+    ("--shrink-examples 10^12", lambda p: ["find", p.good, "--task", p.ok_jsonl, *SMALL_FIND, "--shrink", "3",
+                                           "--shrink-examples", "1000000000000"], {},
+     "more than the limit of 10,000,000"),
 ]
 
 

@@ -1,5 +1,5 @@
-"""Optional parts stay optional: with onnx, onnxruntime, onnxscript, gguf, lm-eval and every llama.cpp runtime made
-unimportable, ``import headprune``, ``find`` and ``export --format safetensors`` work, and each feature that needs
+"""Optional parts stay optional: with onnx, onnxruntime, onnxscript, gguf, lm-eval, compressed-tensors and every
+llama.cpp runtime made unimportable, ``import headprune``, ``find`` and ``export --format safetensors`` work, and each feature that needs
 a missing package is one line naming the extra to install, exit 2.
 
 The CLI runs in a fresh interpreter whose ``sys.modules`` holds ``None`` for those packages (what Python does
@@ -20,7 +20,8 @@ import pytest
 from headprune.tasks.jsonl import write_jsonl_task
 from helpers import build_tiny, random_choice_task, save_folder
 
-BLOCKED = ("onnx", "onnxruntime", "onnxscript", "onnxruntime_genai", "gguf", "lm_eval", "llama_cpp", "xllamacpp")
+BLOCKED = ("onnx", "onnxruntime", "onnxscript", "onnxruntime_genai", "gguf", "lm_eval", "llama_cpp", "xllamacpp",
+           "compressed_tensors")
 
 # Runs each command in one interpreter (one torch import for all), prints their exit codes and output as JSON.
 RUNNER = """
@@ -45,6 +46,10 @@ def runs(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
     save_folder(build_tiny("llama", tokenizer, seed=3).model, tokenizer, folder / "model")
     write_jsonl_task(random_choice_task(60, seed=5), folder / "task.jsonl")
     (folder / "model.gguf").write_bytes(b"GGUF not really")
+    save_folder(build_tiny("llama", tokenizer, seed=3).model, tokenizer, folder / "compressed")
+    config = json.loads((folder / "compressed" / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "compressed-tensors", "format": "float-quantized"}
+    (folder / "compressed" / "config.json").write_text(json.dumps(config))
     model, task = str(folder / "model"), str(folder / "task.jsonl")
     export = ["export", model, "--heads", "L0.H1", "--verify-task", task, "--verify-limit", "8"]
     commands = {
@@ -55,6 +60,7 @@ def runs(tmp_path_factory, tokenizer):  # noqa: ANN001, ANN201
         "gguf": [*export, "--format", "gguf", "--out", str(folder / "gguf")],
         "lm-eval": ["eval", model, "--task", "lm-eval:hellaswag", "--limit", "4"],
         "gguf-model": ["eval", str(folder / "model.gguf"), "--task", task, "--limit", "4"],
+        "compressed-tensors": ["eval", str(folder / "compressed"), "--task", task, "--limit", "4"],
     }
     script = RUNNER.format(blocked=BLOCKED)
     done = subprocess.run([sys.executable, "-c", script, json.dumps(list(commands.values()))], capture_output=True,
@@ -74,7 +80,7 @@ def test_find_and_a_safetensors_export_work_without_any_extra(runs) -> None:  # 
 
 
 @pytest.mark.parametrize("feature, extra", [("onnx", "onnx"), ("gguf", "gguf"), ("lm-eval", "lm-eval"),
-                                            ("gguf-model", "gguf")])
+                                            ("gguf-model", "gguf"), ("compressed-tensors", "compressed-tensors")])
 def test_a_feature_whose_extra_is_missing_is_one_line_naming_it(runs, feature, extra) -> None:  # noqa: ANN001
     folder, done = runs
     lines = [line for line in done[feature]["output"].splitlines() if line.strip()]

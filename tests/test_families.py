@@ -99,11 +99,14 @@ def onnx_matrix() -> list[str]:
     test_encoders.py's cover Llama's, GPT-2's, GPT-NeoX's and the encoders'): the choices below, and for an adapter
     none of them has, its first model type."""
     from headprune.loading.adapters import FAMILIES
+    from headprune.testing import family_config
 
     chosen = {FAMILIES[t].adapter.family: t for t in ("granite", "mixtral", "gpt_oss", "phi3", "cohere", "olmoe",
                                                        "gemma3", "llava", "qwen2_vl")}
     for model_type, family in sorted(FAMILIES.items()):
-        if family.adapter.family not in {*chosen, "gpt2", "gpt_neox", "bert", "deberta", "modernbert"}:
+        recurrent = family.adapter.grid(family_config(model_type, 64)).recurrent  # refused: test_qwen3_5.py
+        others = {*chosen, "gpt2", "gpt_neox", "bert", "deberta", "modernbert"}
+        if family.adapter.family not in others and not recurrent:
             chosen[family.adapter.family] = model_type
     return sorted(chosen.values())
 
@@ -218,16 +221,21 @@ def test_known_unsupported_families_say_why_and_what_works(config_class, words, 
 
 def _image_inputs(config) -> dict:  # noqa: ANN001
     """Text around one image's 4 tokens, and the image (seeded random pixels), as each family's processor gives them:
-    Gemma 3 and LLaVA a 28 x 28 picture; Qwen2-VL its 14 x 14 patches flattened (2 frames x 3 channels), a 4 x 4 grid
-    its merger reads 2 x 2, and the image tokens' type for M-RoPE's positions."""
+    Gemma 3 and LLaVA a 28 x 28 picture; Mistral 3 and Llama 4 a 56 x 56 one, whose 4 x 4 patches Pixtral's merger
+    (told each image's size) and Llama 4's pixel shuffle make 4 tokens; Qwen2-VL and Qwen3.5 its 14 x 14 patches
+    flattened (2 frames x 3 channels), a 4 x 4 grid its merger reads 2 x 2, and the image tokens' type for M-RoPE's
+    positions."""
     image = config.image_token_id
     generator = torch.Generator().manual_seed(0)
-    if config.model_type in ("qwen2_vl", "qwen2_5_vl"):
+    if config.model_type in ("qwen2_vl", "qwen2_5_vl", "qwen3_5", "qwen3_5_moe"):
         ids = torch.tensor([[5, 9, config.vision_start_token_id] + [image] * 4 + [config.vision_end_token_id, 14, 3]])
         return dict(input_ids=ids, pixel_values=torch.randn(16, 3 * 2 * 14 * 14, generator=generator),
                     image_grid_thw=torch.tensor([[1, 4, 4]]), mm_token_type_ids=(ids == image).int())
     ids = torch.tensor([[5, 9] + [image] * 4 + [14, 3, 27]])
-    inputs = dict(input_ids=ids, pixel_values=torch.randn(1, 3, 28, 28, generator=generator))
+    size = config.vision_config.image_size
+    inputs = dict(input_ids=ids, pixel_values=torch.randn(1, 3, size, size, generator=generator))
+    if config.model_type == "mistral3":
+        return dict(inputs, image_sizes=torch.tensor([[size, size]]))
     return dict(inputs, token_type_ids=(ids == image).long()) if config.model_type == "gemma3" else inputs
 
 
@@ -247,10 +255,12 @@ def _load_as_hinted(output: str, out: Path):  # noqa: ANN202
 
 
 # Vision-language checkpoints as shipped (Gemma 3 4B-27B, LLaVA around each language model it takes, Qwen2-VL,
-# Qwen2.5-VL): their language model's heads are removed, the vision tower and projector kept byte for byte.
+# Qwen2.5-VL, Qwen3.5 dense and MoE, Mistral 3 around each, Llama 4): their language model's heads are removed, the
+# vision tower and projector kept byte for byte.
 @pytest.mark.parametrize(("model_type", "text_type"), [
     ("gemma3", None), ("llava", "llama"), ("llava", "mistral"), ("llava", "qwen2"), ("qwen2_vl", None),
-    ("qwen2_5_vl", None)])
+    ("qwen2_5_vl", None), ("qwen3_5", None), ("qwen3_5_moe", None), ("mistral3", "mistral"),
+    ("mistral3", "ministral3"), ("llama4", None)])
 def test_vision_language_export_reads_an_image_as_the_masked_original(model_type, text_type, tokenizer,
                                                                       tmp_path) -> None:
     """Both layouts, exported by the CLI and loaded by headprune and as the CLI's hint says, give the masked
@@ -259,8 +269,9 @@ def test_vision_language_export_reads_an_image_as_the_masked_original(model_type
     vlm = family_model(model_type, len(tokenizer), seed=1, **changes)
     folder = save_folder(vlm, tokenizer, tmp_path / "vlm")
     lm = load_model(str(folder), device="cpu")
-    assert lm.adapter.family == model_type.replace("qwen2_5_vl", "qwen2_vl") and lm.task_head == "causal-lm"
-    assert lm.grid.num_heads == 4 and lm.grid.num_kv_heads == 2
+    adapters = {"qwen2_5_vl": "qwen2_vl", "qwen3_5": "qwen3_5_vl", "qwen3_5_moe": "qwen3_5_vl"}
+    assert lm.adapter.family == adapters.get(model_type, model_type) and lm.task_head == "causal-lm"
+    assert (lm.grid.layers[1].heads, lm.grid.layers[1].kv_heads) == (4, 2)
     heads = parse_heads(HEADS)
     image = _image_inputs(vlm.config)
     text_only = dict(input_ids=image["input_ids"].masked_fill(image["input_ids"] == vlm.config.image_token_id, 7))
@@ -282,8 +293,8 @@ def test_vision_language_export_reads_an_image_as_the_masked_original(model_type
                 torch.testing.assert_close(loaded(**text_only).logits, want_text, atol=1e-5, rtol=1e-5)
             saved = loaded.state_dict()
             assert all(saved[n].dtype == original[n].dtype and torch.equal(saved[n], original[n]) for n in vision)
-        q_rows = saved["model.language_model.layers.1.self_attn.q_proj.weight"].shape[0]
-        assert q_rows == (2 if layout == "sliced" else 4) * lm.grid.head_dim
+        rows = [lm.adapter.attention(m, 1).q_proj.weight.shape[0] for m in (loaded, lm.model)]  # Qwen3.5's: 2 a head
+        assert rows[0] == (2 if layout == "sliced" else 4) * rows[1] // 4
 
 
 def test_llava_around_a_language_model_it_does_not_take_is_refused_in_one_line(tokenizer, tmp_path) -> None:
@@ -309,8 +320,8 @@ def test_other_vision_language_checkpoints_say_which_are_taken_whole() -> None:
     import transformers
 
     with pytest.raises(Exception, match=r"'llava_next' \(LlavaNextConfig\) is a vision-language checkpoint headprune "
-                                        r"does not take whole \(it does: gemma3, llava, qwen2_5_vl, qwen2_vl\); its "
-                                        r"language model \(llama\) is supported"):
+                                        r"does not take whole \(it does: gemma3, llama4, llava, mistral3, qwen2_5_vl, "
+                                        r"qwen2_vl, qwen3_5, qwen3_5_moe\); its language model \(llama\) is supported"):
         adapter_for(transformers.LlavaNextConfig())
     with pytest.raises(Exception, match=r"\(cohere2\) is not supported either; supported model types"):
         adapter_for(transformers.AyaVisionConfig())

@@ -22,6 +22,7 @@ from headprune.exporter import export, runtimes
 from headprune.exporter.formats.gguf import GGUF_TOLERANCE, Gguf
 from headprune.exporter.gguf.families import ENCODER_TYPES, FAMILIES
 from headprune.heads import parse_heads
+from headprune.loading.adapters import family_of
 from headprune.loading.models import wrap_model
 from headprune.surgery.ablation import ablated
 from headprune.testing import family_model
@@ -29,7 +30,8 @@ from headprune.testing import family_model
 HEADS = "L0.H1,L1.H0,L1.H1"  # one head of a group in layer 0; a whole key/value group in layer 1
 # The families beyond test_gguf.py's, each with what its file must hold that a plain Llama file does not, and the
 # variant of the matrix's tiny model llama.cpp's graph computes, as its family file declares them (Gguf.holds,
-# Gguf.variant; the refusals of the others are tested below).
+# Gguf.variant; the refusals of the others are tested below); a family whose sliced file is written (as deci) is run
+# in both layouts.
 EXTRA = {t: (*f.holds, dict(f.variant)) for t, f in FAMILIES.items() if f.holds}
 
 
@@ -92,6 +94,13 @@ def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, toke
     reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
     assert tensor in {t.name for t in reader.tensors} and key in meta
     assert meta["general.architecture"] == arch
+    if not FAMILIES[model_type].dense_only:  # sliced too: llama.cpp's deci, which takes per-layer head counts
+        record = export(lm, HEADS, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "s")
+        info = Gguf.details(record)
+        assert info.architecture == "deci" and info.runtime.done and info.runtime.mismatches == 0
+        diff, _, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "s" / "model.gguf", generate_task())
+        assert diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, scale)
+        assert gguf_metadata(tmp_path / "s" / "model.gguf")[1]["deci.attention.head_count"] == [4, 2]
 
 
 def test_mixture_of_experts_are_written_as_they_are(tokenizer, tmp_path) -> None:
@@ -190,12 +199,12 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(m
     ("gpt2", {"activation_function": "relu"}, "needs a gelu_new or gelu_pytorch_tanh or gelu_fast MLP"),
     ("qwen3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
-     "only llama.cpp's llama and deci graphs read its factors"),
-])
+     "only llama.cpp's llama, deci"),
+] + [(t, dict(f.refused[0]), f.refused[1]) for t, f in FAMILIES.items() if f.refused])  # as family files declare
 def test_configs_llama_cpp_computes_otherwise_are_refused(model_type, changes, words, tokenizer, tmp_path) -> None:
     """What llama.cpp's graph for a family fixes (Gemma's query scale and global-layer pattern, OLMoE's ungrouped
     key/value heads, Command R+'s q/k norms only at 64 layers or more, Llama 3.1's RoPE factors only in its llama
-    graph) is refused in one line when a config differs."""
+    graph, and what each family file declares: Gguf.refused) is refused in one line when a config differs."""
     save_folder(_lm(model_type, tokenizer, **changes).model, tokenizer, tmp_path / "m")
     result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
                     "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
@@ -254,9 +263,9 @@ def test_vision_language_models_as_shipped_are_refused_naming_what_works(model_t
     assert not (tmp_path / "o").exists()
 
 
-# (OLMo-2 and OLMoE are dense only in every format: their q/k norms span all heads)
+# (OLMo-2, OLMoE and OLMo 3 are dense only in every format: their q/k norms span all heads)
 @pytest.mark.parametrize("model_type", sorted(t for t, f in FAMILIES.items() if f.dense_only and t in EXTRA
-                                              and t not in ("olmo2", "olmoe")))
+                                              and not family_of(t).adapter.dense_only))
 def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, tmp_path) -> None:
     """Why these families are dense only: llama.cpp's loader takes per-layer head_count/head_count_kv arrays for
     every architecture, but each of these graphs sizes layer N's tensors by layer 0's counts, so a sliced file (layer
@@ -271,8 +280,11 @@ def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, t
     removed = parse_heads("L1.H0,L1.H1")
     plans = plan_layers(lm.grid, removed)
     artifact = slice_model(lm, plans, removed)
-    plan = gguf_export.GgufPlan(family.arch, tuple(len(p.q_heads) for p in plans),
-                                tuple(len(p.kv_heads) for p in plans), lm.grid.head_dim, family.permuted)
+    attention = [layer.kind == "attention" for layer in lm.grid.layers]  # (a hybrid's other layers count none)
+    plan = gguf_export.GgufPlan(family.arch, tuple(len(p.q_heads) if a else 0 for p, a in zip(plans, attention)),
+                                tuple(len(p.kv_heads) if a else 0 for p, a in zip(plans, attention)),
+                                next(layer.head_dim for layer in lm.grid.layers if layer.kind == "attention"),
+                                family.permuted)
     if not gguf_knows(family.arch):
         with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's|no llama.cpp tensor for"):
             gguf_export.gguf_tensors(artifact, plan)

@@ -102,8 +102,9 @@ def test_version_3_export_record_upgrades_to_the_same_values_card_and_summary(tm
     assert to_json(Gguf.details(record)) == {**raw["gguf"], "quantized": None, "size": None, "pooling": ""}
     assert Gguf.details(record).gguf_type == "q8_0"  # the GGUF type is still recorded ...
     written = to_json(record)
-    # Fields added since (the source's commit, the layout's note) read as absent.
+    # Fields added since (the source's commit, the layout's note, a quantized checkpoint's) read as absent.
     assert written["source"].pop("revision") is None and written.pop("layout_note") == ""
+    assert written.pop("quantization") is None and written.pop("dropped") == []  # (a quantized checkpoint's)
     assert "gguf" not in written and {k: v for k, v in written.items() if k not in ("format_details",
                                                                                     "schema_version")} == {
         k: v for k, v in raw.items() if k not in ("gguf", "schema_version")}  # every other value as it was

@@ -41,3 +41,43 @@ def test_a_sliced_export_pruned_again_is_the_model_pruned_once(tmp_path, tokeniz
     key = "logits" if "logits" in left else "last_hidden_state"
     torch.testing.assert_close(left[key], right[key], rtol=0, atol=1e-5)
     assert sum(p.numel() for p in a.model.parameters()) == sum(p.numel() for p in b.model.parameters())
+
+
+@pytest.mark.parametrize(("model_type", "path"), [("gpt_oss", "self_attn.sinks"),
+                                                 ("cohere", "self_attn.q_norm.weight")])
+def test_per_head_parameters_are_put_back_when_a_sliced_export_is_pruned_again(tmp_path, tokenizer, model_type,
+                                                                                path) -> None:
+    """GPT-OSS's attention sinks and Command R+'s per-head norm weights, a row per head: a sliced export pruned again
+    (which failed on their shapes) is the model pruned once, those rows the kept heads' own."""
+    from headprune.loading.adapters.base import get_path
+    from headprune.testing import family_model
+
+    model = family_model(model_type, len(tokenizer), seed=5)
+    with torch.no_grad():  # distinct rows, so a wrong row is seen
+        for layer in model.model.layers:
+            get_path(layer, path).copy_(torch.randn_like(get_path(layer, path)))
+    folder = save_folder(model, tokenizer, tmp_path / "model")
+    assert invoke("export", str(folder), "--heads", FIRST, "--out", str(tmp_path / "first")).exit_code == 0
+    again = invoke("export", str(tmp_path / "first"), "--heads", SECOND, "--out", str(tmp_path / "again"))
+    assert again.exit_code == 0, again.output
+    once = invoke("export", str(folder), "--heads", f"{FIRST},{SECOND}", "--out", str(tmp_path / "once"))
+    assert once.exit_code == 0, once.output
+    a, b = load(tmp_path / "again", device="cpu").model, load(tmp_path / "once", device="cpu").model
+    ids = torch.tensor([tokenizer("the film is a delight from start to finish").input_ids])
+    with torch.no_grad():
+        torch.testing.assert_close(a(input_ids=ids).logits, b(input_ids=ids).logits, rtol=0, atol=1e-5)
+    assert all(torch.equal(get_path(x, path), get_path(y, path)) for x, y in zip(a.model.layers, b.model.layers))
+
+
+@pytest.mark.parametrize("heads", [FIRST, f"{FIRST},L1.H2"])
+def test_a_head_the_export_already_lacks_is_refused(tmp_path, tokenizer, heads) -> None:
+    """Naming a head the export removed most likely counts the sliced model's own heads (another head now sits at
+    that place): refused in one line rather than written as a copy, or with other heads removed than meant."""
+    from helpers.cli import assert_refused
+
+    model = save_folder(build_tiny("llama", tokenizer, seed=3).model, tokenizer, tmp_path / "model")
+    assert invoke("export", str(model), "--heads", FIRST, "--out", str(tmp_path / "first")).exit_code == 0
+    again = invoke("export", str(tmp_path / "first"), "--heads", heads, "--out", str(tmp_path / "again"))
+    assert_refused(again, f"is a sliced export without {FIRST}: {FIRST} is gone already; heads are named as in the "
+                          "original model (as its record names them): name only heads it still has")
+    assert not (tmp_path / "again").exists()

@@ -100,6 +100,21 @@ def test_an_unconfirmed_improving_set_is_not_shrunk(grouped) -> None:
     assert "not confirmed" in result.shrink.note and result.shrink.searched == 0
 
 
+def test_fewer_fresh_examples_than_asked_are_said_in_one_line(grouped, tmp_path) -> None:
+    """The cue task holds 400 examples beyond discovery and held-out: asked for 5,000, the test runs on those 400,
+    and the run says so (it ran on what there was in silence before)."""
+    save_folder(grouped.model, grouped.tokenizer, tmp_path / "model")
+    write_jsonl_task(cue_task(), tmp_path / "cue.jsonl")
+    result = invoke("find", str(tmp_path / "model"), "--task", str(tmp_path / "cue.jsonl"), "--discovery", "300",
+                    "--heldout", "300", "--batch-size", "64", "--shrink", "3", "--shrink-examples", "5000",
+                    "--out", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.stderr.splitlines() if "asked for" in line]
+    assert said == [f"headprune: warning: shrink: {tmp_path / 'cue.jsonl'} holds 400 fresh examples (on neither side "
+                    "of the split), not the 5,000 asked for; the shrunk set is tested on those"], result.stderr
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["shrink"]["fresh"] == 400
+
+
 def test_cli_find_shrink_then_export_the_grown_set(grouped, tmp_path) -> None:
     save_folder(grouped.model, grouped.tokenizer, tmp_path / "model")
     write_jsonl_task(cue_task(), tmp_path / "cue.jsonl")
@@ -144,6 +159,8 @@ def test_growth_takes_no_set_a_guard_would_refuse() -> None:
     (["--shrink", "3", "--objective", "compress"], "--shrink applies only with --objective improve"),
     (["--shrink", "0"], "--shrink must be a number of accuracy points above 0"),
     (["--shrink", "3", "--shrink-examples", "5"], "--shrink-examples must be at least 10"),
+    (["--shrink", "3", "--shrink-examples", "1000000000000"],
+     "--shrink-examples: 1,000,000,000,000, more than the limit of 10,000,000 (the examples of one task"),
 ])
 def test_cli_find_shrink_bad_combinations(handmade_files, tmp_path, args, fragment) -> None:
     result = invoke("find", str(handmade_files / "model"), "--task", str(handmade_files / "cue.jsonl"), *args,

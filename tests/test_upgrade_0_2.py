@@ -9,6 +9,7 @@ its primary set, ``pruned/`` (record schema 3, 0.2.0's remote modeling file, the
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from headprune.search.find_result import SCHEMA_VERSION as RESULT_SCHEMA, FindRe
 from headprune.surgery.ablation import ablated
 from headprune.tasks import write_jsonl_task
 from helpers import save_folder
-from helpers.cli import invoke
+from helpers.cli import assert_refused, invoke
 from helpers.handmade import build_model, cue_task
 
 RELEASE = Path(__file__).resolve().parent / "data" / "release-0.2.0"
@@ -32,17 +33,16 @@ RELEASE = Path(__file__).resolve().parent / "data" / "release-0.2.0"
 
 @pytest.fixture(scope="module")
 def user_folder(tmp_path_factory):  # noqa: ANN001, ANN201
-    """The 0.2.0 user's folder: the hand-made model, its cue task and the find run. The result names the task by
-    the absolute path it had when 0.2.0 ran; here the file lies elsewhere, so that one field points at it (export
-    checks the held-out set it rebuilds against find's hash: only the same task passes)."""
+    """The 0.2.0 user's folder on another machine: the hand-made model, its cue task and the find run as 0.2.0
+    wrote it, byte for byte. The result names the task by the absolute path it had where 0.2.0 ran
+    (``/tmp/g020b/cue.jsonl``), which is not here."""
     folder = tmp_path_factory.mktemp("user-0.2")
     lm = build_model()
     save_folder(lm.model, lm.tokenizer, folder / "model")
     write_jsonl_task(cue_task(), folder / "cue.jsonl")
-    raw = json.loads((RELEASE / "run" / "result.json").read_text())
-    raw["task"]["spec"] = str(folder / "cue.jsonl")
     (folder / "run").mkdir()
-    (folder / "run" / "result.json").write_text(json.dumps(raw, indent=2))
+    shutil.copy(RELEASE / "run" / "result.json", folder / "run" / "result.json")
+    assert not Path(json.loads((folder / "run" / "result.json").read_text())["task"]["spec"]).exists()
     return folder
 
 
@@ -86,7 +86,12 @@ def test_an_export_of_0_2_0_reads_and_loads_as_the_masked_original() -> None:
 
 
 def test_0_3_exports_a_result_of_0_2_0_as_0_2_0_did(user_folder, tmp_path) -> None:
-    result = invoke("export", str(user_folder / "model"), "--heads", str(user_folder / "run" / "result.json"),
+    """The task file is not where 0.2.0's result says: export says to give it, and given with --verify-task it stands
+    in for the recorded path (its examples are find's, by hash): find's held-out set is rebuilt from it."""
+    heads = ["--heads", str(user_folder / "run" / "result.json")]
+    assert_refused(invoke("export", str(user_folder / "model"), *heads, "--out", str(tmp_path / "x")),
+                   "find's task /tmp/g020b/cue.jsonl is not here (a result made on another machine?): give --verify-task")
+    result = invoke("export", str(user_folder / "model"), *heads, "--verify-task", str(user_folder / "cue.jsonl"),
                     "--out", str(tmp_path / "pruned"), "--json")
     assert result.exit_code == 0, result.output
     summary, before = json.loads(result.stdout), json.loads((RELEASE / "pruned" / RECORD_NAME).read_text())
@@ -98,3 +103,16 @@ def test_0_3_exports_a_result_of_0_2_0_as_0_2_0_did(user_folder, tmp_path) -> No
     ours = load_file(tmp_path / "pruned" / "model.safetensors")
     theirs = load_file(RELEASE / "pruned" / "model.safetensors")
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def test_another_verify_task_is_verified_on_as_given_when_finds_is_not_here(user_folder, tmp_path) -> None:
+    """A --verify-task that is not find's task (other examples) does not stand in for it: the export is verified on
+    it as given, as for any result."""
+    from helpers.handmade import reversed_task
+
+    write_jsonl_task(reversed_task().first(64), tmp_path / "other.jsonl")
+    result = invoke("export", str(user_folder / "model"), "--heads", str(user_folder / "run" / "result.json"),
+                    "--verify-task", str(tmp_path / "other.jsonl"), "--out", str(tmp_path / "pruned"), "--json")
+    assert result.exit_code == 0, result.output
+    task = json.loads(result.stdout)["verification"]["task"]
+    assert task["task"] == "other.jsonl" and task["n"] == 64 and task["masked"] == task["exported"]

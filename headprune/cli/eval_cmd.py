@@ -53,10 +53,10 @@ def eval_command(ctx: click.Context, model: str, task_spec: str, heads: tuple, a
         _check_out(out, task_spec, model)  # before the evaluation, not after it
     placement = {"device": device, "device_map": device_map, "max_memory": max_memory, "dtype": dtype,
                  "trust_remote_code": trust_remote_code, "revision": revision}
-    if margin is not None and not (margin > 0 and margin < float("inf")):
-        from headprune.errors import SettingsError
+    if margin is not None:  # positive, finite and within 100 points, before anything is read (text: on loading)
+        from headprune.search.guards import margin_for
 
-        raise SettingsError(f"margin must be a positive number, got {margin}", settings=("margin",))
+        margin_for("accuracy", margin, settings=("margin",))
     with permit_code_execution(allow_code_execution, mode=sandbox_mode):
         _eval(model, task_spec, heads, ablation, limit, batch_size, out, placement, as_json,
               guard=None if margin is None else (margin, alpha))
@@ -95,6 +95,10 @@ def _eval(model: str, task_spec: str, heads: tuple, ablation: str, limit: int | 
     task = load_task(task_spec, trust_remote_code=placement["trust_remote_code"]).first(limit)
     if kind_spec(task.kind).runs_code:
         require_code_execution(task.name)  # before the model is even loaded
+    if guard is not None:
+        from headprune.search.guards import check_guard_sample
+
+        check_guard_sample(task, guard[0], settings=("margin",))  # the margin and the sample the test can take
     lm = load_model(model, **placement)
     lm.grid.check(heads)
     evaluator = Evaluator(lm, task, batch_size=batch_size)

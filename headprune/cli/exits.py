@@ -7,13 +7,14 @@
          disk or quota, a file-size limit: the line names the folder)
     3    an internal error (a bug, or a self-check that failed; ``HEADPRUNE_DEBUG=1`` shows the traceback)
     4    a data-parallel run lost one of its processes (``--resume`` continues from the journal)
-    130  interrupted
+    130  interrupted: nothing was written (a Ctrl-C once a command's output is in place no longer changes its exit)
 """
 
 from __future__ import annotations
 
 import errno
 import re
+import signal
 
 import click
 
@@ -25,6 +26,22 @@ BAD_INPUT = 2
 INTERNAL = 3
 WORKER_LOST = 4
 INTERRUPTED = 130
+
+_process = False  # the command runs as the headprune process itself (cli.main.main), not inside another program
+
+
+def run_as_process() -> None:
+    """Say that the command is the whole process (``cli.main.main``), whose end :func:`output_in_place` may shield."""
+    global _process
+    _process = True
+
+
+def output_in_place() -> None:
+    """The command's output has moved into place: from here to the process's end a Ctrl-C is ignored, so that exit
+    130 always means that nothing was written (a script must not read a finished export as a failed one). Inside
+    another program (a test's in-process runner) its own handler stays."""
+    if _process:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def for_error(error: HeadpruneError) -> int:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from headprune.cli import exits
 from headprune.cli.options import (ablation_option, batch_option, device_option, json_option, model_argument,
                                    refuse_inapplicable, revision_option, slug, trust_remote_code_option)
 from headprune.core.choices import DTYPES, EXPORT_FORMATS, EXPORT_LAYOUTS
@@ -49,7 +50,7 @@ def _with_format_options(command):  # noqa: ANN001, ANN201
 
 @click.command("export", help=f"Remove heads from MODEL and write a verified checkpoint ({_formats_in_words()}).")
 @model_argument
-@click.option("--heads", "heads_spec", required=True, metavar="RESULT.json|HEADS",
+@click.option("--heads", required=True, metavar="RESULT.json|HEADS",
               help="A find result (result.json or its folder) or heads like L0.H1,L3.H2.")
 @click.option("--pick", "--set", "set_rank", type=click.IntRange(min=1), default=1, show_default=True,
               help="With a result: which finalist by its rank (1 = the primary set; another is a point of the front in "
@@ -83,7 +84,7 @@ def _with_format_options(command):  # noqa: ANN001, ANN201
 @revision_option
 @trust_remote_code_option
 @json_option
-def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed: bool, fmt: str, layout: str,
+def export_command(model: str, heads: str, set_rank: int, allow_unconfirmed: bool, fmt: str, layout: str,
                    ablation: str, verify_task: str | None, verify_limit: int, tolerance: float | None,
                    batch_size: int | str, out: Path | None, device: str, dtype: str | None, max_shard_size: str | None,
                    overwrite: bool, trust_remote_code: bool, as_json: bool, revision: str | None,
@@ -98,15 +99,16 @@ def export_command(model: str, heads_spec: str, set_rank: int, allow_unconfirmed
     refuse_inapplicable(click.get_current_context(), *((option.name, fmt == owner, f"with --format {owner}")
                                                        for owner, option in format_options()))
     out = out or Path("exports") / f"{slug(model)}-pruned{'' if fmt == DEFAULT_FORMAT else '-' + fmt}"
-    read = export_inputs(model, heads_spec, verify_task, read_result(heads_spec))  # the model, the run, the tasks
+    read = export_inputs(model, heads, verify_task, read_result(heads, set_rank))  # the model, run, tasks
     check_destination(out, sources=read, overwrite=overwrite)  # before even a write probe
     check_writable_folder(out.parent)
-    record = export(model, heads_spec, set_rank=set_rank, format=fmt, layout=layout, ablation=ablation,
+    record = export(model, heads, set_rank=set_rank, format=fmt, layout=layout, ablation=ablation,
                     verify_task=verify_task, verify_limit=verify_limit, tolerance=tolerance, out=out,
                     batch_size=batch_size, device=device, dtype=dtype,
                     trust_remote_code=trust_remote_code, allow_unconfirmed=allow_unconfirmed,
                     max_shard_size=max_shard_size, overwrite=overwrite, revision=revision,
                     format_options={option.name: chosen[option.name] for option in format_class(fmt).takes})
+    exits.output_in_place()  # written: a Ctrl-C while the summary prints does not make it a failed export
     if as_json:
         # Each format that records details has them under its name (null for the others), as before schema 4.
         details = {name: record.format_details or None if name == record.format else None
@@ -130,6 +132,7 @@ def export_summary(record: ExportRecord, out: str) -> list[str]:
                 f"{_metric(task.masked, task.metric)}, exported {_metric(task.exported, task.metric)}"
                 if task is not None else f"on a built-in text sample ({logits.examples} texts); no task re-measured"),
             *([f"layout: {record.layout_note}"] if record.layout_note else []),
+            *([f"quantization: {record.quantization.line()}"] if record.quantization else []),
             *shown.summary_lines(record), f"wrote {out}  (load with {shown.load_hint(record, out)})"]
 
 

@@ -13,7 +13,7 @@ from click.core import ParameterSource
 
 from headprune.cli.options import (ablation_option, batch_option, code_execution_rule, model_argument,
                                    refuse_inapplicable, revision_option, run_options, slug, task_option)
-from headprune.core.choices import OBJECTIVES, PREFER, PROTOCOLS, RANK_KEYS, SCREENS, SEARCHES
+from headprune.core.choices import NO_GUARD, OBJECTIVES, PREFER, PROTOCOLS, RANK_KEYS, SCREENS, SEARCHES
 from headprune.search.settings import (DEFAULT_BEAM_WIDTH, DEFAULT_CANDIDATES, DEFAULT_DISCOVERY, DEFAULT_HELDOUT,
                                        DEFAULT_MAX_DROP, DEFAULT_PATIENCE, DEFAULT_SHRINK_EXAMPLES, PROTOCOL_PRESETS,
                                        FindSettings, check_shrink, settings_for, with_protocol)
@@ -72,7 +72,8 @@ def _refuse_code_tasks(*specs: str | None) -> None:
 @click.option("--guard", multiple=True, metavar="TASK[:margin=M]",
               help="A task the shipped set must not hurt, by more than M accuracy points (default 5) or, for a text "
                    "task such as the built-in 'general', M nats of mean NLL (default 0.05): it steers the search, and "
-                   "the claim needs it non-inferior on held-out guard examples; repeat for several.")
+                   "the claim needs it non-inferior on held-out guard examples; repeat for several. [default: "
+                   "general, on a causal language model whose positions fit enough of its texts; 'none': no guard]")
 @click.option("--guard-limit", type=click.IntRange(min=30), default=DEFAULTS.guard_limit, show_default=True,
               help="Examples used per guard: a third for the search, the rest for the verdict.")
 @click.option("--alpha", type=float, default=DEFAULTS.alpha, show_default=True,
@@ -147,11 +148,13 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     from headprune.search.guards import parse_guard
 
     improve_only = "with --objective improve (compress grows its own set from the screen)"
+    guard, default_guard = _guards(guard, settings.objective)
     refuse_inapplicable(ctx, ("candidates", settings.screen != "exact", "with --screen attribution or halving"),
                         ("control_limit", bool(control), "with --control"),
-                        ("guard_limit", bool(guard), "with --guard"),
+                        ("guard_limit", bool(guard) or default_guard, "with a guard (not with --guard none)"),
+                        ("guard", settings.objective == "improve" or not guard, improve_only),
                         *((name, settings.objective == "improve", improve_only)
-                          for name in ("nominees", "max_heads", "extend", "finalists", "guard", "shrink")),
+                          for name in ("nominees", "max_heads", "extend", "finalists", "shrink")),
                         ("shrink_examples", settings.shrink is not None, "with --shrink"),
                         ("device", device_map is None, "without --device-map (which places the layers itself)"),
                         code_execution_rule(allow_code_execution))
@@ -174,7 +177,8 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
         present = team.from_main(lambda: _claim(lock, out, inputs))
         with permit_code_execution(allow_code_execution, mode=sandbox_mode):
             result = find(model, task_spec, settings=settings, heldout_task=heldout_task, discovery=discovery,
-                          heldout=heldout, control=control or None, guard=guard or None, out=out, resume=resume,
+                          heldout=heldout, control=control or None, guard=guard or None, default_guard=default_guard,
+                          out=out, resume=resume,
                           overwrite=overwrite, device=device, device_map=device_map, max_memory=max_memory, dtype=dtype,
                           trust_remote_code=trust_remote_code, progress=sys.stderr.isatty(), team=team,
                           revision=revision)
@@ -199,6 +203,23 @@ def find_command(ctx: click.Context, model: str, task_spec: str, heldout_task: s
     # Under a launcher a non-zero code means a crashed worker (torchrun --max-restarts would restart it):
     # the verdict is in the output and result.json instead.
     ctx.exit(exits.OK if team.parallel else exits.for_verdict(result.accepted))
+
+
+def _guards(given: tuple[str, ...], objective: str) -> tuple[tuple[str, ...], bool]:
+    """The guards named, and whether find's default guard (``general``) applies: an improve run that names none.
+    ``--guard none`` names none and takes no default.
+
+    Raises:
+        SearchSettingsError: ``none`` beside another guard.
+    """
+    from headprune.errors import SearchSettingsError
+
+    if NO_GUARD in given:
+        if len(given) > 1:
+            raise SearchSettingsError(f"--guard {NO_GUARD} runs without guards: give it alone, not beside "
+                                      f"{', '.join(g for g in given if g != NO_GUARD)}", settings=("guard",))
+        return (), False
+    return given, not given and objective == "improve"
 
 
 def _json_summary(result, out: Path) -> dict:  # noqa: ANN001

@@ -14,6 +14,7 @@ OBJECTIVES = ("improve", "compress")
 PREFER = ("heads", "groups")
 SEARCHES = ("greedy", "beam")
 PROTOCOLS = ("cel",)  # presets of the search (headprune.search.protocol)
+NO_GUARD = "none"  # find --guard none: no guard, not even the default one (headprune.search.guards)
 
 # Tasks: the kinds a task (file) may name; each has a scorer (headprune.scoring)
 TASK_KINDS = ("choice", "generate", "text", "classify", "code")
@@ -36,5 +37,5 @@ LOAD_DTYPES = ("auto", *DTYPES)
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
 __all__ = ["ABLATIONS", "DEVICE_MAPS", "DTYPES", "EXPORT_FORMATS", "EXPORT_LAYOUTS", "GGUF_TYPES", "LOAD_DTYPES",
-           "OBJECTIVES", "PREFER", "PROTOCOLS", "RANK_KEYS", "SANDBOX_MODES", "SCREENS", "SEARCHES",
+           "NO_GUARD", "OBJECTIVES", "PREFER", "PROTOCOLS", "RANK_KEYS", "SANDBOX_MODES", "SCREENS", "SEARCHES",
            "TASK_KINDS"]

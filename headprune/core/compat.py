@@ -6,6 +6,9 @@
   attention) on every supported release.
 - A per-row ``logits_to_keep`` (``(batch, positions)``) is sliced per row only by releases that have
   ``slice_logits_to_keep``; earlier ones index every row with it.
+- A quantized checkpoint loaded dequantized: 5.25's quantizer forgets how it was loaded (``remove_quantization_config``
+  deletes ``_weight_conversions``), so ``save_pretrained`` writes the dequantized weights; 5.17 keeps the conversions
+  and re-quantizes on save, with fresh scales (:func:`forget_quantized_loading` does what 5.25 does).
 """
 
 from __future__ import annotations
@@ -126,3 +129,10 @@ def right_padded(tensors: list[Any], length: int, dim: int = -2) -> Any:
         out[start: start + len(tensor)].narrow(dim, 0, tensor.shape[dim]).copy_(tensor)
         start += len(tensor)
     return out
+
+
+def forget_quantized_loading(model: Any) -> None:
+    """After a quantized checkpoint was loaded dequantized: forget the conversions that loaded it, as transformers
+    5.25 does, so ``save_pretrained`` writes the weights as they are (5.17 would re-quantize them on save)."""
+    if hasattr(model, "_weight_conversions"):
+        del model._weight_conversions

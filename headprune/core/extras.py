@@ -3,8 +3,8 @@
 headprune's core (``import headprune``, ``find``, ``eval``, ``export --format safetensors``) needs none of them;
 ``export --format onnx`` needs ``headprune[onnx]``, ``export --format gguf`` needs ``headprune[gguf]`` (gguf itself,
 which reads ``.gguf`` models, is a dependency: only a checkout run without installing can lack it, and the message
-then names that extra, which brings it too), ``--task lm-eval:...`` needs ``headprune[lm-eval]``
-(``headprune[all]`` brings every one).
+then names that extra, which brings it too), ``--task lm-eval:...`` needs ``headprune[lm-eval]``,
+a compressed-tensors checkpoint ``headprune[compressed-tensors]`` (``headprune[all]`` brings every one).
 The check only looks for the packages (no import), so asking costs nothing and a missing one is one line, exit 2.
 """
 
@@ -14,7 +14,8 @@ import importlib.util
 
 from headprune.errors import MissingExtraError
 
-EXTRAS = {"onnx": ("onnx", "onnxruntime", "onnxscript"), "gguf": ("gguf",), "lm-eval": ("lm_eval",)}
+EXTRAS = {"onnx": ("onnx", "onnxruntime", "onnxscript"), "gguf": ("gguf",), "lm-eval": ("lm_eval",),
+          "compressed-tensors": ("compressed_tensors",)}
 
 
 def missing(modules: tuple[str, ...]) -> list[str]:

@@ -1,9 +1,12 @@
-"""Content hashes: of one file, and of a model folder's weights (how a run names the model it used, and how an
-export record lets anyone check the files it describes)."""
+"""Content hashes: of one file, of a model folder's weights (how a run names the model it used, and how an
+export record lets anyone check the files it describes), and of a record's JSON (how a find result shows it was not
+edited)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Collection
 from pathlib import Path
 
 # The weight files of a Hugging Face checkpoint: what a model's weight hash covers (a run names its model by it).
@@ -26,3 +29,11 @@ def hash_weights(folder: Path) -> str:
         digest.update(path.name.encode())
         sha256_file(path, digest)
     return "sha256:" + digest.hexdigest()
+
+
+def json_digest(data: dict, *, leave_out: Collection[str] = ()) -> str:
+    """``sha256:...`` of a JSON object without its keys ``leave_out``, written with sorted keys and no spaces (numbers
+    as JSON writes them, so an object read back from a file gives the digest it was written with)."""
+    body = {key: value for key, value in data.items() if key not in leave_out}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from headprune.core.paths import check_output_name, move_into_place, shown
+from headprune.core.paths import PartlyMovedError, check_output_name, move_into_place, shown
 from headprune.core.room import no_room
 from headprune.errors import HeadpruneError, InternalCheckError, KeptOutputError, ResultFileError
 
@@ -210,9 +210,11 @@ def atomic_folder(target: Path, *, replace: bool = False, last: Sequence[str] = 
             move_into_place(staging, target, replace=replace, last=last, check=check)
         except (OSError, HeadpruneError) as error:  # the check's refusal (an export's, a find run's), or the move's
             why = str(error) if isinstance(error, HeadpruneError) else f"{error.strerror or error}"
-            raise KeptOutputError(f"the new output was not moved into {shown(target)} ({why}); nothing there was "
-                                  f"replaced or removed, and it is kept in {staging}",
-                                  settings=("out", *getattr(error, "settings", ()))) from error
+            done = (f"{', '.join(error.moved)} there {'are' if len(error.moved) > 1 else 'is'} the new output's; "
+                    "the rest is" if isinstance(error, PartlyMovedError) else
+                    "nothing there was replaced or removed, and it is")
+            raise KeptOutputError(f"the new output was not moved into {shown(target)} ({why}); {done} kept in "
+                                  f"{staging}", settings=("out", *getattr(error, "settings", ()))) from error
 
 
 def clean_leftovers(target: Path) -> list[str]:

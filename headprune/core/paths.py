@@ -227,12 +227,45 @@ def move_into_place(staging: Path, target: Path, *, replace: bool, last: Sequenc
                 rename_noreplace(old, target)  # the previous folder back in place
                 raise
     else:
-        for item in sorted(staging.iterdir(), key=lambda p: p.name in last):
-            destination = target / item.name
+        _move_files(staging, target, last)
+
+
+def _move_files(staging: Path, target: Path, last: Sequence[str]) -> None:
+    """Move the files of ``staging`` into the existing folder ``target`` (``last`` last), each by rename: a file
+    there is replaced, a link or a folder never. Every destination is looked at before the first move, so a refusal
+    moves nothing; a move that fails after others (something appeared meanwhile) says which moved.
+
+    Raises:
+        OSError: a destination is a link or a folder (nothing moved), or a move failed (:class:`PartlyMovedError`
+            where others had moved).
+    """
+    items = sorted(staging.iterdir(), key=lambda p: (p.name in last, p.name))
+    for item in items:
+        destination = target / item.name
+        if destination.is_symlink() or destination.exists() and not destination.is_file():
+            raise FileExistsError(errno.EEXIST, f"{shown(destination)} is a symbolic link or a folder",
+                                  str(destination))
+    moved: list[str] = []
+    for item in items:
+        destination = target / item.name
+        try:
             if destination.exists() and not destination.is_symlink():
                 os.replace(item, destination)  # a file the check allowed to be replaced
             else:
                 rename_noreplace(item, destination)
+        except OSError as error:
+            if moved:  # the others are the new run's now: said, rather than that nothing changed
+                raise PartlyMovedError(error.errno, error.strerror, error.filename, moved=moved) from error
+            raise
+        moved.append(item.name)
+
+
+class PartlyMovedError(OSError):
+    """A move into an existing folder failed after some files had moved (``moved``: their names)."""
+
+    def __init__(self, *args: object, moved: Sequence[str]) -> None:
+        super().__init__(*args)
+        self.moved = tuple(moved)
 
 
 def _still_as_checked(old: Path, check: Callable[[Path], None] | None, *, undo: Callable[[], object]) -> None:
@@ -271,5 +304,5 @@ def _renameat2(first: Path, second: Path, flags: int) -> bool | None:
     raise OSError(code, os.strerror(code), str(second))
 
 
-__all__ = ["NAME_ROOM", "check_output_name", "exchange", "move_into_place", "refuse_overlap", "rename_noreplace",
-           "shown"]
+__all__ = ["NAME_ROOM", "PartlyMovedError", "check_output_name", "exchange", "move_into_place", "refuse_overlap",
+           "rename_noreplace", "shown"]

@@ -62,7 +62,8 @@ class Evaluator:
         reuse_layers: keep the intact model's layer inputs from the first intact run and start later
             ablated runs at the lowest ablated layer (same results, less work; see ``layer_cache``).
         share_prefix: causal LMs: compute the keys/values of a prompt prefix shared by every sequence (a
-            few-shot prompt) once per condition instead of once per sequence.
+            few-shot prompt) once per condition instead of once per sequence (not for a model with recurrent
+            layers, whose cache holds more than keys and values: ``HeadGrid.recurrent``).
 
     Raises:
         TaskError: a bad batch size, or a task kind the model cannot be scored on.
@@ -84,7 +85,8 @@ class Evaluator:
         self._first_items = {indices[0] for indices in self._by_example}  # to count progress in examples
         check_lengths(lm.model, task, self._items, generates=self.scorer.generates)  # before any work
         self._batches = self.plan.batches([len(item.tokens) for item in self._items])
-        self.prefix = SharedPrefix.of(self._items, self.scorer.readout) if share_prefix else SharedPrefix()
+        shared = share_prefix and not lm.grid.recurrent
+        self.prefix = SharedPrefix.of(self._items, self.scorer.readout) if shared else SharedPrefix()
         self.layers = LayerReuse(lm, reuse_layers)
         self.layers.reset(self._batch_widths())
         self.generation = (Generation(lm, self.scorer, self._items, self._pad_id, self.prefix)

@@ -16,9 +16,10 @@ reads the tokens the first condition (find's intact run) wrote next, keeping tho
 from the ablated layer up (``evaluation.continuation``). That is the answer and the per-step gaps plain
 ``model.generate`` gives, up to float rounding (the contract of ``headprune.evaluation.contract``: an answer may
 differ only where a step's top-1 minus top-2 gap is within the precision's tolerance). Models that are not torch
-modules (an ONNX session, llama.cpp) and generation configs with a processor that changes greedy's scores get
-plain ``model.generate``. The answer is the text up to the scorer's stop (``Scorer.stop``) and its decision gap
-the smallest top-1 minus top-2 gap over the steps that decided it (``headprune.evaluation.decoding``).
+modules (an ONNX session, llama.cpp), generation configs with a processor that changes greedy's scores and models
+with recurrent layers (``HeadGrid.recurrent``) get plain ``model.generate``. The answer is the text up to the scorer's
+stop (``Scorer.stop``) and its decision gap the smallest top-1 minus top-2 gap over the steps that decided it
+(``headprune.evaluation.decoding``).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class Generation:
         self.items = items
         self.pad_id = pad_id
         self.prefix = prefix or SharedPrefix()
-        self.shortcut = shortcut and plain_greedy(lm.model)
+        # A recurrent layer's state takes every token it read: drafted tokens cannot be masked back out of it
+        self.shortcut = shortcut and plain_greedy(lm.model) and not lm.grid.recurrent
         self.eos = eos_ids(lm.model)
         self.max_new = scorer.task.max_new_tokens
         self._known: dict[int, tuple[list[int], list[float]]] = {}

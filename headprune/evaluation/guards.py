@@ -30,6 +30,16 @@ def model_positions(model: object) -> tuple[int, str] | None:
     return None
 
 
+def too_long(model: object, task: Task, items: Sequence[Item], *, generates: bool) -> set[int]:
+    """The examples (indices into ``task``) one of whose items needs more positions than the model has (its input,
+    plus the tokens it may generate); none when the model declares no limit."""
+    positions = model_positions(model)
+    if positions is None:
+        return set()
+    extra = task.max_new_tokens if generates else 0
+    return {item.example for item in items if len(item.tokens) + extra > positions[0]}
+
+
 def check_lengths(model: object, task: Task, items: Sequence[Item], *, generates: bool) -> None:
     """Refuse, before any forward pass, an example that tokenises to nothing or that needs more positions than
     the model has (its input, plus the tokens it may generate).
@@ -68,4 +78,4 @@ def check_finite(name: str, task: Task, outputs: Sequence[torch.Tensor]) -> None
                                         "for them): nothing was scored")
 
 
-__all__ = ["check_finite", "check_lengths", "model_positions"]
+__all__ = ["check_finite", "check_lengths", "model_positions", "too_long"]

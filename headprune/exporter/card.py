@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from headprune.exporter.export_record import ExportRecord, FindOrigin
-from headprune.exporter.formats import format_class
+from headprune.exporter.formats import REGISTRY, format_class
 
 
 def publishes_heldout(record: ExportRecord) -> bool:
@@ -99,6 +99,7 @@ def render_card(record: ExportRecord) -> str:
                      "through unchanged (compared bit for bit): "
                      + ", ".join(f"`{name}`" for name in record.passthrough[:6])
                      + (" ..." if len(record.passthrough) > 6 else "") + ".")
+    lines += _as_shipped_lines(record)
     tensors = record.verification.tensors
     if tensors is not None:
         lines.append(f"- Tensors of the original ({record.model_class}): {len(tensors.kept)} kept unchanged, "
@@ -122,6 +123,20 @@ def render_card(record: ExportRecord) -> str:
     changed = [f"L{p.layer}: {p.layout}" for p in record.layers if p.layout != "unchanged"]
     lines += ["", "Per-layer layouts: " + ", ".join(changed) if changed else "", ""]
     return "\n".join(lines)
+
+
+def _as_shipped_lines(record: ExportRecord) -> list[str]:
+    """The card's lines on a checkpoint as shipped: its quantization, and the tensors its class drops by design."""
+    lines = [f"- Quantization: {record.quantization.line()}."] if record.quantization is not None else []
+    if record.dropped:
+        names = ", ".join(f"`{name}`" for name in record.dropped[:4]) + (" ..." if len(record.dropped) > 4 else "")
+        keepers = " or ".join(name for name, cls in REGISTRY.items() if cls.writes_through)
+        lines.append(f"- {len(record.dropped)} checkpoint tensors that `{record.model_class}` drops by design "
+                     f"(multi-token prediction and the like, no head of the pruned stack: {names}) " + (
+                         "were written through unchanged (compared bit for bit)." if set(record.dropped) <= set(
+                             record.passthrough) else f"are not in this {record.format} file, which holds what its "
+                         f"runtime runs; an export as {keepers} writes them through."))
+    return lines
 
 
 def _heldout_result(origin: FindOrigin) -> str:

@@ -15,6 +15,7 @@ from headprune.core.hashing import sha256_file
 from headprune.core.io import user_path
 from headprune.core.record_json import from_json, to_json
 from headprune.errors import ResultFileError
+from headprune.exporter.quantized import QuantizedExport
 from headprune.search.guards import GuardEffect
 from headprune.search.shrink_record import Shrink
 from headprune.search.stats import NonInferiority, Verdict
@@ -172,6 +173,10 @@ class ExportRecord:
     stands_in_for: str | None = None
     passthrough: tuple[str, ...] = ()
     layout_note: str = ""  # where the format chose the layout: which it wrote and why (ONNX: GenAI's key/value heads)
+    # A quantized checkpoint's quantization and how the export wrote it; the checkpoint tensors the class drops by
+    # design (multi-token prediction), written through unchanged where ``passthrough`` lists them, else left out.
+    quantization: QuantizedExport | None = None
+    dropped: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     def save(self, folder: Path) -> None:

@@ -16,6 +16,7 @@ from headprune.core.folder_lock import FolderLock
 from headprune.errors import HubError, ResultFileError, redact_credentials
 from headprune.exporter.card import card_metadata
 from headprune.exporter.export_record import verify_record
+from headprune.exporter.formats import format_class
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,14 @@ def plan_push(folder: Path, repo_id: str) -> PushPlan:
     _check_repo_id(repo_id)
     folder = Path(folder)
     record = verify_record(folder)
-    found = credentials_in_folder(folder)
-    if found:  # an export made before headprune stripped them: its source's token would be published
+    # Every file that would go up, binary ones too (a GGUF file's chat template): an export made before headprune
+    # looked for them would publish its source's token.
+    found = credentials_in_folder(folder, format_class(record.format).credential_place)
+    if found:
         name, place = found[0]
         raise ResultFileError(f"{folder / name} holds a credential ({place}); headprune never publishes one: export "
-                              "the model again (credentials are now left out) and push that", settings=("folder",))
+                              "the model again (a credential in its configs is left out; one elsewhere, such as its "
+                              "chat template, must be removed from the source) and push that", settings=("folder",))
     files = sorted((str(p.relative_to(folder)), p.stat().st_size) for p in folder.rglob("*") if p.is_file())
     return PushPlan(folder, repo_id, files, card_metadata(record))
 

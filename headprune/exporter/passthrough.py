@@ -1,5 +1,10 @@
 """Checkpoint tensors the loading class does not use, written through a safetensors export unchanged.
 
+Those a class drops by design (its ``_keys_to_ignore_on_load_unexpected``: Qwen3.5's and Qwen3-Next's ``mtp.*``
+multi-token-prediction layer, DeepSeek-V3's and GLM-4.5's extra layer, Gemma 4's key/value-shared layers' k/v:
+:func:`headprune.loading.model_checks.dropped_tensors`) are no heads of the stack headprune prunes, and would be lost
+without a word: they are copied as below (the config is left as it is).
+
 A checkpoint whose class transformers lacks, and which ships no code for it (no ``auto_map``), is loaded with
 the family's class whose tensors match best (:func:`headprune.loading.model_class.best_match`): a BERT masked-LM
 published with extra classifier heads loads as ``BertForMaskedLM``, which leaves those heads out. An export
@@ -26,9 +31,9 @@ PASSTHROUGH_NAME = "model-passthrough.safetensors"
 SINGLE_RENAMED = "model-00001-of-00001.safetensors"
 
 
-def write_through(source: Path, out: Path, names: Sequence[str], declared_class: str) -> None:
+def write_through(source: Path, out: Path, names: Sequence[str], declared_class: str | None) -> None:
     """Copy ``names`` from the checkpoint in ``source`` into the export in ``out``, list them in its weight
-    index, and name ``declared_class`` in its ``config.json`` again."""
+    index, and name ``declared_class`` (where a class stood in for it) in its ``config.json`` again."""
     from safetensors.torch import save_file
 
     tensors = read_tensors(source, names)
@@ -41,6 +46,8 @@ def write_through(source: Path, out: Path, names: Sequence[str], declared_class:
     total = sum((out / file).stat().st_size for file in set(weights.values()))
     (out / INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": dict(
         sorted(weights.items()))}, indent=2) + "\n", encoding="utf-8")
+    if declared_class is None:
+        return
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
     config["architectures"] = [declared_class]
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")

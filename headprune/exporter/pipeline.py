@@ -26,7 +26,8 @@ from headprune.exporter.export_record import (RECORD_NAME, Counts, ExportRecord,
                                               file_hashes, public_name, weight_bytes)
 from headprune.exporter.formats import ExportFormat, ExportOptions, Job, Written, format_for
 from headprune.exporter.resolve import (HeadsLike, check_ablation, find_origin, pinned_revision, read_result,
-                                        refuse_unconfirmed, resolve_heads, verification_inputs)
+                                        refuse_removed_again, refuse_unconfirmed, resolve_heads,
+                                        verification_inputs)
 from headprune.heads import Head
 from headprune.loading.models import LoadedModel, load_model, quiet_transformers
 from headprune.search.find_result import FindResult
@@ -123,7 +124,7 @@ def export(
     fmt = format_for(format, ExportOptions(layout, dtype if isinstance(model, str) else None, max_shard_size,
                                            format_option_values(format_options, gguf_type=gguf_type)))
     check_options(fmt, ablation, tolerance)
-    result = read_result(heads)
+    result = read_result(heads, set_rank)
     check_result_options(result, set_rank, allow_unconfirmed)
     check_ablation(result, ablation, verify_task)  # every option is checked before the model is touched
     revision = pinned_revision(model, result, revision)
@@ -154,8 +155,9 @@ def _export(fmt: ExportFormat, model: str | LoadedModel, heads: HeadsLike, resul
     fmt.check_model(lm)
     removed, result = resolve_heads(result or heads, lm, set_rank)
     if earlier:
+        refuse_removed_again(lm.name, earlier, removed)
         log.info("export: %s is a sliced export without %s; those go too", lm.name, ",".join(map(str, earlier)))
-        removed = lm.grid.check(tuple(dict.fromkeys((*earlier, *removed))))
+        removed = lm.grid.check((*earlier, *removed))
     if result is not None and not allow_unconfirmed:
         refuse_unconfirmed(result, set_rank)
     # Refuses removing a whole layer before any work.
@@ -199,29 +201,31 @@ def _write_verified(fmt: ExportFormat, job: Job, out: Path, *, origin: FindOrigi
             temporary_folder(out) as scratch:
         written = fmt.write(job, staging, scratch)
         try:
+            _refuse_credentials(fmt, staging)  # what the format wrote, before minutes of verification
             verification = _verify(fmt, job, written, staging, remeasured)
             runtime, details = fmt.runtime_check(job, written)
             record = _record(fmt, job, staging, replace(verification, runtime=runtime), details=details,
                              origin=origin, started=started)
             (staging / "README.md").write_text(render_card(record), encoding="utf-8")
-            _refuse_credentials(staging)
             record = replace(record, files=file_hashes(staging))
             record.save(staging)
+            _refuse_credentials(fmt, staging, ("README.md", RECORD_NAME))  # and what the export itself wrote
         finally:
             written.close()
     return record
 
 
-def _refuse_credentials(staging: Path) -> None:
-    """The last gate before an export is recorded: no credential in it (the load strips those of the source's
-    configs; one left, in a tokenizer's vocabulary say, stops the export, and nothing is written).
+def _refuse_credentials(fmt: ExportFormat, staging: Path, names: tuple[str, ...] | None = None) -> None:
+    """No credential in the export (``names``: in those files): the load strips those of the source's configs; one
+    left (in a tokenizer's vocabulary, or a chat template that a GGUF file carries inside) stops the export, and
+    nothing is written. Every file is read, binary ones as bytes (``headprune.core.credentials``).
 
     Raises:
-        ResultFileError: naming the file and the key, never the value.
+        ResultFileError: naming the file and the place, never the value.
     """
     from headprune.core.credentials import credentials_in_folder
 
-    found = credentials_in_folder(staging)
+    found = credentials_in_folder(staging, fmt.credential_place, names)
     if found:
         name, place = found[0]
         raise ResultFileError(f"the export's {name} would carry a credential ({place}) from the source model's files; "
@@ -279,7 +283,7 @@ def _record(fmt: ExportFormat, job: Job, staging: Path, verification: Verificati
         verification=verification, origin=origin, seconds=round(time.perf_counter() - started, 2),
         format_details=to_json(details) if details is not None else {},
         stands_in_for=lm.model_class.stands_in_for if lm.model_class else None, passthrough=fmt.passthrough,
-        layout_note=fmt.layout_note)
+        layout_note=fmt.layout_note, quantization=fmt.quantization, dropped=lm.dropped_tensors)
 
 
 def _source_info(lm: LoadedModel) -> SourceInfo:

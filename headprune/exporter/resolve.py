@@ -10,16 +10,18 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from headprune.errors import ExportSettingsError, HeadSpecError, ResultFileError, UnconfirmedSetError
+from headprune.errors import (EditedResultError, ExportSettingsError, HeadSpecError, ResultFileError, TaskError,
+                              UnconfirmedSetError)
 from headprune.exporter.export_record import FindOrigin, public_name
 from headprune.heads import Head, parse_heads
 from headprune.loading.models import LoadedModel, builtin_hub_id
 from headprune.search.find_result import FindResult
-from headprune.tasks import Task, load_task
+from headprune.tasks import Task, load_task, task_files
 
 log = logging.getLogger("headprune")
 
@@ -34,18 +36,26 @@ def _is_folder(spec: str | Path) -> bool:
         return False
 
 
-def read_result(heads: HeadsLike) -> FindResult | None:
+def read_result(heads: HeadsLike, set_rank: int = 1) -> FindResult | None:
     """The find result ``heads`` names (an object, ``result.json`` or its folder), or None for a head list.
 
     Raises:
-        ResultFileError: an unreadable result. HeadSpecError: an empty spec.
+        ResultFileError: an unreadable result, or one edited since find wrote it (the message offers finalist
+            ``set_rank``'s heads as it now reads them, given by hand). HeadSpecError: an empty spec.
     """
     if isinstance(heads, FindResult):
         return heads
     if isinstance(heads, str) and not heads.strip():  # Path("") is ".": the current folder's result.json
         raise HeadSpecError("no heads given: name a find result (result.json or its folder) or heads like L0.H1")
     if isinstance(heads, (str, Path)) and (str(heads).endswith(".json") or _is_folder(heads)):
-        return FindResult.load(Path(heads))
+        try:
+            return FindResult.load(Path(heads))
+        except EditedResultError as error:
+            edited = error.finalists[set_rank - 1] if 1 <= set_rank <= len(error.finalists) else ()
+            raise ResultFileError(
+                f"{error}: its card would state find's figures for a set find may not have measured; to export a "
+                f"set of your choice, give it by hand (heads {','.join(edited) or 'L0.H1,L3.H2'}), whose card "
+                "claims no improvement", settings=("heads",)) from None
     return None
 
 
@@ -72,6 +82,22 @@ def resolve_heads(heads: HeadsLike, lm: LoadedModel, set_rank: int = 1
     if not chosen:
         raise HeadSpecError("no heads to remove")
     return lm.grid.check(chosen), result
+
+
+def refuse_removed_again(name: str, earlier: Sequence[Head], removed: Sequence[Head]) -> None:
+    """Refuse heads that a sliced export being pruned again already lacks. Heads are named as in the original model
+    (as the export's record names them); naming a removed one most likely counts the sliced model's own heads, in
+    which another head now sits at that place: exported anyway, it would remove nothing new (a copy) or other heads
+    than meant.
+
+    Raises:
+        HeadSpecError: naming them, and those the export lacks.
+    """
+    again = [str(head) for head in removed if head in set(earlier)]
+    if again:
+        raise HeadSpecError(f"{name} is a sliced export without {','.join(map(str, earlier))}: "
+                            f"{','.join(again)} {'is' if len(again) == 1 else 'are'} gone already; heads are named as "
+                            "in the original model (as its record names them): name only heads it still has")
 
 
 def _unpinned(result: FindResult, lm: LoadedModel) -> str:
@@ -131,24 +157,65 @@ def find_origin(result: FindResult, set_rank: int) -> FindOrigin:
                       result.verdict if shrink is not None else None, shrink is not None and result.shrunk)
 
 
-def result_splits(result: FindResult, *, trust_remote_code: bool = False) -> tuple[Task, Task] | None:
-    """Rebuild find's discovery and held-out tasks from the result (checked by content hash); ``trust_remote_code``
-    lets an lm-eval task file run its Python."""
+@dataclass(frozen=True)
+class FindSplits:
+    """find's discovery and held-out sets, rebuilt; ``stood_in``: from the verification task given, which stands in
+    for find's task file where that is not here (:func:`result_splits`)."""
+
+    discovery: Task
+    heldout: Task
+    stood_in: bool = False
+
+
+def result_splits(result: FindResult, *, given: Task | None = None, required: bool = True,
+                  trust_remote_code: bool = False) -> FindSplits | None:
+    """Rebuild find's discovery and held-out sets from the result (checked by content hash): from the task the
+    result names, or, where its file is not here (a result made on another machine), from ``given`` when that
+    task's examples are find's (the content hash find recorded); ``trust_remote_code`` lets an lm-eval task file
+    run its Python. None for a task given in memory, or (``required`` False) one that is not here and that
+    ``given`` does not stand in for.
+
+    Raises:
+        ResultFileError: the task changed since find ran; or (``required``) it is not here and ``given`` does not
+            stand in for it.
+    """
     from headprune.search.split import split_task
 
     if not result.task.spec:
         return None
-    held_spec = result.heldout_task.spec
     load = functools.partial(load_task, trust_remote_code=trust_remote_code)
-    split = split_task(load(result.task.spec), discovery=result.split.discovery, heldout=result.split.heldout,
+    task, stood_in = _find_task(result, given, load, required)
+    if task is None:
+        return None
+    held_spec = result.heldout_task.spec
+    split = split_task(task, discovery=result.split.discovery, heldout=result.split.heldout,
                        seed=result.split.seed, heldout_task=load(held_spec) if held_spec else None)
     if split.heldout.content_hash() != result.heldout_task.hash:
         raise ResultFileError("the task files changed since find ran (held-out hash differs); give a verify_task",
                               settings=("verify_task",))
-    return split.discovery, split.heldout
+    return FindSplits(split.discovery, split.heldout, stood_in)
 
 
-def find_means(lm: LoadedModel, result: FindResult, splits: tuple[Task, Task] | None) -> torch.Tensor:
+def _find_task(result: FindResult, given: Task | None, load: functools.partial,
+               required: bool) -> tuple[Task | None, bool]:
+    """find's task, and whether ``given`` stands in for it (see :func:`result_splits`)."""
+    spec = result.task.spec
+    try:
+        return load(spec), False
+    except TaskError as error:
+        if task_files(spec):  # its file is here and reads otherwise now: that is what to say
+            raise
+        if given is not None and given.content_hash() == result.task.hash:
+            return given, True
+        if not required:
+            return None, False
+        raise ResultFileError(
+            f"find's task {spec} is not here (a result made on another machine?): give verify_task, that task's "
+            "file where it is now (find's held-out set is rebuilt from it and checked against find's hash) or "
+            "another task to verify on", settings=("verify_task",)) from error
+
+
+def find_means(lm: LoadedModel, result: FindResult, splits: FindSplits | None) -> torch.Tensor:
     """The head means find ablated with: recomputed on its discovery set (checked by content hash) the way find
     computed them, and checked against the digest find recorded; otherwise refused, never replaced by others.
 
@@ -165,9 +232,9 @@ def find_means(lm: LoadedModel, result: FindResult, splits: tuple[Task, Task] | 
         refuse("find's discovery set cannot be rebuilt (the result's task was given in memory, not as a spec)")
     if result.means_digest is None or result.task.discovery_hash is None:
         refuse("the result does not record the means find used (made with zero ablation or by an older headprune)")
-    if splits[0].content_hash() != result.task.discovery_hash:
+    if splits.discovery.content_hash() != result.task.discovery_hash:
         refuse("the task changed since find ran (its discovery set hash differs)")
-    means = Evaluator(lm, splits[0], batch_size=result.settings.batch_size).head_means()
+    means = Evaluator(lm, splits.discovery, batch_size=result.settings.batch_size).head_means()
     if means_digest(means) != result.means_digest:
         refuse(f"the head means recomputed on find's discovery set differ from those find used (digest "
                f"{result.means_digest[:19]}...); export with the dtype and device find ran with")
@@ -199,18 +266,20 @@ def verification_inputs(lm: LoadedModel, result: FindResult | None, verify_task:
     """The task the export is verified on (at most ``limit`` examples), the head means of a mean ablation, and
     whether the task is re-measured (heads given by hand without a task: outputs on a built-in text sample).
 
-    The task: ``verify_task``, else the held-out set the result records. The means: exactly those find used for
-    a result (:func:`find_means`), the verification task's for heads given by hand.
+    The task: ``verify_task``, else the held-out set the result records (also where ``verify_task`` stands in for
+    find's task file, which is not here: :func:`result_splits`). The means: exactly those find used for a result
+    (:func:`find_means`), the verification task's for heads given by hand.
 
     Raises:
         ExportSettingsError, ResultFileError, TaskError, UnsupportedModelError (the model's outputs are not finite).
     """
     from headprune.evaluation import Evaluator
 
-    splits = result_splits(result, trust_remote_code=trust_remote_code) if result is not None else None
-    task = (load_task(verify_task, trust_remote_code=trust_remote_code) if isinstance(verify_task, (str, Path))
-            else verify_task) or (
-        splits[1] if splits else None)
+    given = (load_task(verify_task, trust_remote_code=trust_remote_code) if isinstance(verify_task, (str, Path))
+             else verify_task) or None
+    splits = result_splits(result, given=given, required=given is None or ablation == "mean",
+                           trust_remote_code=trust_remote_code) if result is not None else None
+    task = splits.heldout if splits is not None and (given is None or splits.stood_in) else given
     remeasured = task is not None
     if task is None:
         if ablation == "mean":

@@ -13,6 +13,7 @@ import torch
 from headprune.core.extras import require
 from headprune.core.hashing import sha256_file
 from headprune.errors import UnsupportedModelError
+from headprune.loading.gguf_header import check_head_counts
 from headprune.loading.gguf_source import write_marker
 
 
@@ -22,14 +23,19 @@ def convert_gguf(path: Path, cache: Path) -> Path:
     if (target / "config.json").is_file():
         return target
     require("gguf", f"reading a .gguf model ({path.name})")
+    from huggingface_hub.errors import StrictDataclassError  # transformers' configs check their fields
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     try:
+        check_head_counts(path)  # named by key: transformers' config would refuse them in its own words
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError, AssertionError, RuntimeError,
-            struct.error) as error:  # whatever a malformed file makes the GGUF parser raise
-        raise UnsupportedModelError(f"{path}: cannot read this GGUF file ({str(error)[:200]})") from error
+            ArithmeticError, struct.error, StrictDataclassError) as error:  # what a malformed file makes them raise
+        if isinstance(error, UnsupportedModelError):
+            raise
+        why = " ".join(line.strip() for line in str(error).splitlines())[:200]  # a config field's error spans lines
+        raise UnsupportedModelError(f"{path}: cannot read this GGUF file ({why})") from error
     # A de-quantised GGUF model cannot be save_pretrained-ed as is: rebuild it from a plain config.
     config_dict = model.config.to_dict()
     config_dict.pop("quantization_config", None)

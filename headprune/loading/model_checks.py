@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from transformers import PretrainedConfig
 
@@ -167,4 +168,37 @@ def check_loaded(spec: str, chosen: ModelClass, unused: tuple[str, ...], missing
                     len(missing), chosen.name, _few(missing))
 
 
-__all__ = ["POSITIVE_FIELDS", "check_config_file", "check_loaded", "shape_mismatches", "sliced_record"]
+def dropped_tensors(model: Any, folder: Path) -> tuple[str, ...]:
+    """The checkpoint tensors of modules the loaded class does not build, which it drops by design: those its
+    ``_keys_to_ignore_on_load_unexpected`` patterns match (multi-token-prediction layers: Qwen3.5's and Qwen3-Next's
+    ``mtp.*``, DeepSeek-V3's and GLM-4.5's extra layer; Gemma 4's key/value-shared layers' k/v; DeBERTa-v3's
+    ``mask_predictions``), which transformers leaves out of ``unexpected_keys`` too. Stale buffers of modules it
+    builds (GPT-2's ``attn.bias`` masks) are not among them: transformers rebuilds those. None is a head of the stack
+    headprune prunes; a safetensors export writes them through unchanged (:mod:`headprune.exporter.passthrough`).
+    """
+    import re
+
+    from headprune.core.checkpoint_files import weight_map
+
+    patterns = sorted(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())
+    if not patterns:
+        return ()
+    ignored = re.compile("|".join(f"({pattern})" for pattern in patterns))
+    return tuple(sorted(name for name in weight_map(folder) if ignored.search(name)
+                        and not _builds(model, name.rpartition(".")[0])))
+
+
+def _builds(model: Any, path: str) -> bool:
+    """Whether ``model`` has the module ``path`` names (with or without its base model's prefix)."""
+    prefix = f"{model.base_model_prefix}."
+    for root, name in ((model, path), (model.base_model, path.removeprefix(prefix)), (model, prefix + path)):
+        try:
+            root.get_submodule(name)
+            return True
+        except AttributeError:
+            continue
+    return False
+
+
+__all__ = ["POSITIVE_FIELDS", "check_config_file", "check_loaded", "dropped_tensors", "shape_mismatches",
+           "sliced_record"]

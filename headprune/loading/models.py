@@ -14,7 +14,8 @@ import os
 import pickle
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -23,6 +24,7 @@ from safetensors import SafetensorError
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from headprune.core.checkpoint_files import pickle_protocols, refused
+from headprune.core.compat import forget_quantized_loading
 from headprune.core.hashing import hash_weights
 from headprune.core.io import user_path
 from headprune.errors import ModelNotFoundError, SearchSettingsError, UnsupportedModelError
@@ -31,8 +33,10 @@ from headprune.loading.adapters import Adapter, adapter_for, supported_model_typ
 from headprune.loading.credentials import credentials_found, load_tokenizer, strip_loaded
 from headprune.loading.gguf_convert import convert_gguf
 from headprune.loading.gguf_source import BUILTIN_MODELS, builtin_gguf
-from headprune.loading.model_checks import check_config_file, check_loaded, shape_mismatches, sliced_record
+from headprune.loading.model_checks import (check_config_file, check_loaded, dropped_tensors, shape_mismatches,
+                                            sliced_record)
 from headprune.loading.model_class import ModelClass, loading_class, task_head_of
+from headprune.loading.quantized import Quantization, check_dequantized, read_quantization
 
 log = logging.getLogger("headprune")
 
@@ -64,6 +68,8 @@ class LoadedModel:
     grid: HeadGrid
     model_class: ModelClass | None = None  # None for runtimes standing in for a model (ONNX)
     unused_tensors: tuple[str, ...] = ()  # checkpoint tensors the class did not load (never exported)
+    quantization: Quantization | None = None  # a quantized checkpoint's quantization, read dequantized
+    dropped_tensors: tuple[str, ...] = ()  # checkpoint tensors the class drops by design (multi-token prediction)
     _weight_hash: str | None = field(default=None, repr=False)
 
     @property
@@ -198,14 +204,17 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     dtype = checkpoint_dtype(config) if dtype == "checkpoint" else resolve_dtype(dtype, target)
     adapter = adapter_for(config)
     adapter.check_config(config, f"{folder}: config.json")
-    sliced = sliced_record(config, folder)
+    sliced, quantization = sliced_record(config, folder), read_quantization(folder)
     chosen, from_pretrained = loading_class(config, folder, sliced, encoder=adapter.is_encoder,
                                             trust_remote_code=trust_remote_code)
     placement = {} if device_map is None else {
         "device_map": device_map, "max_memory": max_memory, "offload_folder": _offload_folder()}
+    if quantization is not None:  # read dequantized on every device (a CPU would anyway): search and surgery cut plain
+        placement.update(quantization.loading_kwargs())  # weights
     credentials = credentials_found(folder, spec)
     try:
-        with pickle_protocols() as protocols:  # torch's warning about one goes into the refusal's line
+        with pickle_protocols() as protocols, warnings.catch_warnings():  # torch's warning about one goes into the
+            warnings.filterwarnings("ignore", "You passed `quantization_config`")  # refusal; ours asks to dequantize
             model, info = from_pretrained(folder, dtype=dtype, output_loading_info=True, **placement)
     except OSError as error:
         raise ModelNotFoundError(f"{spec}: cannot load model files ({error})") from error
@@ -231,7 +240,15 @@ def load_model(spec: str, *, dtype: str | torch.dtype | None = "auto", device: s
     unused = tuple(sorted(info.get("unexpected_keys", ())))
     check_loaded(spec, chosen, unused, tuple(sorted(info.get("missing_keys", ()))), adapter=adapter,
                  sliced=sliced is not None)
-    return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config), chosen, unused)
+    dropped = dropped_tensors(model, folder)
+    if quantization is not None:  # the weights read (those of what the class drops are written through as stored)
+        check_dequantized(model, quantization, spec)
+        forget_quantized_loading(model)
+        quantization = replace(quantization, read_as=str(model.dtype).removeprefix("torch."),
+                               weights=tuple(name for name in quantization.weights if name not in set(dropped)))
+        log.info("%s: %s", spec, quantization.line())
+    return LoadedModel(spec, folder, model, tokenizer, adapter, adapter.grid(model.config), chosen, unused,
+                       quantization, dropped)
 
 
 def _load_tokenizer(folder: Path, spec: str, credentials: dict, *, trust_remote_code: bool) -> PreTrainedTokenizerBase:

@@ -42,7 +42,7 @@ def render_markdown(result: FindResult) -> str:
         f"# headprune find: {model.name} on {result.task.name}",
         "",
         f"- Model: `{model.name}` ({model.family}, {model.shape}), weights "
-        f"`{model.weight_hash[:23]}...`",
+        f"`{model.weight_hash[:23]}...`" + (f"; {model.quantization}" if model.quantization else ""),
         f"- Task: `{result.task.name}` ({result.task.kind}), discovery n={result.split.discovery}, "
         f"held-out n={result.split.heldout}, split seed {result.split.seed}; disjoint by input: "
         f"{result.split.duplicates_dropped} duplicate(s) and {result.split.conflicts_dropped} example(s) repeating "

@@ -5,7 +5,8 @@ A run writes ``journal.jsonl`` while it runs and, at the end, ``result.json``, `
 (:data:`RUN_FILES`), each moved in by name. So its ``--out`` is a new or empty folder, or the folder of an earlier
 run (resumed, or started afresh with ``--overwrite``: ``headprune.search.find.check_run_folder`` decides which);
 never a folder that is, holds or lies inside what the run reads (the model, a task, held-out or control file), and
-never one with other files, which could be an output's namesake (a model folder's own ``report.md``). Right before
+never one with other files, which could be an output's namesake (a model folder's own ``report.md``), nor one whose
+run file is a symbolic link or a folder (``result.json`` leading elsewhere). Right before
 the outputs move in, the same rule is checked again, and a file that took an output's name since the run started
 is refused too: the outputs then stay in their staging folder, and nothing in the folder is replaced.
 """
@@ -80,6 +81,10 @@ def check_run_destination(out: Path, inputs: Iterable[tuple[str, Path]], *,
         raise ResultFileError(f"{shown(out)} holds files find does not write ({', '.join(strangers[:3])}"
                               f"{' ...' if len(strangers) > 3 else ''}); {ADVICE}", settings=("out",))
     found = frozenset(names & set(RUN_FILES))
+    linked = sorted(name for name in found if (out / name).is_symlink() or not (out / name).is_file())
+    if linked:  # a run's outputs replace its files by name: never what a link leads to, nor a folder
+        raise ResultFileError(f"{shown(out / linked[0])} is a symbolic link or not a file, not one find wrote; move "
+                              "it away", settings=("out",))
     appeared = sorted(found - set(present) - {JOURNAL_NAME}) if present is not None else []
     if appeared:
         raise ResultFileError(f"{shown(out)} holds {', '.join(appeared)}, which find did not write and which appeared "

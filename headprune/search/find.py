@@ -37,7 +37,7 @@ from headprune.search.rules import find_rule
 from headprune.search.settings import (DEFAULT_DISCOVERY, DEFAULT_HELDOUT, RANK_KEYS, SCREENS, SETTING_NAMES,
                                        FindSettings, check_layout, check_placement, check_plan_size, check_settings,
                                        fit_to_grid, settings_for)
-from headprune.search.split import Inputs, TaskLike, load_inputs
+from headprune.search.split import Inputs, TaskLike, fit_guards, load_inputs
 from headprune.search.stages import Stages, rank_key
 
 log = logging.getLogger("headprune")
@@ -53,7 +53,7 @@ def find(
     out: Path | None = None, resume: bool = False,
     overwrite: bool = False, progress: bool = False, device: str = "auto", dtype: str = "auto",
     trust_remote_code: bool = False, device_map: str | None = None, max_memory: str | dict | None = None,
-    team: Team | None = None, revision: str | None = None, **options: object,
+    team: Team | None = None, revision: str | None = None, default_guard: bool = False, **options: object,
 ) -> FindResult:
     """Find a small head set whose removal improves ``task``, and test it on held-out data.
 
@@ -70,6 +70,9 @@ def find(
         control: second tasks measured for the finalists (the trade-off).
         guard: tasks the shipped set must not hurt, each ``TASK[:margin=M]`` (points, or nats for a text task):
             they steer the search and join the claim (``headprune.search.guards``).
+        default_guard: where no ``guard`` is named (improve only), guard with ``general``, as the command line does
+            by default; a model that cannot take it (not a causal language model, or too few of its texts fit the
+            model's positions) runs without it, saying so.
         seed: split and bootstrap seed.
         ablation: ``zero`` or ``mean`` (means over the discovery inputs).
         nominees: M, the best single heads kept for the joint search.
@@ -120,9 +123,10 @@ def find(
     check_placement(device_map, team.parallel)
     lock = _claim(out, team, resume=resume, overwrite=overwrite)
     try:
-        return _run(model, task, heldout_task, control, settings, discovery, heldout, guard=guard, out=out,
-                    resume=resume, progress=progress, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                    device_map=device_map, max_memory=max_memory, team=team, started=started, revision=revision)
+        return _run(model, task, heldout_task, control, settings, discovery, heldout, guard=guard,
+                    default_guard=default_guard, out=out, resume=resume, progress=progress, device=device,
+                    dtype=dtype, trust_remote_code=trust_remote_code, device_map=device_map, max_memory=max_memory,
+                    team=team, started=started, revision=revision)
     finally:
         if lock is not None:
             lock.release()
@@ -177,15 +181,17 @@ def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None
          control: TaskLike | Sequence[TaskLike] | None, settings, discovery: int, heldout: int, *,  # noqa: ANN001
          out: Path | None, resume: bool, progress: bool, device: str, dtype: str, trust_remote_code: bool,
          device_map: str | None, max_memory: str | dict | None, team: Team, started: float,
-         revision: str | None = None, guard: str | Sequence[str] | None = None) -> FindResult:
+         revision: str | None = None, guard: str | Sequence[str] | None = None,
+         default_guard: bool = False) -> FindResult:
     """The run itself, once the settings are checked and the folder is held."""
     inputs = load_inputs(task, heldout_task, control, settings, discovery, heldout,
-                         trust_remote_code=trust_remote_code, guard=guard)
+                         trust_remote_code=trust_remote_code, guard=guard, default_guard=default_guard)
     lm = load_model(model, dtype=dtype, device=team.device(device), trust_remote_code=trust_remote_code,
                     device_map=device_map, max_memory=max_memory,
                     revision=revision) if isinstance(model, str) else model
     if out is not None:  # the folder the model was read from (a Hub id's snapshot, a GGUF's conversion): not out
         refuse_overlap(out, [("the model", lm.folder)], advice="give find a new or empty folder of its own")
+    inputs, notes = fit_guards(inputs, lm, settings)  # examples longer than the model's positions left out
     if team.parallel:
         log.info("data-parallel: %d processes share every stage's conditions", team.world)
     check_layout(lm.grid, settings.prefer)
@@ -195,6 +201,8 @@ def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None
         conditions = Conditions.start(lm, inputs.split, inputs.controls, settings, out=out, resume=resume,
                                       progress=progress, rule=find_rule().journal, team=team, guards=inputs.guards,
                                       fresh=inputs.fresh)
+        for note in notes:  # said once the run has passed its checks: a refused run says its refusal alone
+            log.info("%s", note)
         stages = Stages(lm, conditions, settings)
         stages.guards = tuple(Guard(g.task.name, g.metric, g.margin, index) for index, g in enumerate(inputs.guards))
         stages.timings["setup"] = time.perf_counter() - started

@@ -13,6 +13,12 @@ reading version 4 would take for the claim; version 4 files are read as they wer
 that chose (``Selection.rule``, ``Verdict.rule``; ``headprune.search.rules``): the steps of find's rule since then
 skip a head that does not reject, which a headprune reading version 5 would take for a sequence that stopped there;
 version 5 files are read as they were (the sequence's).
+
+A result of version 5 or later carries a ``digest``: the sha256 of everything else in it but its timings (the JSON
+with sorted keys and no spaces), so that :meth:`FindResult.load` can refuse a file edited since find wrote it (a
+finalist's heads changed, a guard's fields deleted), whose figures would no longer be find's for what it says. It is a
+checksum, not a signature: it catches an edit, not a forgery. Files of versions 1 to 4 (headprune 0.3.0 and earlier)
+have none and are read as written.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headprune.core.hashing import json_digest
 from headprune.core.io import read_regular_file
 from headprune.core.record_json import from_json, to_json
-from headprune.errors import ResultFileError
+from headprune.errors import EditedResultError, ResultFileError
 from headprune.evaluation.results import Summary
 from headprune.heads import Head, HeadGrid, LayerHeads, parse_heads
 from headprune.search.effects import ControlEffect
@@ -31,6 +38,7 @@ from headprune.search.generations import Generations
 from headprune.search.guards import GuardEffect, Guarding, claim_holds
 from headprune.search.paired import Paired
 from headprune.search.parsimony import HeadContribution, Parsimony
+from headprune.search.result_upgrade import upgrade_v1
 from headprune.search.selection import Selection
 from headprune.search.settings import FindSettings
 from headprune.search.shrink_record import Shrink
@@ -38,6 +46,9 @@ from headprune.search.stats import NonInferiority, Verdict
 
 SCHEMA_VERSION = 6
 RESULT_NAME = "result.json"
+DIGEST_KEY = "digest"
+DIGEST_SINCE = 5  # the first schema version whose files carry a digest
+UNDIGESTED = (DIGEST_KEY, "timings")  # what the digest leaves out: itself, and how long the stages took
 
 
 @dataclass(frozen=True)
@@ -55,15 +66,16 @@ class ModelInfo:
     head_dim: int
     revision: str | None = None  # the Hub commit the weights were read at (None: not a Hub snapshot)
     grid: tuple[LayerHeads, ...] = ()  # each layer's heads, where the layers differ (empty: all alike)
+    quantization: str | None = None  # a quantized checkpoint: how it was read (which weights, dequantized to what)
 
     @classmethod
     def of(cls, name: str, weight_hash: str, family: str, model_type: str, grid: HeadGrid,
-           revision: str | None) -> ModelInfo:
-        """The record of a model whose heads are ``grid``."""
+           revision: str | None, quantization: str | None = None) -> ModelInfo:
+        """The record of a model whose heads are ``grid`` (``quantization``: how a quantized checkpoint was read)."""
         heads, kv_heads, head_dim = (max((getattr(layer, f) for layer in grid.layers), default=0)
                                      for f in ("heads", "kv_heads", "head_dim"))
         return cls(name, weight_hash, family, model_type, grid.num_layers, heads, kv_heads, head_dim, revision,
-                   () if grid.is_uniform else grid.layers)
+                   () if grid.is_uniform else grid.layers, quantization)
 
     @property
     def head_grid(self) -> HeadGrid:
@@ -291,7 +303,9 @@ class FindResult:
         return self.compression.verdict.accepted if self.compression is not None else self.confirmed
 
     def to_dict(self) -> dict:
-        return to_json(self)
+        """The record as JSON, with its digest last (``core.hashing.json_digest``, without :data:`UNDIGESTED`)."""
+        data = to_json(self)
+        return {**data, DIGEST_KEY: json_digest(data, leave_out=UNDIGESTED)}
 
     def save(self, path: Path) -> None:
         from headprune.core.io import atomic_write_json
@@ -302,7 +316,7 @@ class FindResult:
     def from_dict(cls, data: dict) -> FindResult:
         version = data.get("schema_version")
         if version == 1:
-            data = _upgrade_v1(data)
+            data = upgrade_v1(data, SCHEMA_VERSION)
         elif version in (2, 3, 4, 5):  # 0.2: no selection; 3: no parts or selected estimates; 4: no sequence;
             # 5: no rule named (the sequence's)
             data = {**data, "schema_version": SCHEMA_VERSION}
@@ -324,48 +338,33 @@ class FindResult:
         except (OSError, UnicodeDecodeError, ValueError) as error:  # a FIFO or device, or too large: not read
             raise ResultFileError(f"{path}: cannot read it ({error})") from error
         try:
-            return cls.from_dict(json.loads(text))
+            data = json.loads(text)
+            check_digest(data, path)
+            return cls.from_dict(data)
+        except EditedResultError:
+            raise
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as error:
             raise ResultFileError(f"{path}: not a headprune result ({type(error).__name__}: {error})") from error
 
 
-def _paired_v1(row: dict) -> dict:
-    return {k: row[k] for k in ("n", "rescued", "damaged", "accuracy_before", "accuracy_after", "margin_change")}
+def check_digest(data: object, path: Path) -> None:
+    """Refuse a result of a version that carries a digest whose digest is missing or does not match its content.
 
-
-def _verdict_v1(v: dict, rank: int) -> dict:
-    return {**{k: v[k] for k in ("n", "accuracy_before", "accuracy_after", "rescued", "damaged", "p_value",
-                                 "alpha")}, "role": "primary" if rank == 1 else "exploratory"}
-
-
-def _control_v1(c: dict, task: str) -> dict:
-    return {"task": task, "metric": c["metric"], "n": c["n"], "before": c["before"], "after": c["after"],
-            "ci95": c["ci95"], "rescued": c.get("rescued"), "damaged": c.get("damaged")}
-
-
-def _upgrade_v1(data: dict) -> dict:
-    """A version 1 ``result.json`` (flat dicts) in the version 2 layout."""
-    control = data.get("control_task")
-    control_name = control["name"] if control else ""
-    baseline = data["baseline"]
-    prescreen = data.get("prescreen")
-    if prescreen and prescreen.get("rounds"):
-        prescreen = {**prescreen, "rounds": {head: {"round": r["round"], "paired": _paired_v1(r)}
-                                             for head, r in prescreen["rounds"].items()}}
-    known = {f for f in FindSettings.__dataclass_fields__}
-    return {
-        "model": data["model"], "task": data["task"], "heldout_task": data["heldout_task"],
-        "control_tasks": [control] if control else [], "split": data["split"],
-        "settings": {k: v for k, v in data["settings"].items() if k in known},
-        "baseline": {"discovery": baseline["discovery"], "heldout": baseline["heldout"],
-                     "controls": [baseline["control"]] if "control" in baseline else []},
-        "screen": [{"head": r["head"], "paired": _paired_v1(r), "estimate": r.get("estimate")}
-                   for r in data["screen"]],
-        "nominees": data["nominees"],
-        "sets": [{"heads": s["heads"], "paired": _paired_v1(s)} for s in data["sets"]],
-        "finalists": [{"rank": f["rank"], "heads": f["heads"], "discovery": _paired_v1(f["discovery"]),
-                       "heldout": _verdict_v1(f["heldout"], f["rank"]),
-                       "controls": [_control_v1(f["control"], control_name)] if f.get("control") else []}
-                      for f in data["finalists"]],
-        "prescreen": prescreen, "timings": data.get("timings", {}), "schema_version": SCHEMA_VERSION,
-    }
+    Raises:
+        EditedResultError: naming the file, with each finalist's heads as it now reads.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("schema_version"), int) \
+            or data["schema_version"] < DIGEST_SINCE:
+        return  # an older file (read as written), or no result at all (from_dict says so)
+    recorded = data.get(DIGEST_KEY)
+    try:
+        if recorded == json_digest(data, leave_out=UNDIGESTED):
+            return
+    except ValueError:  # a NaN written in by hand: not what find wrote
+        pass
+    why = "it has no digest, which find writes into every result" if recorded is None else \
+        "its content no longer matches the digest find wrote"
+    finalists = data.get("finalists")
+    heads = tuple(tuple(str(h) for h in f.get("heads", ())) if isinstance(f, dict) and isinstance(
+        f.get("heads"), list) else () for f in finalists) if isinstance(finalists, list) else ()
+    raise EditedResultError(f"{path} was edited after find wrote it ({why})", finalists=heads)

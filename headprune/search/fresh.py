@@ -44,6 +44,10 @@ def fresh_examples(task: Task, sides: Sequence[Task], count: int, *, seed: int) 
     fresh = [task.examples[i] for i in leftovers[:count]]
     if len(fresh) < count:
         fresh += [e for e in _drawn_beyond(task, count - len(fresh)) if e.input_key() not in seen][: count - len(fresh)]
+    if len(fresh) < count:  # the test runs on what there is: said, never capped in silence
+        log.warning("shrink: %s holds %s fresh example%s (on neither side of the split), not the %s asked for%s",
+                    task.name, f"{len(fresh):,}", "" if len(fresh) == 1 else "s", f"{count:,}",
+                    "; the shrunk set is tested on those" if fresh else "")
     if not fresh:
         return None
     return replace(task, name=task.name + "[fresh]", examples=tuple(fresh))

@@ -96,4 +96,29 @@ def heldout_effects(stages: object, frozen: Sequence[HeadSet]) -> list[tuple[Gua
                   for g, per_guard in zip(guards, results)) for rank in range(len(frozen))]
 
 
-__all__ = ["GuardCheck", "heldout_effects"]
+def guard_chain(stages: object, chain: Sequence[HeadSet]) -> tuple[int, tuple[GuardEffect, ...]]:
+    """The guards' fixed sequence over ``chain``: nested sets, smallest first, each one the task's sequence confirmed
+    (its block, then one head more a step). Each set's guards are tested on their held-out examples at the claim's
+    level, in order, up to the first set that does not keep them all (the sets after it are not evaluated).
+
+    Why the claim keeps its level: the chain's order is fixed on the search half, and a fixed sequence is a closed
+    test, so the chance that any set it passes truly breaks a guard is at most the guard test's level, however the
+    task's steps truncated the chain. The claim for the set shipped (the last that kept them) stays an
+    intersection-union test of its task steps and its guards.
+
+    Returns:
+        How many sets of ``chain`` kept every guard, and the effects of the set that stopped the sequence (empty
+        when none did).
+    """
+    guards: tuple[Guard, ...] = stages.guards  # type: ignore[attr-defined]
+    conditions, base, alpha = stages.conditions, stages.base, stages.settings.alpha  # type: ignore[attr-defined]
+    for index, heads in enumerate(chain):
+        after = [conditions.many(g.heldout, [heads], f"guard {g.name}")[0] for g in guards]
+        effects = tuple(GuardEffect.measure(g, base[g.heldout], result, alpha=alpha)
+                        for g, result in zip(guards, after))
+        if not all(effect.held for effect in effects):
+            return index, effects
+    return len(chain), ()
+
+
+__all__ = ["GuardCheck", "guard_chain", "heldout_effects"]

@@ -24,13 +24,14 @@ The guard tests:
   whose exact size ``tests/test_stats.py`` checks); the interval is Tango's score interval, whose lower end lies
   above ``-M`` exactly when the test accepts;
 - a **text** guard (margin ``M`` nats of mean token NLL, e.g. ``general``): a one-sided test of ``H0: the mean
-  increase of the per-example NLL >= M`` by the paired t statistic with Hall's (1992) skewness correction
-  (:func:`mean_interval`); the interval's upper end lies below ``M`` exactly when the test accepts. Per-example
-  changes are right-skewed (a few texts move a lot), and there the plain t test is anti-conservative: simulated with
-  gamma-distributed changes of skewness 2.8 at the boundary of the null, it accepted 5.2% at n = 160 where it should
-  at most 2.5%; the corrected test accepted 2.6% (8,000 draws, standard error 0.17%), and 2.0-2.7% at skewness 1.4
-  and 0 for n = 160 and 400 (``tests/test_guards.py`` checks it). At n = 80 and skewness 2.8 it still reaches 3.2%:
-  a text guard wants 160 held-out texts or more (``general`` holds out 160).
+  increase of the per-example NLL >= M`` by the paired t statistic with Hall's (1992) skewness correction, made
+  conservative for the long upper tail such changes have (:mod:`headprune.search.skewed_mean` says how, and what it
+  costs); the interval's upper end lies below ``M`` exactly when the test accepts. Its size, measured by
+  ``scripts/guard_size.py`` on skewed and heavy-tailed changes at the boundary of the null, stays within the level
+  from :data:`~headprune.search.skewed_mean.MIN_TEXTS` held-out texts, the least a text guard takes.
+
+A margin is at most what the metric can measure: an accuracy change lies within 100 points, so a larger margin
+would be a guard that cannot fail; a text guard's is at most :data:`MAX_NLL_MARGIN` nats.
 
 Every other finalist's guard changes are exploratory (chosen after held-out was read), with intervals simultaneous
 over the finalists (Bonferroni), as its task verdict's are.
@@ -46,13 +47,19 @@ import numpy as np
 
 from headprune.errors import SearchSettingsError
 from headprune.search.score import NON_INFERIORITY_TEST, non_inferior, score_interval
+from headprune.search.skewed_mean import MIN_TEXTS, NLL_TEST, mean_interval, skewness
+from headprune.tasks import Task
 
 GENERAL = "general"  # the built-in general-text guard (headprune.tasks.builtin)
 DEFAULT_ACCURACY_MARGIN = 5.0  # accuracy points: about two standard errors of a 0-point change at 400 examples
 DEFAULT_NLL_MARGIN = 0.05  # nats per token: perplexity up by at most 5.1% (exp(0.05))
 GUARD_DISCOVERY_SHARE = 1 / 3  # of a guard's examples, read by the search; the rest are held out
 GUARD_TRIES = 10  # candidate sets checked on a guard's discovery examples, best first, per choice
-NLL_TEST = "one-sided paired t test of the mean per-example NLL change, skewness-corrected (Hall 1992)"
+MAX_ACCURACY_MARGIN = 100.0  # points: an accuracy change cannot be larger
+# nats: perplexity up 22,026-fold, more than the whole way from a model that predicts ordinary text (2-4 nats a
+# token) to a uniform guess over a vocabulary of 50,000 tokens (10.8 nats): a wider margin accepts a model that
+# predicts nothing, a guard that cannot fail
+MAX_NLL_MARGIN = 10.0
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,8 @@ def parse_guard(text: str) -> GuardSpec:
     """``TASK[:key=value,...,margin=M]`` -> the task spec and the margin (the other options stay the task's).
 
     Raises:
-        SearchSettingsError: a margin that is not a positive finite number.
+        SearchSettingsError: a margin that is not a positive finite number, or more than 100 (points; a text task's
+            own bound, 10 nats, is checked when it is loaded).
     """
     head, sep, options = str(text).rpartition(":")
     if not sep or "=" not in options:
@@ -84,18 +92,47 @@ def parse_guard(text: str) -> GuardSpec:
         margin = float(raw)
     except ValueError:
         raise SearchSettingsError(f"guard {text!r}: margin={raw[:40]!r} is not a number", settings=("guard",)) from None
-    if not math.isfinite(margin) or margin <= 0:
-        raise SearchSettingsError(f"guard {text!r}: margin must be a positive number (accuracy points, or nats of "
-                                  f"mean NLL for a text task), got {raw[:40]}", settings=("guard",))
+    margin_for("accuracy", margin, owner=f"guard {text!r}: ")  # positive, finite, at most the largest any metric takes
     rest = [item for item in items if item not in margins]
     return GuardSpec(head + (":" + ",".join(rest) if any(item.strip() for item in rest) else ""), margin)
 
 
-def margin_for(metric: str, given: float | None) -> float:
-    """The margin in the metric's own unit (an accuracy fraction, or nats) from the margin given (points or nats)."""
+def _beyond(given: float) -> str:
+    return (f"margin {given:g} is beyond what the task can measure (an accuracy change is at most "
+            f"{MAX_ACCURACY_MARGIN:g} points; a text task's margin is at most {MAX_NLL_MARGIN:g} nats of mean NLL): "
+            "a test against it could never fail")
+
+
+def margin_for(metric: str, given: float | None, *, owner: str = "", settings: tuple[str, ...] = ("guard",)
+               ) -> float:
+    """The margin in the metric's own unit (an accuracy fraction, or nats) from the margin given (points or nats).
+
+    Raises:
+        SearchSettingsError: a margin that is not positive and finite, or beyond what the metric can measure;
+            ``owner`` starts the message and ``settings`` are the options it names.
+    """
+    if given is not None and not (math.isfinite(given) and given > 0):
+        raise SearchSettingsError(f"{owner}margin must be a positive number, got {given:g}", settings=settings)
+    if given is not None and given > (MAX_ACCURACY_MARGIN if metric == "accuracy" else MAX_NLL_MARGIN):
+        raise SearchSettingsError(owner + _beyond(given), settings=settings)
     if metric == "accuracy":
         return (DEFAULT_ACCURACY_MARGIN if given is None else given) / 100
     return DEFAULT_NLL_MARGIN if given is None else given
+
+
+def check_guard_sample(task: Task, given: float | None, *, settings: tuple[str, ...]) -> None:
+    """Refuse a margin the task's metric cannot measure, and a text task too small for the text test
+    (``headprune eval --margin``; find's guards are checked as they are split, ``headprune.search.split``).
+
+    Raises:
+        SearchSettingsError
+    """
+    metric = "accuracy" if task.has_accuracy else "mean_nll"
+    margin_for(metric, given, settings=settings)
+    if metric == "mean_nll" and len(task) < MIN_TEXTS:
+        raise SearchSettingsError(f"{task.name} has {len(task)} texts; the test of a text task needs at least "
+                                  f"{MIN_TEXTS}: below that its level is not shown to hold (docs/find.md)",
+                                  settings=settings)
 
 
 @dataclass(frozen=True)
@@ -218,41 +255,6 @@ def keeps(effect: GuardEffect, size: int) -> bool:
     return bound < effect.margin
 
 
-def skewness(values: np.ndarray) -> float:
-    """The sample skewness (third standardised moment, by the plug-in moments); 0 without spread."""
-    values = np.asarray(values, dtype=np.float64)
-    deviation = values - values.mean()
-    scale = float(np.sqrt(np.mean(deviation**2)))
-    return float(np.mean(deviation**3)) / scale**3 if scale > 0 else 0.0
-
-
-def mean_interval(mean: float, spread: float, skew: float, n: int, *, alpha: float) -> tuple[float, float]:
-    """The ``1 - alpha`` interval of a mean from ``n`` values of standard deviation ``spread`` and skewness ``skew``,
-    each end a one-sided test at ``alpha / 2``: the means ``mu`` whose t statistic ``T = sqrt(n) (mean - mu) /
-    spread``, transformed by Hall's cubic ``g(T) = T + a (1 + 2 T^2) + (4 a^2 / 3) T^3`` with ``a = skew / (6
-    sqrt(n))`` (Hall 1992, J R Stat Soc B 54:221; ``g`` is monotone), lies within the t quantiles. With ``skew``
-    0 it is the paired t interval."""
-    from headprune.search.effects import t_quantile  # effects reads evaluation (torch): records import this module
-
-    if spread <= 0:
-        return mean, mean
-    z = t_quantile(1 - alpha / 2, max(n - 1, 1))
-    a = skew / (6 * math.sqrt(n))
-
-    def g(t: float) -> float:
-        return t + a * (1 + 2 * t * t) + 4 * a * a * t**3 / 3
-
-    def solve(target: float) -> float:  # the T with g(T) = target, by bisection (g increases)
-        low, high = -1e3, 1e3
-        for _ in range(100):
-            mid = (low + high) / 2
-            low, high = (mid, high) if g(mid) < target else (low, mid)
-        return (low + high) / 2
-
-    step = spread / math.sqrt(n)
-    return mean - solve(z) * step, mean - solve(-z) * step
-
-
 @dataclass(frozen=True)
 class TriedSet:
     """A candidate set checked on the guards' discovery examples: its heads, what it did to each guard, whether it
@@ -295,5 +297,6 @@ def non_dominated(points: Sequence[tuple[float, ...]]) -> list[bool]:
 
 
 __all__ = ["DEFAULT_ACCURACY_MARGIN", "DEFAULT_NLL_MARGIN", "GENERAL", "GUARD_DISCOVERY_SHARE", "GUARD_TRIES",
-           "NLL_TEST", "Guard", "GuardEffect", "GuardSpec", "Guarding", "TriedSet", "claim_holds", "keeps", "margin_for",
-           "mean_interval", "non_dominated", "parse_guard", "skewness"]
+           "MAX_ACCURACY_MARGIN", "MAX_NLL_MARGIN", "MIN_TEXTS", "NLL_TEST", "Guard", "GuardEffect", "GuardSpec",
+           "Guarding", "TriedSet", "check_guard_sample", "claim_holds", "keeps", "margin_for", "mean_interval",
+           "non_dominated", "parse_guard", "skewness"]

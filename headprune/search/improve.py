@@ -22,7 +22,7 @@ from headprune.core.progress import duration
 from headprune.evaluation.contract import tolerance
 from headprune.heads import Head
 from headprune.search.find_result import FindResult, Prescreen
-from headprune.search.guard_search import GuardCheck
+from headprune.search.guard_search import GuardCheck, guard_chain
 from headprune.search.guards import GUARD_TRIES
 from headprune.search.paired import compare
 from headprune.search.parsimony import HeadSet, counts
@@ -30,7 +30,7 @@ from headprune.search.partners import extend
 from headprune.search.proposal import Proposal, Searched, needed, propose
 from headprune.search.protocol import reconfirm
 from headprune.search.rules import SelectionRule, find_rule
-from headprune.search.selection import Chosen
+from headprune.search.selection import Chosen, shortened
 from headprune.search.sequence import prefixes, sets_of
 from headprune.search.split import Inputs
 from headprune.search.stages import Evaluated, Screened, Stages, single_order
@@ -148,8 +148,26 @@ def choose_on_heldout(stages: Stages, choice: Choice) -> Chosen:
                                     lambda sets: stages.conditions.many("heldout", sets, "held-out tests"),
                                     stages.base["heldout"], alpha=stages.settings.alpha, measure=choice.measure,
                                     tolerance=choice.tolerance, sizes=stages.folds.sizes, searched=choice.searched)
+    if stages.guards and chosen.selection.chosen == "proposal":
+        chosen = _guarded_set(stages, chosen)
     log.info("%s", choice.rule.summary(chosen))
     return chosen
+
+
+def _guarded_set(stages: Stages, chosen: Chosen) -> Chosen:
+    """With guards, the largest set the rule's steps confirmed on the way to the set shipped that keeps them on
+    held-out: the guards' fixed sequence over those sets, smallest (the block) first
+    (``headprune.search.guard_search.guard_chain``). Where the block itself breaks one, the set stays as it is, and
+    the claim is not confirmed."""
+    chain = list(dict.fromkeys(tuple(sorted(map(Head.parse, step.prefix))) for step in chosen.verdict.steps))
+    held, effects = guard_chain(stages, chain)
+    if held in (0, len(chain)):
+        return chosen
+    log.info("the confirmed set %s does not keep the guards on held-out: %s ships", ",".join(map(str, chain[held])),
+             ",".join(map(str, chain[held - 1])))
+    result = stages.conditions.many("heldout", [chain[held - 1]], "held-out tests")[0]
+    return shortened(chosen, chain[held - 1], result, stages.base["heldout"], alpha=stages.settings.alpha,
+                     stop=chain[held], effects=effects)
 
 
 def frozen_sets(stages: Stages, choice: Choice) -> list[HeadSet]:

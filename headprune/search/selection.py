@@ -7,10 +7,12 @@ this record; ``result.json`` keeps it under ``selection``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from headprune.evaluation.results import EvalResult
+from headprune.search.guards import GuardEffect
 from headprune.search.parsimony import HeadContribution, HeadSet
-from headprune.search.stats import Step, Verdict
+from headprune.search.stats import Step, Verdict, verdict
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Selection:
     share: float = 0.0  # schema 5: the proposal's share of alpha (the sequence: its branch's, plus the single's if that
     # rejected; the fallback rule: its first step's at the start)
     block: int = 1  # schema 5: the heads the steps start with, together (``headprune.search.sequence``)
+    guard_stop: tuple[str, ...] = ()  # with guards: the confirmed set that broke one on held-out (the one before ships)
+    guard_stop_effects: tuple[GuardEffect, ...] = ()  # its guards' held-out effects
     favoured: str = ""  # files of schema 3 and 4: the candidate tested first
     support: int = 0  # files of schema 3 and 4: heads of the proposal that helped on the check half
     rule: str = ""  # schema 6: the selection rule that chose (``headprune.search.rules``; older files: by their shape)
@@ -70,4 +74,18 @@ class Chosen:
     selection: Selection
 
 
-__all__ = ["Chosen", "HeldoutTest", "Selection"]
+def shortened(chosen: Chosen, heads: HeadSet, result: EvalResult, base: EvalResult, *, alpha: float,
+              stop: HeadSet, effects: tuple[GuardEffect, ...]) -> Chosen:
+    """``chosen`` (a set the rule's steps confirmed) cut back to a smaller set its steps confirmed on the way,
+    ``heads`` (``result``: its held-out results), because the guards' fixed sequence stopped at ``stop``
+    (``effects``: its guards on held-out; ``headprune.search.guard_search.guard_chain``). Its claims are the steps up
+    to it; its estimate is exploratory, its interval simultaneous over the same sets as before."""
+    names = {str(h) for h in heads}
+    made = replace(verdict(base.correct, result.correct, alpha=alpha), share=chosen.verdict.share,
+                   steps=tuple(step for step in chosen.verdict.steps if set(step.prefix) <= names),
+                   family=chosen.verdict.family, selected=True)
+    record = replace(chosen.selection, guard_stop=tuple(map(str, stop)), guard_stop_effects=effects)
+    return Chosen(heads, made, record)
+
+
+__all__ = ["Chosen", "HeldoutTest", "Selection", "shortened"]

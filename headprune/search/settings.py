@@ -177,6 +177,9 @@ def check_shrink(settings: FindSettings) -> None:
                 f"{settings.shrink}", "shrink")
     if settings.shrink_examples is None or settings.shrink_examples < MIN_FRESH:
         _refuse(f"shrink_examples must be at least {MIN_FRESH}, got {settings.shrink_examples}", "shrink_examples")
+    # More fresh examples than a task may hold: no task has them (a generated one would try to draw them all).
+    check_limit("shrink_examples", settings.shrink_examples, "HEADPRUNE_MAX_EXAMPLES", error=SearchSettingsError,
+                settings=("shrink_examples",))
 
 
 def check_plan_size(settings: FindSettings) -> None:

@@ -10,9 +10,10 @@ reported.
 from __future__ import annotations
 
 import functools
+import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,6 +104,7 @@ class GuardInput:
     split: Split
     margin: float
     spec: str | None
+    optional: bool = False  # find's default guard: left out, saying so, where the model cannot take it
 
     @property
     def metric(self) -> str:
@@ -123,13 +125,16 @@ class Inputs:
 
 def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike | Sequence[TaskLike] | None,
                 settings: FindSettings, discovery: int, heldout: int, *, trust_remote_code: bool = False,
-                guard: str | Sequence[str] | None = None) -> Inputs:
+                guard: str | Sequence[str] | None = None, default_guard: bool = False) -> Inputs:
     """Load the task, its held-out source and controls (each capped at ``control_limit``), the guards (each
-    ``TASK[:margin=M]``, capped at ``guard_limit``), and split.
+    ``TASK[:margin=M]``, capped at ``guard_limit``; with ``default_guard`` and none named, an improve run's is
+    ``general``, optional: :func:`fit_guards`), and split.
 
     Raises:
         TaskError: the task has no accuracy; and the loading and splitting errors.
     """
+    from headprune.search.guards import GENERAL
+
     held_spec = None if heldout_task is None or isinstance(heldout_task, Task) else portable_spec(heldout_task)
     specs = {"task": None if isinstance(task, Task) else portable_spec(task),  # loads from any working folder
              "heldout": held_spec}
@@ -143,7 +148,10 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
     loaded = tuple((c if isinstance(c, Task) else load(c)).first(settings.control_limit) for c in controls)
     split = split_task(task, discovery=discovery, heldout=heldout, seed=settings.seed, heldout_task=held)
     guards = () if guard is None else (guard,) if isinstance(guard, str) else tuple(guard)
-    guarded = tuple(load_guard(g, task, settings, load) for g in guards)
+    if default_guard and not guards and settings.objective == "improve":
+        guarded = (load_guard(GENERAL, task, settings, load, optional=True),)
+    else:
+        guarded = tuple(load_guard(g, task, settings, load) for g in guards)
     names = [g.task.name for g in guarded]
     if len(set(names)) < len(names):
         raise SearchSettingsError(f"guard {next(n for n in names if names.count(n) > 1)!r} is given twice",
@@ -155,14 +163,17 @@ def load_inputs(task: TaskLike, heldout_task: TaskLike | None, control: TaskLike
     return Inputs(task, split, loaded, specs, guarded, fresh)
 
 
-def load_guard(text: str, task: Task, settings: FindSettings, load: functools.partial) -> GuardInput:
+def load_guard(text: str, task: Task, settings: FindSettings, load: functools.partial, *,
+               optional: bool = False) -> GuardInput:
     """One guard: its task loaded and capped at ``guard_limit`` examples, of which a third (the search's) and the
-    rest (the verdict's) are split apart by content, as the task is.
+    rest (the verdict's) are split apart by content, as the task is (``optional``: find's default guard, which a
+    model that cannot take it goes without, :func:`fit_guards`).
 
     Raises:
-        SearchSettingsError: the guard is the task itself, or has too few examples; TaskError: it cannot be loaded.
+        SearchSettingsError: the guard is the task itself, or has too few examples, or a margin it cannot measure;
+            TaskError: it cannot be loaded.
     """
-    from headprune.search.guards import GUARD_DISCOVERY_SHARE, margin_for, parse_guard
+    from headprune.search.guards import margin_for, parse_guard
 
     spec = parse_guard(text)
     guard = load(spec.task)
@@ -170,13 +181,71 @@ def load_guard(text: str, task: Task, settings: FindSettings, load: functools.pa
     if any(example.content_key() in own for example in guard.examples):
         raise SearchSettingsError(f"guard {spec.task!r} holds examples of the task itself: a guard is another task "
                                   "the set must not hurt", settings=("guard",))
+    metric = "accuracy" if guard.has_accuracy else "mean_nll"
+    margin = margin_for(metric, spec.margin, owner=f"guard {text!r}: ")
+    return GuardInput(guard, _split_guard(guard, settings), margin, portable_spec(spec.task), optional)
+
+
+def _split_guard(guard: Task, settings: FindSettings, *, why: str = "") -> Split:
+    """A guard's examples (at most ``guard_limit``) split a third for the search, the rest held out.
+
+    Raises:
+        SearchSettingsError: too few for the split, or, for a text guard, for its test (``why`` says what left
+            examples out).
+    """
+    from headprune.search.guards import GUARD_DISCOVERY_SHARE, MIN_TEXTS
+
     pool = len(_unique(guard, {})[0])
     total = min(pool, settings.guard_limit)
     first = round(total * GUARD_DISCOVERY_SHARE)
-    if min(first, total - first) < MIN_SPLIT_SIZE:
-        raise SearchSettingsError(f"guard {spec.task!r} has {pool} distinct examples (guard_limit "
-                                  f"{settings.guard_limit}); a guard needs at least {3 * MIN_SPLIT_SIZE}: a third "
-                                  "for the search, the rest for the verdict", settings=("guard", "guard_limit"))
-    split = split_task(guard, discovery=first, heldout=total - first, seed=settings.seed)
-    metric = "accuracy" if guard.has_accuracy else "mean_nll"
-    return GuardInput(guard, split, margin_for(metric, spec.margin), portable_spec(spec.task))
+    text = not guard.has_accuracy
+    least = MIN_TEXTS if text else MIN_SPLIT_SIZE
+    if min(first, total - first) < MIN_SPLIT_SIZE or total - first < least:
+        needs = (f"its text test needs at least {MIN_TEXTS} held out ({math.ceil(MIN_TEXTS * 1.5)} in all)" if text
+                 else f"it needs at least {3 * MIN_SPLIT_SIZE}")
+        raise SearchSettingsError(f"guard {guard.name!r} has {pool} distinct examples{why} (guard_limit "
+                                  f"{settings.guard_limit}); {needs}: a third for the search, the rest for the "
+                                  "verdict", settings=("guard", "guard_limit"))
+    return split_task(guard, discovery=first, heldout=total - first, seed=settings.seed)
+
+
+def fit_guards(inputs: Inputs, lm: object, settings: FindSettings) -> tuple[Inputs, list[str]]:
+    """The guards as the model can take them: examples longer than its positions left out and the rest split
+    again, by their content and the model's declared positions alone, before anything is scored. An optional guard
+    (find's default) that the model cannot take at all (text needs a causal language model), or too few of whose
+    examples fit, is left out; a guard that was named is refused. Returns the inputs and a line for each guard
+    changed, which find says once the run has passed its checks (a refused run says one line: the refusal).
+
+    Raises:
+        SearchSettingsError: a named guard too few of whose examples fit; TaskError: a named guard of a kind the
+            model cannot be scored on.
+    """
+    from headprune.evaluation.guards import model_positions, too_long
+    from headprune.scoring import scorer_for
+
+    kept, notes = [], []
+    for guard in inputs.guards:
+        try:
+            scorer = scorer_for(guard.task, lm)  # type: ignore[arg-type]
+            items = [item for index, example in enumerate(guard.task.examples)
+                     for item in scorer.items(index, example)]
+            long = too_long(lm.model, guard.task, items, generates=scorer.generates)  # type: ignore[attr-defined]
+            if long:
+                positions = model_positions(lm.model)[0]  # type: ignore[attr-defined,index]
+                fitting = guard.task.subset([i for i in range(len(guard.task)) if i not in long])
+                split = _split_guard(fitting, settings, why=f" that fit the model's {positions} positions")
+        except (SearchSettingsError, TaskError) as error:
+            if not guard.optional:
+                raise
+            notes.append(f"find's default guard {guard.task.name} is left out: {error}")
+            continue
+        if guard.optional:
+            notes.append(f"find's default guard: {guard.task.name}, margin {guard.margin:g} nats of mean NLL "
+                         "(--guard none runs without it)")
+        if long:
+            notes.append(f"guard {guard.task.name}: {len(long)} of its {len(guard.task)} examples are longer than the "
+                         f"model's {positions} positions and left out; it runs on {len(fitting)} of the rest "
+                         f"({len(split.discovery)} searched, {len(split.heldout)} held out)")
+            guard = replace(guard, task=fitting, split=split)
+        kept.append(guard)
+    return replace(inputs, guards=tuple(kept)), notes

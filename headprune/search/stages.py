@@ -248,7 +248,7 @@ class Stages:
         names = self.conditions.control_names
         return FindResult(
             model=ModelInfo.of(lm.name, lm.weight_hash, lm.adapter.family, lm.model.config.model_type, lm.grid,
-                               commit_of(lm.folder)),
+                               commit_of(lm.folder), lm.quantization.line() if lm.quantization else None),
             task=TaskInfo(inputs.task.name, inputs.task.kind, len(inputs.task), inputs.task.content_hash(),
                           inputs.specs["task"], dict(inputs.task.settings), split.discovery.content_hash()),
             heldout_task=TaskInfo(split.heldout.name, split.heldout.kind, len(split.heldout),

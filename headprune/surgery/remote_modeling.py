@@ -90,7 +90,9 @@ def block_rows(blocks: list[int], size: int, offset: int = 0) -> list[int]:
 
 
 class Separate(QkvLayout):
-    """q, k and v Linear layers: q's blocks by query head, k's and v's by key/value head."""
+    """q, k and v Linear layers: q's blocks by query head, k's and v's by key/value head. A block is what the
+    projection holds a head: its head_dim rows, or Qwen3.5's query and gate rows side by side (``q_proj`` rows
+    ``[2h * head_dim, 2(h + 1) * head_dim)``, which its gated attention splits per head)."""
 
     name = "separate"
 
@@ -157,9 +159,63 @@ class Fused(QkvLayout):
         attention.num_key_value_heads = n_kv
 
 
+class GatedDeltaNet(QkvLayout):
+    """A Gated DeltaNet (Qwen3.5's ``linear_attn``), whose value heads are the heads and its key heads the key/value
+    heads: parts ``in_proj_qkv`` and the depthwise ``conv1d`` over its channels, rows ``[q: key heads x head_dim |
+    k: key heads x head_dim | v: value heads x out_dim]``, then ``in_proj_z`` (out_dim rows a value head),
+    ``in_proj_b`` and ``in_proj_a`` (one). Value head ``j`` reads key head ``j // (heads // kv_heads)``
+    (``repeat_interleave``), so a key head goes with the last of its value heads; the module keeps its sizes."""
+
+    name = "gated-deltanet"
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        return list(q_heads)  # z, b and a: a value head's rows
+
+    def rows(self, part: int, q_heads: list[int], kv_heads: list[int], shape: Any, extent: int) -> list[int]:
+        if part > 1:
+            return super().rows(part, q_heads, kv_heads, shape, extent)
+        keys = shape.kv_heads * shape.head_dim
+        if extent != 2 * keys + shape.heads * shape.out_dim:
+            raise ValueError(f"qkv layout {self.name!r}: {extent} q/k/v channels are not a Gated DeltaNet's "
+                             f"{shape.kv_heads} key heads of {shape.head_dim} and {shape.heads} value heads of "
+                             f"{shape.out_dim}")
+        return [*block_rows(kv_heads, shape.head_dim), *block_rows(kv_heads, shape.head_dim, keys),
+                *block_rows(q_heads, shape.out_dim, 2 * keys)]
+
+    def resize(self, attention: nn.Module, n_q: int, n_kv: int, shape: Any) -> None:
+        attention.num_v_heads, attention.num_k_heads = n_q, n_kv
+        attention.key_dim, attention.value_dim = n_kv * shape.head_dim, n_q * shape.out_dim
+        attention.conv_dim = 2 * attention.key_dim + attention.value_dim
+
+
+class GroupedGatedDeltaNet(GatedDeltaNet):
+    """Qwen3-Next's Gated DeltaNet: its projections laid out by key head, ``in_proj_qkvz`` rows ``[q | k | the group's
+    v | its z]`` a key head and ``in_proj_ba`` ``[the group's b | its a]``; then ``conv1d`` over ``[q | k | v]`` as
+    Qwen3.5's. A sliced layer's value heads are even groups over its key heads (the layout's slots), in order."""
+
+    name = "gated-deltanet-grouped"
+
+    def rows(self, part: int, q_heads: list[int], kv_heads: list[int], shape: Any, extent: int) -> list[int]:
+        if part == 1:
+            return super().rows(0, q_heads, kv_heads, shape, extent)
+        group, per = shape.heads // shape.kv_heads, len(q_heads) // len(kv_heads)
+        size, base = (shape.out_dim, 2 * shape.head_dim) if part == 0 else (1, 0)  # a value head's rows, past q|k
+        width = base + 2 * group * size  # a key head's block
+        if width * shape.kv_heads != extent:
+            raise ValueError(f"qkv layout {self.name!r}: projection {part} ({extent} long) is not {shape.kv_heads} "
+                             f"key heads' blocks of {width}")
+        rows: list[int] = []
+        for slot, key in enumerate(kv_heads):
+            places = [head - key * group for head in q_heads[slot * per:(slot + 1) * per]]
+            rows += [key * width + i for i in range(base)]  # its q and k
+            for offset in (base, base + group * size):  # its values' rows (v, b), then their gates' (z, a)
+                rows += block_rows(places, size, key * width + offset)
+        return rows
+
+
 # The layouts slicing and the rebuild below handle, by the name records carry; a name claimed twice is an error.
 QKV_LAYOUTS: dict[str, QkvLayout] = {}
-for _layout in (Separate(), Gpt2(), Neox(), Fused()):
+for _layout in (Separate(), Gpt2(), Neox(), Fused(), GatedDeltaNet(), GroupedGatedDeltaNet()):
     if _layout.name in QKV_LAYOUTS:
         raise ValueError(f"qkv layout {_layout.name!r} is registered twice")
     QKV_LAYOUTS[_layout.name] = _layout

@@ -9,7 +9,7 @@
                 with a two-shot prompt ``Review: ...\\nSentiment: negative|positive`` whose shots are short
                 sentences drawn from the same data (negative first) and excluded from the examples. Choices ``" negative"``/``" positive"``.
                 Options: ``n`` (default: all 8,528), ``shots`` (2), ``seed`` (0).
-``general``     text kind. 240 short general English texts installed with headprune (``tasks/data``), the sample
+``general``     text kind. 600 short general English texts installed with headprune (``tasks/data``), the sample
                 ``find --guard general`` measures drift on. Options: ``n`` (default: all).
 """
 
@@ -146,17 +146,20 @@ GENERAL_TEXTS = Path(__file__).parent / "data" / "general.jsonl"
 
 
 def general(options: dict[str, str]) -> Task:
-    """240 short texts of general English written for headprune (``tasks/data/general.jsonl``, installed with it):
-    twelve genres, 20 each, interleaved (science and history facts, instructions, fiction, dialogue, letters,
-    reviews, local news, arithmetic explained, everyday advice, computing, opinion), 45-80 words each. A ``text``
-    task: the mean token NLL, what ``--guard general`` measures the drift from the original on."""
+    """600 short texts of general English written for headprune (``tasks/data/general.jsonl``, installed with it):
+    first twelve genres, 20 each, interleaved (science and history facts, instructions, fiction, dialogue, letters,
+    reviews, local news, arithmetic explained, everyday advice, computing, opinion; 55-73 words each), then twelve
+    more, 30 each, interleaved (lives of historical figures, nature, places, workplace messages, notices and signs,
+    diaries, sports reports, weather, questions and answers, the human body, money, short verse; 3-62 words each,
+    so that a model of few positions still reads most of them). A ``text`` task: the mean token NLL, what ``--guard
+    general`` measures the drift from the original on."""
     n = _int_option(options, "n", 0, 1, limit("HEADPRUNE_MAX_EXAMPLES"))
     _no_leftovers("general", options, "n")
     rows = [json.loads(line) for line in GENERAL_TEXTS.read_text(encoding="utf-8").splitlines() if line.strip()]
     texts = [row["text"] for row in rows][: n or None]
     examples = tuple(Example(f"general-{i}", text=text) for i, text in enumerate(texts))
     return Task("general", "text", examples, settings={"n": len(examples)},
-                description=f"{len(examples)} short general English texts in 12 genres, mean token NLL")
+                description=f"{len(examples)} short general English texts in 24 genres, mean token NLL")
 
 
 BUILTIN_TASKS: Registry[str, Callable[[dict[str, str]], Task]] = Registry(
@@ -166,6 +169,6 @@ BUILTIN_SUMMARIES: dict[str, tuple[str, str]] = {
     "arithmetic": ("generate", "a op b = ? with few-shot prefix, scored on the first number written; options n, digits, ops (+-*), shots, "
                    "seed, answer (first-number|line|regex:PATTERN)"),
     "sentiment": ("choice", "Rotten Tomatoes sentences, 2-shot, ' negative' vs ' positive'; options n, shots, seed"),
-    "general": ("text", "240 short general English texts (12 genres), mean token NLL: the --guard general sample; "
-                "option n"),
+    "general": ("text", "600 short general English texts (24 genres), mean token NLL: the --guard general sample "
+                "(find's default guard); option n"),
 }

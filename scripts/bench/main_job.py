@@ -31,7 +31,8 @@ FIND = ["find", MODEL, "--task", TASK, "--discovery", "150", "--heldout", "300",
 CONTROL = ["--control", "sentiment:n=200", "--control-limit", "200"]
 EXPORT = ["export", MODEL, "--heads"]
 # Other ways to run the same find (the README's "better without breaking"): each a name and the options added.
-VARIANTS = {"guard sentiment, 5 points, 1,500 examples": ["--guard", "sentiment:margin=5", "--guard-limit", "1500"]}
+VARIANTS = {"no guard": ["--guard", "none", *CONTROL],
+            "guard sentiment, 5 points, 1,500 examples": ["--guard", "sentiment:margin=5", "--guard-limit", "1500"]}
 
 
 def headprune(args: list[str]) -> tuple[int, list[str], float]:
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.json, "main_job", {"variants": args.variants}, results,
                wall_s=round(time.perf_counter() - started, 1))
     if job["find_exit"] == 1:
-        print(f"find did not confirm a gain on held-out data (see {RUN}/report.md); nothing exported",
+        print(f"find did not confirm its claim on held-out data, the gain or its guard (see {RUN}/report.md); nothing "
+              "exported",
               file=sys.stderr)
     return job["find_exit"] or job.get("export_exit", 0)
 

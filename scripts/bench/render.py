@@ -6,8 +6,9 @@
 
 A document marks a table with the line ``<!-- table: PATH -->`` (PATH from the repository root) right above it;
 the table is the run of lines starting with ``|`` that follows, or a fenced block (commands, a program's output)
-when a fence follows; ``PATH#VIEW`` picks one of several tables a renderer makes of a record. A record whose benchmark has a renderer here (``kinds``, ``passengers``, ``export_check``) gets that
-table; any other, one row per result with a column per key.
+when a fence follows; ``PATH#VIEW`` picks one of several tables a renderer makes of a record. A record whose
+benchmark has a renderer here (``kinds``, ``passengers``, ``export_check``, ``guards``, ``guard_size``,
+``main_job``) gets that table; any other, one row per result with a column per key.
 """
 
 from __future__ import annotations
@@ -148,6 +149,33 @@ def guards(record: dict[str, Any], view: str = "") -> str:
                     gain(r)] for r in record["results"]])
 
 
+def guard_size(record: dict[str, Any], view: str = "size") -> str:
+    """scripts/guard_size.py: ``size`` (each family's share accepted at the null's boundary by find's text test, by
+    0.3's in parentheses, per n), ``others`` (the plain t test and the studentized bootstrap at the sizes it was run
+    at), ``power`` (the share accepted where the true change lies inside the margin, find's test and 0.3's)."""
+    def pct(value: float) -> str:
+        return f"{100 * value:.1f}%"
+
+    def grid(rows: list[dict], key: Callable[[dict], Any], cell: Callable[[dict], str]) -> tuple[list, list]:
+        sizes = sorted({r["n"] for r in rows})
+        groups: dict[Any, dict[int, dict]] = {}
+        for row in rows:
+            groups.setdefault(key(row), {})[row["n"]] = row
+        return sizes, [[*name, *(cell(cells[n]) if n in cells else "-" for n in sizes)]
+                       for name, cells in groups.items()]
+
+    if view == "others":
+        rows = [r for r in record["size"] if "bootstrap" in r]
+        sizes, table = grid(rows, lambda r: (r["family"],), lambda r: f"{pct(r['t'])} / {pct(r['bootstrap'])}")
+        return _table(["family (skewness)", *(f"n={n}: t / bootstrap" for n in sizes)], table)
+    if view == "power":
+        sizes, table = grid(record["power"], lambda r: (r["family"], f"{1 - r['distance']:g} margin"),
+                            lambda r: f"{pct(r['now'])} ({pct(r['hall'])})")
+        return _table(["family (skewness)", "true change", *(f"n={n}" for n in sizes)], table)
+    sizes, table = grid(record["size"], lambda r: (r["family"],), lambda r: f"{pct(r['now'])} ({pct(r['hall'])})")
+    return _table(["family (skewness)", *(f"n={n}" for n in sizes)], table)
+
+
 def export_check(record: dict[str, Any], view: str = "") -> str:
     """scripts/bench/export_check.py: CPU and wall seconds of each stage of one export, and in all."""
     result = record["results"]
@@ -235,7 +263,7 @@ def main_job(record: dict[str, Any], view: str = "figures") -> str:
 
 
 RENDERERS: dict[str, Callable[..., str]] = {"kinds": kinds, "passengers": passengers, "export_check": export_check,
-                                             "guards": guards, "main_job": main_job}
+                                             "guards": guards, "guard_size": guard_size, "main_job": main_job}
 
 
 def render(path: Path | str) -> str:

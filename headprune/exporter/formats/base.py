@@ -119,6 +119,7 @@ class ExportFormat:
         self.chosen = {option.name: options.format_options.get(option.name, option.default)
                        for option in self.takes}  # this format's options, defaults filled in
         self.passthrough: tuple[str, ...] = ()
+        self.quantization: Any = None  # QuantizedExport: how a quantized checkpoint's weights were written
         self.layout_note = ""  # why the layout written is what it is, where the format chose (layout_for)
 
     def check_options(self) -> None:
@@ -152,7 +153,10 @@ class ExportFormat:
             raise ExportSettingsError(f"{lm.name} ({lm.model.config.model_type}) cannot be exported with layout "
                                       f"sliced: {lm.adapter.dense_only}; layout dense is exact",
                                       settings=("layout",))
+        from headprune.exporter.quantized import dequantized
+
         self.passthrough = passthrough_tensors(lm, self.name, self.writes_through)
+        self.quantization = dequantized(lm, self.title or self.name)  # a format that keeps it says so in write
 
     def layout_for(self, lm: LoadedModel, plans: Sequence[Any]) -> str:
         """The layout the artifact is built in (the one asked for, unless the format cannot run it; a format that
@@ -202,6 +206,12 @@ class ExportFormat:
         """The card's "How to load" section (markdown)."""
         raise NotImplementedError
 
+    @classmethod
+    def credential_place(cls, path: Path, offset: int) -> str | None:
+        """Where byte ``offset`` of one of its binary files lies, in the format's own terms (a GGUF file's metadata
+        key): what a refusal of a credential found there names (None: only the byte is named)."""
+        return None
+
 
 def refuse_unless_float32(dtype: torch.dtype | str | None, message: str) -> None:
     """Refuse a dtype other than float32 for a format verified in float32: a dtype asked for (checked before the
@@ -222,21 +232,24 @@ def refuse_unless_float32(dtype: torch.dtype | str | None, message: str) -> None
 
 def passthrough_tensors(lm: LoadedModel, format_name: str, writes_through: bool) -> tuple[str, ...]:
     """The checkpoint tensors an export writes through unchanged (those the class that stands in for one
-    transformers lacks does not use); refuses an export that would lose checkpoint tensors.
+    transformers lacks does not use, and those the class drops by design: multi-token-prediction layers, which a
+    format that cannot hold them leaves out, as the record says); refuses an export that would lose checkpoint
+    tensors a model uses.
 
     Raises:
         UnsupportedModelError
     """
     from headprune.core.checkpoint_files import has_weights
 
+    dropped = lm.dropped_tensors if writes_through and has_weights(lm.folder) else ()
     if not lm.unused_tensors:
-        return ()
+        return dropped
     chosen = lm.model_class.name if lm.model_class else "the loaded class"
     shown = ", ".join(lm.unused_tensors[:4]) + (" ..." if len(lm.unused_tensors) > 4 else "")
     lost = f"{lm.name}: {len(lm.unused_tensors)} checkpoint tensors are not used by {chosen} ({shown})"
     if lm.model_class is not None and lm.model_class.stands_in_for:
         if writes_through and has_weights(lm.folder):
-            return lm.unused_tensors
+            return lm.unused_tensors + dropped
         raise UnsupportedModelError(f"{lost}; a safetensors export writes them through, a {format_name} file cannot "
                                     "hold them", settings=("format",))
     raise UnsupportedModelError(f"{lost}; an export would lose them. Give the checkpoint an architectures entry in "

@@ -290,6 +290,12 @@ class Gguf(ExportFormat):
                       "reads them per layer (`deci.attention.head_count`, `deci.attention.head_count_kv`)."]
         return lines
 
+    @classmethod
+    def credential_place(cls, path: Path, offset: int) -> str | None:
+        from headprune.exporter.gguf.read import place_at
+
+        return place_at(path, offset) if path.suffix == ".gguf" else None
+
 
 def _size(job: Job, files: Any) -> DeploySize:
     """The written file and llama.cpp's key/value cache against the original's (written in the same type)."""

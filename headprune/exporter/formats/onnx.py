@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from headprune.errors import UnsupportedModelError
 from headprune.exporter.formats.base import ExportFormat, Job, Written, refuse_unless_float32, register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,6 +71,13 @@ class Onnx(ExportFormat):
         from headprune.exporter.onnx.export import onnx_output
 
         super().check_model(lm)
+        if lm.grid.recurrent:
+            kinds = sorted({layer.kind for layer in lm.grid.layers} - {"attention"})
+            raise UnsupportedModelError(
+                f"{lm.name} ({lm.model.config.model_type}) cannot be exported as ONNX: its {', '.join(kinds)} layers "
+                "carry a recurrent state, whose scan over the tokens torch's ONNX exporter unrolls for the length it "
+                "traced (the graph would take that one length); export it as safetensors, or as gguf where "
+                "docs/models.md lists it")
         self.output = onnx_output(lm.task_head)  # refuses heads whose outputs are not one tensor
         refuse_unless_float32(lm.dtype, FLOAT32_ONLY)
         if lm.adapter.text_config:  # a vision-language model: the graph is traced from text inputs alone

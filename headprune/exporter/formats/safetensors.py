@@ -29,6 +29,7 @@ class Safetensors(ExportFormat):
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
         from headprune.exporter.passthrough import write_through
+        from headprune.exporter.quantized import write_quantized
         from headprune.exporter.shards import shard_size
         from headprune.loading.models import load
 
@@ -38,6 +39,7 @@ class Safetensors(ExportFormat):
         job.artifact.save_pretrained(staging, **({} if shard_bytes is None else {"max_shard_size": shard_bytes}))
         if job.layout == "sliced":
             write_sliced_code(staging, type(lm.model).__name__, lm.model_class.auto_class)
+        self.quantization = write_quantized(lm, staging)  # the checkpoint's quantization, where it holds
         if self.passthrough:
             write_through(lm.folder, staging, self.passthrough, lm.model_class.stands_in_for)
         exported = load(staging, dtype=lm.dtype, device=lm.device)

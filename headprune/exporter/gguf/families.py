@@ -32,10 +32,11 @@ DENSE_ONLY = {t: f.dense_only for t, f in FAMILIES.items() if f.dense_only}
 OTHER_FORMATS = "safetensors, onnx"
 # RoPE scalings llama.cpp's graphs compute as transformers does. "dynamic" (NTK) rescales only past the trained context
 # in transformers, and llama.cpp never does: written as plain RoPE with a note. "llama3" needs llama.cpp's rope_freqs
-# tensor, which only its llama and deci graphs read; "longrope" (Phi-3.5, Phi-4-mini) its rope_factors tensors, read
-# by its phi3 graph. The others are not written.
+# tensor, which its llama and deci graphs read and those of the families that say so (Gguf.rope_freqs); "longrope"
+# (Phi-3.5, Phi-4-mini) its rope_factors tensors, read by its phi3 graph. The others are not written.
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope")
-ROPE_FACTOR_ARCHES = {"llama3": ("llama", "deci"), "longrope": ("phi3",)}
+ROPE_FACTOR_ARCHES = {"llama3": ("llama", "deci", *sorted({f.arch for f in FAMILIES.values() if f.rope_freqs})),
+                      "longrope": ("phi3",)}
 # The graphs whose q/k rows are permuted to adjacent pairs beside the families' own (the sliced layout's).
 PERMUTED_ARCHES = ("deci", *sorted({f.arch for f in FAMILIES.values() if f.permuted}))
 
@@ -123,7 +124,7 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
         FAMILIES[model_type].arch
     if arch not in ROPE_FACTOR_ARCHES.get(kind, (arch,)):
         raise UnsupportedModelError(f"{lm.name}: RoPE type {kind!r} is not written to GGUF for {model_type}: only "
-                                    f"llama.cpp's {' and '.join(ROPE_FACTOR_ARCHES[kind])} graphs read its factors "
+                                    f"llama.cpp's {', '.join(ROPE_FACTOR_ARCHES[kind])} graphs read its factors "
                                     f"(RoPE types written: {', '.join(ROPE_TYPES)}); this model can be exported as "
                                     f"{OTHER_FORMATS}")
     return arch

@@ -132,8 +132,8 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
     family = family_of(artifact.config)
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
-            new = gguf_name(names, name)
-            joined = join_experts(name, stored, family.interleaved_experts)
+            new = gguf_name(names, family.tensors.to_llama_cpp(name, tensor, artifact.config)[0], family.renamed)
+            joined = join_experts(name, stored, family.experts)
             if joined is None and new not in stored:  # rotary frequencies, a tied output
                 continue
             if joined is None:  # GPT-2's Conv1D and NeoX's fused q/k/v back in the model's layout
@@ -144,7 +144,8 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
             if new == "position_embd.weight" and family.position_offset:  # RoBERTa's rows the file leaves out
                 data = torch.cat([tensor[:family.position_offset(artifact.config)], data])
             permuted = plan.permuted and new is not None and (".attn_q." in new or ".attn_k." in new)
-            tensor.copy_(unpermute(data, plan.head_dim) if permuted else data)
+            data = unpermute(data, plan.head_dim) if permuted else data
+            tensor.copy_(family.tensors.from_llama_cpp(name, data, artifact.config))  # (the writer's first step)
     return model.eval()
 
 

@@ -1,83 +1,33 @@
-"""Reading GGUF files back: a plain parse of the format, and every written tensor compared with what was meant.
-
-``gguf.GGUFReader`` takes a minute over a 49k-token vocabulary; this parse takes well under a second, so an
-export reads its whole file back before anything is written in place.
+"""Reading GGUF files back: every written tensor compared with what was meant, through the plain parse of the format
+in :mod:`headprune.loading.gguf_header` (``gguf.GGUFReader`` takes a minute over a 49k-token vocabulary; that parse
+takes well under a second, so an export reads its whole file back before anything is written in place).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from headprune.errors import UnsupportedModelError
+from headprune.loading.gguf_header import read_gguf
 
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 
-
-def read_gguf(path: Path, *, tensors: bool = True) -> tuple[dict, dict, int]:
-    """A GGUF file's key/values ``{key: (type, value, array item type)}``, its tensors
-    ``{name: (numpy shape, ggml type, absolute offset, bytes)}`` and the data start. A plain parse of the
-    format (``gguf.GGUFReader`` takes a minute over a 49k-token vocabulary; this takes well under a second)."""
-    import mmap
+def place_at(path: Path, offset: int) -> str | None:
+    """What byte ``offset`` of a GGUF file belongs to: ``its metadata KEY``, ``its tensor names`` or ``its tensor
+    data``; None where the file does not parse as GGUF (a credential's place, named without its value)."""
     import struct
 
-    import gguf
-
-    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-        pos = 0
-
-        def take(fmt: str) -> Any:
-            nonlocal pos
-            (value,) = struct.unpack_from(fmt, view, pos)
-            pos += struct.calcsize(fmt)
-            return value
-
-        def text() -> str:
-            nonlocal pos
-            n = take("<Q")
-            value = bytes(view[pos: pos + n]).decode("utf-8", errors="surrogateescape")
-            pos += n
-            return value
-
-        def value(kind: int) -> Any:
-            if kind == 8:
-                return text()
-            return take(_SCALARS[kind])
-
-        if bytes(view[:4]) != b"GGUF":
-            raise UnsupportedModelError(f"{path} is not a GGUF file")
-        pos = 4
-        take("<I")
-        n_tensors, n_kv = take("<Q"), take("<Q")
-        fields: dict = {}
-        for _ in range(n_kv):
-            key, kind = text(), take("<I")
-            if kind == 9:
-                sub, n = take("<I"), take("<Q")
-                if sub in _SCALARS:
-                    fmt = _SCALARS[sub]
-                    size = struct.calcsize(fmt)
-                    items = list(np.frombuffer(view, dtype=np.dtype(fmt), count=n, offset=pos).tolist())
-                    pos += size * n
-                else:
-                    items = [value(sub) for _ in range(n)]
-                fields[key] = (gguf.GGUFValueType(kind), items, gguf.GGUFValueType(sub))
-            else:
-                fields[key] = (gguf.GGUFValueType(kind), value(kind), None)
-        infos: dict = {}
-        for _ in range(n_tensors if tensors else 0):
-            name = text()
-            dims = [take("<Q") for _ in range(take("<I"))]
-            kind, offset = take("<I"), take("<Q")
-            block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(kind)]
-            infos[name] = (tuple(reversed(dims)), gguf.GGMLQuantizationType(kind), offset,
-                           int(np.prod(dims)) // block * size)
-        alignment = fields.get("general.alignment", (None, 32, None))[1]
-        start = -(-pos // alignment) * alignment
-    return fields, {k: (shape, kind, start + off, n) for k, (shape, kind, off, n) in infos.items()}, start
+    spans: list = []
+    try:
+        _, _, start = read_gguf(path, spans=spans)
+    except (OSError, ValueError, KeyError, IndexError, EOFError, struct.error, UnsupportedModelError):
+        return None
+    key = next((key for key, begin, end in spans if begin <= offset < end), None)
+    if key is not None:
+        return f"its metadata {key}"
+    return "its tensor data" if offset >= start else "its tensor names" if spans and offset >= spans[-1][2] else None
 
 
 # The largest |stored - written| a stored type's rounding allows, as a share of the tensor's largest |value|, from

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from headprune.errors import UnsupportedModelError
-from headprune.exporter.gguf.read import read_gguf
+from headprune.loading.gguf_header import read_gguf
 from headprune.loading.gguf_source import source_gguf
 
 _PRETOKENIZERS = Path(__file__).with_name("pretokenizers.json")
@@ -54,7 +54,7 @@ def _hf_tokenizer_writer(tokenizer: Any, vocab_size: int, scratch: Path) -> tupl
         raise UnsupportedModelError("GGUF export needs a fast tokenizer (tokenizer.json) to write the vocabulary")
     spec = json.loads(spec_path.read_text(encoding="utf-8"))
     model = spec.get("model", {})
-    special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=vocab_size)
+    special = _special_vocab(folder, load_merges=True, n_vocab=vocab_size)
     if model.get("type") == "BPE" and not model.get("byte_fallback"):
         tokens, types = _bpe_tokens(tokenizer, vocab_size)
         pre = pretokenizer(tokenizer, spec)
@@ -72,7 +72,7 @@ def _hf_tokenizer_writer(tokenizer: Any, vocab_size: int, scratch: Path) -> tupl
         if len(entries) != vocab_size:
             raise UnsupportedModelError(f"GGUF export: the tokenizer has {len(entries)} tokens, the model "
                                         f"{vocab_size} embeddings")
-        special = gguf.SpecialVocab(folder, n_vocab=vocab_size)
+        special = _special_vocab(folder, n_vocab=vocab_size)
 
         def write(writer: Any) -> None:
             writer.add_tokenizer_model("llama")
@@ -83,8 +83,24 @@ def _hf_tokenizer_writer(tokenizer: Any, vocab_size: int, scratch: Path) -> tupl
             special.add_to_gguf(writer, quiet=True)
         return write, "llama (SentencePiece-style BPE with byte fallback)", special.chat_template is not None
     if model.get("type") == "WordPiece":
-        return _wordpiece(tokenizer, spec, vocab_size, gguf.SpecialVocab(folder, n_vocab=vocab_size))
+        return _wordpiece(tokenizer, spec, vocab_size, _special_vocab(folder, n_vocab=vocab_size))
     raise UnsupportedModelError(f"GGUF export: a {model.get('type')} tokenizer is not written by headprune")
+
+
+def _special_vocab(folder: Path, **options: Any) -> Any:
+    """gguf-py's ``SpecialVocab`` of a saved tokenizer, its chat template read from ``chat_template.jinja`` (or
+    ``chat_template.json``) where the installed gguf-py reads only ``tokenizer_config.json`` (0.14, the floor, does): transformers
+    5 saves the template there, and a GGUF without it would lose it silently."""
+    import gguf
+
+    special = gguf.SpecialVocab(folder, **options)
+    if special.chat_template is None:
+        jinja, as_json = folder / "chat_template.jinja", folder / "chat_template.json"
+        if jinja.is_file():
+            special.chat_template = jinja.read_text(encoding="utf-8")
+        elif as_json.is_file():
+            special.chat_template = json.loads(as_json.read_text(encoding="utf-8")).get("chat_template")
+    return special
 
 
 def check_wordpiece(spec: dict) -> None:

@@ -5,10 +5,11 @@ Layouts:
 - ``dense``: the family's stock llama.cpp architecture (``llama``, ``qwen2``, ``phi3``, ...:
   :mod:`headprune.exporter.gguf.families`), every layer with the original head counts; a removed head's
   ``attn_output`` columns are zero. Any llama.cpp loads it.
-- ``sliced`` (Llama, Mistral, Qwen2): heads physically removed, written as llama.cpp's ``deci`` architecture, which
-  reads ``{arch}.attention.head_count`` and ``.head_count_kv`` as per-layer arrays (``src/models/deci.cpp``). The
-  other graphs cannot: their tensor shapes use layer 0's counts for every layer
-  (``llm_graph_context::n_head = hparams.n_head()``), so arrays there would only load when all layers agree.
+- ``sliced`` (the families whose ``Gguf`` is not dense only: Llama, Mistral, Qwen2, ...): heads physically removed,
+  written as llama.cpp's ``deci`` architecture, which reads ``{arch}.attention.head_count`` and ``.head_count_kv`` as
+  per-layer arrays (``src/models/deci.cpp``). The other graphs cannot: their tensor shapes use layer 0's counts for
+  every layer (``llm_graph_context::n_head = hparams.n_head()``), so arrays there would only load when all layers
+  agree.
 
 Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel``, ``DeciModel``, the
 ``TextModel`` defaults, each family's class). The files are run in llama.cpp by :mod:`headprune.exporter.runtimes`.
@@ -83,15 +84,25 @@ def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
         heads = tuple(layer.heads if a else 0 for layer, a in zip(layers, attention))
         kv = tuple(layer.kv_heads if a else 0 for layer, a in zip(layers, attention))
     head_dim = next((layer.head_dim for layer, a in zip(layers, attention) if a), 0)
-    return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES)
+    pairs = family_of(lm.model.config).pairs  # rows already in adjacent pairs (ERNIE 4.5): deci takes them as they are
+    return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES and not pairs)
 
 
-def gguf_name(names: Any, name: str) -> str | None:
-    """The GGUF tensor a model tensor is stored as (``names``: gguf's tensor name map), None where llama.cpp's graph
-    has no place for it; a parameter without a ``.weight`` suffix (GPT-OSS's ``sinks``) gets one, as the converter
-    gives it. Experts' fused tensors: :mod:`headprune.exporter.gguf.experts`."""
+# Tensors llama.cpp reads without a suffix (``tn(LLM_TENSOR_SSM_A, il)``): a state-space layer's A.
+NO_SUFFIX = (".ssm_a",)
+
+
+def gguf_name(names: Any, name: str, renamed: tuple[tuple[str, str], ...] = ()) -> str | None:
+    """The GGUF tensor a model tensor is stored as (``names``: gguf's tensor name map; ``renamed``: the family's
+    ``Gguf.renamed``), None where llama.cpp's graph has no place for it; a parameter without a ``.weight`` suffix
+    (GPT-OSS's ``sinks``) gets one, as the converter gives it, but for :data:`NO_SUFFIX`. Experts' fused tensors:
+    :mod:`headprune.exporter.gguf.experts`."""
+    for ours, theirs in renamed:
+        name = name.replace(ours, theirs)
+    # the converter's spelling of a router's correction bias (ModelBase.modify_tensors), which gguf-py maps
+    name = name.replace("e_score_correction_bias", "e_score_correction.bias")
     new = names.get_name(name, try_suffixes=(".weight", ".bias"))
-    if new is not None and not new.endswith((".weight", ".bias")):
+    if new is not None and not new.endswith((".weight", ".bias", *NO_SUFFIX)):
         new += ".weight"
     return new
 
@@ -119,14 +130,16 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
     offset = family.position_offset(artifact.config) if family.position_offset else 0
     for name, tensor in state.items():
         dropped = bool(family.dropped) and name.startswith(family.dropped)  # the converter leaves it out too
-        if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight") or dropped:
+        scalar = name.endswith(tuple(f".{part}" for part, _ in family.layer_scalars))  # in the metadata: scalar_keys
+        if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight") or dropped or scalar:
             continue
         data = tensor.detach().to("cpu", torch.float32)
-        experts = split_experts(name, data, family.interleaved_experts)
+        experts = split_experts(name, data, family.experts)
         if experts is not None:
             out.update(experts)
             continue
-        new = gguf_name(names, name)
+        mapped, data = family.tensors.to_llama_cpp(name, data, artifact.config)
+        new = gguf_name(names, mapped, family.renamed)
         if new is None:
             raise UnsupportedModelError(f"GGUF export: no llama.cpp tensor for {name} (it would be lost); this "
                                         f"model can be exported as {OTHER_FORMATS}")
@@ -142,9 +155,23 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
     return out
 
 
+def scalar_keys(writer: Any, artifact: torch.nn.Module) -> None:
+    """The family's per-layer scalar parameters (``Gguf.layer_scalars``) as llama.cpp reads them: one array a key,
+    a value a layer (written by name: gguf-py 0.14 has none of these keys' writers)."""
+    state = artifact.state_dict()
+    for part, key in family_of(artifact.config).layer_scalars:
+        values = {}
+        for name, tensor in state.items():
+            layer = name.removesuffix(f".{part}").rpartition(".")[2]
+            if name.endswith(f".{part}") and layer.isdigit():
+                values[int(layer)] = float(tensor.float().reshape(-1)[0])
+        writer.add_array(key, [values[i] for i in sorted(values)])
+
+
 # Matrices kept in float32 whatever the type, as the converter keeps them (its tensor_force_quant): llama.cpp's bert
-# graph adds a row of the token types to the embeddings, which its CPU add does not take from f16 or q8_0 (it aborts).
-FLOAT32_TENSORS = ("token_types.weight",)
+# graph adds a row of the token types to the embeddings, which its CPU add does not take from f16 or q8_0 (it aborts);
+# its state-space convolution (ggml_ssm_conv) takes float32 kernels only.
+FLOAT32_TENSORS = ("token_types.weight", ".ssm_conv1d.weight")
 
 
 def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any]:
@@ -156,7 +183,7 @@ def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any
     from gguf.quants import QuantError, quantize
 
     qt = gguf.GGMLQuantizationType
-    if data.ndim == 1 or name.endswith(".bias") or name in FLOAT32_TENSORS or gguf_type == "f32":
+    if data.ndim == 1 or name.endswith((".bias", *FLOAT32_TENSORS)) or gguf_type == "f32":
         return data.astype(np.float32), qt.F32
     if gguf_type == "f16":
         return data.astype(np.float16), qt.F16
@@ -193,7 +220,9 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     offset = family.position_offset(config) if family.position_offset else 0
     writer.add_context_length(int(config.max_position_embeddings) - offset)
     writer.add_embedding_length(int(config.hidden_size))
-    writer.add_feed_forward_length(family.ffn_length(config) if family.ffn_length else int(config.intermediate_size))
+    ffn = family.ffn_length(config) if family.ffn_length else int(config.intermediate_size)
+    if ffn:  # (a mixture of experts without a dense MLP has none: its experts' widths are keys of their own)
+        writer.add_feed_forward_length(ffn)
     # One count where every attention layer has it (a hybrid's other layers are told apart by keys of their own)
     heads, kv = ({n for n in counts if n} for counts in (plan.head_count, plan.head_count_kv))
     if plan.arch == "deci" or len(heads) > 1 or len(kv) > 1:
@@ -217,6 +246,7 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
         add_rope_keys(writer, config)
     if family.keys is not None:
         family.keys(writer, config)
+    scalar_keys(writer, artifact)
     writer.add_file_type(FILE_TYPES[gguf_type])
     if gguf_type not in ("f32", "f16", "bf16"):
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -321,7 +351,7 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if not family.gated and getattr(artifact.config, "hidden_act", None) == "gelu":  # Pythia
         notes.append(ERF_GELU_NOTE)
     rope = rope_parameters(artifact.config)
-    if rope.get("rope_type") == "dynamic":
+    if rope.get("rope_type") == "dynamic" and not rope.get("alpha"):  # (HunYuan's fixed alpha: a static base)
         trained = rope.get("original_max_position_embeddings") or artifact.config.max_position_embeddings
         notes.append(f"the checkpoint's dynamic NTK RoPE rescales beyond {trained} tokens in transformers, which "
                      "llama.cpp does not do: the two agree on contexts up to that length")

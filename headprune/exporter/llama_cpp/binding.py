@@ -30,6 +30,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 
+from headprune.core.interrupts import deferring
 from headprune.errors import InternalCheckError, MissingExtraError
 from headprune.exporter.llama_cpp.decls import SUPPORTED
 
@@ -87,11 +88,12 @@ def _xllamacpp(decls: ModuleType | None = None) -> Binding:
         except AttributeError:
             raise InternalCheckError(f"llama.cpp in xllamacpp {version} exports no {name}") from None
         function.restype, function.argtypes = result, arguments
-        setattr(lib, name, function)
+        setattr(lib, name, deferring(function))  # llama.cpp may log (call back into Python) from any function
     return Binding(f"llama.cpp {decls.BUILD} (xllamacpp {version})", lib, SimpleNamespace(
         llama_context_params=decls.llama_context_params, llama_model_params=decls.llama_model_params,
-        llama_batch=decls.llama_batch, log_callback=decls.ggml_log_callback, CONSTANTS=decls.CONSTANTS),
-        decls.DEFAULTS, cdll)
+        llama_batch=decls.llama_batch, log_callback=decls.ggml_log_callback,
+        abort_callback=decls.ggml_abort_callback, progress_callback=decls.llama_progress_callback,
+        CONSTANTS=decls.CONSTANTS), decls.DEFAULTS, cdll)
 
 
 def _llama_cpp_python() -> Binding:
@@ -105,9 +107,12 @@ def _llama_cpp_python() -> Binding:
                                 "headprune needs a newer one (pip install -U llama-cpp-python)")
     decls = SimpleNamespace(llama_context_params=module.llama_context_params,
                             llama_model_params=module.llama_model_params, llama_batch=module.llama_batch,
-                            log_callback=module.llama_log_callback, CONSTANTS=newest.CONSTANTS)
+                            log_callback=module.llama_log_callback, abort_callback=module.ggml_abort_callback,
+                            progress_callback=module.llama_progress_callback, CONSTANTS=newest.CONSTANTS)
     defaults = {"llama_context_params": {k: newest.DEFAULTS["llama_context_params"][k] for k in RELIED_ON}}
-    return Binding(f"llama.cpp (llama-cpp-python {metadata.version('llama-cpp-python')})", module, decls, defaults)
+    lib = SimpleNamespace(**{name: deferring(getattr(module, name)) for name in newest.FUNCTIONS
+                             if hasattr(module, name)})  # llama.cpp may log (call back into Python) from any
+    return Binding(f"llama.cpp (llama-cpp-python {metadata.version('llama-cpp-python')})", lib, decls, defaults)
 
 
 def installed() -> list[str]:

@@ -1,17 +1,19 @@
 """A GGUF file in llama.cpp: one model and one context, through the runtime
 :mod:`headprune.exporter.llama_cpp.binding` loads and checks (per-position logits, batched decoding of several
 sequences, an encoder's per-token embeddings, tokenization). Every field set on a context is read back from llama.cpp
-before it is used."""
+before it is used. A Ctrl-C stops a load between two tensors and a decode between two nodes of its graph
+(``headprune.core.interrupts``): llama.cpp asks, through its progress and abort callbacks."""
 
 from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from headprune.core.interrupts import deferred_interrupt
+from headprune.core.interrupts import deferred_interrupt, interrupted
 from headprune.errors import InternalCheckError
 from headprune.exporter.llama_cpp.binding import Binding, library, physical_cores, read_back
 
@@ -49,10 +51,15 @@ class LlamaCpp:
         lib.llama_log_set(binding.keep[0], None)  # this binding's log (another may have set its own)
         del binding.log[:]
         self.ctx = self.batch = None
+        # Asked by llama.cpp between two tensors of the load and two nodes of a decode's graph: a Ctrl-C stops them.
+        self.callbacks = (binding.decls.progress_callback(lambda progress, data: not interrupted()),
+                          binding.decls.abort_callback(lambda data: interrupted()))
+        model_params = lib.llama_model_default_params()
+        _set_callback(model_params, "progress_callback", self.callbacks[0])
         self.model = None
         try:
-            with deferred_interrupt():  # llama.cpp logs through a Python callback, where ctypes would drop a Ctrl-C
-                self.model = lib.llama_model_load_from_file(str(path).encode(), lib.llama_model_default_params())
+            with deferred_interrupt():  # a Ctrl-C is raised once the pointer is kept, so that it can be freed
+                self.model = lib.llama_model_load_from_file(str(path).encode(), model_params)
         except KeyboardInterrupt:
             if self.model:
                 lib.llama_model_free(self.model)
@@ -72,6 +79,7 @@ class LlamaCpp:
             params.embeddings = True
             params.pooling_type = constants["LLAMA_POOLING_TYPE_" + ("NONE" if embeddings == "tokens" else
                                                                      "UNSPECIFIED")]
+        _set_callback(params, "abort_callback", self.callbacks[1])
         del binding.log[:]
         try:
             with deferred_interrupt():
@@ -136,8 +144,7 @@ class LlamaCpp:
                 batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, wanted
                 batch.seq_id[i][0] = seq
             batch.n_tokens = len(chunk)
-            with deferred_interrupt():  # a Ctrl-C during the decode: raised once it returns
-                status = self.lib.llama_decode(self.ctx, batch)
+            status = self.lib.llama_decode(self.ctx, batch)  # a Ctrl-C stops it: raised as it returns
             if status != 0:
                 raise ValueError(f"llama_decode returned {status} (context {self.n_ctx} tokens, {len(chunk)} in the "
                                  f"batch: {self._errors() or 'no reason logged'})")
@@ -161,8 +168,7 @@ class LlamaCpp:
             batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, i, 1, True
             batch.seq_id[i][0] = 0
         batch.n_tokens = len(tokens)
-        with deferred_interrupt():
-            status = self.lib.llama_decode(self.ctx, batch)
+        status = self.lib.llama_decode(self.ctx, batch)
         if status != 0:
             raise ValueError(f"llama_decode returned {status} ({len(tokens)} tokens: "
                              f"{self._errors() or 'no reason logged'})")
@@ -199,3 +205,9 @@ class LlamaCpp:
                 return list(out[:n])
             size = -n
 
+
+def _set_callback(params: Any, name: str, callback: Any) -> None:
+    """Set a callback field of a llama.cpp parameter struct: a pointer where the declarations keep one (xllamacpp's,
+    generated), the callback itself where the field is typed (llama-cpp-python's)."""
+    field = dict(params._fields_)[name]
+    setattr(params, name, ctypes.cast(callback, ctypes.c_void_p) if field is ctypes.c_void_p else callback)

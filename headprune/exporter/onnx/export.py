@@ -19,7 +19,7 @@ import json
 import logging
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -70,6 +70,15 @@ def _traceable_experts(model: nn.Module) -> Iterator[None]:
         model.set_experts_implementation(current)
 
 
+@contextmanager
+def _traceable(model: nn.Module) -> Iterator[None]:
+    """The model as torch's ONNX exporter can trace it: experts through ``batched_mm``, and whatever its family file
+    says (``Family.traceable``). Restored afterwards."""
+    family = FAMILIES.get(getattr(model.config, "model_type", ""))
+    with _traceable_experts(model), (family.traceable(model) if family and family.traceable else nullcontext()):
+        yield
+
+
 class _Outputs(nn.Module):
     """The model's forward reduced to the exported inputs and one output."""
 
@@ -97,7 +106,7 @@ def export_onnx(model: nn.Module, path: Path, *, output: str, positions: bool) -
     names = ["input_ids", "attention_mask"] + (["position_ids"] if positions else [])
     args: tuple = (ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)) if positions else (ids, mask)
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-    with warnings.catch_warnings(), _traceable_experts(model):
+    with warnings.catch_warnings(), _traceable(model):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(wrapper, args, dynamo=True, input_names=names, output_names=[output],
                                     dynamic_shapes={name: {0: batch, 1: seq} for name in names}, verbose=False)
@@ -178,7 +187,7 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
     outputs = ["logits", *names[1]]
     shapes = ({0: b, 1: s}, {0: b, 1: t}, {0: b, 1: s}, past_shapes)
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-    with warnings.catch_warnings(), _traceable_experts(model):
+    with warnings.catch_warnings(), _traceable(model):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(wrapper, (ids, mask, positions, *past), dynamo=True, input_names=inputs,
                                     output_names=outputs, dynamic_shapes=shapes, verbose=False)

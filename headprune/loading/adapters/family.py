@@ -13,7 +13,8 @@ family).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -50,6 +51,9 @@ class Family:
         gguf: how it is written to GGUF (None: GGUF is refused in one line naming the formats that take it).
         genai: the model type ONNX Runtime GenAI names it by (None: the ONNX export is a logits graph).
         note: what is particular to it, for docs/models.md's table (a phrase; empty: nothing).
+        traceable: ``model -> context manager`` within which torch's ONNX exporter traces the model, where
+            transformers computes something the exporter does not take (Llama 4's RoPE in complex numbers, computed
+            in real ones there); None: traced as it is. The export's gate compares the graph with the model itself.
     """
 
     model_type: str
@@ -58,6 +62,7 @@ class Family:
     gguf: Gguf | None = None
     genai: str | None = None
     note: str = ""
+    traceable: Callable[[Any], AbstractContextManager[None]] | None = None
 
 
 FAMILIES: Registry[str, Family] = Registry("model type")  # two files claiming one model type: an error at import

@@ -25,6 +25,24 @@ TANH_GELU = ("gelu_pytorch_tanh",)
 GPT_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 
 
+class GgufTensors:
+    """A family's tensors as llama.cpp's graph reads them where they differ from the model's beyond a name (the
+    converter's ``modify_tensors``: reordered, transformed, renamed), and back for a lossy file's check. The default
+    changes nothing."""
+
+    def to_llama_cpp(self, name: str, data: Any, config: Any) -> tuple[str, Any]:
+        """``(name, data)``: the name gguf-py's tensor map finds the GGUF tensor by, and the float32 data it holds."""
+        return name, data
+
+    def from_llama_cpp(self, name: str, data: Any, config: Any) -> Any:
+        """The model's tensor ``name`` back from the file's (de-quantised) data, the inverse of :meth:`to_llama_cpp`
+        (its shape restored by the caller)."""
+        return data
+
+
+EXPERT_LAYOUTS = ("rows", "columns", "interleaved")  # Gguf.experts: headprune.exporter.gguf.experts splits each
+
+
 @dataclass(frozen=True)
 class Gguf:
     """How one model type is written to GGUF.
@@ -33,6 +51,8 @@ class Gguf:
         arch: llama.cpp's architecture (gguf-py's ``MODEL_ARCH_NAMES``).
         permuted: llama.cpp rotates adjacent pairs in this graph (``LLAMA_ROPE_TYPE_NORM``): q/k rows are permuted
             as the converter's ``LlamaModel.permute`` does.
+        pairs: the checkpoint's RoPE rotates adjacent pairs already (ERNIE 4.5): its q/k rows are never permuted,
+            in a sliced file (deci, which rotates pairs) either.
         dense_only: why a sliced file cannot be written (None: it is written as llama.cpp's ``deci``).
         keys: ``(gguf.GGUFWriter, config) -> None``, the keys of its own the graph reads.
         refuse: ``config -> reason or None``, what llama.cpp's graph would compute otherwise.
@@ -40,25 +60,38 @@ class Gguf:
         activation: the MLP's, as the config names it (those llama.cpp's graph computes).
         norm_offset: added to every norm gain (Gemma's RMSNorm scales by (1 + w), llama.cpp's by w).
         tolerance: the runtime gate's, where llama.cpp's kernels round (:data:`GELU_TABLE`).
-        interleaved_experts: GPT-OSS's experts as x @ W, gate and up columns alternating.
+        experts: how transformers holds a layer's fused experts (:mod:`headprune.exporter.gguf.experts`): ``rows``
+            (Mixtral's ``gate_up_proj``: experts x (gate rows, up rows) x hidden), ``columns`` (Llama 4's, for
+            x @ W: experts x hidden x (gate columns, up columns)) or ``interleaved`` (GPT-OSS's, x @ W, gate and up
+            columns alternating).
         sliding_window: the config's sliding window is written, and llama.cpp's graph applies it.
         gated: a gated MLP without biases; else up and down projections with biases (GPT-2, NeoX).
         rotary: RoPE keys are written (GPT-2 has learned positions: ``position_embd``).
-        ffn_length: ``config -> the MLP's width``, where not ``intermediate_size``.
+        ffn_length: ``config -> the MLP's width``, where not ``intermediate_size`` (0: none written).
         own_output: the graph reads ``output.weight`` even where the embeddings are tied: written then.
         encoder: a bare encoder: llama.cpp's graph gives its last hidden states (embeddings), not logits.
         position_offset: ``config -> position rows the file leaves out`` (RoBERTa's).
         dropped: tensors (prefixes) llama.cpp's graph does not read, left out as the converter does.
+        tensors: tensors stored otherwise than the model holds them (:class:`GgufTensors`).
+        layer_scalars: (a layer's parameter, a GGUF key): scalars of every layer that llama.cpp reads from its
+            metadata as one array a key, not as tensors (Apertus's xIELU: ``mlp.act_fn.alpha_p``, ``xielu.alpha_p``).
+        renamed: (transformers' module path, the checkpoint's): where transformers loads a tensor under another name
+            than the checkpoint's, which llama.cpp's converter and gguf-py's names read (ERNIE 4.5 MoE's router
+            statistics, which transformers 5 moved into the router).
+        rope_freqs: the graph reads Llama 3.1-style RoPE factors (``rope_freqs``), as its llama graph does.
         holds: a tensor and a metadata key its file holds that a plain Llama file does not: the suite runs every
             family's file in llama.cpp against the masked original and checks both are there
             (tests/test_gguf_families.py; Llama, Mistral, Qwen2 and Qwen3 are tested in test_gguf.py, the bare
             encoders in test_gguf_encoders.py).
         variant: config values of the family's tiny model (``Family.tiny``) for that test, where llama.cpp's graph
             computes only some of what the config can set.
+        refused: config values of the tiny model that llama.cpp's graph would compute otherwise, and words of the
+            refusal (``refuse``'s) that its export must give in one line; the suite checks it.
     """
 
     arch: str
     permuted: bool = False
+    pairs: bool = False
     dense_only: str | None = None
     keys: Callable[[Any, Any], None] | None = None
     refuse: Callable[[Any], str | None] | None = None
@@ -66,7 +99,7 @@ class Gguf:
     activation: tuple[str, ...] = ("silu",)
     norm_offset: float = 0.0
     tolerance: float | None = None
-    interleaved_experts: bool = False
+    experts: str = "rows"
     sliding_window: bool = False
     gated: bool = True
     rotary: bool = True
@@ -75,8 +108,18 @@ class Gguf:
     encoder: bool = False
     position_offset: Callable[[Any], int] | None = None
     dropped: tuple[str, ...] = ()
+    tensors: GgufTensors = field(default_factory=GgufTensors)
+    layer_scalars: tuple[tuple[str, str], ...] = ()
+    renamed: tuple[tuple[str, str], ...] = ()
+    rope_freqs: bool = False
     holds: tuple[str, str] | tuple[()] = ()
     variant: Mapping[str, Any] = field(default_factory=dict)
+    refused: tuple[Mapping[str, Any], str] | tuple[()] = ()
+
+    def __post_init__(self) -> None:
+        if self.experts not in EXPERT_LAYOUTS:  # another would be split as one of these, into wrong tensors
+            raise ValueError(f"Gguf {self.arch!r}: unknown experts layout {self.experts!r}; known: "
+                             f"{', '.join(EXPERT_LAYOUTS)}")
 
 
 def one_count(arch: str, lacks: str = "", name: str = "") -> str:
@@ -102,4 +145,5 @@ def layer_norm_keys(writer: Any, config: Any) -> None:
     writer.add_layer_norm_eps(float(eps or 1e-5))
 
 
-__all__ = ["GELU_TABLE", "GPT_GELU", "Gguf", "TANH_GELU", "expert_keys", "layer_norm_keys", "one_count"]
+__all__ = ["EXPERT_LAYOUTS", "GELU_TABLE", "GPT_GELU", "Gguf", "GgufTensors", "TANH_GELU", "expert_keys",
+           "layer_norm_keys", "one_count"]

@@ -37,6 +37,6 @@ register(Family(
     "gpt_oss", GPT_OSS, TinyModel("GptOssConfig", "GptOssForCausalLM", dict(
         MOE_TINY, num_local_experts=4, head_dim=16, sliding_window=4)),
     Gguf("gpt-oss", dense_only=one_count("gpt-oss", "attention sinks or experts", "GPT-OSS"), keys=_keys,
-         refuse=_layers, interleaved_experts=True, sliding_window=True,
+         refuse=_layers, experts="interleaved", sliding_window=True,
          holds=("blk.0.attn_sinks.weight", "gpt-oss.attention.sliding_window")),  # the tiny model's 4-token window
     genai="gptoss", note="each head's attention sink goes with its head; experts untouched"))

@@ -171,7 +171,8 @@ class Fallback(SelectionRule):
                     f"one-sided level {v.alpha / 2:g} in all, each at the level that reached it (at least "
                     f"{min(s.level for s in v.steps):.2g}), confirmed when every one rejects")
         if v.confirmed:
-            return f"graph of steps at one-sided level {v.alpha / 2:g} in all: each of {len(v.steps)} steps rejected"
+            done = "its step rejected" if len(v.steps) == 1 else f"each of {len(v.steps)} steps rejected"
+            return f"graph of steps at one-sided level {v.alpha / 2:g} in all: {done}"
         done = sum(s.rejected for s in v.steps)
         return (f"graph of steps at one-sided level {v.alpha / 2:g} in all: no set confirmed ({done} of "
                 f"{len(v.steps)} steps tested rejected)")

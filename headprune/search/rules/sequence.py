@@ -201,7 +201,7 @@ class FixedSequence(SelectionRule):
                     "held-out (the block it starts with against the original, each head against the heads beside it "
                     f"in the block or before it), each at level {v.steps[0].level:g}, confirmed when every one rejects")
         passed = sum(step.rejected for step in v.steps)
-        outcome = (f"each of {passed} steps rejected" if v.confirmed else
+        outcome = (("its step rejected" if passed == 1 else f"each of {passed} steps rejected") if v.confirmed else
                    f"the sequence stopped at step {passed + 1}, p={v.steps[-1].p_value:.3g}")
         return f"fixed sequence at one-sided level {v.steps[0].level:g}: {outcome}"
 

@@ -12,11 +12,16 @@ of both tasks:
 - ``boundary``: both real heads damage the guard so that removing *both* costs exactly the margin (the null of the
   guard's test, where its size is largest) and removing one costs half of it. Size: the share of runs that ship a
   set whose true guard change breaks the margin (at or beyond it) and call it confirmed; at most ``alpha / 2``.
+- ``near``: both real heads damage the guard so that removing both costs ``NEAR`` (0.6) of the margin: within it,
+  but by about the held-out test's half-width (at 400 guard examples), so that discovery admits the pair and
+  held-out shows it within each about half the time (the README's main job's pair: general text's held-out
+  interval ended at 1.004 of its margin). Where held-out cannot show the pair within, the guards' fixed sequence
+  over the confirmed prefixes ships the first head, whose smaller cost it can show (``GuardOutcome.stopped``).
 - ``harmless``: neither real head touches the guard: the guard's cost in power against find without a guard.
 
 :func:`run_guarded` feeds one such model through :func:`headprune.search.improve.choose` and
-:func:`headprune.search.improve.choose_on_heldout` with the guard in ``Stages.guards``, then the guards' held-out
-test of the primary set (:func:`headprune.search.guard_search.heldout_effects`), exactly as find does.
+:func:`headprune.search.improve.choose_on_heldout` with the guard in ``Stages.guards`` (the guards' fixed sequence
+over the confirmed prefixes included), then the guards' held-out test of the primary set (:func:`headprune.search.guard_search.heldout_effects`), exactly as find does.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from headprune.search.improve import choose, choose_on_heldout
 from headprune.search.simulation.counts import CountsConditions, CountsSplit, Rates, CountsModel, true_change
 from headprune.search.stages import Stages
 
-FAMILIES = ("conflict", "boundary", "harmless")
+FAMILIES = ("conflict", "boundary", "near", "harmless")
+NEAR = 0.6  # family near: the pair's true guard cost, in margins
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ class GuardOutcome:
     task_gain: float  # the primary set's true expected task change (a fraction)
     guard_change: float  # its true expected guard change (a fraction)
     margin: float  # a fraction
+    stopped: bool = False  # the guards' fixed sequence stopped at a longer confirmed prefix, and the one before shipped
 
     @property
     def breaks(self) -> bool:
@@ -71,6 +78,9 @@ def family_rates(family: str, effect: Rates, flip: float, margin: float) -> tupl
     elif family == "boundary":
         task = [effect, effect]
         guard = [(flip / 2, flip / 2 + _half_of(margin, flip))] * 2
+    elif family == "near":
+        task = [effect, effect]
+        guard = [(flip / 2, flip / 2 + _half_of(NEAR * margin, flip))] * 2
     elif family == "harmless":
         task, guard = [effect, effect], [(flip / 2, flip / 2)] * 2
     else:
@@ -124,7 +134,7 @@ def run_guarded(seed: int, *, family: str, effect: Rates, margin: float, flip: f
         confirmed = claim_holds(confirmed, kept, heldout_effects(stages, [chosen.heads])[0])
     indices = tuple(conditions.index(chosen.heads))
     return GuardOutcome(indices, confirmed, true_change(task_rates, indices, accuracy),
-                        true_change(guard_rates, indices, guard_accuracy), margin)
+                        true_change(guard_rates, indices, guard_accuracy), margin, bool(chosen.selection.guard_stop))
 
 
 __all__ = ["FAMILIES", "GuardOutcome", "family_rates", "run_guarded"]

@@ -12,6 +12,8 @@ BUILD = "b11063"
 XLLAMACPP = "2026.9.11063"
 
 ggml_log_callback = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+ggml_abort_callback = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p)
+llama_progress_callback = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_float, ctypes.c_void_p)
 
 
 class llama_model_params(ctypes.Structure):
