@@ -21,9 +21,9 @@ the same models (seeds 0 to runs - 1):
   head the search half ranks first) at null flips of 0.3%, one real head at 3% and 5%, no real head at 1-5%; each
   rule of ``--rules`` on the same models (any registered selection rule that runs, ``headprune.search.rules``:
   find's, ``fallback``; ``sequence``, the fixed sequence it replaced; ``admission``, 0.2's, heads admitted on the
-  check half alone; ``same``, 0.1.0's, all on discovery), with the share of runs whose proposal orders a null head ahead of a real one; and
-  ``lucky null`` (no real head, every head exactly null but one that the search half ranks first) at flips of 3%:
-  the steps' size where a null head leads them.
+  check half alone; ``same``, 0.1.0's, all on discovery), with the share of runs whose proposal orders a null head
+  ahead of a real one; and ``lucky null`` (no real head, every head exactly null but one that the search half ranks
+  first) at flips of 3%: the steps' size where a null head leads them.
 - **masked**: the held-out stage alone on a fixed proposal of redundant and masked heads, whose kept set gains
   nothing while the proposal gains (``headprune.search.simulation.run_masked``); find's rule only.
 - **compress**: the share of runs accepted on held-out and the share of accepted sets whose true drop exceeds
@@ -170,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     started = time.perf_counter()
     try:
         power = power_table(args.power_runs, rules) if args.power_runs else []  # first: the cells that decide
-        figures_ = {"bench": "passengers", "runs": args.runs, "compress_runs": args.compress_runs,
+        figures_ = {"bench": "passengers", "runs": args.runs, "power_runs": args.power_runs,
+                    "compress_runs": args.compress_runs,
                     "rules": rules[:1], "power_rules": rules, "power": power,
                     "improve": improve_table(args.runs, rules[:1]),
                     "masked": masked_table(args.runs, rules[0]), "compress": compress_table(args.compress_runs)}

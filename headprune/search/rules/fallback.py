@@ -20,8 +20,9 @@ They are the nodes of a graphical procedure (Bretz et al. 2009, ``headprune.sear
 the rest. A step that rejects passes its level on: within the block to its next step; after it, ``NEXT`` to the next
 head in the order (tested against the heads kept so far) and the rest to the heads after that, ``NEXT`` of what is
 left to each in turn. A step that does not reject passes nothing on, but the heads after it were given level by the
-step before it: a null head the search half ordered ahead of a real one is skipped instead of ending the steps. A step
-with no head after it passes its level to s and s' (half each), and a single that rejects to the block's first step.
+step before it: a null head the search half ordered ahead of a real one is skipped instead of ending the steps (not a
+null first step: where it does not reject, only s and s' hold level). A step with no head after it passes its level
+to s and s' (half each), and a single that rejects to the block's first step.
 
 The set shipped: the largest set whose steps all rejected (its block, then each head against the heads kept before
 it; one head where the first step alone rejects), the earliest among sets as large, s' as a step of its own after the
