@@ -53,6 +53,9 @@ class LayerHeads:
             (``"linear_attention"``); for a layer without heads, what it is instead (``"mamba"``, ``"conv"``).
         kv_map: whether this layer's kept heads may read unevenly many per key/value head in a sliced export (the
             exported attention repeats key/value heads by a map; a Gated DeltaNet's stock code cannot).
+        kv_source: the earlier layer whose keys and values this layer's heads read, where it has none of its own
+            (Gemma 4's key/value-sharing layers, which read the last earlier layer of their type); None: its own.
+            Its ``kv_heads`` are that layer's, in the same even groups.
     """
 
     heads: int
@@ -61,6 +64,7 @@ class LayerHeads:
     out_dim: int
     kind: str = ATTENTION
     kv_map: bool = True
+    kv_source: int | None = None
 
     @property
     def group(self) -> int:
@@ -124,7 +128,12 @@ class HeadGrid:
         export's, a count a layer; default the layer's own) times a key's and a value's width."""
         counts = kv_heads if kv_heads is not None else [layer.kv_heads for layer in self.layers]
         return sum(n * (layer.head_dim + layer.out_dim) for n, layer in zip(counts, self.layers, strict=True)
-                   if layer.kind == ATTENTION)
+                   if layer.kind == ATTENTION and layer.kv_source is None)  # a sharing layer caches nothing
+
+    def starts_at(self, layer: int) -> bool:
+        """Whether a pass may begin at ``layer`` with the layers below it skipped: no layer from there on reads keys
+        and values a layer below it computes (:attr:`LayerHeads.kv_source`)."""
+        return all(shape.kv_source is None or shape.kv_source >= layer for shape in self.layers[layer:])
 
     def all_heads(self) -> list[Head]:
         return [Head(index, head) for index, layer in enumerate(self.layers) for head in range(layer.heads)]

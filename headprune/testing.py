@@ -133,8 +133,9 @@ def family_config(model_type: str, vocab_size: int, **changes: Any) -> Any:
 
     config_class, _, overrides = family_models()[model_type]
     overrides = {**overrides, **changes}
+    vocab = dict.fromkeys(overrides.pop("vocab_sized", ()), vocab_size)  # (Gemma 4's per-layer embeddings' own)
     sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 max_position_embeddings=256, vocab_size=vocab_size, **SPECIAL_IDS)
+                 max_position_embeddings=256, vocab_size=vocab_size, **vocab, **SPECIAL_IDS)
     if "text_config" in overrides:  # a vision-language model: the sizes are its text model's; its image tokens are
         # the tiny vocabulary's last ids
         image_ids = overrides.pop("image_ids")

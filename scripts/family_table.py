@@ -34,7 +34,8 @@ def family_table() -> str:
         # run in llama.cpp: test_gguf.py, test_gguf_families.py, test_gguf_encoders.py
         written = "-" if gguf is None else f"llama.cpp `{gguf.arch}`" + (
             " (embeddings: the bare encoder)" if gguf.encoder else "") + (
-            ", dense only" if gguf.dense_only else "; sliced as `deci`")
+            ", dense only" if gguf.dense_only else ", sliced too (per-layer head counts)" if gguf.per_layer else
+            "; sliced as `deci`")
         rows.append(f"| `{model_type}` ({family.tiny.config_class.removesuffix('Config')}) | {adapter.family} | "
                     f"{'-' if adapter.dense_only else 'yes'} | yes | {onnx} | {written} | {family.note} |")
     return "\n".join(rows) + "\n"

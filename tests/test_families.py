@@ -210,7 +210,8 @@ def test_per_head_parameters_are_sliced_with_their_heads(model_type, path, rows,
 
 
 @pytest.mark.parametrize(("config_class", "words"), [
-    ("FalconConfig", "Falcon"), ("StableLmConfig", "StableLM"), ("T5Config", "encoder-decoder")])
+    ("FalconConfig", "Falcon"), ("StableLmConfig", "StableLM"), ("T5Config", "encoder-decoder"),
+    ("DeepseekV4Config", "DeepSeek-V4's attention")])
 def test_known_unsupported_families_say_why_and_what_works(config_class, words, tokenizer, tmp_path) -> None:
     import transformers
 
@@ -222,9 +223,9 @@ def test_known_unsupported_families_say_why_and_what_works(config_class, words, 
 def _image_inputs(config) -> dict:  # noqa: ANN001
     """Text around one image's 4 tokens, and the image (seeded random pixels), as each family's processor gives them:
     Gemma 3 and LLaVA a 28 x 28 picture; Mistral 3 and Llama 4 a 56 x 56 one, whose 4 x 4 patches Pixtral's merger
-    (told each image's size) and Llama 4's pixel shuffle make 4 tokens; Qwen2-VL and Qwen3.5 its 14 x 14 patches
-    flattened (2 frames x 3 channels), a 4 x 4 grid its merger reads 2 x 2, and the image tokens' type for M-RoPE's
-    positions."""
+    (told each image's size) and Llama 4's pixel shuffle make 4 tokens; Gemma 4 its 4 x 4 patches flattened with their
+    positions; Qwen2-VL and Qwen3.5 its 14 x 14 patches flattened (2 frames x 3 channels), a 4 x 4 grid its merger
+    reads 2 x 2, and the image tokens' type for M-RoPE's positions."""
     image = config.image_token_id
     generator = torch.Generator().manual_seed(0)
     if config.model_type in ("qwen2_vl", "qwen2_5_vl", "qwen3_5", "qwen3_5_moe"):
@@ -232,6 +233,10 @@ def _image_inputs(config) -> dict:  # noqa: ANN001
         return dict(input_ids=ids, pixel_values=torch.randn(16, 3 * 2 * 14 * 14, generator=generator),
                     image_grid_thw=torch.tensor([[1, 4, 4]]), mm_token_type_ids=(ids == image).int())
     ids = torch.tensor([[5, 9] + [image] * 4 + [14, 3, 27]])
+    if config.model_type == "gemma4":  # 4 x 4 patches of 4 x 4 pixels and their positions, pooled 2 x 2
+        grid = torch.stack(torch.meshgrid(torch.arange(4), torch.arange(4), indexing="ij"), -1).reshape(1, 16, 2)
+        return dict(input_ids=ids, pixel_values=torch.rand(1, 16, 3 * 4 * 4, generator=generator),
+                    image_position_ids=grid, mm_token_type_ids=(ids == image).long())
     size = config.vision_config.image_size
     inputs = dict(input_ids=ids, pixel_values=torch.randn(1, 3, size, size, generator=generator))
     if config.model_type == "mistral3":
@@ -254,24 +259,29 @@ def _load_as_hinted(output: str, out: Path):  # noqa: ANN202
     return getattr(transformers, auto.group(1)).from_pretrained(out, trust_remote_code=trust).eval()
 
 
-# Vision-language checkpoints as shipped (Gemma 3 4B-27B, LLaVA around each language model it takes, Qwen2-VL,
-# Qwen2.5-VL, Qwen3.5 dense and MoE, Mistral 3 around each, Llama 4): their language model's heads are removed, the
-# vision tower and projector kept byte for byte.
+# Vision-language checkpoints as shipped (Gemma 3 4B-27B, Gemma 4 with its audio tower, LLaVA around each language
+# model it takes, Qwen2-VL, Qwen2.5-VL, Qwen3.5 dense and MoE, Mistral 3 around each, Llama 4): their language model's
+# heads are removed, the towers and projector kept byte for byte.
 @pytest.mark.parametrize(("model_type", "text_type"), [
-    ("gemma3", None), ("llava", "llama"), ("llava", "mistral"), ("llava", "qwen2"), ("qwen2_vl", None),
-    ("qwen2_5_vl", None), ("qwen3_5", None), ("qwen3_5_moe", None), ("mistral3", "mistral"),
-    ("mistral3", "ministral3"), ("llama4", None)])
+    ("gemma3", None), ("gemma4", None), ("llava", "llama"), ("llava", "mistral"), ("llava", "qwen2"),
+    ("qwen2_vl", None), ("qwen2_5_vl", None), ("qwen3_5", None), ("qwen3_5_moe", None), ("mistral3", "mistral"),
+    ("mistral3", "ministral3"), ("mistral3", "mistral4"), ("llama4", None)])
 def test_vision_language_export_reads_an_image_as_the_masked_original(model_type, text_type, tokenizer,
                                                                       tmp_path) -> None:
     """Both layouts, exported by the CLI and loaded by headprune and as the CLI's hint says, give the masked
     original's logits on text and on an image that reaches them through the vision tower."""
     changes = {"text_config": dict(num_key_value_heads=2, model_type=text_type)} if text_type else {}
+    latent = text_type == "mistral4"  # Mistral Small 4 as shipped: the mistral4 family's tiny latent attention
+    if latent:
+        changes = {"text_config": family_model(text_type, len(tokenizer)).config.to_dict()}
     vlm = family_model(model_type, len(tokenizer), seed=1, **changes)
     folder = save_folder(vlm, tokenizer, tmp_path / "vlm")
     lm = load_model(str(folder), device="cpu")
     adapters = {"qwen2_5_vl": "qwen2_vl", "qwen3_5": "qwen3_5_vl", "qwen3_5_moe": "qwen3_5_vl"}
-    assert lm.adapter.family == adapters.get(model_type, model_type) and lm.task_head == "causal-lm"
-    assert (lm.grid.layers[1].heads, lm.grid.layers[1].kv_heads) == (4, 2)
+    assert lm.adapter.family == ("mistral3_latent" if latent else adapters.get(model_type, model_type))
+    assert lm.task_head == "causal-lm"
+    layer = lm.grid.layers[0 if model_type == "gemma4" else 1]  # (Gemma 4's layer 1 attends over one KV head)
+    assert (layer.heads, layer.kv_heads) == (4, 4 if latent else 2)
     heads = parse_heads(HEADS)
     image = _image_inputs(vlm.config)
     text_only = dict(input_ids=image["input_ids"].masked_fill(image["input_ids"] == vlm.config.image_token_id, 7))
@@ -293,7 +303,8 @@ def test_vision_language_export_reads_an_image_as_the_masked_original(model_type
                 torch.testing.assert_close(loaded(**text_only).logits, want_text, atol=1e-5, rtol=1e-5)
             saved = loaded.state_dict()
             assert all(saved[n].dtype == original[n].dtype and torch.equal(saved[n], original[n]) for n in vision)
-        rows = [lm.adapter.attention(m, 1).q_proj.weight.shape[0] for m in (loaded, lm.model)]  # Qwen3.5's: 2 a head
+        query = "q_b_proj" if latent else "q_proj"  # (Qwen3.5's q_proj: 2 blocks a head)
+        rows = [getattr(lm.adapter.attention(m, 1), query).weight.shape[0] for m in (loaded, lm.model)]
         assert rows[0] == (2 if layout == "sliced" else 4) * rows[1] // 4
 
 

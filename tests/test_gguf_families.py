@@ -10,6 +10,7 @@ know a family's architecture (its floor, 0.14, lacks qwen3moe), the export is re
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -30,8 +31,8 @@ from headprune.testing import family_model
 HEADS = "L0.H1,L1.H0,L1.H1"  # one head of a group in layer 0; a whole key/value group in layer 1
 # The families beyond test_gguf.py's, each with what its file must hold that a plain Llama file does not, and the
 # variant of the matrix's tiny model llama.cpp's graph computes, as its family file declares them (Gguf.holds,
-# Gguf.variant; the refusals of the others are tested below); a family whose sliced file is written (as deci) is run
-# in both layouts.
+# Gguf.variant; the refusals of the others are tested below); a family whose sliced file is written (as deci, or in
+# its own graph) is run in both layouts.
 EXTRA = {t: (*f.holds, dict(f.variant)) for t, f in FAMILIES.items() if f.holds}
 
 
@@ -94,13 +95,16 @@ def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, toke
     reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
     assert tensor in {t.name for t in reader.tensors} and key in meta
     assert meta["general.architecture"] == arch
-    if not FAMILIES[model_type].dense_only:  # sliced too: llama.cpp's deci, which takes per-layer head counts
+    if not FAMILIES[model_type].dense_only:  # sliced too: llama.cpp's deci, or the family's own graph where it
+        # reads per-layer head counts (Gemma 4's; its layer 0 keeps H1 zeroed, as its readers' groups are even)
+        per_layer = FAMILIES[model_type].per_layer
         record = export(lm, HEADS, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "s")
         info = Gguf.details(record)
-        assert info.architecture == "deci" and info.runtime.done and info.runtime.mismatches == 0
+        sliced = arch if per_layer else "deci"
+        assert info.architecture == sliced and info.runtime.done and info.runtime.mismatches == 0
         diff, _, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "s" / "model.gguf", generate_task())
-        assert diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, scale)
-        assert gguf_metadata(tmp_path / "s" / "model.gguf")[1]["deci.attention.head_count"] == [4, 2]
+        assert diff <= (tolerance if per_layer else GGUF_TOLERANCE) * max(1.0, scale), (diff, scale)
+        assert gguf_metadata(tmp_path / "s" / "model.gguf")[1][f"{sliced}.attention.head_count"][:2] == [4, 2]
 
 
 def test_mixture_of_experts_are_written_as_they_are(tokenizer, tmp_path) -> None:
@@ -187,6 +191,25 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(m
     assert 0 < float((fused - original).abs().max()) < 1e-2 * float(original.abs().max())
 
 
+def test_a_lossy_latent_attention_file_is_checked_on_its_own_rounded_key_value_expansion(tokenizer, tmp_path) -> None:
+    """A q8_0 DeepSeek-V3 file: kv_b_proj, stored as llama.cpp's attn_k_b (transposed) and attn_v_b, is joined back
+    from the file's de-quantised tensors for the gate's torch reference, which then runs like the file."""
+    from headprune.exporter.gguf import writer as gguf_export
+    from headprune.exporter.gguf.quant_check import with_stored
+
+    lm = _lm("deepseek_v3", tokenizer)
+    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
+                    gguf_type="q8_0")
+    assert Gguf.details(record).quantized is not None and Gguf.details(record).runtime.mismatches == 0
+    (tmp_path / "w").mkdir()
+    written = gguf_export.write_files(lm, lm.model, "deepseek2", None, tmp_path / "w", tmp_path / "w", "q8_0",
+                                      with_original=False)
+    rounded = with_stored(lm.model, written.plan, written.stored)
+    joined = rounded.model.layers[1].self_attn.kv_b_proj.weight.detach()
+    original = lm.model.model.layers[1].self_attn.kv_b_proj.weight.detach()
+    assert 0 < float((joined - original).abs().max()) < 1e-2 * float(original.abs().max())
+
+
 @pytest.mark.parametrize(("model_type", "changes", "words"), [
     ("gemma2", {}, "query_pre_attn_scalar (256) is not its head size (16)"),
     ("gemma3_text", {"query_pre_attn_scalar": 16, "layer_types": ["full_attention", "sliding_attention"]},
@@ -195,11 +218,13 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(m
     ("cohere", {}, "64 layers or more"),
     ("smollm3", {"num_hidden_layers": 4, "no_rope_layers": [1, 1, 0, 1]}, "every 4th"),
     ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, "which llama.cpp's gpt2 graph fixes"),
+    ("gemma4_text", {"num_kv_shared_layers": 1}, "key/value-sharing layers read other layers"),
     ("gpt_neox", {"attention_bias": False}, "no biases (attention_bias false)"),
     ("gpt2", {"activation_function": "relu"}, "needs a gelu_new or gelu_pytorch_tanh or gelu_fast MLP"),
     ("qwen3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
      "only llama.cpp's llama, deci"),
+    ("deepseek_v32", {}, "GGUF export supports these causal language models"),  # (gguf-py 0.19 lacks deepseek32)
 ] + [(t, dict(f.refused[0]), f.refused[1]) for t, f in FAMILIES.items() if f.refused])  # as family files declare
 def test_configs_llama_cpp_computes_otherwise_are_refused(model_type, changes, words, tokenizer, tmp_path) -> None:
     """What llama.cpp's graph for a family fixes (Gemma's query scale and global-layer pattern, OLMoE's ungrouped
@@ -281,10 +306,10 @@ def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, t
     plans = plan_layers(lm.grid, removed)
     artifact = slice_model(lm, plans, removed)
     attention = [layer.kind == "attention" for layer in lm.grid.layers]  # (a hybrid's other layers count none)
-    plan = gguf_export.GgufPlan(family.arch, tuple(len(p.q_heads) if a else 0 for p, a in zip(plans, attention)),
-                                tuple(len(p.kv_heads) if a else 0 for p, a in zip(plans, attention)),
-                                next(layer.head_dim for layer in lm.grid.layers if layer.kind == "attention"),
-                                family.permuted)
+    stock = gguf_export.gguf_plan(lm, family.arch, plans)  # (a latent attention's one key/value head a layer kept)
+    plan = replace(stock, head_count=tuple(len(p.q_heads) if a else 0 for p, a in zip(plans, attention)),
+                   head_count_kv=stock.head_count_kv if family.latent else
+                   tuple(len(p.kv_heads) if a else 0 for p, a in zip(plans, attention)))
     if not gguf_knows(family.arch):
         with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's|no llama.cpp tensor for"):
             gguf_export.gguf_tensors(artifact, plan)
@@ -292,7 +317,7 @@ def test_dense_only_graphs_refuse_per_layer_head_counts(model_type, tokenizer, t
     write, _, _ = gguf_export.tokenizer_writer(lm, lm.model.config.vocab_size, tmp_path)
     gguf_export.write_gguf(tmp_path / "x.gguf", artifact, plan, gguf_export.gguf_tensors(artifact, plan), write,
                            name="x", gguf_type="f32")
-    with pytest.raises(ValueError, match=r"tensor 'blk\.1\.attn_(q|qkv)\.weight' has wrong shape"):
+    with pytest.raises(ValueError, match=r"tensor 'blk\.1\.attn_(q|qkv|q_b)\.weight' has wrong shape"):
         llama_cpp_runtime.LlamaCpp(tmp_path / "x.gguf", n_ctx=32)
 
 

@@ -57,6 +57,26 @@ def test_cached_layers_give_identical_results(family, make_task, tokenizer) -> N
     np.testing.assert_allclose(again.margins, plain.run().margins, rtol=0, atol=1e-6)
 
 
+def test_a_layer_reading_an_earlier_layers_choice_is_no_checkpoint(tokenizer) -> None:
+    """GLM-5's "shared" sparse-attention layers reuse the keys the layer before chose (Adapter.layer_starts): a pass
+    starts only at a layer that chooses its own, and gives the full pass's results."""
+    from headprune.loading.models import wrap_model
+    from headprune.testing import family_model
+
+    model = family_model("glm_moe_dsa", len(tokenizer), seed=7, num_hidden_layers=4,
+                         indexer_types=["full", "shared", "full", "shared"])
+    lm = wrap_model(model, tokenizer, name="tiny-glm_moe_dsa")
+    task = prefixed_choice_task()
+    plain = Evaluator(lm, task, batch_size=5)
+    cached = Evaluator(lm, task, batch_size=5, reuse_layers=True)
+    assert cached._layer_cache.checkpoints == [2]
+    for run in (plain, cached):
+        run.run()
+    for spec in ["L1.H0", "L2.H1", "L3.H2", "L0.H1,L3.H0"]:
+        a, b = plain.run(parse_heads(spec)), cached.run(parse_heads(spec))
+        np.testing.assert_allclose(a.margins, b.margins, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox"])
 def test_the_shared_prefix_is_replayed_from_the_checkpoint(family, tokenizer) -> None:
     """An ablated run computes the shared prefix from the checkpoint layer on, like its batches: the layers below

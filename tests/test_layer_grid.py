@@ -86,7 +86,7 @@ def test_per_layer_head_sizes_through_ablation_means_attribution_and_slicing(tok
     sliced = slice_model(lm, plan_layers(lm.grid, heads), heads)
     assert sliced.transformer.h[1].attn.c_proj.weight.shape == (32, 64)  # one head of 32 left: Conv1D (in, out)
     assert sliced.config.headprune["grid"][1] == dict(heads=2, kv_heads=2, head_dim=32, out_dim=32,
-                                                      kind="attention", kv_map=True)
+                                                      kind="attention", kv_map=True, kv_source=None)
     torch.testing.assert_close(_logits(sliced), want, atol=1e-5, rtol=1e-5)
     batches = [(IDS, MASK, {})]
     means = collect_head_means(lm, batches)  # (layers, most heads, widest head), a narrower layer padded with zeros

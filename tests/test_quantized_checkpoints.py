@@ -156,6 +156,34 @@ def test_fp8_heads_that_split_a_block_are_written_unquantized(tmp_path) -> None:
     torch.testing.assert_close(_logits(pruned.model), want, atol=2e-2, rtol=2e-2)
 
 
+def test_fp8_deepseek_v3_keeps_the_blocks_of_its_latent_heads(tmp_path) -> None:
+    """DeepSeek-V3 as shipped (FP8, its head widths): a head's 192 query rows split q_b_proj's 128-row blocks, its 256
+    kv_b_proj rows and 128 o_proj columns are whole blocks. Layer 0 loses head 1 (q_b_proj written in bfloat16),
+    layer 1 heads 0 and 1 (rows 0-383 of q_b_proj: three whole blocks)."""
+    tokenizer = build_tokenizer()
+    torch.manual_seed(3)
+    config = transformers.DeepseekV3Config(
+        vocab_size=len(tokenizer), hidden_size=256, intermediate_size=256, moe_intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=128, kv_lora_rank=128,
+        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=4, num_experts_per_tok=2,
+        n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1, max_position_embeddings=256,
+        tie_word_embeddings=False)
+    folder = quantize_fp8(save_folder(transformers.DeepseekV3ForCausalLM(config), tokenizer, tmp_path / "m"))
+    lm = load_model(str(folder), dtype="checkpoint", device="cpu")
+    with ablated(lm, parse_heads(HEADS)):
+        want = _logits(lm.model)
+    record = export(str(folder), HEADS, layout="sliced", verify_task=choice_task(), out=tmp_path / "s")
+    q = record.quantization
+    assert (q.unquantized, q.sliced) == (("model.layers.0.self_attn.q_b_proj",), 5)  # kv_b, o; q_b, kv_b, o
+    written = _stored(tmp_path / "s")
+    assert written["model.layers.0.self_attn.q_b_proj.weight"].dtype == torch.bfloat16
+    for name in ("layers.0.self_attn.kv_b_proj", "layers.0.self_attn.o_proj", "layers.1.self_attn.q_b_proj"):
+        assert written[f"model.{name}.weight"].dtype == torch.float8_e4m3fn
+    stock = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "s", trust_remote_code=True)
+    for model in (load(tmp_path / "s", device="cpu").model, stock):
+        torch.testing.assert_close(_logits(model), want, atol=2e-2, rtol=2e-2)
+
+
 def test_fp8_shards_list_the_scales(tmp_path) -> None:
     folder = _fp8_folder(tmp_path, 128)
     record = export(str(folder), "L1.H0", layout="dense", out=tmp_path / "o", max_shard_size="600KB")

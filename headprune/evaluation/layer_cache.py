@@ -5,7 +5,10 @@ intact model's. During an intact pass, the inputs of some *checkpoint* layers ar
 condition whose lowest ablated layer is ``l`` then starts at the nearest checkpoint ``c <= l``: layers
 below ``c`` are swapped for a pass-through (the embedding, masks and rotary tables are still computed, which
 is cheap) and layer ``c`` receives the cached input. The computation from ``c`` on is the same as a full
-pass, so results are identical. Checkpoints are spaced to fit a memory budget.
+pass, so results are identical. Checkpoints are spaced to fit a memory budget, at layers a pass may start at
+(``HeadGrid.starts_at``: Gemma 4's key/value-sharing layers read keys and values that an earlier layer computes in
+the same pass, so no checkpoint lies beyond that layer; ``Adapter.layer_starts``: GLM-5's shared sparse-attention
+layers take the keys the layer before chose, so none lies on them).
 """
 
 from __future__ import annotations
@@ -64,7 +67,10 @@ class LayerInputCache:
 
     def __init__(self, lm: LoadedModel, checkpoints: list[int]) -> None:
         self.lm = lm
-        self.checkpoints = sorted(c for c in set(checkpoints) if 0 < c < lm.grid.num_layers)
+        adapter = lm.adapter  # (GLM-5's shared sparse-attention layers read the keys an earlier layer chose)
+        starts = adapter.layer_starts(adapter.sizes(lm.model.config)) if adapter.layer_starts else None
+        self.checkpoints = sorted(c for c in set(checkpoints) if 0 < c < lm.grid.num_layers and lm.grid.starts_at(c)
+                                  and (starts is None or starts[c]))
         self._store: dict[int, dict[int, torch.Tensor]] = {}
 
     @classmethod
@@ -76,7 +82,8 @@ class LayerInputCache:
         # A captured input is a copy of the hidden states, in the model's dtype (2 bytes an element in bfloat16).
         element = next((p.element_size() for p in lm.model.parameters() if p.is_floating_point()), 4)
         per_layer = token_count * hidden * element
-        layers = lm.grid.num_layers
+        grid = lm.grid
+        layers = next((c for c in range(1, grid.num_layers) if not grid.starts_at(c)), grid.num_layers)
         count = min(layers - 1, int(budget_mb * 2**20 // max(per_layer, 1)))
         return cls(lm, [math.floor(i * layers / (count + 1)) for i in range(1, count + 1)])
 

@@ -51,7 +51,7 @@ def savings(lm: LoadedModel, heads: Sequence[Head]) -> Savings:
 
     grid, itemsize = lm.grid, lm.model.dtype.itemsize
     before = count_parameters(lm.model)
-    cached = [index for index, layer in enumerate(grid.layers) if layer.kind == ATTENTION]
+    cached = [index for index, layer in enumerate(grid.layers) if layer.kind == ATTENTION and layer.kv_source is None]
     kv_before = sum(grid.layers[index].kv_heads for index in cached)
     if not heads:
         return Savings(before, before, before * itemsize, before * itemsize, dtype_name(lm.dtype), kv_before,

@@ -211,11 +211,24 @@ class GroupedGatedDeltaNet(GatedDeltaNet):
             for offset in (base, base + group * size):  # its values' rows (v, b), then their gates' (z, a)
                 rows += block_rows(places, size, key * width + offset)
         return rows
+class Latent(QkvLayout):
+    """Multi-head latent attention (DeepSeek-V2/V3, Mistral 4, GLM-4.7-Flash): its first part is ``kv_b_proj``, which
+    expands the key/value latent into each head's key part without RoPE and its value (one block a head); the others
+    are query projections, ``head_dim`` rows a head (the part without RoPE, then the rotary part): ``q_b_proj`` after
+    the query latent, or ``q_proj`` where there is none (a model has one of the two; the path it lacks is skipped).
+    The latents, their norms and the rotary key, which every head shares, stay whole; the module keeps its head count
+    in ``num_heads`` (the adapter's ``count_attrs``)."""
+
+    name = "latent"
+
+    def blocks(self, part: int, q_heads: list[int], kv_heads: list[int], heads: int, kv: int) -> list[int]:
+        return list(q_heads if part else kv_heads)
 
 
 # The layouts slicing and the rebuild below handle, by the name records carry; a name claimed twice is an error.
 QKV_LAYOUTS: dict[str, QkvLayout] = {}
-for _layout in (Separate(), Gpt2(), Neox(), Fused(), GatedDeltaNet(), GroupedGatedDeltaNet()):
+for _layout in (Separate(), Gpt2(), Neox(), Fused(), GatedDeltaNet(), GroupedGatedDeltaNet(),
+                Latent()):
     if _layout.name in QKV_LAYOUTS:
         raise ValueError(f"qkv layout {_layout.name!r} is registered twice")
     QKV_LAYOUTS[_layout.name] = _layout
@@ -259,7 +272,8 @@ def head_param(module: nn.Module, path: str) -> nn.Parameter | None:
 
 def head_projection(module: nn.Module, path: str) -> nn.Module | None:
     """The projection at ``path``, or None where the model has none (DeBERTa's position projections exist only
-    without ``share_att_key``)."""
+    without ``share_att_key``; Gemma 4's ``v_proj`` only where values are not keys, and its ``k_proj`` and
+    ``v_proj`` only in layers with keys and values of their own; MLA's ``q_proj`` only without a query latent)."""
     try:
         return _get(module, path)
     except AttributeError:
@@ -340,7 +354,10 @@ def _shrink_layer(layer: nn.Module, layer_record: dict, shape: Any, paths: dict)
     attention = _get(layer, paths["attention"])
     layout = qkv_layout(paths["qkv_layout"])
     for part, path in enumerate(paths["qkv"]):
-        old = _get(layer, path)
+        old = head_projection(layer, path)
+        if old is None:  # a layer without it (Gemma 4's: no v_proj where keys are values, no k/v where shared;
+            # MLA's q_proj beside a query latent)
+            continue
         rows = layout.rows(part, q_heads, kv_heads, shape, old.weight.shape[layout.dim])
         _set(layer, path, _linear(old, out_features=len(rows)))
     layout.resize(attention, n_q, n_kv, shape)

@@ -118,7 +118,10 @@ def _sliced_weights(lm: LoadedModel, layer: nn.Module, plan: LayerPlan, means: t
     out: dict = {}
     layout = qkv_layout(mixer.qkv_layout)
     for part, path in enumerate(mixer.qkv_paths):
-        module = get_path(layer, path)
+        module = head_projection(layer, path)
+        if module is None:  # a layer without it (Gemma 4's: no v_proj where keys are values, no k/v where shared;
+            # MLA's q_proj beside a query latent)
+            continue
         rows = torch.tensor(layout.rows(part, list(plan.q_heads), list(plan.kv_heads), shape,
                                         module.weight.shape[layout.dim]), device=module.weight.device)
         bias = None if module.bias is None else module.bias.index_select(0, rows)

@@ -89,7 +89,10 @@ def _place_layer(lm: LoadedModel, full: nn.Module, index: int, layer: dict) -> N
     q_heads, kv_heads = [int(h) for h in layer["q_heads"]], [int(h) for h in layer["kv_heads"]]
     layout = qkv_layout(mixer.qkv_layout)
     for part, path in enumerate(mixer.qkv_paths):
-        s, f = get_path(small, path), get_path(large, path)
+        s, f = head_projection(small, path), head_projection(large, path)
+        if s is None or f is None:  # a layer without it (Gemma 4's shared keys and values; MLA's q_proj beside a
+            # query latent)
+            continue
         rows = layout.rows(part, q_heads, kv_heads, shape, f.weight.shape[layout.dim])
         _place(f.weight.data, s.weight.data, rows, layout.dim)
         if f.bias is not None:

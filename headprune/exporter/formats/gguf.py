@@ -113,7 +113,8 @@ class Gguf(ExportFormat):
         from headprune.loading.models import LoadedModel
 
         lm, artifact = job.lm, job.artifact
-        files = gguf_export.write_files(lm, artifact, self.arch, job.plans, staging, scratch, self.chosen["gguf_type"])
+        plans = job.plans if self.options.layout == "sliced" else None  # (a dense file keeps every head in shape)
+        files = gguf_export.write_files(lm, artifact, self.arch, plans, staging, scratch, self.chosen["gguf_type"])
         version, reason = gguf_export.llama_cpp_version()
         self.runtime, self.reason = version or "", reason
         if version is None:
@@ -303,10 +304,17 @@ def _size(job: Job, files: Any) -> DeploySize:
     from headprune.exporter.gguf.writer import gguf_plan
     from headprune.exporter.gguf.size import deploy_size
 
-    stock = gguf_plan(job.lm, "llama", job.plans)  # the original's head counts (the architecture name aside)
+    stock = gguf_plan(job.lm, "llama", None)  # the original's head counts (the architecture name aside)
     original = weight_bytes(files.original_path) if files.original_path is not None else 0
-    return deploy_size(weight_bytes(files.path), original, files.plan.head_count_kv, stock.head_count_kv,
-                       files.plan.head_dim)
+    layers = job.lm.grid.layers  # each layer's head size; a layer reading another's keys and values caches none
+    plan = files.plan  # (MLA: one latent key/value head a layer, of the latent's length, no values apart)
+    sizes = [plan.key_length] * len(layers) if plan.key_length else [layer.head_dim for layer in layers]
+
+    def cached(counts: Any) -> list[int]:
+        return [n if layer.kv_source is None else 0 for n, layer in zip(counts, layers, strict=True)]
+
+    return deploy_size(weight_bytes(files.path), original, cached(plan.head_count_kv), cached(stock.head_count_kv),
+                       sizes, values=plan.values_cached)
 
 
 def _runner(lm: LoadedModel, path: Path, n_ctx: int, encoder: bool) -> Any:

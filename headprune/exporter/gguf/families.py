@@ -33,10 +33,11 @@ OTHER_FORMATS = "safetensors, onnx"
 # RoPE scalings llama.cpp's graphs compute as transformers does. "dynamic" (NTK) rescales only past the trained context
 # in transformers, and llama.cpp never does: written as plain RoPE with a note. "llama3" needs llama.cpp's rope_freqs
 # tensor, which its llama and deci graphs read and those of the families that say so (Gguf.rope_freqs); "longrope"
-# (Phi-3.5, Phi-4-mini) its rope_factors tensors, read by its phi3 graph. The others are not written.
-ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope")
+# (Phi-3.5, Phi-4-mini) its rope_factors tensors, read by its phi3 graph; "proportional" (Gemma 4's full-attention
+# layers) a rope_freqs tensor that stops the unrotated dimensions, read by its gemma4 graph. The others are not written.
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope", "proportional")
 ROPE_FACTOR_ARCHES = {"llama3": ("llama", "deci", *sorted({f.arch for f in FAMILIES.values() if f.rope_freqs})),
-                      "longrope": ("phi3",)}
+                      "longrope": ("phi3",), "proportional": ("gemma4",)}
 # The graphs whose q/k rows are permuted to adjacent pairs beside the families' own (the sliced layout's).
 PERMUTED_ARCHES = ("deci", *sorted({f.arch for f in FAMILIES.values() if f.permuted}))
 
@@ -120,8 +121,8 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
                                     f"sliced as {OTHER_FORMATS}")
     # llama.cpp's qwen2 graph has no rope_freqs tensor: Llama 3.1-style scaling goes in its llama graph, which takes
     # Qwen2's q/k/v biases too.
-    arch = "deci" if layout == "sliced" else "llama" if model_type == "qwen2" and kind == "llama3" else \
-        FAMILIES[model_type].arch
+    arch = ("deci" if not family.per_layer else family.arch) if layout == "sliced" else \
+        "llama" if model_type == "qwen2" and kind == "llama3" else family.arch
     if arch not in ROPE_FACTOR_ARCHES.get(kind, (arch,)):
         raise UnsupportedModelError(f"{lm.name}: RoPE type {kind!r} is not written to GGUF for {model_type}: only "
                                     f"llama.cpp's {', '.join(ROPE_FACTOR_ARCHES[kind])} graphs read its factors "

@@ -134,6 +134,8 @@ def with_stored(artifact: Any, plan: Any, stored: dict) -> Any:
         for name, tensor in model.state_dict().items():
             new = gguf_name(names, family.tensors.to_llama_cpp(name, tensor, artifact.config)[0], family.renamed)
             joined = join_experts(name, stored, family.experts)
+            if joined is None and family.join is not None:  # (MLA's kv_b_proj from attn_k_b and attn_v_b)
+                joined = family.join(name, stored, artifact.config)
             if joined is None and new not in stored:  # rotary frequencies, a tied output
                 continue
             if joined is None:  # GPT-2's Conv1D and NeoX's fused q/k/v back in the model's layout

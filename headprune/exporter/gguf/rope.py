@@ -28,7 +28,20 @@ def rope_tensors(config: Any, head_dim: int) -> dict[str, torch.Tensor]:
         names = gguf.TENSOR_NAMES
         return {names[gguf.MODEL_TENSOR.ROPE_FACTORS_LONG] + ".weight": torch.tensor(rope["long_factor"]).float(),
                 names[gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT] + ".weight": torch.tensor(rope["short_factor"]).float()}
+    if kind == "proportional":  # (the converter's Gemma4Model.generate_extra_tensors)
+        rotated = int(head_dim * float(rope.get("partial_rotary_factor", 1.0)) / 2)
+        factors = [1.0] * rotated + [1e30] * (head_dim // 2 - rotated)  # a frequency of ~0: cos 1, sin 0
+        return {gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight": torch.tensor(factors)}
     return {}
+
+
+def rope_dimensions(config: Any, head_dim: int) -> int:
+    """The dimensions of a head llama.cpp rotates (``rope.dimension_count``): ``partial_rotary_factor`` of it, but
+    all of it for proportional RoPE, whose ``rope_freqs`` stop the others (transformers gives them frequency 0 and
+    measures the rotated ones' frequencies over the whole head)."""
+    rope = rope_parameters(config)
+    share = 1.0 if rope.get("rope_type") == "proportional" else float(rope.get("partial_rotary_factor", 1.0))
+    return int(head_dim * share)
 
 
 def add_rope_keys(writer: Any, config: Any) -> None:

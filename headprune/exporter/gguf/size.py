@@ -19,12 +19,19 @@ CONTEXT = 4096  # tokens: the context the cache is given for
 CACHE_TYPE, CACHE_BYTES = "f16", 2  # llama.cpp's default key and value cache type
 
 
-def kv_cache_bytes(head_count_kv: Sequence[int], head_dim: int, *, context: int = CONTEXT,
-                   item: int = CACHE_BYTES, flash_attn: bool = True) -> int:
-    """Bytes of llama.cpp's key/value cache for layers with ``head_count_kv`` key/value heads of ``head_dim``."""
-    keys = sum(head_count_kv) * head_dim
-    values = keys if flash_attn else len(head_count_kv) * max(head_count_kv) * head_dim
-    return (keys + values) * context * item
+def kv_cache_bytes(head_count_kv: Sequence[int], head_dim: int | Sequence[int], *, context: int = CONTEXT,
+                   item: int = CACHE_BYTES, flash_attn: bool = True, values: bool = True) -> int:
+    """Bytes of llama.cpp's key/value cache for layers with ``head_count_kv`` key/value heads of ``head_dim`` (one
+    size, or one a layer: Gemma 4's); a layer with none caches nothing (a recurrent layer, or one that reads another
+    layer's keys and values). ``values`` false: keys alone, as llama.cpp caches multi-head latent attention's
+    latent."""
+    sizes = [head_dim] * len(head_count_kv) if isinstance(head_dim, int) else head_dim
+    widths = [n * size for n, size in zip(head_count_kv, sizes, strict=True) if n]
+    keys = sum(widths)
+    if not values:
+        return keys * context * item
+    cached = keys if flash_attn else len(widths) * max(widths, default=0)
+    return (keys + cached) * context * item
 
 
 def cache_bytes(width: int, *, context: int = CONTEXT, item: int = CACHE_BYTES) -> int:
@@ -47,10 +54,12 @@ class DeploySize:
 
 
 def deploy_size(file_bytes: int, original_file_bytes: int, head_count_kv: Sequence[int],
-                original_head_count_kv: Sequence[int], head_dim: int) -> DeploySize:
-    return DeploySize(file_bytes, original_file_bytes, CONTEXT, CACHE_TYPE, kv_cache_bytes(head_count_kv, head_dim),
-                      kv_cache_bytes(original_head_count_kv, head_dim),
-                      kv_cache_bytes(head_count_kv, head_dim, flash_attn=False))
+                original_head_count_kv: Sequence[int], head_dim: int | Sequence[int], *,
+                values: bool = True) -> DeploySize:
+    return DeploySize(file_bytes, original_file_bytes, CONTEXT, CACHE_TYPE,
+                      kv_cache_bytes(head_count_kv, head_dim, values=values),
+                      kv_cache_bytes(original_head_count_kv, head_dim, values=values),
+                      kv_cache_bytes(head_count_kv, head_dim, flash_attn=False, values=values))
 
 
 def against(value: int, original: int) -> str:

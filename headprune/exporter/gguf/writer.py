@@ -9,7 +9,8 @@ Layouts:
   written as llama.cpp's ``deci`` architecture, which reads ``{arch}.attention.head_count`` and ``.head_count_kv`` as
   per-layer arrays (``src/models/deci.cpp``). The other graphs cannot: their tensor shapes use layer 0's counts for
   every layer (``llm_graph_context::n_head = hparams.n_head()``), so arrays there would only load when all layers
-  agree.
+  agree. A family whose own graph reads them per layer (``Gguf.per_layer``: Gemma 4's) is written sliced in its own
+  architecture.
 
 Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel``, ``DeciModel``, the
 ``TextModel`` defaults, each family's class). The files are run in llama.cpp by :mod:`headprune.exporter.runtimes`.
@@ -45,7 +46,7 @@ from headprune.exporter.gguf.encoders import ENCODER_NOTE, GELU_TABLE_NOTE
 from headprune.exporter.gguf.experts import split_experts
 from headprune.exporter.gguf.quant import K_QUANTS, typer
 from headprune.exporter.gguf.read import read_back
-from headprune.exporter.gguf.rope import add_rope_keys, rope_notes, rope_tensors
+from headprune.exporter.gguf.rope import add_rope_keys, rope_dimensions, rope_notes, rope_tensors
 from headprune.exporter.gguf.tokenizer import tokenizer_writer
 
 GGUF_NAME = "model.gguf"
@@ -72,20 +73,34 @@ class GgufPlan:
     head_count_kv: tuple[int, ...]
     head_dim: int  # the attention layers' (the first's)
     permuted: bool  # q/k rows permuted to llama.cpp's rotation
+    # attention.key_length, value_length, rope.dimension_count: the heads' (0) or, where llama.cpp caches one latent
+    # key/value head a layer (Gguf.latent: MLA), the latent's, with no values cached apart
+    key_length: int = 0
+    value_length: int = 0
+    rope_dims: int = 0
+    values_cached: bool = True
 
 
 def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
+    """The file's head counts: the sliced layers' (``plans``, where the file is sliced), else the model's own."""
     layers = lm.grid.layers
     attention = [layer.kind == ATTENTION for layer in layers]
-    if arch == "deci":
+    if plans is not None:
         heads = tuple(len(p.q_heads) for p in plans)
         kv = tuple(len(p.kv_heads) for p in plans)
     else:
         heads = tuple(layer.heads if a else 0 for layer, a in zip(layers, attention))
         kv = tuple(layer.kv_heads if a else 0 for layer, a in zip(layers, attention))
-    head_dim = next((layer.head_dim for layer, a in zip(layers, attention) if a), 0)
-    pairs = family_of(lm.model.config).pairs  # rows already in adjacent pairs (ERNIE 4.5): deci takes them as they are
-    return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES and not pairs)
+    # key_length: the attention layers' head size; where it differs (Gemma 4), the full-attention layers' widest one
+    # (the family's keys write the sliding layers' as key_length_swa)
+    head_dim = max((layer.head_dim for layer, a in zip(layers, attention) if a), default=0)
+    family = family_of(lm.model.config)
+    if family.latent is not None:  # one latent key/value head a layer (MLA), whatever the heads
+        key, value, rope = family.latent(lm.model.config)
+        return GgufPlan(arch, heads, tuple(int(a) for a in attention), head_dim, arch in PERMUTED_ARCHES, key, value,
+                        rope, values_cached=False)
+    # rows already in adjacent pairs (ERNIE 4.5): deci takes them as they are
+    return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES and not family.pairs)
 
 
 # Tensors llama.cpp reads without a suffix (``tn(LLM_TENSOR_SSM_A, il)``): a state-space layer's A.
@@ -101,8 +116,9 @@ def gguf_name(names: Any, name: str, renamed: tuple[tuple[str, str], ...] = ()) 
         name = name.replace(ours, theirs)
     # the converter's spelling of a router's correction bias (ModelBase.modify_tensors), which gguf-py maps
     name = name.replace("e_score_correction_bias", "e_score_correction.bias")
-    new = names.get_name(name, try_suffixes=(".weight", ".bias"))
-    if new is not None and not new.endswith((".weight", ".bias", *NO_SUFFIX)):
+    # (".scale": a tensor llama.cpp reads as a scale beside a weight, such as Gemma 4's router's, renamed to it)
+    new = names.get_name(name, try_suffixes=(".weight", ".bias", ".scale"))
+    if new is not None and not new.endswith((".weight", ".bias", ".scale", *NO_SUFFIX)):
         new += ".weight"
     return new
 
@@ -134,9 +150,11 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
         if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight") or dropped or scalar:
             continue
         data = tensor.detach().to("cpu", torch.float32)
-        experts = split_experts(name, data, family.experts)
-        if experts is not None:
-            out.update(experts)
+        parts = split_experts(name, data, family.experts)
+        if parts is None and family.split is not None:  # (MLA's kv_b_proj: attn_k_b and attn_v_b)
+            parts = family.split(name, data, artifact.config)
+        if parts is not None:
+            out.update(parts)
             continue
         mapped, data = family.tensors.to_llama_cpp(name, data, artifact.config)
         new = gguf_name(names, mapped, family.renamed)
@@ -231,8 +249,8 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     else:
         writer.add_head_count(heads.pop())
         writer.add_head_count_kv(kv.pop())
-    writer.add_key_length(plan.head_dim)
-    writer.add_value_length(plan.head_dim)
+    writer.add_key_length(plan.key_length or plan.head_dim)
+    writer.add_value_length(plan.value_length or plan.head_dim)
     if getattr(config, "rms_norm_eps", None) is not None:  # LayerNorm families write theirs with their own keys
         writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     rope = rope_parameters(config)
@@ -240,7 +258,7 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
         writer.add_rope_freq_base(float(rope["rope_theta"]))
     if plan.arch != "qwen2":
         if family.rotary:  # Phi-4-mini, Pythia and others rotate only part of each head (partial_rotary_factor)
-            writer.add_rope_dimension_count(int(plan.head_dim * rope.get("partial_rotary_factor", 1.0)))
+            writer.add_rope_dimension_count(plan.rope_dims or rope_dimensions(config, plan.head_dim))
         writer.add_vocab_size(int(config.vocab_size))
     if family.rotary:
         add_rope_keys(writer, config)
@@ -307,7 +325,8 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
                 gguf_type: str, *, with_original: bool = True) -> GgufFiles:
     """Write ``model.gguf`` in ``gguf_type`` (and a float32 copy in ``scratch`` for the runtime check when the
     type is another), then read every tensor back; ``with_original``: the original model too, in ``scratch``, in the
-    same type (the file an export is measured against).
+    same type (the file an export is measured against). ``plans``: a sliced artifact's layer plans (None: every head
+    in shape, as a dense artifact or the original keeps them).
 
     Raises:
         VerificationError: a float32 file does not hold exactly the artifact's tensors.
@@ -330,7 +349,7 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
     if with_original:
         # The original as a user would otherwise deploy it: every head, the stock architecture, the same type (its
         # bytes are the export's measure; a lossy one also has the task run on it).
-        stock = gguf_plan(lm, "llama" if arch == "deci" else arch, plans)
+        stock = gguf_plan(lm, "llama" if arch == "deci" else arch, None)
         original = scratch / f"original-{gguf_type.upper()}.gguf"
         write_gguf(original, lm.model, stock, gguf_tensors(lm.model, stock), write_tokenizer,
                    name=f"{Path(str(lm.name)).name}", gguf_type=gguf_type)

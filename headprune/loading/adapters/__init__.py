@@ -47,7 +47,7 @@ def adapter_for(config: PretrainedConfig) -> Adapter:
     if adapter.text_model_types and text is not None and getattr(text, "model_type", None) not in \
             adapter.text_model_types:  # a vision-language wrapper around a language model it does not take
         raise UnsupportedModelError(text_family_refusal(config, adapter.text_model_types, lambda t: t in FAMILIES))
-    return adapter
+    return adapter.text_adapters.get(getattr(text, "model_type", None) or "", adapter)
 
 
 __all__ = ["Adapter", "FAMILIES", "Family", "adapter_for", "family_of", "supported_model_types"]

@@ -14,7 +14,7 @@ model's :class:`~headprune.heads.HeadGrid`, one :class:`~headprune.heads.LayerHe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from torch import nn
@@ -131,7 +131,8 @@ class Adapter:
         layer_kinds: ``config -> each layer's kind``: ``"attention"``, a name of ``mixers``, or what a layer without
             heads is (``"mamba"``, ``"conv"``), which headprune leaves untouched. None: every layer attends.
         layer_heads: ``(config, layer, heads) -> heads``: a layer's heads where the config sizes some layers apart
-            (given what its mixer's attributes read; Gemma 4's per-layer head sizes and key/value counts).
+            by attributes of its own (given what its mixer's attributes read, from the layer's own config where the
+            config has one: :func:`layer_configs`), or a layer reads another's keys and values (``kv_source``).
     """
 
     family: str
@@ -155,6 +156,9 @@ class Adapter:
     # the model types that sub-config may have, where the language model can be of several families (LLaVA's);
     # another is refused when the adapter is looked up. Empty: whatever the family ships.
     text_model_types: tuple[str, ...] = ()
+    # a text model type whose layers keep their heads otherwise -> the adapter that wrapper is read by then (Mistral 3
+    # around Mistral 4's latent attention)
+    text_adapters: Mapping[str, Adapter] = field(default_factory=dict, compare=False)
     head_params: tuple[tuple[str, str], ...] = ()
     head_projections: tuple[tuple[str, str], ...] = ()
     # a layer returns (hidden states, attention weights) (DeBERTa): a skipped layer's stand-in must return a pair too
@@ -168,6 +172,9 @@ class Adapter:
     mixers: tuple[Mixer, ...] = ()
     layer_kinds: Callable[[PretrainedConfig], Sequence[str]] | None = field(default=None, compare=False)
     layer_heads: Callable[[PretrainedConfig, int, LayerHeads], LayerHeads] | None = field(default=None, compare=False)
+    # config -> each layer: whether a forward pass can start there, fed with its input (the layer cache's checkpoints);
+    # None: at every layer. GLM-5's "shared" sparse-attention layers read the keys an earlier layer chose.
+    layer_starts: Callable[[PretrainedConfig], Sequence[bool]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         try:  # the attention layers' mixer, built (and its layout checked) where the adapter is declared
@@ -228,9 +235,9 @@ class Adapter:
         for name, why in self.unsupported_settings:
             if getattr(config, name, None):
                 raise UnsupportedModelError(f"{where}: {name} is set: {why}")
-        for kind in dict.fromkeys(self.kinds(config)):
+        for kind, layer in zip(self.kinds(config), layer_configs(config)):
             if kind in self._mixers:
-                self._check_mixer(config, where, self._mixers[kind])
+                self._check_mixer(layer, where, self._mixers[kind])
 
     def _check_mixer(self, config: PretrainedConfig, where: str, mixer: Mixer) -> None:
         optional = (mixer.head_dim_attr, *(a for a in (mixer.kv_heads_attr, mixer.out_dim_attr) if a))
@@ -249,9 +256,9 @@ class Adapter:
         """Each layer's heads (kind, counts and widths) from a config."""
         config = self.sizes(config)
         layers = []
-        for index, kind in enumerate(self.kinds(config)):
+        for index, (kind, layer) in enumerate(zip(self.kinds(config), layer_configs(config))):
             mixer = self._mixers.get(kind)
-            heads = LayerHeads(0, 0, 0, 0, kind) if mixer is None else mixer.heads(config, self.hidden_attr)
+            heads = LayerHeads(0, 0, 0, 0, kind) if mixer is None else mixer.heads(layer, self.hidden_attr)
             layers.append(self.layer_heads(config, index, heads) if self.layer_heads else heads)
         return HeadGrid(tuple(layers))
 
@@ -275,6 +282,15 @@ class Adapter:
 
     def output_projection(self, model: PreTrainedModel, layer: int) -> nn.Module:
         return get_path(self.layers(model)[layer], self.layer_mixer(model, layer).output_projection_path)
+
+
+def layer_configs(config: PretrainedConfig) -> list[PretrainedConfig]:
+    """Each layer's config: where the config sizes layers apart itself (transformers' ``per_layer_config``, which
+    Gemma 4 uses for its full-attention layers' head size and key/value heads, and whose per-layer attributes the
+    model-wide config refuses to give), the layer's view of it; else the config itself for every layer."""
+    if getattr(config, "is_heterogeneous", False):
+        return list(config.per_layer_config)
+    return [config] * int(config.num_hidden_layers)
 
 
 def _whole(config: PretrainedConfig, where: str, required: Sequence[str], optional: Sequence[str]) -> None:

@@ -30,7 +30,8 @@ class TinyModel:
     query heads; over 2 key/value heads where the family groups them, by the overrides): ``config_class`` and
     ``model_class`` name transformers classes, ``overrides`` the config values that differ from
     :func:`headprune.testing.family_model`'s sizes (a vision-language model's ``text_config`` and ``vision_config``,
-    and its ``image_ids``: the config's special token ids, given the tiny vocabulary's last ids in that order)."""
+    and its ``image_ids``: the config's special token ids, given the tiny vocabulary's last ids in that order;
+    ``vocab_sized``: config attributes given the tiny vocabulary's size, such as Gemma 4's per-layer embeddings')."""
 
     config_class: str
     model_class: str

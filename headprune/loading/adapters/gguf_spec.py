@@ -53,7 +53,10 @@ class Gguf:
             as the converter's ``LlamaModel.permute`` does.
         pairs: the checkpoint's RoPE rotates adjacent pairs already (ERNIE 4.5): its q/k rows are never permuted,
             in a sliced file (deci, which rotates pairs) either.
-        dense_only: why a sliced file cannot be written (None: it is written as llama.cpp's ``deci``).
+        dense_only: why a sliced file cannot be written (None: it is written as llama.cpp's ``deci``, or in ``arch``
+            where ``per_layer``).
+        per_layer: llama.cpp's graph for ``arch`` sizes each layer by its own head counts (``n_head(il)``,
+            ``n_head_kv(il)``: Gemma 4's), so a sliced file is written in it, with per-layer arrays.
         keys: ``(gguf.GGUFWriter, config) -> None``, the keys of its own the graph reads.
         refuse: ``config -> reason or None``, what llama.cpp's graph would compute otherwise.
         k_quants: llama.cpp's choice of K-quant tensor types is reproduced (``exporter.gguf.quant``) for its tensors.
@@ -79,6 +82,13 @@ class Gguf:
             than the checkpoint's, which llama.cpp's converter and gguf-py's names read (ERNIE 4.5 MoE's router
             statistics, which transformers 5 moved into the router).
         rope_freqs: the graph reads Llama 3.1-style RoPE factors (``rope_freqs``), as its llama graph does.
+        latent: ``config -> (key length, value length, rotary dimensions)`` where llama.cpp's graph caches one latent
+            key/value head a layer, not the heads' keys and values (multi-head latent attention, as the converter's
+            ``DeepseekV2Model`` writes it: ``head_count_kv`` 1, the key the latent and the rotary key, the value the
+            latent, no values cached apart).
+        split: ``(name, float32 data, config) -> {GGUF tensor name: data}`` for a model tensor the converter stores as
+            several (MLA's ``kv_b_proj`` as ``attn_k_b`` and ``attn_v_b``), else None; ``join``: ``(name, a file's
+            de-quantised tensors, config) -> data`` its inverse (None: not such a tensor), for a lossy file's check.
         holds: a tensor and a metadata key its file holds that a plain Llama file does not: the suite runs every
             family's file in llama.cpp against the masked original and checks both are there
             (tests/test_gguf_families.py; Llama, Mistral, Qwen2 and Qwen3 are tested in test_gguf.py, the bare
@@ -93,6 +103,7 @@ class Gguf:
     permuted: bool = False
     pairs: bool = False
     dense_only: str | None = None
+    per_layer: bool = False
     keys: Callable[[Any, Any], None] | None = None
     refuse: Callable[[Any], str | None] | None = None
     k_quants: bool = False
@@ -112,6 +123,9 @@ class Gguf:
     layer_scalars: tuple[tuple[str, str], ...] = ()
     renamed: tuple[tuple[str, str], ...] = ()
     rope_freqs: bool = False
+    latent: Callable[[Any], tuple[int, int, int]] | None = None
+    split: Callable[[str, Any, Any], dict[str, Any] | None] | None = None
+    join: Callable[[str, Mapping[str, Any], Any], Any] | None = None
     holds: tuple[str, str] | tuple[()] = ()
     variant: Mapping[str, Any] = field(default_factory=dict)
     refused: tuple[Mapping[str, Any], str] | tuple[()] = ()

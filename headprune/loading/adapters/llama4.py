@@ -12,13 +12,11 @@ base model either, its language model's layers are at ``language_model.model.lay
 GGUF: llama.cpp's ``llama4`` graph (RoPE on adjacent pairs, as the checkpoint has them), which fixes the chunk
 (8192 tokens), the layers without RoPE (every 4th), the query scale of those and takes one head count for every
 layer: dense only. ONNX: transformers rotates queries and keys in complex numbers, which torch's ONNX exporter does
-not take; the graph is traced with the same rotation in real numbers (:func:`_real_rope`).
+not take; the graph is traced with the same rotation in real numbers (``_REAL_ROPE``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from headprune.loading.adapters.base import LLAMA_STYLE, VISION_LANGUAGE, Adapter
@@ -26,6 +24,7 @@ from headprune.loading.adapters.family import Family, TinyModel, register
 from headprune.loading.adapters.gemma import VISION
 from headprune.loading.adapters.gguf_spec import Gguf, one_count
 from headprune.loading.adapters.llama import GQA
+from headprune.loading.complex_rope import real_rope
 
 LLAMA4_TEXT = Adapter(**dict(LLAMA_STYLE, family="llama4_text", layers_path="model.layers"))  # type: ignore[arg-type]
 LLAMA4 = Adapter(**dict(VISION_LANGUAGE, family="llama4",  # type: ignore[arg-type]
@@ -38,44 +37,13 @@ _SCOUT_ROPE = dict(rope_type="llama3", rope_theta=500000.0, factor=16.0, low_fre
                    original_max_position_embeddings=8192)
 
 
-def _rotary(self: Any, x: Any, position_ids: Any) -> Any:
-    """Llama4TextRotaryEmbedding.forward with cos and sin stacked in place of ``polar``: (B, T, D/2, 2)."""
-    import torch
-
-    freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)  # (B, T, D/2)
-    return torch.stack((freqs.cos(), freqs.sin()), dim=-1) * self.attention_scaling
-
-
-def _rotate(xq: Any, xk: Any, freqs: Any) -> tuple[Any, Any]:
-    """apply_rotary_emb on real numbers: each adjacent pair (a, b) of a head times cos + i sin, as (B, T, H, D)."""
-    import torch
-
-    cos, sin = freqs[:, :, None, :, 0], freqs[:, :, None, :, 1]  # (B, T, 1, D/2)
-
-    def turn(x: Any) -> Any:
-        pairs = x.float().reshape(*x.shape[:-1], -1, 2)
-        a, b = pairs[..., 0], pairs[..., 1]
-        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(3).type_as(x)
-
-    return turn(xq), turn(xk)
-
-
-@contextmanager
-def _real_rope(model: Any) -> Iterator[None]:
-    """Llama 4's RoPE computed in real numbers while the ONNX exporter traces ``model``; restored afterwards."""
+def _llama4_modeling() -> Any:
     from transformers.models.llama4 import modeling_llama4
 
-    rotaries = [m for m in model.modules() if isinstance(m, modeling_llama4.Llama4TextRotaryEmbedding)]
-    apply = modeling_llama4.apply_rotary_emb
-    try:
-        for rotary in rotaries:
-            rotary.forward = _rotary.__get__(rotary)
-        modeling_llama4.apply_rotary_emb = _rotate
-        yield
-    finally:
-        modeling_llama4.apply_rotary_emb = apply
-        for rotary in rotaries:
-            del rotary.forward
+    return modeling_llama4
+
+
+_REAL_ROPE = real_rope(_llama4_modeling, "Llama4TextRotaryEmbedding", heads_axis=2)  # queries as (B, T, H, D)
 
 
 def _keys(writer: Any, config: Any) -> None:
@@ -111,10 +79,10 @@ register(
                 holds=("blk.1.ffn_gate_shexp.weight", "llama4.interleave_moe_layer_step"),
                 variant={"num_hidden_layers": 4, "attention_chunk_size": 8192, "no_rope_layer_interval": 4,
                          "rope_parameters": _SCOUT_ROPE}, refused=({}, "fixes 8192")),
-           note="chunked layers and layers without RoPE; routers and experts untouched", traceable=_real_rope),
+           note="chunked layers and layers without RoPE; routers and experts untouched", traceable=_REAL_ROPE),
     Family("llama4", LLAMA4, TinyModel("Llama4Config", "Llama4ForConditionalGeneration", dict(
         text_config=_TEXT, vision_config=dict(  # a 56 x 56 image: 4 x 4 patches, shuffled into 4 image tokens
             VISION, intermediate_size=128, image_size=56, vision_output_dim=32, projector_input_dim=32,
             projector_output_dim=32), image_ids=("image_token_index", "boi_token_index", "eoi_token_index"))),
-        note="Llama 4 Scout and Maverick as shipped; the vision model kept", traceable=_real_rope),
+        note="Llama 4 Scout and Maverick as shipped; the vision model kept", traceable=_REAL_ROPE),
 )

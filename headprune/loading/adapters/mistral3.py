@@ -1,6 +1,7 @@
 """Ministral 3 (``Ministral3ForCausalLM``, model type ``ministral3``) and Mistral 3 as shipped
 (``Mistral3ForConditionalGeneration``, ``mistral3``: Mistral Small 3.1/3.2 around a ``mistral`` language model,
-Ministral 3 around a ``ministral3`` one).
+Ministral 3 around a ``ministral3`` one, Mistral Small 4 around a ``mistral4`` one, whose latent attention keeps its
+heads as :mod:`headprune.loading.adapters.deepseek` says).
 
 Ministral 3 is laid out as Llama (``model.layers[i].self_attn.{q,k,v,o}_proj``, grouped-query attention); its queries
 are multiplied by one scale a position (Llama 4's, ``1 + beta * log(1 + floor(position / original context))``), the
@@ -17,12 +18,17 @@ from __future__ import annotations
 from typing import Any
 
 from headprune.loading.adapters.base import VISION_LANGUAGE, Adapter
+from headprune.loading.adapters.deepseek import LATENT
 from headprune.loading.adapters.family import Family, TinyModel, register
 from headprune.loading.adapters.gguf_spec import Gguf, one_count
 from headprune.loading.adapters.llama import GQA, LLAMA
 
+# Mistral Small 4 as shipped: Mistral 3 around a mistral4 language model, whose latent attention keeps its heads
+# as DeepSeek-V3's
+MISTRAL3_LATENT = Adapter(**{**VISION_LANGUAGE, **LATENT, "family": "mistral3_latent",  # type: ignore[arg-type]
+                             "layers_path": "language_model.layers", "kv_heads_attr": None})
 MISTRAL3 = Adapter(family="mistral3", **VISION_LANGUAGE,  # type: ignore[arg-type]
-                   text_model_types=("mistral", "ministral3"))
+                   text_model_types=("mistral", "ministral3", "mistral4"), text_adapters={"mistral4": MISTRAL3_LATENT})
 # YaRN as Ministral 3 ships it, with an original context of 4 tokens, so that the test prompts reach the query scale
 _YARN = dict(rope_type="yarn", rope_theta=10000.0, factor=16.0, original_max_position_embeddings=4, beta_fast=32.0,
              beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, llama_4_scaling_beta=0.1)
@@ -61,6 +67,6 @@ register(
             model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
             head_dim=16, image_size=56, patch_size=14),  # a 56 x 56 image: 4 x 4 patches merged 2 x 2
         image_ids=("image_token_index",))),
-        note="Mistral Small 3.1/3.2 and Ministral 3 as shipped (a mistral or ministral3 language model); the vision "
-             "tower kept"),
+        note="Mistral Small 3.1/3.2, Ministral 3 and Mistral Small 4 as shipped (a mistral, ministral3 or mistral4 "
+             "language model); the vision tower kept"),
 )

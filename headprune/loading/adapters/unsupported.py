@@ -17,6 +17,10 @@ WHY_NOT: dict[str, str] = {
     "opt": f"OPT: {_FUSED_OR_OTHER}",
     "bloom": f"Bloom's ALiBi per-head slopes: {_FUSED_OR_OTHER}",
     "cohere2": "Cohere 2's interleaved sliding-window layers have no headprune adapter yet (cohere is supported)",
+    "deepseek_v4": "DeepSeek-V4's attention (one key/value head every head shares, layers that compress keys across "
+                   "tokens, an output projection grouped over heads through a low-rank o_a_proj/o_b_proj) has no "
+                   "headprune adapter yet (DeepSeek-V2, V3 and V3.2: deepseek_v2, deepseek_v3, deepseek_v32 are "
+                   "supported)",
     "t5": "encoder-decoder models (T5) have two attention stacks and cross-attention; headprune prunes decoder-only "
           "and encoder-only models",
 }
