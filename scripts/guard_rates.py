@@ -3,7 +3,7 @@
 For each cell (discovery/held-out 2,000/1,000 with real task heads of +0.6 points, and 150/300 with heads of +7.5
 points, the sizes of ``scripts/passengers.py``; one accuracy guard of 600 examples, 200 read by the search, with a
 margin of 5 points; null heads flipping 0.3% of both tasks' answers; 18 heads; find's defaults), and each family of
-``headprune.search.guard_simulation`` (``conflict``, ``boundary``, ``harmless``), the share of runs that
+``headprune.search.simulation.guards`` (``conflict``, ``boundary``, ``harmless``), the share of runs that
 
 - **claim a broken guard**: ship a set whose true guard change is at or beyond the margin and call it confirmed
   (what the guard's test bounds: at most alpha/2 = 2.5%);
@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from headprune.search.guard_simulation import FAMILIES, GuardOutcome, run_guarded
+from headprune.search.simulation.guards import FAMILIES, GuardOutcome, run_guarded
 
 SIZES = {"2000/1000": (2000, 1000, (0.008, 0.002)), "150/300": (150, 300, (0.078, 0.003))}
 MARGIN = 0.05  # 5 points

@@ -1,12 +1,12 @@
-"""Selection designs that give every shipped set a test on examples that did not choose it (issue 54), measured
-against find's rule through find's own search code (``headprune.search.simulation``): the cells the issue's power
-floors name (both real heads kept >= 60% at 150/300, >= 35% at 2,000/1,000), one real head, no real head, the
-exact-null family and the masked family. A measurement, not find's rule: each design replaces
-``headprune.search.selection.select`` for the runs it measures (discovery is find's, unchanged).
+"""Selection designs that give every shipped set a test on examples that did not choose it, measured against find's
+rule through find's own search code (``headprune.search.simulation``): the cells of the power floors (both real heads
+kept >= 60% at 150/300, >= 35% at 2,000/1,000), one real head, no real head, the exact-null family and the masked
+family. A measurement, not find's rule: each design is registered as a selection rule of its own
+(``headprune.search.rules``) whose held-out stage replaces find's for the runs it measures (discovery is find's).
 
 Designs (``--designs``, comma-separated):
 
-- ``find``: find's rule now (``headprune.search.selection``: the fixed sequence below, ordered by each head's own
+- ``find``: find's rule when these were measured (``headprune.search.rules.sequence``: the fixed sequence below, ordered by each head's own
   or within-S gain and started with a block of the heads that improve the task only together, the two branches at
   half of alpha each; the ``sequence`` designs start with one head). The rule of parts these designs were measured against
   (membership on the check half and all of held-out; the kept set T tested on held-out at its Bonferroni part of the
@@ -51,14 +51,15 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import headprune.search.improve as improve_module  # noqa: E402
 import headprune.search.selection as selection  # noqa: E402
 import headprune.search.simulation as simulation  # noqa: E402
 from headprune.heads import Head  # noqa: E402
 from headprune.search.binomial import upper_tail  # noqa: E402
 from headprune.search.find_result import FindSettings  # noqa: E402
-from headprune.search.membership import Proposal, contributions, heldout_counts, kept, needed  # noqa: E402
+from headprune.search.membership import contributions, heldout_counts, kept  # noqa: E402
 from headprune.search.parsimony import HeadSet, counts  # noqa: E402
+from headprune.search.proposal import Proposal, needed  # noqa: E402
+from headprune.search.rules import RULES, SelectionRule, register  # noqa: E402
 from headprune.search.sequence import gain_order, hypotheses, increments, prefixes, reached, run  # noqa: E402
 from headprune.search.stats import test_size, verdict  # noqa: E402
 
@@ -246,9 +247,7 @@ class _Confirmed:
         return getattr(self._test, name)
 
 
-def design(name: str) -> Callable | None:
-    if name == "find":
-        return None
+def _held_out_stage(name: str) -> Callable:
     if name.startswith("reserve-"):
         fields = name.split("-")[1:]
         share_s = SHARE_S if len(fields) == 1 else None if fields[1] == "R" else float(fields[1])
@@ -263,21 +262,35 @@ def design(name: str) -> Callable | None:
     raise ValueError(name)
 
 
-def _with(select: Callable | None, run: Callable) -> object:
-    original = selection.select, improve_module.select, simulation.choose_on_heldout
-    def hold(stages, choice):
+class Design(SelectionRule):
+    """A design as a selection rule: find's discovery (the sequence rule's hypotheses counted on the check half), then
+    the design's held-out stage, with the run's stages at hand for the designs that read discovery again."""
+
+    runs = True
+
+    def __init__(self, name: str) -> None:
+        self.name, self.journal, self._select = f"design {name}", f"design {name}", _held_out_stage(name)
+
+    def hypotheses(self, order, block):  # noqa: ANN001, ANN201
+        return RULES["sequence"].hypotheses(order, block)
+
+    def select(self, *args, searched=None, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
+        return self._select(*args, **kwargs)  # the designs test the single on all of discovery only
+
+    def run(self, stages, through_find):  # noqa: ANN001, ANN201
         _STAGES.append(stages)
         try:
-            return improve_module.choose_on_heldout(stages, choice)
+            return through_find(stages, self)
         finally:
             _STAGES.pop()
-    try:
-        if select is not None:
-            selection.select = improve_module.select = select
-            simulation.choose_on_heldout = hold
-        return run()
-    finally:
-        selection.select, improve_module.select, simulation.choose_on_heldout = original
+
+
+def design(name: str) -> str | None:
+    """The selection rule that runs design ``name`` (None: the sequence rule the designs were measured against)."""
+    if name == "find":
+        return "sequence"
+    rule = RULES.get(f"design {name}") or register(Design(name))
+    return rule.name
 
 
 CELLS = {"150/300 2 real": (150, 300, (0.078, 0.003), {}), "2000/1000 2 real": (2000, 1000, (0.008, 0.002), {}),
@@ -287,26 +300,23 @@ CELLS = {"150/300 2 real": (150, 300, (0.078, 0.003), {}), "2000/1000 2 real": (
          "2000/1000 together": (2000, 1000, (0.008, 0.002), {"together": True})}
 
 
-def cell(name: str, select: Callable | None, runs: int, flip: float = 0.003) -> dict:
+def cell(name: str, rule: str | None, runs: int, flip: float = 0.003) -> dict:
     discovery, held, effect, extra = CELLS[name]
     heads = simulation.family("together" if extra.get("together") else "2 exclusive" if extra else "2", effect, flip)
-    out = _with(select, lambda: [simulation.run_improve(seed, flip=flip, discovery=discovery, heldout=held,
-                                                        settings=FindSettings(seed=seed), **heads)
-                                 for seed in range(runs)])
-    return _figures(out)
+    return _figures([simulation.run_improve(seed, flip=flip, discovery=discovery, heldout=held, rule=rule,
+                                            settings=FindSettings(seed=seed), **heads) for seed in range(runs)])
 
 
-def null_cell(size: str, select: Callable | None, runs: int, flip: float, reals: int = 0) -> dict:
+def null_cell(size: str, rule: str | None, runs: int, flip: float, reals: int = 0) -> dict:
     discovery, held, effect, extra = CELLS[f"{size} 2 real"]
-    out = _with(select, lambda: [simulation.run_improve(seed, flip=flip, real=[effect] * reals, discovery=discovery,
-                                                        heldout=held, settings=FindSettings(seed=seed))
-                                 for seed in range(runs)])
-    return _figures(out)
+    return _figures([simulation.run_improve(seed, flip=flip, real=[effect] * reals, discovery=discovery,
+                                            heldout=held, rule=rule, settings=FindSettings(seed=seed))
+                     for seed in range(runs)])
 
 
-def masked(select: Callable | None, runs: int, flip: float = 0.003) -> dict:
-    # run_masked calls select without discovery's stages: sequence designs read held-out alone there.
-    return _figures(_with(select, lambda: [simulation.run_masked(seed, flip=flip) for seed in range(runs)]))
+def masked(rule: str | None, runs: int, flip: float = 0.003) -> dict:
+    # run_masked runs the held-out stage without discovery's stages: sequence designs read held-out alone there.
+    return _figures([simulation.run_masked(seed, flip=flip, rule=rule) for seed in range(runs)])
 
 
 def _figures(out: Sequence) -> dict:
@@ -336,16 +346,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
     logging.getLogger("headprune").setLevel(logging.WARNING)
     rows = {}
     for name in args.designs.split(","):
-        select = design(name)
+        rule = design(name)
         for cell_name in args.cells.split(","):
             started = time.perf_counter()
             if cell_name == "masked":
-                row = masked(select, args.runs)
+                row = masked(rule, args.runs)
             elif cell_name.startswith("n:"):  # n:SIZE:FLIP:REALS (real heads among ordinary null heads)
                 _, size, flip, reals = cell_name.split(":")
-                row = null_cell(size, select, args.runs, float(flip), int(reals))
+                row = null_cell(size, rule, args.runs, float(flip), int(reals))
             else:
-                row = cell(cell_name, select, args.runs)
+                row = cell(cell_name, rule, args.runs)
             rows[f"{name} | {cell_name}"] = row
             print(json.dumps({"design": name, "cell": cell_name, **shown(row, args.runs),
                               "s": round(time.perf_counter() - started, 1)}), flush=True)

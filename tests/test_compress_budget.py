@@ -1,5 +1,5 @@
 """``find --objective compress`` delivers what it reports, measured through find's own screen, growth and held-out
-verdict on counts-only models (``headprune.search.compress_simulation.run_compress``: 36 heads, 40% of them harmless, the
+verdict on counts-only models (``headprune.search.simulation.compress.run_compress``: 36 heads, 40% of them harmless, the
 rest damaging 0.05-1.5% of answers; discovery 2,000, held-out 1,000, find's defaults otherwise).
 
 Judged by its discovery estimate alone (the rule before 0.2), the chosen set is the largest of many tried and
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headprune.search.compress_simulation import run_compress
+from headprune.search.simulation.compress import run_compress
 
 pytestmark = pytest.mark.usefixtures("quiet_headprune")  # find's stages, thousands of times
 

@@ -336,8 +336,9 @@ def test_other_vision_language_checkpoints_say_which_are_taken_whole() -> None:
     import transformers
 
     with pytest.raises(Exception, match=r"'llava_next' \(LlavaNextConfig\) is a vision-language checkpoint headprune "
-                                        r"does not take whole \(it does: gemma3, llama4, llava, mistral3, qwen2_5_vl, "
-                                        r"qwen2_vl, qwen3_5, qwen3_5_moe\); its language model \(llama\) is supported"):
+                                        r"does not take whole \(it does: gemma3, gemma4, llama4, llava, mistral3, "
+                                        r"qwen2_5_vl, qwen2_vl, qwen3_5, qwen3_5_moe\); its language model \(llama\) is "
+                                        r"supported"):
         adapter_for(transformers.LlavaNextConfig())
     with pytest.raises(Exception, match=r"\(cohere2\) is not supported either; supported model types"):
         adapter_for(transformers.AyaVisionConfig())

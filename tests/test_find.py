@@ -131,7 +131,7 @@ def test_cli_find_writes_outputs_and_exits_0_when_confirmed(handmade_files, tmp_
     assert result.exit_code == 0, result.output
     assert "CONFIRMED improvement" in result.stdout.splitlines()[-1]
     saved = json.loads((out / "result.json").read_text())
-    assert saved["schema_version"] == 5 and saved["finalists"][0]["heads"] == ["L0.H0"]
+    assert saved["schema_version"] == 6 and saved["finalists"][0]["heads"] == ["L0.H0"]
     assert saved["finalists"][0]["heldout"]["confirmed"] is True
     assert saved["model"]["weight_hash"].startswith("sha256:") and saved["task"]["hash"].startswith("sha256:")
     assert (out / "screen.png").stat().st_size > 1000
@@ -194,7 +194,7 @@ def test_cli_find_reports_cost_and_progress_without_a_terminal(handmade_files, t
     assert result.exit_code in (0, 1), result.output
     lines = result.stderr.splitlines()
     planned = next(line for line in lines if "planned:" in line)
-    assert "4 screen, 3 joint, 6 extend, 6 membership and 10 held-out/control conditions at most" in planned
+    assert "4 screen, 3 joint, 6 extend, 4 membership and 11 held-out/control conditions at most" in planned
     assert "estimated at most" in planned
     ran = {line.split(": ")[1]: int(line.split(": ")[2].split()[0]) for line in lines
            if line.startswith("headprune: ") and line.endswith(" conditions") and line.count(": ") == 2}
@@ -308,7 +308,9 @@ def test_passenger_heads_do_not_ride_along_with_the_harmful_head(passengers) -> 
     (alone,) = result.finalists[0].contributions
     assert alone == first
     report = render_markdown(result)
-    assert "## How the primary set was chosen" in report and "| 2 | `L0.H2` |" in report and "| no |" in report
+    # The procedure that decided is shown: the sequence stopped at H2; the membership tests decided nothing here.
+    assert "## How the primary set was chosen" in report and "| 2 | `L0.H0,L0.H2` | `L0.H0` |" in report
+    assert "| no |" in report and "decided nothing here" in report and "| 2 | `L0.H2` |" not in report
     # A result.json written by 0.2 (no selection) and one written before parsimony still load and render.
     from headprune.search.find_result import FindResult
 

@@ -3,7 +3,7 @@
 On the hand-made model (tests/helpers/handmade.py) head L0.H0 hurts ``cue`` and helps ``reversed-cue``: removing it
 improves the task and costs the guard about 10 points. With a 5-point margin no set holding L0.H0 may be proposed;
 with a 60-point margin it ships, the guard held. The error rates run find's own search code on counts-only models
-(``headprune.search.guard_simulation``; ``scripts/guard_rates.py`` runs the same cells with more runs).
+(``headprune.search.simulation.guards``; ``scripts/guard_rates.py`` runs the same cells with more runs).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from headprune.errors import SearchSettingsError, TaskError, UnconfirmedSetError
 from headprune.evaluation import Evaluator
 from headprune.search.find import find
 from headprune.search.find_result import FindResult
-from headprune.search.guard_simulation import run_guarded
 from headprune.search.guards import GuardEffect, parse_guard, skewness
+from headprune.search.simulation.guards import run_guarded
 from headprune.search.journal import JOURNAL_NAME
 from headprune.tasks import load_task, write_jsonl_task
 from helpers import save_folder

@@ -9,7 +9,13 @@ seen and are not checked.
 
 The layers are written once, in docs/architecture.md (a numbered list, highest layer first, each entry a module or a package of
 ``headprune/`` in backticks; the most specific entry decides a module's layer). A module no entry covers, or an
-entry that names no module, fails here too, so every new module is given its room deliberately.
+entry that names no module, fails here too, so every new module is given its room deliberately. A subpackage may
+order its own modules the same way, in a line ``- `PACKAGE/`: `a` > `b`, `c` > `d` `` (highest first; ``__init__`` is
+the package; ``*`` places every module the line does not name, so that a new rule or format needs no line here): no
+module of it imports one of the same subpackage listed above it.
+
+The package is what the wheel holds: no module of it imports ``scripts`` (the benchmarks and comparisons beside it,
+which the wheel does not ship), anywhere in its source.
 """
 
 from __future__ import annotations
@@ -64,6 +70,48 @@ def imports_of(name: str, path: Path, modules: dict[str, Path], top: str = "head
 def import_graph() -> dict[str, set[str]]:
     modules = module_files()
     return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def scripts_imports(package: Path = PACKAGE) -> list[str]:
+    """``MODULE imports SCRIPT`` for every import of ``scripts`` (the tree beside the package) by a module of it."""
+    modules = module_files(package)
+    return [f"{name} imports {target}" for name, path in modules.items()
+            for target in sorted(imports_of(name, path, modules, top="scripts"))]
+
+
+def documented_sublayers(text: str | None = None) -> dict[str, list[list[str]]]:
+    """The subpackages whose modules docs/architecture.md's Code layout orders (``- `search/rules/`: `a` > `b`, `c```),
+    each its layers highest first, as dotted module names (``__init__``: the subpackage itself)."""
+    text = ARCHITECTURE.read_text(encoding="utf-8") if text is None else text
+    section = re.search(r"^## Code layout\n(.*?)(?=^## |\Z)", text, flags=re.DOTALL | re.MULTILINE)
+    assert section, "docs/architecture.md has a '## Code layout' section"
+    found = {}
+    for package, order in re.findall(r"^- `([\w/]+)/`: (.*)$", section.group(1), flags=re.MULTILINE):
+        dotted = "headprune." + package.replace("/", ".")
+        found[dotted] = [[dotted if name == "__init__" else f"{dotted}.{name}"
+                          for name in re.findall(r"`([^`]+)`", part)]
+                         for part in order.split(" > ")]  # ``PACKAGE.*``: every module not named
+    return found
+
+
+def sublayer_problems(graph: dict[str, set[str]], sublayers: dict[str, list[list[str]]]) -> list[str]:
+    """Every import, within an ordered subpackage, of a module listed above the importer (a higher layer), every module
+    of the subpackage its order does not place, and every entry of the order that names no module."""
+    found = []
+    for package, layers in sublayers.items():
+        rank = {module: index for index, entries in enumerate(layers) for module in entries}
+        inside = {m for m in graph if m == package or m.startswith(package + ".")}
+        rest = rank.pop(package + ".*", None)
+        if rest is not None:
+            rank.update({m: rest for m in inside - rank.keys()})
+        found += [f"{package}'s order names {m}, which is no module" for m in sorted(rank.keys() - inside)]
+        found += [f"{m} has no place in {package}'s order: add it to docs/architecture.md"
+                  for m in sorted(inside - rank.keys())]
+        for module in sorted(inside & rank.keys()):
+            for target in sorted(graph[module] & rank.keys()):
+                if rank[target] < rank[module]:
+                    found.append(f"{module} imports {target}, listed above it in {package}'s order")
+    return found
 
 
 def documented_layers(text: str | None = None) -> list[list[str]]:
@@ -207,6 +255,19 @@ def test_the_package_keeps_its_layers_and_has_no_import_loops() -> None:
     assert not found, "\n".join(found)
 
 
+def test_subpackages_keep_their_own_order() -> None:
+    sublayers = documented_sublayers()
+    assert {"headprune.search.rules", "headprune.search.simulation"} <= sublayers.keys()
+    found = sublayer_problems(import_graph(), sublayers)
+    assert not found, "\n".join(found)
+
+
+def test_the_package_imports_nothing_from_scripts() -> None:
+    """The wheel ships ``headprune/`` alone: a module that imported ``scripts`` would work in a checkout only."""
+    found = scripts_imports()
+    assert not found, "\n".join(found)
+
+
 def test_the_scripts_have_no_import_loops() -> None:
     """scripts/ (the benchmarks in scripts/bench, run as ``python -m scripts.bench.NAME``, and the tools beside them)
     keeps the second rule too: gpu_check and protocol once imported each other."""
@@ -252,6 +313,23 @@ def test_an_upward_import_a_loop_and_an_unplaced_module_are_each_reported(tmp_pa
     assert "docs/architecture.md's layers name 'headprune.gone', which is no module: remove or rename it" in found
     assert "headprune.stray imports headprune.gone, which is no module" in found
     assert len(found) == 5
+
+
+def test_an_import_of_scripts_and_a_subpackage_out_of_order_are_each_reported(tmp_path: Path) -> None:
+    graph = _write(tmp_path, {
+        "__init__.py": "", "pkg/__init__.py": "from headprune.pkg import low\n",
+        "pkg/low.py": "def f():\n    from headprune.pkg import high\n    import scripts.admission\n",
+        "pkg/high.py": "from headprune.pkg import low\n", "pkg/stray.py": "",
+    })
+    assert scripts_imports(tmp_path / "headprune") == ["headprune.pkg.low imports scripts.admission"]
+    order = documented_sublayers("## Code layout\n- `pkg/`: `__init__` > `high` > `low`, `gone`\n## Next\n")
+    assert sublayer_problems(graph, order) == [
+        "headprune.pkg's order names headprune.pkg.gone, which is no module",
+        "headprune.pkg.stray has no place in headprune.pkg's order: add it to docs/architecture.md",
+        "headprune.pkg.low imports headprune.pkg.high, listed above it in headprune.pkg's order"]
+    placed = documented_sublayers("## Code layout\n- `pkg/`: `__init__` > `*` > `low`\n## Next\n")  # high, stray
+    assert sublayer_problems(graph, placed) == [
+        "headprune.pkg.low imports headprune.pkg.high, listed above it in headprune.pkg's order"]
 
 
 def test_an_allowed_import_is_excused_and_fails_once_it_breaks_no_rule(tmp_path: Path) -> None:

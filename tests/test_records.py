@@ -44,7 +44,7 @@ def test_a_result_of_0_2_reads_and_renders() -> None:
 def test_version_1_result_reads_into_typed_records() -> None:
     raw = json.loads((V1 / "result.json").read_text())
     result = FindResult.load(V1 / "result.json")
-    assert raw["schema_version"] == 1 and result.schema_version == 5
+    assert raw["schema_version"] == 1 and result.schema_version == 6
     assert list(result.finalists[0].heads) == raw["verdict"]["heads"] == ["L0.H0"]
     assert result.verdict.p_value == raw["verdict"]["p_value"] and result.confirmed == raw["verdict"]["confirmed"]
     # The stored bootstrap interval is gone; the interval shown is recomputed from the counts and agrees with p.
@@ -129,5 +129,5 @@ def test_a_result_of_version_3_reads_with_its_gate() -> None:
     assert FindResult.from_dict(data).confirmed  # without a gate, as 0.2 wrote it
     verdict["gate"] = {"heads": ["L0.H0", "L0.H2"], "rescued": 9, "damaged": 8, "p_value": 1.0}
     result = FindResult.from_dict(data)
-    assert result.schema_version == 5 and result.verdict.gate.heads == ("L0.H0", "L0.H2")
+    assert result.schema_version == 6 and result.verdict.gate.heads == ("L0.H0", "L0.H2")
     assert not result.confirmed and not result.verdict.selected

@@ -1,4 +1,4 @@
-"""The held-out stage of find's selection (``headprune.search.selection``) on hand-made per-example results: the
+"""The held-out stage of the sequence rule (``headprune.search.rules.sequence``) on hand-made per-example results: the
 proposal's fixed sequence of increments, the single head's test, the shares each branch is tested at and passes
 on, and what the record and the verdict say."""
 
@@ -10,8 +10,8 @@ import pytest
 from headprune.heads import Head
 from headprune.report.text import verdict_sentence
 from headprune.search.binomial import upper_tail
-from headprune.search.membership import Proposal
-from headprune.search.selection import select
+from headprune.search.proposal import Proposal
+from headprune.search.rules import RULES
 from headprune.search.sequence import block_size, gain_order, hypotheses
 from headprune.search.simulation import CountsResult
 
@@ -31,7 +31,7 @@ def _right(*ranges: tuple[int, int], wrong: tuple[int, int] = (0, 0)) -> CountsR
 
 
 def _select(results: dict, proposal: Proposal, single: Head = H0) -> object:
-    return select(proposal, single, lambda sets: [results[s] for s in sets], _right(), alpha=0.05,
+    return RULES["sequence"].select(proposal, single, lambda sets: [results[s] for s in sets], _right(), alpha=0.05,
                   measure="accuracy", tolerance=0.0, sizes=(75, 75))
 
 
@@ -107,15 +107,11 @@ def test_a_block_holding_a_head_that_adds_nothing_to_it_is_not_shipped() -> None
 
 
 def test_the_block_is_the_shortest_prefix_with_half_the_best_gain_on_the_search_half() -> None:
-    """Net gains of the prefixes on the search half (the first 150 examples): 1, 12, 13 -> a block of two; 8, 12,
-    13 -> one head; none positive -> one head; 7 or 6, 13, 12 -> one head or two (half of 13 is 6.5). Examples
-    outside the search half do not count."""
-    search = np.zeros(N, dtype=bool)
-    search[:150] = True
-    def size(*gains: int) -> int:
-        results = [_right((0, gain), (150, 250)) if gain > 0 else _right(wrong=(250, 250 - gain)) for gain in gains]
-        return block_size(results, _right(), search=search, measure="accuracy", tolerance=0.0)
-    assert (size(1, 12, 13), size(8, 12, 13), size(-2, -1, -3), size(7, 13, 12), size(6, 13, 12)) == (2, 1, 1, 1, 2)
+    """Net gains of the prefixes on the search half: 1, 12, 13 -> a block of two; 8, 12, 13 -> one head; none
+    positive -> one head; 7 or 6, 13, 12 -> one head or two (half of 13 is 6.5)."""
+    size = block_size
+    assert (size([1, 12, 13]), size([8, 12, 13]), size([-2, -1, -3]), size([7, 13, 12]), size([6, 13, 12])) == (
+        2, 1, 1, 1, 2)
 
 
 def test_a_whole_sequence_passes_its_share_on_to_the_single() -> None:
@@ -157,3 +153,26 @@ def test_the_sequence_order_is_each_heads_own_gain_on_the_search_half() -> None:
     assert order == (H1, H2, H0)
     search[250:] = True  # H2's 10 damaged now count: a net 10, as H0's, and fewer damaged goes first
     assert gain_order((H0, H1, H2), alone, _right(), search=search, measure="accuracy", tolerance=0.0) == (H1, H0, H2)
+
+
+def test_the_line_and_the_report_show_the_procedure_that_decided() -> None:
+    """The terminal line names the set that ships and each step that decided it, with its p; report.md shows the
+    membership tests only where they chose the set shown (nothing confirmed), and says elsewhere that they decided
+    nothing."""
+    from types import SimpleNamespace
+
+    rule = RULES["sequence"]
+    shipped = _select(ADDING, _proposal())
+    line = rule.summary(shipped)
+    assert "ships L0.H0,L0.H1, confirmed by the proposal's fixed sequence" in line
+    assert f"L0.H0 against the original p={upper_tail(30, 30):.2g}" in line and "L0.H1 added to L0.H0 p=" in line
+    assert line.endswith("then it stopped at L0.H2 added to L0.H0,L0.H1 p=1")
+    section = "\n".join(rule.section(SimpleNamespace(selection=shipped.selection)))
+    assert "decided nothing here" in section and "| order | head |" not in section
+    shown = _select(ADDING, _proposal((H2, H0, H1)), single=H2)
+    line = rule.summary(shown)
+    assert "nothing confirmed: the proposal's fixed sequence stopped at step 1 (L0.H2 against the original" in line
+    assert line.endswith("shown: L0.H0,L0.H1 (the membership tests' kept set, not a claim)")
+    section = "\n".join(rule.section(SimpleNamespace(selection=shown.selection)))
+    assert "**The set shown, since nothing is confirmed** (not a claim)" in section
+    assert "| 1 | `L0.H0` |" in section and "Kept: `L0.H0,L0.H1`." in section

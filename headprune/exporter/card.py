@@ -160,11 +160,11 @@ def _heldout_result(origin: FindOrigin) -> str:
               "for that choice." if v.selected else "")
     test = (f"exact McNemar test p = {v.p_value:.3g}, confirmed when p < {v.size:g} and the gain is "
             f"positive{gate}")
-    if v.steps:  # the claim is the proposal's fixed sequence: its block improves, each head adds to the others
-        test = (f"the set's own exact McNemar p = {v.p_value:.3g}; its claim is a fixed sequence of "
-                f"{len(v.steps)} exact one-sided tests on the check half and held-out (the block it starts with "
-                f"against the original, each head against the heads beside it in the block or before it), each at "
-                f"level {v.steps[0].level:g}, confirmed when every one rejects")
+    from headprune.search.rules import rule_confirming  # here: the card's metadata (push) loads no search code
+
+    rule = rule_confirming(v)
+    if rule is not None:  # the claim is the selection rule's steps, in its words
+        test = f"the set's own exact McNemar p = {v.p_value:.3g}; {rule.claim(v, detail=True)}"
     return (f"Discovery-selected set, tested on {v.n} held-out examples the search never saw: {numbers}, {test}): "
             + ("**confirmed**." if v.confirmed else "**not confirmed** (no improvement is claimed).") + chosen)
 

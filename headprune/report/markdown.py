@@ -9,11 +9,11 @@ from pathlib import Path
 from headprune.report.compress import compression_line, render_compression
 from headprune.report.examples import examples_section
 from headprune.report.guards import guards_line, guards_section
-from headprune.report.selection import selection_section
 from headprune.report.shrink import shrink_line, shrink_section
 from headprune.report.text import (control_level, control_text, interval_text, level_text, pct, prescreen_note,
                                    stage_times_table, verdict_sentence)
 from headprune.search.find_result import FindResult
+from headprune.search.rules import rule_of
 
 IMPROVE_TEST = (
     "The test: the exact McNemar test (a two-sided binomial test of rescued against damaged examples, the only "
@@ -69,7 +69,7 @@ def render_markdown(result: FindResult) -> str:
         lines += ["No improvement is claimed: the task's gain is confirmed, but not every guard held (below).", ""]
     lines += guards_section(result)
     lines += shrink_section(result)
-    lines += selection_section(result)
+    lines += rule_of(result).section(result)  # how the primary set was chosen, in the words of the rule that chose
     controls = result.control_tasks
     lines += ["## Finalists (the primary set, then the other candidates and the best other sets on discovery)", "",
               "| rank | role | heads | discovery gain | held-out before | held-out after | diff | interval (level) | "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from headprune.search.effects import ControlEffect
 from headprune.search.find_result import FindResult
+from headprune.search.rules import rule_confirming
 from headprune.search.stats import Verdict
 
 
@@ -24,17 +25,15 @@ def verdict_sentence(v: Verdict) -> str:
     else:
         outcome = "CONFIRMED improvement" if v.confirmed else "no confirmed improvement"
         p = f"McNemar p={v.p_value:.3g}" + (f" at level {v.size:g}" if v.share != 1 and not v.steps else "")
-    if v.role != "exploratory" and v.steps:  # the claim is the proposal's sequence, the set's own p is shown beside
-        passed = sum(step.rejected for step in v.steps)
-        claim = (("its step rejected" if passed == 1 else f"each of {passed} steps rejected") if v.confirmed else
-                 f"the sequence stopped at step {passed + 1}, p={v.steps[-1].p_value:.3g}")
-        p = f"fixed sequence at one-sided level {v.steps[0].level:g}: {claim}; the set's own {p}"
+    rule = rule_confirming(v)
+    if v.role != "exploratory" and rule is not None:  # the claim is the rule's steps; the set's own p is beside it
+        p = f"{rule.claim(v)}; the set's own {p}"
     gate = "" if v.gate is None else (f"; the proposed set {','.join(v.gate.heads)}: rescued {v.gate.rescued}, "
                                       f"damaged {v.gate.damaged}, p={v.gate.p_value:.3g}")
-    # A set chosen by held-out (a prefix where the sequence stopped, a cut-down set): its estimate reads the data
-    # that chose it; its claim holds all the same.
+    # A set chosen by held-out (where the rule's steps stopped, a cut-down set): its estimate reads the data that
+    # chose it; its claim holds all the same.
     estimate = " (exploratory estimate: held-out chose these heads)" if v.selected else ""
-    adjusted = f" simultaneous over {v.family} prefixes" if v.steps and v.family > 1 else ""
+    adjusted = f" simultaneous over {v.family} {rule.shipped}" if rule is not None and v.family > 1 else ""
     return (f"{outcome}: held-out accuracy {v.accuracy_before:.1%} -> {v.accuracy_after:.1%}{estimate} "
             f"({v.difference:+.1%}, {level_text(v.level)} CI{adjusted} {interval_text(v.interval)}, "
             f"{p}, n={v.n}, rescued {v.rescued}, damaged {v.damaged}{gate})")

@@ -29,7 +29,6 @@ from headprune.loading.models import LoadedModel
 from headprune.search.determinism import run_environment
 from headprune.search.find_result import FindSettings
 from headprune.search.journal import Journal
-from headprune.search.selection import RULE as SELECTION_RULE
 from headprune.search.split import GuardInput, Split
 from headprune.tasks import Task
 
@@ -54,11 +53,12 @@ class Conditions:
 
     @classmethod
     def start(cls, lm: LoadedModel, split: Split, controls: Sequence[Task], settings: FindSettings, *,
-              out: Path | None, resume: bool, progress: bool, team: Team | None = None,
+              out: Path | None, resume: bool, progress: bool, rule: str, team: Team | None = None,
               guards: Sequence[GuardInput] = (), fresh: Task | None = None) -> Conditions:
         """Open (or resume) the journal for these inputs and build one evaluator per set (a guard's discovery and
         held-out examples are two sets, ``guard-discovery:i`` and ``guard-heldout:i``; ``find --shrink``'s fresh
-        examples are the set ``fresh``).
+        examples are the set ``fresh``). ``rule``: the selection rule's journal sentence
+        (``headprune.search.rules``), so that a run of another rule is not resumed.
 
         In a data-parallel run rank 0 owns the journal file and the other processes get its entries.
         """
@@ -66,7 +66,7 @@ class Conditions:
         identity = {"model": lm.name, "model_hash": lm.weight_hash, "task": split.discovery.content_hash(),
                     "heldout": split.heldout.content_hash(), "controls": [c.content_hash() for c in controls],
                     "dtype": dtype_name(lm.dtype), **to_json(settings), "environment": run_environment(lm),
-                    "selection": SELECTION_RULE, "sizes": {"discovery": len(split.discovery),
+                    "selection": rule, "sizes": {"discovery": len(split.discovery),
                                                            "heldout": len(split.heldout)}}
         if guards:  # only then: a journal of a run without guards resumes as before
             identity["guards"] = [{"task": g.task.content_hash(), "discovery": g.split.discovery.content_hash(),

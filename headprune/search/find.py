@@ -33,6 +33,7 @@ from headprune.search.find_result import RESULT_NAME, FindResult
 from headprune.search.guards import Guard
 from headprune.search.improve import expected_joint_evaluations, improve
 from headprune.search.journal import JOURNAL_NAME
+from headprune.search.rules import find_rule
 from headprune.search.settings import (DEFAULT_DISCOVERY, DEFAULT_HELDOUT, RANK_KEYS, SCREENS, SETTING_NAMES,
                                        FindSettings, check_layout, check_placement, check_plan_size, check_settings,
                                        fit_to_grid, settings_for)
@@ -198,7 +199,8 @@ def _run(model: str | LoadedModel, task: TaskLike, heldout_task: TaskLike | None
     check_plan_size(settings)  # the joint search's size, before anything is computed
     with one_kernel(team):
         conditions = Conditions.start(lm, inputs.split, inputs.controls, settings, out=out, resume=resume,
-                                      progress=progress, team=team, guards=inputs.guards, fresh=inputs.fresh)
+                                      progress=progress, rule=find_rule().journal, team=team, guards=inputs.guards,
+                                      fresh=inputs.fresh)
         for note in notes:  # said once the run has passed its checks: a refused run says its refusal alone
             log.info("%s", note)
         stages = Stages(lm, conditions, settings)

@@ -9,13 +9,16 @@ Version 4 tests a kept set at its part of the proposal's share and marks its est
 (``Verdict.selected``), which a headprune reading version 3 would drop; version 3 files are read as they were
 (their cut-down sets behind the proposal's gate). Version 5 confirms a set of several heads by the proposal's fixed
 sequence of increments (``Verdict.steps``, ``Selection.steps``), not by the set's own test, which a headprune
-reading version 4 would take for the claim; version 4 files are read as they were.
+reading version 4 would take for the claim; version 4 files are read as they were. Version 6 names the selection rule
+that chose (``Selection.rule``, ``Verdict.rule``; ``headprune.search.rules``): the steps of find's rule since then
+skip a head that does not reject, which a headprune reading version 5 would take for a sequence that stopped there;
+version 5 files are read as they were (the sequence's).
 
-A result of version 5 carries a ``digest``: the sha256 of everything else in it but its timings (the JSON with sorted
-keys and no spaces), so that :meth:`FindResult.load` can refuse a file edited since find wrote it (a finalist's heads
-changed, a guard's fields deleted), whose figures would no longer be find's for what it says. It is a checksum, not a
-signature: it catches an edit, not a forgery. Files of versions 1 to 4 (headprune 0.3.0 and earlier) have none and
-are read as written.
+A result of version 5 or later carries a ``digest``: the sha256 of everything else in it but its timings (the JSON
+with sorted keys and no spaces), so that :meth:`FindResult.load` can refuse a file edited since find wrote it (a
+finalist's heads changed, a guard's fields deleted), whose figures would no longer be find's for what it says. It is a
+checksum, not a signature: it catches an edit, not a forgery. Files of versions 1 to 4 (headprune 0.3.0 and earlier)
+have none and are read as written.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from headprune.search.settings import FindSettings
 from headprune.search.shrink_record import Shrink
 from headprune.search.stats import NonInferiority, Verdict
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 RESULT_NAME = "result.json"
 DIGEST_KEY = "digest"
 DIGEST_SINCE = 5  # the first schema version whose files carry a digest
@@ -314,7 +317,8 @@ class FindResult:
         version = data.get("schema_version")
         if version == 1:
             data = upgrade_v1(data, SCHEMA_VERSION)
-        elif version in (2, 3, 4):  # 0.2: no selection; 3: no parts, no selected estimates; 4: no sequence
+        elif version in (2, 3, 4, 5):  # 0.2: no selection; 3: no parts or selected estimates; 4: no sequence;
+            # 5: no rule named (the sequence's)
             data = {**data, "schema_version": SCHEMA_VERSION}
         elif version != SCHEMA_VERSION:
             raise ResultFileError(f"unsupported result schema version {version!r} "

@@ -10,7 +10,7 @@ against the 5% it states. So the data that proposes a set never decides which of
 
 - the screen and the joint search (and ``--extend``, and a pre-screen) rank sets on the search half;
 - a head of a proposed set stays only when it earns its place on the check half, which chose nothing
-  (0.2's rule, now ``scripts/admission.py``: backward elimination with the exact one-sided test of
+  (0.2's rule, now ``headprune.search.rules.admission``: backward elimination with the exact one-sided test of
   ``headprune.search.parsimony``, Holm over the set's heads);
 - a single head needs no admission (its own test is the held-out verdict, which no use of discovery can
   bias), so single heads are ranked on all of discovery, both halves.

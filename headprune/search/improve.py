@@ -3,10 +3,10 @@
 After the shared baseline and screen (``headprune.search.stages``), discovery is split into a search half and a
 check half (``headprune.search.folds``). On the search half: take the best M single heads as nominees, evaluate
 every subset of them of size 2..K, and grow the best set from a screen taken at it (``headprune.search.partners``);
-the best set of several heads is the **proposal**, with the order of its fixed sequence (each head's gain on
-the search half) and its prefixes' increments on the check half. On all of discovery: the best single head. On
-held-out (with the check half): the sequence's increments, the single head's test and the membership tests of the
-proposal's heads, at level alpha after selection (``headprune.search.selection``). Then the finalists: the primary set first, the
+the best set of several heads is the **proposal**, with the order of its heads for the selection rule's tests (each
+head's gain on the search half) and those tests' counts on the check half (``headprune.search.proposal``). On all of
+discovery: the best single head. On held-out (with the check half): the selection rule's tests (find's,
+``headprune.search.rules.FIND_RULE``), at level alpha after selection. Then the finalists: the primary set first, the
 other candidates and the best remaining sets after it, exploratory.
 """
 
@@ -24,13 +24,14 @@ from headprune.heads import Head
 from headprune.search.find_result import FindResult, Prescreen
 from headprune.search.guard_search import GuardCheck, guard_chain
 from headprune.search.guards import GUARD_TRIES
-from headprune.search.membership import Proposal, needed, propose
 from headprune.search.paired import compare
-from headprune.search.parsimony import HeadSet
+from headprune.search.parsimony import HeadSet, counts
 from headprune.search.partners import extend
+from headprune.search.proposal import Proposal, Searched, needed, propose
 from headprune.search.protocol import reconfirm
-from headprune.search.selection import Chosen, select, shortened
-from headprune.search.sequence import prefixes, reached, sets_read
+from headprune.search.rules import SelectionRule, find_rule
+from headprune.search.selection import Chosen, shortened
+from headprune.search.sequence import prefixes, sets_of
 from headprune.search.split import Inputs
 from headprune.search.stages import Evaluated, Screened, Stages, single_order
 
@@ -49,7 +50,9 @@ class Choice:
     single: Head  # the best single head on all of discovery
     measure: str  # what the membership tests count: "accuracy" (answers) or "margin"
     tolerance: float  # of a margin change, in the run's dtype
+    rule: SelectionRule  # the selection rule the proposal was made for; it chooses on held-out
     guard: GuardCheck | None = None  # with guards: the candidate sets checked on their discovery examples
+    searched: Searched | None = None  # where the rule tests it: the best single head on the search half
 
 
 def improve(stages: Stages, inputs: Inputs) -> FindResult:
@@ -77,7 +80,8 @@ def improve(stages: Stages, inputs: Inputs) -> FindResult:
     guarding = None
     if choice.guard is not None:
         candidates = [choice.proposal.heads] if choice.proposal is not None else []
-        guarding = choice.guard.record([*candidates, (choice.single,)])
+        searched = [(choice.searched[0],)] if choice.searched is not None else []
+        guarding = choice.guard.record(list(dict.fromkeys([*candidates, (choice.single,), *searched])))
     shrunk = None
     if grown is not None:
         from headprune.search.shrink import judge_on_fresh
@@ -88,11 +92,12 @@ def improve(stages: Stages, inputs: Inputs) -> FindResult:
                    shrink=shrunk)
 
 
-def choose(stages: Stages) -> Choice:
+def choose(stages: Stages, rule: SelectionRule | None = None) -> Choice:
     """Everything the search decides on discovery, once the baseline is in ``stages``: the halves, the screen, the
-    joint search and its growth on the search half, the proposal (with the check half's look at it) and the best
-    single head. The counts-only simulation (``headprune.search.simulation``) runs exactly this."""
-    settings = stages.settings
+    joint search and its growth on the search half, the proposal (with the check half's counts of ``rule``'s
+    hypotheses; default find's rule) and the best single head. The counts-only simulation
+    (``headprune.search.simulation``) runs exactly this."""
+    settings, rule = stages.settings, rule or find_rule()
     folds = stages.split_discovery()
     screened, prescreen = stages.screen()
     measure = "margin" if settings.rank_by == "margin" else "accuracy"
@@ -116,37 +121,49 @@ def choose(stages: Stages) -> Choice:
                 return results
 
             proposal = propose(heads, discovery, stages.base["discovery"], search=folds.search, check=folds.check,
-                               measure=measure, tolerance=slack)
-    return Choice(screened, prescreen, nominees, evaluated, proposal, single, measure, slack, guard)
+                               measure=measure, tolerance=slack, rule=rule)
+        searched = searched_single(stages, screened, guard, measure=measure, tolerance=slack) \
+            if rule.searched_single else None
+    return Choice(screened, prescreen, nominees, evaluated, proposal, single, measure, slack, rule, guard, searched)
+
+
+def searched_single(stages: Stages, screened: Screened, guard: GuardCheck | None, *, measure: str,
+                    tolerance: float) -> Searched:
+    """The best single head on the search half, taken as the single is on all of discovery (with guards, the first
+    that keeps them), and its counts against the intact model on the check half: a single head the check half did
+    not choose, so a rule can test it there and on held-out."""
+    rows = [(head, stages.search_half[(head,)], None) for head, _, _ in screened]
+    ordered = [(head,) for head in single_order(rows, stages.rank, stages.settings.rank_by)]
+    (head,) = guard.choose(ordered, "single (search half)") if guard is not None else ordered[0]
+    (result,) = stages.results([(head,)], "membership")
+    return head, counts(result, stages.base["discovery"], measure, tolerance, stages.folds.check)
 
 
 def choose_on_heldout(stages: Stages, choice: Choice) -> Chosen:
-    """The held-out stage of the selection (``headprune.search.selection``), timed as held-out work."""
+    """The held-out stage of the choice's selection rule, timed as held-out work; its line names the set that ships
+    and the steps that decided it."""
     assert stages.folds is not None, "choose() splits discovery first"
     with stages.timed("heldout"):
-        chosen = select(choice.proposal, choice.single,
-                        lambda sets: stages.conditions.many("heldout", sets, "held-out tests"),
-                        stages.base["heldout"], alpha=stages.settings.alpha, measure=choice.measure,
-                        tolerance=choice.tolerance, sizes=stages.folds.sizes)
+        chosen = choice.rule.select(choice.proposal, choice.single,
+                                    lambda sets: stages.conditions.many("heldout", sets, "held-out tests"),
+                                    stages.base["heldout"], alpha=stages.settings.alpha, measure=choice.measure,
+                                    tolerance=choice.tolerance, sizes=stages.folds.sizes, searched=choice.searched)
     if stages.guards and chosen.selection.chosen == "proposal":
-        chosen = _guarded_prefix(stages, choice.proposal, chosen)  # type: ignore[arg-type]
-    record = chosen.selection
-    log.info("proposal %s (search half), single %s; the sequence %s reached %d of its prefixes, kept %s on the "
-             "check half and held-out (%d examples)", ",".join(record.proposal) or "none", record.single,
-             ",".join(record.sequence) or "none", reached(record.steps), ",".join(record.kept) or "none",
-             record.check + record.heldout)
+        chosen = _guarded_set(stages, chosen)
+    log.info("%s", choice.rule.summary(chosen))
     return chosen
 
 
-def _guarded_prefix(stages: Stages, proposal: Proposal, chosen: Chosen) -> Chosen:
-    """With guards, the longest prefix the sequence confirmed that keeps them on held-out: the guards' fixed sequence
-    over the confirmed prefixes, from the block on (``headprune.search.guard_search.guard_chain``). Where the block
-    itself breaks one, the set stays as it is, and the claim is not confirmed."""
-    chain = prefixes(proposal.sequence)[proposal.block - 1:len(chosen.heads)]
+def _guarded_set(stages: Stages, chosen: Chosen) -> Chosen:
+    """With guards, the largest set the rule's steps confirmed on the way to the set shipped that keeps them on
+    held-out: the guards' fixed sequence over those sets, smallest (the block) first
+    (``headprune.search.guard_search.guard_chain``). Where the block itself breaks one, the set stays as it is, and
+    the claim is not confirmed."""
+    chain = list(dict.fromkeys(tuple(sorted(map(Head.parse, step.prefix))) for step in chosen.verdict.steps))
     held, effects = guard_chain(stages, chain)
     if held in (0, len(chain)):
         return chosen
-    log.info("the sequence's prefix %s does not keep the guards on held-out: %s ships", ",".join(map(str, chain[held])),
+    log.info("the confirmed set %s does not keep the guards on held-out: %s ships", ",".join(map(str, chain[held])),
              ",".join(map(str, chain[held - 1])))
     result = stages.conditions.many("heldout", [chain[held - 1]], "held-out tests")[0]
     return shortened(chosen, chain[held - 1], result, stages.base["heldout"], alpha=stages.settings.alpha,
@@ -155,10 +172,11 @@ def _guarded_prefix(stages: Stages, proposal: Proposal, chosen: Chosen) -> Chose
 
 def frozen_sets(stages: Stages, choice: Choice) -> list[HeadSet]:
     """Every set discovery fixes before held-out is read: the proposal and each of it without one head (what the
-    membership tests read), its sequence's prefixes and its block without each of its heads, the single head, and the
-    best other sets by search-half rank, up to ``finalists``."""
+    membership tests read), the prefixes of its order and every other set the rule's hypotheses compare, the single
+    head, and the best other sets by search-half rank, up to ``finalists``."""
     proposal = choice.proposal
-    fixed = ([*needed(proposal.heads), *prefixes(proposal.sequence), *sets_read(proposal.sequence, proposal.block)]
+    fixed = ([*needed(proposal.heads), *prefixes(proposal.sequence),
+              *sets_of(choice.rule.hypotheses(proposal.sequence, proposal.block))]
              if proposal is not None else []) + [(choice.single,)]
     ranked = sorted(choice.evaluated, key=stages.search_rank)[: stages.settings.finalists]
     return list(dict.fromkeys([*fixed, *ranked]))
@@ -179,15 +197,13 @@ def announce_cost(stages: Stages) -> None:
     screen = settings.candidates if settings.screen != "exact" else stages.lm.grid.total
     joint_sets = expected_joint_evaluations(min(settings.nominees, screen), settings.max_heads)
     extend = settings.extend * 2 * settings.nominees  # the partners scored at the best set, per step
-    # The proposal and each of it without one head; its sequence's prefixes between its first head and itself, and
-    # its block without each of its heads where that is no prefix (at most size - 2 of each); its heads alone where
-    # the screen did not evaluate them (the sequence's order).
+    # The proposal and each of it without one head; the sets the selection rule's tests add (its planned); its heads
+    # alone where the screen did not evaluate them (the rule's order).
     size = settings.max_heads + settings.extend
-    membership = 1 + size + 2 * max(0, size - 2) + (size if settings.screen != "exact" else 0)
-    # Held-out: the membership sets, the prefixes but the whole set, the block's other sets, the single head and the
-    # finalists; each finalist on each control.
-    finals = (1 + size + (size - 1) + max(0, size - 2) + 1 + settings.finalists
-              + settings.finalists * len(conditions.control_names))
+    rule_discovery, rule_heldout = find_rule().planned(size)
+    membership = 1 + size + rule_discovery + (size if settings.screen != "exact" else 0)
+    # Held-out: the membership sets, the rule's, the single head and the finalists; each finalist on each control.
+    finals = (1 + size + rule_heldout + 1 + settings.finalists + settings.finalists * len(conditions.control_names))
     planned = (f"{screen} screen, {joint_sets} joint, {extend} extend, {membership} membership and {finals} "
                f"held-out/control conditions at most")
     if stages.guards:  # checked on discovery (each set and, where it breaks one, its heads), then the finalists

@@ -26,73 +26,28 @@ Why the check half and held-out together: at the README's sizes the check half a
 head's place whatever its effect (a gain of 4 has p >= 1/16), and at 2,000 discovery examples two real heads of
 +0.6 points each were both kept in 10% of runs; pooling doubles the examples each head is tested on.
 
-Since the fixed sequence of the proposal's prefixes (``headprune.search.sequence``) makes find's claim for a set of
-several heads, these tests no longer confirm anything: where nothing is confirmed, the kept set (two heads or more)
-is the primary set shown, unconfirmed, and its passengers stay within ``alpha``.
+find's selection rule (``headprune.search.rules``) makes the claim for a set of several heads; these tests confirm
+nothing. Where nothing is confirmed, the kept set (two heads or more) is the primary set shown, unconfirmed, and its
+passengers stay within ``alpha``; elsewhere they are a diagnostic, kept in ``result.json``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-
-import numpy as np
+from collections.abc import Sequence
 
 from headprune.evaluation.results import EvalResult
-from headprune.heads import Head
 from headprune.search.binomial import upper_tail
-from headprune.search.parsimony import HeadContribution, HeadSet, counts, drop_one
-from headprune.search.sequence import block_size, gain_order, hypotheses, increments, prefixes, sets_read
+from headprune.search.parsimony import HeadContribution, HeadSet, counts
+from headprune.search.proposal import Counts, Proposal
 from headprune.search.stats import test_size
 
 FIRST_SHARE = 0.8  # of alpha, for the first head tested; the others share the rest
-Counts = tuple[int, int]  # (b, c)
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """The proposed set as discovery leaves it for the held-out stage: its heads in the order their membership
-    tests run (``order``, fixed on the search half) with each head's drop-one counts on the check half (same
-    order); and the order of its fixed sequence (``sequence``: each head's gain on the search half, own or within S,
-    ``headprune.search.sequence``), the size of the block it starts with, and each of its hypotheses' counts on the
-    check half (``steps``, in the order tested)."""
-
-    heads: HeadSet
-    order: tuple[Head, ...]
-    check: tuple[Counts, ...]
-    sequence: tuple[Head, ...]
-    steps: tuple[Counts, ...]
-    block: int = 1
-
-
-def propose(heads: HeadSet, discovery: Callable[[list[HeadSet]], list[EvalResult]], base: EvalResult, *,
-            search: np.ndarray, check: np.ndarray, measure: str, tolerance: float) -> Proposal:
-    """The :class:`Proposal` of ``heads``; ``discovery`` evaluates head sets on discovery (``base``: the intact
-    model there): S and each S without one head (:func:`needed`), each head alone, the sequence's prefixes, then
-    its block without each of its heads."""
-    with_set, *withouts = discovery(needed(heads))
-    on_search = [counts(with_set, without, measure, tolerance, search) for without in withouts]
-    on_check = [counts(with_set, without, measure, tolerance, check) for without in withouts]
-    # The largest search-half net gain first, then fewer damaged there, then the name: fixed before any check
-    # or held-out number is read.
-    order = sorted(range(len(heads)), key=lambda i: (-(on_search[i][0] - on_search[i][1]), on_search[i][1],
-                                                     heads[i]))
-    sequence = gain_order(heads, discovery([(h,) for h in heads]), base, search=search, measure=measure,
-                          tolerance=tolerance, within=on_search)
-    chain = prefixes(sequence)
-    results = dict(zip(chain, discovery(chain)))
-    block = block_size([results[p] for p in chain], base, search=search, measure=measure, tolerance=tolerance)
-    more = [s for s in sets_read(sequence, block) if s not in results]  # the block without each of its heads
-    results.update(zip(more, discovery(more)))
-    steps = increments(hypotheses(sequence, block), results, base, measure=measure, tolerance=tolerance, mask=check)
-    return Proposal(tuple(heads), tuple(heads[i] for i in order), tuple(on_check[i] for i in order), sequence,
-                    steps, block)
 
 
 def heldout_counts(proposal: Proposal, heldout: Sequence[EvalResult], *, measure: str,
                    tolerance: float) -> tuple[Counts, ...]:
     """Each head's drop-one counts on held-out, in the proposal's test order: ``heldout`` holds S, then each ``S
-    without h`` (in :func:`needed` order)."""
+    without h`` (in :func:`headprune.search.proposal.needed` order)."""
     with_set, *withouts = heldout
     by_head = dict(zip(proposal.heads, withouts, strict=True))
     return tuple(counts(with_set, by_head[head], measure, tolerance) for head in proposal.order)
@@ -125,9 +80,4 @@ def kept(heads: HeadSet, found: Sequence[HeadContribution]) -> HeadSet:
     return tuple(h for h in heads if str(h) in stay)
 
 
-def needed(heads: HeadSet) -> list[HeadSet]:
-    """The conditions the tests read: S first, then each S without one head."""
-    return [heads, *drop_one(heads)]
-
-
-__all__ = ["FIRST_SHARE", "Counts", "Proposal", "contributions", "heldout_counts", "kept", "needed", "propose"]
+__all__ = ["FIRST_SHARE", "contributions", "heldout_counts", "kept"]

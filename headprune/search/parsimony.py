@@ -17,9 +17,9 @@ margin the head's removal raises or lowers (beyond the evaluation's float tolera
 same exact sign test on the per-example margin change. A head whose removal consistently raises margins
 earns its place there even when it flips no answer; under ``rank_by=gain`` it does not.
 
-This module holds the rule and its records; 0.2's find walked find's sets with it (``scripts/admission.py``
-keeps that walk: backward elimination on the check half, finalists), and ``--extend`` uses it on the search
-half to decide whether a step is worth proposing.
+This module holds the rule and its records; 0.2's find walked find's sets with it (the selection rule
+``headprune.search.rules.admission`` keeps that walk: backward elimination on the check half, finalists), and
+``--extend`` uses it on the search half to decide whether a step is worth proposing.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ the protocol tiny).
 
 What headprune layers on, and where it differs (docs/find.md): discovery is split into a search half that ranks
 sets and a check half that, with held-out, tests each head of the proposed set (``headprune.search.membership``);
-the primary set is chosen by exact held-out tests at level alpha after selection (``headprune.search.selection``)
+the primary set is chosen by exact held-out tests at level alpha after selection (``headprune.search.rules``)
 rather than being the discovery rank-1 set with an uncorrected held-out number; the other finalists are reported
 as exploratory with adjusted p-values; the re-confirmation compares every answer and margin of a fresh pass (no
 journal, no layer cache, no shared prefix) with the pass the search used, within the determinism check's

@@ -1,4 +1,5 @@
-"""The proposal's fixed sequence: the claim find makes for a set of several heads (``headprune.search.selection``).
+"""The proposal's fixed sequence: the claim the sequence rule makes for a set of several heads
+(``headprune.search.rules.sequence``).
 
 Discovery fixes, on the search half alone, an order of the proposal S's heads (:func:`gain_order`: each head's net
 gain there, its own or, where larger, within S; largest first), the prefixes P_1 = {h_1}, ..., P_k = S
@@ -66,10 +67,9 @@ def prefixes(order: Sequence[Head]) -> list[HeadSet]:
     return [tuple(sorted(order[:j])) for j in range(1, len(order) + 1)]
 
 
-def block_size(results: Sequence[EvalResult], base: EvalResult, *, search, measure: str, tolerance: float) -> int:
-    """m: the shortest prefix (``results``: each prefix's, in order) whose net gain against ``base`` on the search
-    half is positive and at least ``BLOCK_SHARE`` of the largest prefix's; 1 where no prefix gains there."""
-    gains = [b - c for b, c in (counts(result, base, measure, tolerance, search) for result in results)]
+def block_size(gains: Sequence[int]) -> int:
+    """m: the shortest prefix (``gains``: each prefix's net gain against the intact model on the search half, in
+    order) whose gain is positive and at least ``BLOCK_SHARE`` of the largest prefix's; 1 where no prefix gains."""
     best = max(gains, default=0)
     if best <= 0:
         return 1
@@ -87,9 +87,9 @@ def hypotheses(order: Sequence[Head], block: int) -> list[Hypothesis]:
     return out
 
 
-def sets_read(order: Sequence[Head], block: int) -> list[HeadSet]:
+def sets_of(hyps: Sequence[Hypothesis]) -> list[HeadSet]:
     """Every set the hypotheses compare (the intact model aside), each once, in the order first needed."""
-    return list(dict.fromkeys(s for tested, against, _ in hypotheses(order, block) for s in (tested, against) if s))
+    return list(dict.fromkeys(s for tested, against, _ in hyps for s in (tested, against) if s))
 
 
 def increments(hyps: Sequence[Hypothesis], results: Mapping[HeadSet, EvalResult], base: EvalResult, *,
@@ -134,4 +134,4 @@ def reached(steps: Sequence[Step]) -> int:
 
 
 __all__ = ["BLOCK_SHARE", "Counts", "Hypothesis", "block_size", "gain_order", "hypotheses", "increments",
-           "prefixes", "reached", "run", "sets_read"]
+           "prefixes", "reached", "run", "sets_of"]

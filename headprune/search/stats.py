@@ -55,7 +55,7 @@ def test_size(alpha: float, share: float) -> float:
 class Gate:
     """Files of schema 3: the proposed set's own held-out test, which a set cut down from it had to pass as well
     (its heads, rescued, damaged and the exact McNemar p). find no longer writes it: a cut-down set is tested at its
-    own part of alpha (``headprune.search.selection``)."""
+    own part of alpha (``headprune.search.rules.parts``)."""
 
     heads: tuple[str, ...]
     rescued: int
@@ -107,7 +107,7 @@ class Verdict:
     interval at ``1 - alpha / F``, and is never called confirmed. Bonferroni rather than Holm so that each
     interval agrees with its own adjusted verdict: Holm's step-down has no interval that does.
 
-    The primary set is one of at most two held-out tests fixed on discovery (``headprune.search.selection``): it is
+    The primary set is one of at most two held-out tests fixed on discovery (``headprune.search.rules``): it is
     tested at ``alpha * share`` (``share`` 1 in files before the rule of two tests, and where only one candidate
     was tested; for the proposal's kept set, its branch's share times the set's part). In files of schema 3, a set
     cut down from the proposed one also had to pass the proposal's own test (``gate``).
@@ -117,10 +117,10 @@ class Verdict:
     discovery), and so is its interval (simultaneous over those subsets); but its point estimate reads the examples
     that chose it, so it runs high and is shown as exploratory.
 
-    ``steps``: a set of several heads shipped by the proposal's fixed sequence (``headprune.search.sequence``,
-    files of schema 5): its claim is the sequence's, confirmed exactly when every step rejected (each head adds to
-    the heads before it), not the set's own McNemar test, which is shown beside it; its interval is simultaneous
-    over the prefixes the sequence could have shipped (``family``).
+    ``steps``: a set of several heads shipped by the steps of a selection rule (``rule``, ``headprune.search.rules``;
+    files of schema 5: the proposal's fixed sequence): its claim is the rule's, confirmed exactly when every step
+    rejected (each head adds to the heads before it), not the set's own McNemar test, which is shown beside it; its
+    interval is simultaneous over the sets the rule could have shipped (``family``).
 
     ``interval`` is :func:`headprune.search.score.paired_interval` at ``alpha * share / family``: without
     ``steps``, it lies above 0 exactly when the set's own test rejects (or, for an exploratory set, it is significant after adjustment),
@@ -138,10 +138,11 @@ class Verdict:
     role: str = "primary"  # "primary" or "exploratory"
     adjusted_p: float | None = None  # exploratory: adjusted over the finalists (Holm in files before 0.2)
     family: int = 1  # comparisons the interval and adjusted_p account for (exploratory: the finalists)
-    share: float = 1.0  # of alpha, for the primary set's test (headprune.search.selection)
+    share: float = 1.0  # of alpha, for the primary set's test (headprune.search.rules)
     gate: Gate | None = None  # files of 0.3's first rule: the proposal's own test, which a cut-down set passed too
     selected: bool = False  # a set cut down from the proposal by held-out tests: its estimate is exploratory
     steps: tuple[Step, ...] = ()  # schema 5: the fixed sequence whose rejections are the claim (none: own test)
+    rule: str = ""  # schema 6, with steps: the selection rule they are the tests of (schema 5 files: the sequence)
 
     _derived = ("difference", "confirmed", "test", "level", "interval")
 

@@ -31,6 +31,7 @@ from headprune.heads import Head
 from headprune.search.compress import head_queue, units_of
 from headprune.search.conditions import Conditions
 from headprune.search.growth import Budget, Unit, beam, grow
+from headprune.search.rules import find_rule
 from headprune.search.settings import FindSettings, settings_for
 from headprune.search.split import load_inputs
 from headprune.search.stages import Stages
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     inputs = load_inputs(task, None, None, settings, args.discovery, args.heldout)
     lm = load_model(model)
     resume = (args.out / "journal.jsonl").is_file()
-    conditions = Conditions.start(lm, inputs.split, (), settings, out=args.out, resume=resume, progress=False)
+    conditions = Conditions.start(lm, inputs.split, (), settings, out=args.out, resume=resume, progress=False,
+                                  rule=find_rule().journal)
     stages = Stages(lm, conditions, settings)
     stages.baseline()
     screened, prescreen = stages.screen()

@@ -65,16 +65,38 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _pct_se(value: float | None, runs: int) -> str:
+    """A rate with its standard error, ``30.1 ± 1.5%``."""
+    return "-" if value is None else f"{100 * value:.1f} ± {100 * (value * (1 - value) / runs) ** 0.5:.1f}%"
+
+
 def passengers(record: dict[str, Any], view: str = "defaults") -> str:
-    """scripts/passengers.py: ``defaults`` (find's defaults, each cell against 0.2's rule in parentheses; any
-    other search setting by its name), ``readme`` (the same at null flips of 0.3%), ``searches`` (the worst cell of
-    each size and search setting), ``masked`` (the held-out stage on redundant and masked heads), ``compress`` (the
-    budget table)."""
+    """scripts/passengers.py: ``defaults`` (find's defaults, each cell against the rule before it in parentheses where
+    the record ran it there; any other search setting by its name), ``readme`` (the same at null flips of 0.3%),
+    ``searches`` (the worst cell of each size and search setting), ``power`` (the cells that decide, at more runs,
+    with standard errors, each rule of ``power_rules``), ``masked`` (the held-out stage on redundant and masked
+    heads), ``compress`` (the budget table)."""
     rules, rows = record["rules"], record["improve"]
     now, before = rules[0], (rules[1] if len(rules) > 1 else None)
 
     def pair(row: dict, key: str, fmt: Callable[[Any], str] = _pct) -> str:
-        return fmt(row[now][key]) + (f" ({fmt(row[before][key])})" if before else "")
+        if row[now][key] is None:  # a rate of runs with real heads, in a cell without them
+            return "-"
+        return fmt(row[now][key]) + (f" ({fmt(row[before][key])})" if before in row else "")
+
+    if view == "power":  # its own rules (``pair`` reads these): find's, then the one it is measured against
+        now, before = (record.get("power_rules", rules) + [None])[:2]
+
+        def both(row: dict, key: str) -> str:
+            return pair(row, key, lambda value: _pct_se(value, row["runs"]))
+        return _table(["discovery/held-out", "real heads", "null heads flip", "runs", "all real heads kept, confirmed",
+                       "all kept, confirmed or not", "false confirmations", "passengers",
+                       "a null head ahead: runs", "a null head ahead: all kept, confirmed"],
+                      [[r["size"], r["real"], _pct(r["flip"]), r["runs"], both(r, "confirmed_all"),
+                        both(r, "all_kept"), both(r, "false_confirmed"), both(r, "passenger"),
+                        _pct(r[now]["null_ahead"]) if r[now]["all_kept"] is not None else "-",
+                        both(r, "confirmed_null_ahead") if r[now]["all_kept"] is not None else "-"]
+                       for r in record["power"]])
 
     if view == "compress":
         return _table(["budget (points)", "accepted", "accepted sets over budget", "estimate alone: accepted",
@@ -190,11 +212,11 @@ def _points(value: float) -> str:
 def main_job(record: dict[str, Any], view: str = "figures") -> str:
     """scripts/bench/main_job.py: ``commands`` and ``output`` (fenced blocks: what was typed, what it printed),
     ``figures`` (the export, the times, the machine), ``variants`` (each way of running find: what it shipped, its
-    verdict, its guards and controls), ``steps`` (the fixed sequence's hypotheses as find tested them)."""
+    verdict, its guards and controls), ``steps`` (the selection rule's steps as find tested them)."""
     main = record["results"]["main"]
     if view == "commands":
         return "```\n" + "\n".join(_command(c) for c in main["commands"]) + "\n```"
-    if view == "steps":  # the fixed sequence as the selection record holds it: each hypothesis tested, in order
+    if view == "steps":  # the rule's steps as the selection record holds them: each one level reached, in order
         steps = (main.get("selection") or {}).get("steps", [])
         return _table(["step", "heads tested", "added", "better (check / held-out)", "worse (check / held-out)",
                        "one-sided p", "level", "rejects"],

@@ -1,7 +1,7 @@
-"""find's rule of 0.2: heads admitted on discovery's check half alone, kept so the simulation can show what its
-successor changed (``scripts/passengers.py`` runs both through the same search code: ``run_improve(rule="check")``
-of ``headprune.search.simulation`` imports it from here). find no longer runs it, so it lives with the comparisons,
-not in the package users install.
+"""The rules of 0.1.0 and 0.2: every set of several heads walked best first through backward elimination, heads
+admitted on discovery (0.1.0: ``same``, all of it; 0.2: ``admission``, its check half alone). find no longer runs
+them; the counts-only simulation compares them with find's rule through the same search code
+(``headprune.search.simulation``), and ``report.md`` shows the files they wrote as they were.
 
 The search half proposed (``headprune.search.folds`` says why the halves). Walking the evaluated sets best first
 by their search-half rank, each set of several heads went through backward elimination on the check half: every
@@ -14,7 +14,9 @@ earned, the best single head not yet a finalist took its place. The first set ad
 stopped at F distinct finalists. ``--extend`` grew the best set from the first screen's best ``2 x nominees``
 heads. Its guarantee held (a passenger in at most 1.8% of primary sets), its power did not: the check half alone
 (75 examples at the README's sizes) could not show any head's place, so no set of several heads could ship there,
-and at 2,000 discovery examples two real heads of +0.6 points each were both kept in about 10% of runs.
+and at 2,000 discovery examples two real heads of +0.6 points each were both kept in about 10% of runs. 0.1.0
+proposed and admitted on the same examples, all of discovery, and ranked single heads by find's key alone: its
+passengers rode in 18-44% of primary sets (``headprune.search.folds``).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from headprune.evaluation.contract import tolerance
 from headprune.evaluation.results import EvalResult
 from headprune.heads import Head
 from headprune.search.conditions import condition_key
+from headprune.search.folds import Folds
 from headprune.search.paired import compare
 from headprune.search.parsimony import HeadContribution, HeadSet, contributions, drop_one
+from headprune.search.rules.base import Ran, SelectionRule, ThroughFind, register
 from headprune.search.stages import Evaluated, Stages, single_order
 
 log = logging.getLogger("headprune")
@@ -170,4 +174,54 @@ def choose_by_admission(stages: Stages, *, singles: str | None = None) -> tuple[
     return frozen, evaluated
 
 
-__all__ = ["Admission", "choose_by_admission"]
+
+
+class AdmissionRule(SelectionRule):
+    """0.2's rule (``halves``: heads admitted on the check half) or 0.1.0's (on all of discovery, single heads by
+    find's ranking key alone): the module docstring."""
+
+    runs = True
+
+    def __init__(self, name: str, journal: str, *, halves: bool) -> None:
+        self.name, self.journal, self.halves = name, journal, halves
+
+    def run(self, stages: Stages, through_find: ThroughFind) -> Ran:
+        if not self.halves:  # propose and admit on the same examples
+            stages.folds = Folds.same(stages.base["discovery"].n)
+        frozen, evaluated = choose_by_admission(stages, singles=None if self.halves else "key")
+        (finalist,) = stages.finalists([frozen[0]], evaluated)
+        return Ran(frozen[0], finalist.heldout.confirmed)
+
+    def section(self, result) -> list[str]:  # noqa: ANN001 (a FindResult)
+        """The primary set head by head against the set without it on discovery's check half (the test that let it
+        stay), and the same drop-one comparison on held-out, exploratory (measured after the verdict)."""
+        primary, rule = result.finalists[0], result.parsimony
+        if rule is None or not primary.contributions:
+            return []
+        measure = "answers" if rule.measure == "accuracy" else "margins (up / down beyond float tolerance)"
+        against = "the intact model" if len(primary.heads) == 1 else "the set without it"
+        where = ("the check half of discovery, which chose nothing" if rule.check is not None
+                 else "discovery (the rule of files before 0.2)")
+        short = "check-half" if rule.check is not None else "discovery"
+        lines = ["## Each head of the primary set", "",
+                 f"Each head against {against}, on {measure}, on {where} (n={rule.check or result.split.discovery}): "
+                 f"b = better with the head removed, c = worse; p is the one-sided exact binomial test of b against c, "
+                 f"Holm-adjusted over the set's heads. A head stays in a set only when b - c >= 1 and its adjusted p <= "
+                 f"{rule.level:g} ({rule.examined} multi-head sets tested, {rule.dropped} lost a head or were refused, "
+                 f"{rule.conditions} extra discovery conditions).", "",
+                 f"| head | {short} b | {short} c | p | p (Holm) | held-out b (exploratory) | held-out c (exploratory) "
+                 "| held-out p (exploratory) |", "|---|---|---|---|---|---|---|---|"]
+        for c in primary.contributions:
+            held = ("| n/a | n/a | n/a |" if c.heldout_rescued is None else
+                    f"| {c.heldout_rescued} | {c.heldout_damaged} | {c.heldout_p:.3g} |")
+            lines.append(f"| `{c.head}` | {c.rescued} | {c.damaged} | {c.p_value:.3g} | {c.adjusted_p:.3g} {held}")
+        if len(primary.heads) > 1:
+            lines += ["", "The held-out columns compare the primary set with the set without each head on held-out "
+                      "data after the verdict; they are exploratory and were never used to choose anything."]
+        return lines + [""]
+
+
+ADMISSION = register(AdmissionRule("admission", "admission on the check half", halves=True))
+SAME = register(AdmissionRule("same", "admission on discovery", halves=False))
+
+__all__ = ["ADMISSION", "SAME", "Admission", "AdmissionRule", "choose_by_admission"]

@@ -10,7 +10,7 @@ import numpy as np
 
 from headprune.heads import HeadGrid
 from headprune.search.find_result import FindSettings
-from headprune.search.simulation import CountsConditions, CountsModel, CountsSplit, Rates, true_change
+from headprune.search.simulation.counts import CountsConditions, CountsModel, CountsSplit, Rates, true_change
 from headprune.search.stages import Stages
 
 

@@ -35,7 +35,7 @@ from headprune.search.find_result import FindSettings
 from headprune.search.guard_search import heldout_effects
 from headprune.search.guards import Guard, claim_holds
 from headprune.search.improve import choose, choose_on_heldout
-from headprune.search.simulation import CountsConditions, CountsSplit, Rates, CountsModel, true_change
+from headprune.search.simulation.counts import CountsConditions, CountsSplit, Rates, CountsModel, true_change
 from headprune.search.stages import Stages
 
 FAMILIES = ("conflict", "boundary", "near", "harmless")
