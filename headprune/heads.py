@@ -75,9 +75,12 @@ class LayerHeads:
 @dataclass(frozen=True)
 class HeadGrid:
     """Where a model's heads are: one :class:`LayerHeads` a layer, in order. Layers may differ in kind, counts and
-    sizes (hybrids, Gemma 4, MLA); :meth:`uniform` builds the grid of a model whose layers are all alike."""
+    sizes (hybrids, Gemma 4, MLA); :meth:`uniform` builds the grid of a model whose layers are all alike.
+    ``stateful``: every layer also carries a recurrent state beside its heads, which its kind does not say (Falcon-H1's
+    Mamba2 mixer runs beside the attention of each layer)."""
 
     layers: tuple[LayerHeads, ...]
+    stateful: bool = False
 
     @classmethod
     def uniform(cls, num_layers: int, num_heads: int, num_kv_heads: int, head_dim: int) -> HeadGrid:
@@ -113,8 +116,9 @@ class HeadGrid:
     @property
     def recurrent(self) -> bool:
         """Some layer carries a state from token to token besides keys and values (a Gated DeltaNet, a Mamba or
-        convolution layer): its cache cannot be masked back, cut or shared by rows as keys and values can."""
-        return any(layer.kind != ATTENTION for layer in self.layers)
+        convolution layer, or one beside attention: ``stateful``): its cache cannot be masked back, cut or shared by
+        rows as keys and values can."""
+        return self.stateful or any(layer.kind != ATTENTION for layer in self.layers)
 
     @property
     def widest(self) -> tuple[int, int]:

@@ -22,14 +22,13 @@ MARK = "<!-- families: python -m scripts.family_table --update -->"
 def family_table() -> str:
     """Every supported model type: its adapter, the layouts, what each export format writes, and its note."""
     from headprune.loading.adapters import FAMILIES
-    from headprune.testing import family_config
 
     rows = ["| model type | adapter | sliced | dense | ONNX | GGUF | notes |", "|---|---|---|---|---|---|---|"]
     for model_type, family in sorted(FAMILIES.items()):
         adapter, gguf = family.adapter, family.gguf
         onnx = "decoder with cache (GenAI)" if family.genai else "logits graph"
         onnx += ", text only" if adapter.text_config else ""  # a vision-language model: no vision tower in the graph
-        if adapter.grid(family_config(model_type, 64)).recurrent:  # its layers' scan: refused (docs/models.md)
+        if family.onnx_refused:  # (a Gated DeltaNet's scan: docs/models.md)
             onnx = "-"
         # run in llama.cpp: test_gguf.py, test_gguf_families.py, test_gguf_encoders.py
         written = "-" if gguf is None else f"llama.cpp `{gguf.arch}`" + (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import SMALL, choice_task, save_folder
+from helpers import SMALL, choice_task, matrix_heads, save_folder
 from helpers.cli import invoke
 
 from headprune.evaluation import evaluate
@@ -19,13 +19,14 @@ from headprune.exporter import export, verify_record
 from headprune.exporter.onnx.export import GENAI_TYPES
 from headprune.exporter.runtimes import empty_past
 from headprune.heads import parse_heads
-from headprune.loading.adapters import adapter_for, supported_model_types
+from headprune.loading.adapters import FAMILIES, adapter_for, supported_model_types
 from headprune.loading.models import load, load_model, wrap_model
 from headprune.search.find import find
 from headprune.surgery.ablation import ablated
 from headprune.testing import family_model, family_models, random_choice_task
 
-HEADS = "L0.H1,L1.H0,L1.H1"  # one head of a group in layer 0; a whole key/value group in layer 1
+HEADS = "L0.H1,L1.H0,L1.H1"  # one head of a group in layer 0; a whole key/value group in layer 1 (matrix_heads:
+# the same in the first two layers with heads, a hybrid's others skipped)
 IDS = torch.tensor([[5, 9, 14, 3, 27, 8, 11], [0, 0, 0, 7, 19, 4, 2]])
 MASK = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1]])
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "models.md"
@@ -49,7 +50,8 @@ def test_family_through_eval_export_and_load(model_type, tokenizer, tmp_path) ->
     assert model.config.model_type == model_type
     folder = save_folder(model, tokenizer, tmp_path / "m")
     lm = load_model(str(folder), device="cpu")
-    heads = parse_heads(HEADS)
+    names = matrix_heads(lm.grid)
+    heads = parse_heads(names)
     with ablated(lm, heads):
         want = _logits(lm.model, lm.is_encoder)
     assert float((want - _logits(lm.model, lm.is_encoder)).abs().max()) > 1e-6  # the heads matter
@@ -81,7 +83,7 @@ def test_family_through_eval_export_and_load(model_type, tokenizer, tmp_path) ->
         if layout == "sliced":
             assert record.parameters.after < record.parameters.before
     if lm.adapter.dense_only:
-        result = invoke("export", str(folder), "--heads", HEADS, "--out", str(tmp_path / "s"), "--verify-task",
+        result = invoke("export", str(folder), "--heads", names, "--out", str(tmp_path / "s"), "--verify-task",
                         str(_task_file(tmp_path)))
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert result.exit_code == 2 and len(lines) == 1 and "--layout sliced" in lines[0], result.output
@@ -98,15 +100,11 @@ def onnx_matrix() -> list[str]:
     """One model type of each adapter whose ONNX export the other tests do not run (test_export.py's and
     test_encoders.py's cover Llama's, GPT-2's, GPT-NeoX's and the encoders'): the choices below, and for an adapter
     none of them has, its first model type."""
-    from headprune.loading.adapters import FAMILIES
-    from headprune.testing import family_config
-
     chosen = {FAMILIES[t].adapter.family: t for t in ("granite", "mixtral", "gpt_oss", "phi3", "cohere", "olmoe",
                                                        "gemma3", "llava", "qwen2_vl")}
     for model_type, family in sorted(FAMILIES.items()):
-        recurrent = family.adapter.grid(family_config(model_type, 64)).recurrent  # refused: test_qwen3_5.py
         others = {*chosen, "gpt2", "gpt_neox", "bert", "deberta", "modernbert"}
-        if family.adapter.family not in others and not recurrent:
+        if family.adapter.family not in others and not family.onnx_refused:  # (refused: test_qwen3_5.py)
             chosen[family.adapter.family] = model_type
     return sorted(chosen.values())
 
@@ -123,7 +121,7 @@ def test_family_onnx_equals_the_masked_original(model_type, tokenizer, tmp_path)
     import onnxruntime
 
     lm = wrap_model(family_model(model_type, len(tokenizer), seed=2), tokenizer, name=f"tiny-{model_type}")
-    heads = parse_heads(HEADS)
+    heads = parse_heads(matrix_heads(lm.grid))
     layout = "dense" if lm.adapter.dense_only else "sliced"
     experts = getattr(lm.model.config, "_experts_implementation", None)
     record = export(lm, heads, format="onnx", layout=layout, verify_task=choice_task(), out=tmp_path / "o")
@@ -137,6 +135,13 @@ def test_family_onnx_equals_the_masked_original(model_type, tokenizer, tmp_path)
     with ablated(lm, heads):
         torch.testing.assert_close(got, _logits(lm.model, False), atol=1e-4, rtol=1e-4)
     assert getattr(lm.model.config, "_experts_implementation", None) == experts  # the original is left as it was
+    if FAMILIES[model_type].onnx_tokens:  # a graph traced over a scan's chunks takes rows of other lengths too
+        ids = (torch.arange(78).reshape(2, 39) * 7 + 5) % 100
+        feeds = {"input_ids": ids.numpy(), "attention_mask": torch.ones_like(ids).numpy(),
+                 "position_ids": torch.arange(39).repeat(2, 1).numpy()}
+        got = torch.from_numpy(np.asarray(session.run(["logits"], feeds)[0]))
+        with ablated(lm, heads), torch.no_grad():
+            torch.testing.assert_close(got, lm.model(input_ids=ids).logits.float(), atol=1e-4, rtol=1e-4)
 
 
 # Every family ONNX Runtime GenAI generates with beyond llama/mistral/qwen2 (tested in test_export.py): the export's
@@ -149,7 +154,7 @@ def test_family_onnx_decoder_generates_in_genai(model_type, tokenizer, tmp_path)
 
     needs("onnx", "onnxruntime", "onnxscript", "onnxruntime_genai", extra="onnx")
     lm = wrap_model(family_model(model_type, len(tokenizer), seed=2), tokenizer, name=f"tiny-{model_type}")
-    record = export(lm, HEADS, format="onnx", verify_task=generate_task(), out=tmp_path / "o")
+    record = export(lm, matrix_heads(lm.grid), format="onnx", verify_task=generate_task(), out=tmp_path / "o")
     checked = record.verification.runtime
     assert checked.done and checked.runtime.startswith("ONNX Runtime GenAI") and checked.tokens > 0
     assert checked.mismatches == 0 and checked.identical + checked.ties == checked.prompts

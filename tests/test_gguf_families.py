@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from helpers import generate_task, save_folder
+from helpers import generate_task, matrix_heads, save_folder
 from helpers.cli import invoke
 from helpers.gguf_file import gguf_knows, gguf_metadata
 
@@ -77,17 +77,17 @@ def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, toke
     if model_type == "gemma2":  # logits large enough (about 15) that Gemma 2's final soft cap (30) bends them
         with torch.no_grad():
             lm.model.model.norm.weight.add_(29.0)
-    arch = FAMILIES[model_type].arch
+    arch, heads = FAMILIES[model_type].arch_for(lm.model.config), matrix_heads(lm.grid)
     if not gguf_knows(arch):  # an older gguf-py: one line saying so, nothing written
         with pytest.raises(UnsupportedModelError, match=f"does not know llama.cpp's {arch} architecture|no llama.cpp "
                                                         "tensor for"):
-            export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+            export(lm, heads, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
         assert not (tmp_path / "g").exists()
         return
-    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+    record = export(lm, heads, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
     info = Gguf.details(record)
     assert info.architecture == arch and info.runtime.done and info.runtime.mismatches == 0
-    diff, effect, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "g" / "model.gguf",
+    diff, effect, scale = file_against_masked(lm, parse_heads(heads), tmp_path / "g" / "model.gguf",
                                               generate_task())
     # GGUF's gate, or Gemma's (llama.cpp's float16 GELU table: 3.5e-4 of the largest logit measured here)
     tolerance = FAMILIES[model_type].tolerance or GGUF_TOLERANCE
@@ -98,13 +98,17 @@ def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, toke
     if not FAMILIES[model_type].dense_only:  # sliced too: llama.cpp's deci, or the family's own graph where it
         # reads per-layer head counts (Gemma 4's; its layer 0 keeps H1 zeroed, as its readers' groups are even)
         per_layer = FAMILIES[model_type].per_layer
-        record = export(lm, HEADS, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "s")
+        # (a hybrid's layers without heads are skipped by the heads named and the counts read: matrix_heads)
+        record = export(lm, heads, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "s")
         info = Gguf.details(record)
         sliced = arch if per_layer else "deci"
         assert info.architecture == sliced and info.runtime.done and info.runtime.mismatches == 0
-        diff, _, scale = file_against_masked(lm, parse_heads(HEADS), tmp_path / "s" / "model.gguf", generate_task())
+        diff, _, scale = file_against_masked(lm, parse_heads(heads), tmp_path / "s" / "model.gguf", generate_task())
         assert diff <= (tolerance if per_layer else GGUF_TOLERANCE) * max(1.0, scale), (diff, scale)
-        assert gguf_metadata(tmp_path / "s" / "model.gguf")[1][f"{sliced}.attention.head_count"][:2] == [4, 2]
+        meta = gguf_metadata(tmp_path / "s" / "model.gguf")[1]
+        counts, kv = meta[f"{sliced}.attention.head_count"], meta[f"{sliced}.attention.head_count_kv"]
+        assert [n for n, layer in zip(counts, lm.grid.layers) if layer.heads][:2] == [4, 2]
+        assert all(n == 0 for n, layer in zip(kv, lm.grid.layers) if not layer.heads)  # (a Mamba2 layer's mark)
 
 
 def test_mixture_of_experts_are_written_as_they_are(tokenizer, tmp_path) -> None:
@@ -230,9 +234,10 @@ def test_configs_llama_cpp_computes_otherwise_are_refused(model_type, changes, w
     """What llama.cpp's graph for a family fixes (Gemma's query scale and global-layer pattern, OLMoE's ungrouped
     key/value heads, Command R+'s q/k norms only at 64 layers or more, Llama 3.1's RoPE factors only in its llama
     graph, and what each family file declares: Gguf.refused) is refused in one line when a config differs."""
-    save_folder(_lm(model_type, tokenizer, **changes).model, tokenizer, tmp_path / "m")
-    result = invoke("export", str(tmp_path / "m"), "--heads", HEADS, "--format", "gguf", "--layout", "dense",
-                    "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lm = _lm(model_type, tokenizer, **changes)
+    save_folder(lm.model, tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", matrix_heads(lm.grid), "--format", "gguf", "--layout",
+                    "dense", "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert words in lines[0] and "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
@@ -387,3 +392,55 @@ def test_a_lossy_gpt_file_is_checked_on_its_own_rounded_weights(model_type, fuse
     for name in (fused, "lm_head.weight"):
         original = lm.model.state_dict()[name]
         assert 0 < float((rounded[name] - original).abs().max()) < 1e-2 * float(original.abs().max()), name
+
+
+def test_nemotron_h_with_experts_runs_in_llama_cpp_as_nemotron_h_moe(tokenizer, tmp_path) -> None:
+    """Nemotron 3 Nano's layers of experts (a shared expert beside them, sigmoid routing with a correction bias):
+    llama.cpp's nemotron_h_moe graph, sliced, against the masked original."""
+    lm = _lm("nemotron_h", tokenizer, layers_block_type=["linear_attention", "full_attention", "moe", "full_attention"],
+             n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+             moe_shared_expert_intermediate_size=32)
+    with torch.no_grad():  # a correction bias that changes which experts are chosen (it starts as zeros)
+        lm.model.model.layers[2].mixer.gate.e_score_correction_bias.normal_(0.0, 0.5)
+    heads = matrix_heads(lm.grid)
+    if not gguf_knows("nemotron_h_moe"):  # an older gguf-py: one line saying so, nothing written
+        with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's nemotron_h_moe architecture"):
+            export(lm, heads, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g")
+        return
+    record = export(lm, heads, format="gguf", layout="sliced", verify_task=generate_task(), out=tmp_path / "g")
+    assert Gguf.details(record).architecture == "nemotron_h_moe" and Gguf.details(record).runtime.mismatches == 0
+    diff, effect, scale = file_against_masked(lm, parse_heads(heads), tmp_path / "g" / "model.gguf", generate_task())
+    assert effect > 1e-3 and diff <= GGUF_TOLERANCE * max(1.0, scale), (diff, effect, scale)
+    reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
+    assert {"blk.2.ffn_up_exps.weight", "blk.2.exp_probs_b.bias"} <= {t.name for t in reader.tensors}
+    assert meta["nemotron_h_moe.expert_count"] == 4
+
+
+def test_a_hybrid_without_a_gguf_writer_is_refused_in_one_line(tokenizer, tmp_path) -> None:
+    """Falcon-H1, whose llama.cpp converter folds its multipliers into the weights (not written by headprune): one
+    line naming the formats that take it, nothing written."""
+    model_type = "falcon_h1"
+    lm = _lm(model_type, tokenizer)
+    save_folder(lm.model, tokenizer, tmp_path / "m")
+    result = invoke("export", str(tmp_path / "m"), "--heads", matrix_heads(lm.grid), "--format", "gguf",
+                    "--verify-task", str(_task_file(tmp_path)), "--out", str(tmp_path / "o"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert model_type in lines[0] and "safetensors, onnx" in lines[0] and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("model_type", ["granitemoehybrid", "nemotron_h", "lfm2"])
+def test_a_q8_0_hybrid_keeps_its_state_tensors_float32_and_passes_the_gate(model_type, tokenizer, tmp_path) -> None:
+    """llama.cpp's Mamba2 scan and convolutions take float32 A, D and kernels only (a q8_0 file with them rounded
+    aborted the process, measured): they stay float32, as the converter keeps them, and the file passes the gate."""
+    import numpy as np
+
+    lm = _lm(model_type, tokenizer)
+    record = export(lm, matrix_heads(lm.grid), format="gguf", layout="dense", gguf_type="q8_0",
+                    verify_task=generate_task(), out=tmp_path / "g")
+    info = Gguf.details(record)
+    assert info.gguf_type == "q8_0" and info.runtime.done and info.runtime.mismatches == 0
+    reader, _ = gguf_metadata(tmp_path / "g" / info.file)
+    state = [t for t in reader.tensors if t.name.endswith((".ssm_a", ".ssm_d", ".ssm_conv1d.weight",
+                                                           ".shortconv.conv.weight"))]
+    assert state and all(t.data.dtype == np.float32 for t in state)

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from helpers import choice_task, save_folder
+from helpers import choice_task, generate_task, prefixed, save_folder
 
 from headprune.errors import HeadSpecError
 from headprune.evaluation import evaluate
@@ -24,7 +24,7 @@ from headprune.loading.models import LoadedModel, load, wrap_model
 from headprune.search.attribution import estimate_effects
 from headprune.surgery.ablation import ablated, collect_head_means
 from headprune.surgery.plan import plan_layers
-from headprune.surgery.slicing import slice_model
+from headprune.surgery.slicing import densify, slice_model
 from headprune.testing import family_model
 
 IDS = torch.tensor([[5, 9, 14, 3, 27, 8, 11], [0, 0, 0, 7, 19, 4, 2]])
@@ -127,3 +127,17 @@ def test_a_layer_without_heads_is_left_untouched_through_an_export(tokenizer, tm
     saved, original = stock.state_dict(), model.state_dict()
     assert all(torch.equal(saved[n], t) for n, t in original.items() if n.startswith("model.layers.0."))
     assert saved["model.layers.1.self_attn.q_proj.weight"].shape[0] == 2 * 16
+
+
+def test_a_state_beside_every_attention_layer_makes_the_grid_recurrent(tokenizer) -> None:
+    """Falcon-H1's layers are all attention, each with a Mamba2 mixer beside it (Adapter.stateful): the grid is
+    recurrent, so answers are decoded plainly (a shared prompt prefix fails on its Mamba2 cache), the same as the
+    model with the heads' columns zeroed in its weights with a few-shot prefix every prompt shares."""
+    lm = wrap_model(family_model("falcon_h1", len(tokenizer), seed=2), tokenizer, name="tiny-falcon_h1")
+    assert {layer.kind for layer in lm.grid.layers} == {"attention"} and lm.grid.recurrent
+    heads = parse_heads("L0.H1,L1.H0,L1.H1")
+    task = prefixed(generate_task())
+    hooked = evaluate(lm, task, heads=heads)
+    dense = evaluate(replace(lm, model=densify(lm, heads)), task)
+    assert hooked.texts == dense.texts and hooked.texts != evaluate(lm, task).texts
+    torch.testing.assert_close(torch.tensor(hooked.margins), torch.tensor(dense.margins), atol=1e-4, rtol=0)

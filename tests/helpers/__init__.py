@@ -35,6 +35,13 @@ def save_folder(model, tokenizer, folder, **options) -> Path:  # noqa: ANN001
     return Path(folder)
 
 
+def matrix_heads(grid) -> str:  # noqa: ANN001
+    """The coverage matrix's heads: one head of a group in the first layer with heads, a whole key/value group in the
+    second (``L0.H1,L1.H0,L1.H1`` where those are the first two layers; a hybrid's layers without heads skipped)."""
+    first, second = [index for index, layer in enumerate(grid.layers) if layer.heads][:2]
+    return f"L{first}.H1,L{second}.H0,L{second}.H1"
+
+
 # Find settings small enough for a tiny model and a 40-example task: a whole run in about a second.
 SMALL = dict(discovery=24, heldout=16, nominees=2, max_heads=2, finalists=1, batch_size=8)
 

@@ -49,7 +49,8 @@ TASK_ROWS = 16
 class GgufInfo:
     """What a GGUF export wrote and how the file itself was checked (its record's ``format_details``)."""
 
-    architecture: str  # the family's llama.cpp architecture (dense: llama, qwen2, phi3, ...) or deci (sliced)
+    architecture: str  # the family's llama.cpp architecture (dense: llama, qwen2, phi3, ...) or deci (sliced, where the
+    # family's own graph does not read per-layer head counts)
     gguf_type: str  # f32, f16, bf16, q8_0
     file: str
     head_count: tuple[int, ...]  # per layer
@@ -286,9 +287,10 @@ class Gguf(ExportFormat):
             lines = [f"Checked in {info.runtime.runtime}: an embedding model ({info.pooling} pooling, as headprune "
                      "scores it):", "", "```bash", f"llama-embedding -m {info.file} -p \"the film is a delight\"",
                      f"llama-server --embeddings -m {info.file}", "```"]
-        if info.architecture == "deci":
-            lines += ["", "Layers have different head counts: the file uses llama.cpp's `deci` architecture, which "
-                      "reads them per layer (`deci.attention.head_count`, `deci.attention.head_count_kv`)."]
+        if record.layout == "sliced":  # deci, or a family's own graph that reads them (gemma4, granitehybrid, nemotron_h)
+            arch = info.architecture
+            lines += ["", f"Layers have different head counts: the file uses llama.cpp's `{arch}` architecture, which "
+                      f"reads them per layer (`{arch}.attention.head_count`, `{arch}.attention.head_count_kv`)."]
         return lines
 
     @classmethod

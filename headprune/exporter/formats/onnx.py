@@ -69,15 +69,14 @@ class Onnx(ExportFormat):
 
     def check_model(self, lm: LoadedModel) -> None:
         from headprune.exporter.onnx.export import onnx_output
+        from headprune.loading.adapters import FAMILIES
 
         super().check_model(lm)
-        if lm.grid.recurrent:
-            kinds = sorted({layer.kind for layer in lm.grid.layers} - {"attention"})
-            raise UnsupportedModelError(
-                f"{lm.name} ({lm.model.config.model_type}) cannot be exported as ONNX: its {', '.join(kinds)} layers "
-                "carry a recurrent state, whose scan over the tokens torch's ONNX exporter unrolls for the length it "
-                "traced (the graph would take that one length); export it as safetensors, or as gguf where "
-                "docs/models.md lists it")
+        model_type = lm.model.config.model_type
+        family = FAMILIES.get(model_type)
+        if family is not None and family.onnx_refused:  # (a Gated DeltaNet's scan, unrolled for one length)
+            raise UnsupportedModelError(f"{lm.name} ({model_type}) cannot be exported as ONNX: {family.onnx_refused}; "
+                                        "export it as safetensors, or as gguf where docs/models.md lists it")
         self.output = onnx_output(lm.task_head)  # refuses heads whose outputs are not one tensor
         refuse_unless_float32(lm.dtype, FLOAT32_ONLY)
         if lm.adapter.text_config:  # a vision-language model: the graph is traced from text inputs alone

@@ -1,12 +1,12 @@
 """Mixture-of-experts tensors as llama.cpp's graphs take them: one stacked tensor per projection.
 
 transformers keeps a layer's experts fused, in one of three layouts (the family file's ``Gguf.experts``): ``rows``
-(Mixtral, Qwen3-MoE, OLMoE, GLM-4.5, ERNIE 4.5: ``gate_up_proj`` (experts, 2 * ff, hidden), gate rows then up rows,
-``down_proj`` (experts, hidden, ff)); ``columns`` (Llama 4 multiplies ``x @ W``: ``gate_up_proj`` (experts, hidden,
-2 * ff), gate columns then up columns, ``down_proj`` (experts, ff, hidden)); ``interleaved`` (GPT-OSS: as ``columns``
-with gate and up columns alternating, and biases beside). llama.cpp's converter splits and transposes them into
-``ffn_gate_exps``, ``ffn_up_exps`` and ``ffn_down_exps`` (and their biases); so does :func:`split_experts`, and
-:func:`join_experts` undoes it for a lossy file's check.
+(Mixtral, Qwen3-MoE, OLMoE, GLM-4.5, ERNIE 4.5, Granite 4: ``gate_up_proj`` (experts, 2 * ff, hidden), gate rows
+then up rows, ``down_proj`` (experts, hidden, ff)); ``columns`` (Llama 4 multiplies ``x @ W``: ``gate_up_proj``
+(experts, hidden, 2 * ff), gate columns then up columns, ``down_proj`` (experts, ff, hidden)); ``interleaved``
+(GPT-OSS: as ``columns`` with gate and up columns alternating, and biases beside). llama.cpp's converter splits and
+transposes them into ``ffn_gate_exps``, ``ffn_up_exps`` and ``ffn_down_exps`` (and their biases); so does
+:func:`split_experts`, and :func:`join_experts` undoes it for a lossy file's check.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ _PARTS = ("gate_up_proj", "gate_up_proj_bias", "down_proj", "down_proj_bias")
 
 def _part(name: str) -> tuple[str, str] | None:
     """(layer, part) of an experts' tensor, or None for any other."""
-    if ".experts." not in name or name.rsplit(".", 1)[1] not in _PARTS:
+    if ".experts." not in name or name.rsplit(".", 1)[1] not in _PARTS:  # (Granite's: block_sparse_moe.experts)
         return None
     return name.split(".layers.")[1].split(".")[0], name.rsplit(".", 1)[1]
 

@@ -121,8 +121,8 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
                                     f"sliced as {OTHER_FORMATS}")
     # llama.cpp's qwen2 graph has no rope_freqs tensor: Llama 3.1-style scaling goes in its llama graph, which takes
     # Qwen2's q/k/v biases too.
-    arch = ("deci" if not family.per_layer else family.arch) if layout == "sliced" else \
-        "llama" if model_type == "qwen2" and kind == "llama3" else family.arch
+    arch = ("deci" if not family.per_layer else family.arch_for(config)) if layout == "sliced" else \
+        "llama" if model_type == "qwen2" and kind == "llama3" else family.arch_for(config)
     if arch not in ROPE_FACTOR_ARCHES.get(kind, (arch,)):
         raise UnsupportedModelError(f"{lm.name}: RoPE type {kind!r} is not written to GGUF for {model_type}: only "
                                     f"llama.cpp's {', '.join(ROPE_FACTOR_ARCHES[kind])} graphs read its factors "

@@ -9,8 +9,8 @@ Layouts:
   written as llama.cpp's ``deci`` architecture, which reads ``{arch}.attention.head_count`` and ``.head_count_kv`` as
   per-layer arrays (``src/models/deci.cpp``). The other graphs cannot: their tensor shapes use layer 0's counts for
   every layer (``llm_graph_context::n_head = hparams.n_head()``), so arrays there would only load when all layers
-  agree. A family whose own graph reads them per layer (``Gguf.per_layer``: Gemma 4's) is written sliced in its own
-  architecture.
+  agree. A family whose own graph reads them per layer (``Gguf.per_layer``: Gemma 4's, Granite 4's, Nemotron-H's) is
+  written sliced in its own architecture.
 
 Facts taken from llama.cpp's converter (``convert_hf_to_gguf.py``: ``LlamaModel``, ``DeciModel``, the
 ``TextModel`` defaults, each family's class). The files are run in llama.cpp by :mod:`headprune.exporter.runtimes`.
@@ -103,8 +103,8 @@ def gguf_plan(lm: Any, arch: str, plans: Any) -> GgufPlan:
     return GgufPlan(arch, heads, kv, head_dim, arch in PERMUTED_ARCHES and not family.pairs)
 
 
-# Tensors llama.cpp reads without a suffix (``tn(LLM_TENSOR_SSM_A, il)``): a state-space layer's A.
-NO_SUFFIX = (".ssm_a",)
+# Tensors llama.cpp reads without a suffix (``tn(LLM_TENSOR_SSM_A, il)``): a state-space layer's A and D.
+NO_SUFFIX = (".ssm_a", ".ssm_d")
 
 
 def gguf_name(names: Any, name: str, renamed: tuple[tuple[str, str], ...] = ()) -> str | None:
@@ -188,8 +188,11 @@ def scalar_keys(writer: Any, artifact: torch.nn.Module) -> None:
 
 # Matrices kept in float32 whatever the type, as the converter keeps them (its tensor_force_quant): llama.cpp's bert
 # graph adds a row of the token types to the embeddings, which its CPU add does not take from f16 or q8_0 (it aborts);
-# its state-space convolution (ggml_ssm_conv) takes float32 kernels only.
-FLOAT32_TENSORS = ("token_types.weight", ".ssm_conv1d.weight")
+# its state-space convolution (ggml_ssm_conv) takes float32 kernels only, and its Mamba2 scan (ggml_ssm_scan) a float32
+# A and D (a column each: the converter squeezes them to one axis, so float32), as the converter keeps the grouped
+# norm's gain (a ``_norm.weight``) and LFM2's short-convolution kernel.
+FLOAT32_TENSORS = ("token_types.weight", ".ssm_conv1d.weight", ".ssm_a", ".ssm_d", ".ssm_norm.weight",
+                   ".shortconv.conv.weight")
 
 
 def _typed(name: str, data: np.ndarray, gguf_type: str) -> tuple[np.ndarray, Any]:
@@ -241,9 +244,14 @@ def write_gguf(path: Path, artifact: torch.nn.Module, plan: GgufPlan, tensors: d
     ffn = family.ffn_length(config) if family.ffn_length else int(config.intermediate_size)
     if ffn:  # (a mixture of experts without a dense MLP has none: its experts' widths are keys of their own)
         writer.add_feed_forward_length(ffn)
-    # One count where every attention layer has it (a hybrid's other layers are told apart by keys of their own)
+    # One count where every attention layer has it (a hybrid's other layers are told apart by keys of their own, or
+    # by their 0 key/value heads: kv_marks_recurrent)
     heads, kv = ({n for n in counts if n} for counts in (plan.head_count, plan.head_count_kv))
-    if plan.arch == "deci" or len(heads) > 1 or len(kv) > 1:
+    if family.kv_marks_recurrent:
+        most = max(plan.head_count)  # (read in a layer without attention; its key/value heads, 0, mark it)
+        writer.add_head_count([n or most for n in plan.head_count])
+        writer.add_head_count_kv(list(plan.head_count_kv))
+    elif plan.arch == "deci" or len(heads) > 1 or len(kv) > 1:
         writer.add_head_count(list(plan.head_count))
         writer.add_head_count_kv(list(plan.head_count_kv))
     else:
@@ -375,6 +383,8 @@ def write_files(lm: Any, artifact: torch.nn.Module, arch: str, plans: Any, folde
         notes.append(f"the checkpoint's dynamic NTK RoPE rescales beyond {trained} tokens in transformers, which "
                      "llama.cpp does not do: the two agree on contexts up to that length")
     notes += rope_notes(artifact.config)
+    if plans is not None and arch != "deci":
+        notes.append(f"sliced: llama.cpp's {arch} graph reads each layer's head counts")
     if arch == "deci":
         notes.append("sliced: llama.cpp's deci architecture (per-layer head counts); stock llama-architecture "
                      "tools that assume equal layers do not apply")

@@ -9,6 +9,10 @@ shared, not copied) and only its tokens after the prefix are decoded, the rows o
 steps of every row still going in one batch too. The prefix stays in sequence 0 between calls: the next call keeps
 the part its rows share, and evaluates only what differs.
 
+A file whose layers carry a recurrent state (a hybrid's Mamba2, convolution or Gated DeltaNet layers) shares its
+prefix the same way, the state copied with the keys and values, but that state cannot be taken back to an earlier
+position: where the next call's prefix is shorter than the one held, it is evaluated again from its first token.
+
 The numbers are those of each row run alone from its first token, up to float rounding (a token's keys, values and
 logits depend only on the tokens before it; llama.cpp may sum in another order in a batch of another size):
 ``tests/test_llama_cpp_rows.py`` compares answers and logits with and without the shared prefix.
@@ -50,7 +54,9 @@ class SharedRows:
         missing = next((p for p in range(logits_from, min(keep, len(tokens))) if p not in self.prefix_logits), keep)
         keep = min(keep, missing)
         if keep < len(self.prefix):
-            self.llm.forget(PREFIX, keep)
+            if not self.llm.cut(PREFIX, keep):  # a recurrent state cannot go back: the prefix is evaluated anew
+                self.llm.forget(PREFIX)
+                keep = 0
             self.prefix_logits = {p: v for p, v in self.prefix_logits.items() if p < keep}
         entries = [(PREFIX, p, tokens[p], p >= logits_from) for p in range(keep, len(tokens))]
         if entries:

@@ -191,8 +191,14 @@ class LlamaCpp:
         Raises:
             InternalCheckError: llama.cpp could not remove them (it can always for the whole cache of a decoder).
         """
-        if not self.lib.llama_memory_seq_rm(self.memory, seq, start, -1):
+        if not self.cut(seq, start):
             raise InternalCheckError(f"llama.cpp could not remove sequence {seq}'s tokens from {start} on")
+
+    def cut(self, seq: int, start: int) -> bool:
+        """Remove sequence ``seq``'s tokens from position ``start`` on where the memory can: False, nothing removed,
+        where it cannot, as a recurrent state (a Mamba2 or convolution layer's) that took those tokens in cannot be
+        taken back to an earlier position; the whole sequence always can (:meth:`forget` from 0)."""
+        return bool(self.lib.llama_memory_seq_rm(self.memory, seq, start, -1))
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """llama.cpp's own tokens for ``text`` (BOS as the file's tokenizer asks; special tokens parsed)."""

@@ -100,8 +100,13 @@ def export_onnx(model: nn.Module, path: Path, *, output: str, positions: bool) -
         positions: the graph takes ``position_ids`` (decoders, which are padded on the left).
     """
     wrapper = _Outputs(model, output).eval()  # a new wrapper is in train mode
-    ids = torch.tensor([[5, 6, 7, 8, 9], [0, 0, 5, 6, 7]])
-    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    # Rows of a few tokens, or as many as the family's file says (Family.onnx_tokens: a Mamba2 scan traced over one
+    # chunk gives a graph that refuses two)
+    family = FAMILIES.get(getattr(model.config, "model_type", ""))
+    tokens = family.onnx_tokens(model.config) if family and family.onnx_tokens else 5
+    ids = 5 + torch.arange(tokens).repeat(2, 1) % 50  # (2, tokens); the second row padded on the left by two
+    mask = torch.ones_like(ids)
+    ids[1, :2], mask[1, :2] = 0, 0
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
     names = ["input_ids", "attention_mask"] + (["position_ids"] if positions else [])
     args: tuple = (ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)) if positions else (ids, mask)

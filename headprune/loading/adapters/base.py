@@ -133,6 +133,8 @@ class Adapter:
         layer_heads: ``(config, layer, heads) -> heads``: a layer's heads where the config sizes some layers apart
             by attributes of its own (given what its mixer's attributes read, from the layer's own config where the
             config has one: :func:`layer_configs`), or a layer reads another's keys and values (``kv_source``).
+        stateful: every layer carries a recurrent state beside its attention (Falcon-H1's Mamba2 mixer): the grid
+            is recurrent though each layer's kind is attention (:attr:`~headprune.heads.HeadGrid.stateful`).
     """
 
     family: str
@@ -172,6 +174,7 @@ class Adapter:
     mixers: tuple[Mixer, ...] = ()
     layer_kinds: Callable[[PretrainedConfig], Sequence[str]] | None = field(default=None, compare=False)
     layer_heads: Callable[[PretrainedConfig, int, LayerHeads], LayerHeads] | None = field(default=None, compare=False)
+    stateful: bool = False
     # config -> each layer: whether a forward pass can start there, fed with its input (the layer cache's checkpoints);
     # None: at every layer. GLM-5's "shared" sparse-attention layers read the keys an earlier layer chose.
     layer_starts: Callable[[PretrainedConfig], Sequence[bool]] | None = field(default=None, compare=False)
@@ -260,7 +263,7 @@ class Adapter:
             mixer = self._mixers.get(kind)
             heads = LayerHeads(0, 0, 0, 0, kind) if mixer is None else mixer.heads(layer, self.hidden_attr)
             layers.append(self.layer_heads(config, index, heads) if self.layer_heads else heads)
-        return HeadGrid(tuple(layers))
+        return HeadGrid(tuple(layers), self.stateful)
 
     def layers_container(self, model: PreTrainedModel) -> nn.ModuleList:
         """The model's own ``ModuleList`` of layers (entries can be swapped in place)."""

@@ -52,6 +52,10 @@ class Family:
         gguf: how it is written to GGUF (None: GGUF is refused in one line naming the formats that take it).
         genai: the model type ONNX Runtime GenAI names it by (None: the ONNX export is a logits graph).
         note: what is particular to it, for docs/models.md's table (a phrase; empty: nothing).
+        onnx_refused: why no ONNX graph of it is written (empty: one is), said in the refusal's line.
+        onnx_tokens: ``config -> the tokens a row the ONNX graph is traced on``, where the model's code shapes its
+            work by the length (a Mamba2 scan's chunks: traced over two, so that the graph takes any count); None:
+            the exporter's few.
         traceable: ``model -> context manager`` within which torch's ONNX exporter traces the model, where
             transformers computes something the exporter does not take (Llama 4's RoPE in complex numbers, computed
             in real ones there); None: traced as it is. The export's gate compares the graph with the model itself.
@@ -63,6 +67,8 @@ class Family:
     gguf: Gguf | None = None
     genai: str | None = None
     note: str = ""
+    onnx_refused: str = ""
+    onnx_tokens: Callable[[Any], int] | None = None
     traceable: Callable[[Any], AbstractContextManager[None]] | None = None
 
 

@@ -57,6 +57,11 @@ class Gguf:
             where ``per_layer``).
         per_layer: llama.cpp's graph for ``arch`` sizes each layer by its own head counts (``n_head(il)``,
             ``n_head_kv(il)``: Gemma 4's), so a sliced file is written in it, with per-layer arrays.
+        kv_marks_recurrent: the graph tells a layer without attention (a Mamba2 or convolution layer) by its 0
+            key/value heads: the counts are written a layer each, such a layer given the attention layers' query
+            head count.
+        arch_of: ``config -> the architecture``, where the config picks among the converter's (a Nemotron-H with
+            experts is llama.cpp's ``nemotron_h_moe``); None: ``arch``.
         keys: ``(gguf.GGUFWriter, config) -> None``, the keys of its own the graph reads.
         refuse: ``config -> reason or None``, what llama.cpp's graph would compute otherwise.
         k_quants: llama.cpp's choice of K-quant tensor types is reproduced (``exporter.gguf.quant``) for its tensors.
@@ -70,7 +75,8 @@ class Gguf:
         sliding_window: the config's sliding window is written, and llama.cpp's graph applies it.
         gated: a gated MLP without biases; else up and down projections with biases (GPT-2, NeoX).
         rotary: RoPE keys are written (GPT-2 has learned positions: ``position_embd``).
-        ffn_length: ``config -> the MLP's width``, where not ``intermediate_size`` (0: none written).
+        ffn_length: ``config -> the MLP's width``, where not ``intermediate_size`` (0: none written; a list: one a
+            layer, as Nemotron-H's graph tells its MLP layers by theirs).
         own_output: the graph reads ``output.weight`` even where the embeddings are tied: written then.
         encoder: a bare encoder: llama.cpp's graph gives its last hidden states (embeddings), not logits.
         position_offset: ``config -> position rows the file leaves out`` (RoBERTa's).
@@ -104,6 +110,8 @@ class Gguf:
     pairs: bool = False
     dense_only: str | None = None
     per_layer: bool = False
+    kv_marks_recurrent: bool = False
+    arch_of: Callable[[Any], str] | None = None
     keys: Callable[[Any, Any], None] | None = None
     refuse: Callable[[Any], str | None] | None = None
     k_quants: bool = False
@@ -114,7 +122,7 @@ class Gguf:
     sliding_window: bool = False
     gated: bool = True
     rotary: bool = True
-    ffn_length: Callable[[Any], int] | None = None
+    ffn_length: Callable[[Any], int | list[int]] | None = None
     own_output: bool = False
     encoder: bool = False
     position_offset: Callable[[Any], int] | None = None
@@ -134,6 +142,10 @@ class Gguf:
         if self.experts not in EXPERT_LAYOUTS:  # another would be split as one of these, into wrong tensors
             raise ValueError(f"Gguf {self.arch!r}: unknown experts layout {self.experts!r}; known: "
                              f"{', '.join(EXPERT_LAYOUTS)}")
+
+    def arch_for(self, config: Any) -> str:
+        """llama.cpp's architecture for ``config``."""
+        return self.arch_of(config) if self.arch_of else self.arch
 
 
 def one_count(arch: str, lacks: str = "", name: str = "") -> str:

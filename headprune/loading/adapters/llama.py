@@ -26,7 +26,7 @@ def _smollm3_layers(config: Any) -> str | None:
     return None
 
 
-def _granite_scales(writer: Any, config: Any) -> None:
+def granite_scales(writer: Any, config: Any) -> None:
     """Granite's scalar multipliers, read by llama.cpp's granite graph (``GraniteModel.set_gguf_parameters``)."""
     writer.add_attention_scale(float(config.attention_multiplier))
     writer.add_embedding_scale(float(config.embedding_multiplier))
@@ -57,7 +57,7 @@ register(
     Family("granite", LLAMA, TinyModel("GraniteConfig", "GraniteForCausalLM", dict(
         GQA, attention_multiplier=0.5, residual_multiplier=0.5, logits_scaling=2.0)),
         Gguf("granite", permuted=True, dense_only=one_count("granite", "scalar multipliers", "Granite"),
-             keys=_granite_scales, holds=("blk.0.attn_q.weight", "granite.logit_scale")), genai="granite"),
+             keys=granite_scales, holds=("blk.0.attn_q.weight", "granite.logit_scale")), genai="granite"),
     Family("glm", LLAMA, TinyModel("GlmConfig", "GlmForCausalLM", dict(GQA, head_dim=16)),
            Gguf("chatglm", dense_only=one_count("chatglm"), holds=("blk.0.attn_q.bias", "chatglm.rope.dimension_count"))),
     Family("glm4", LLAMA, TinyModel("Glm4Config", "Glm4ForCausalLM", dict(GQA, head_dim=16)),

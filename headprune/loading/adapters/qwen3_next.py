@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from headprune.loading.adapters.base import LLAMA_STYLE, Adapter
 from headprune.loading.adapters.family import Family, TinyModel, register
-from headprune.loading.adapters.qwen3_5 import GATED_DELTANET, MOE, layer_kinds
+from headprune.loading.adapters.qwen3_5 import GATED_DELTANET, MOE, SCAN, layer_kinds
 
 GROUPED_GATED_DELTANET = replace(GATED_DELTANET, qkv_layout="gated-deltanet-grouped", qkv_paths=(
     "linear_attn.in_proj_qkvz", "linear_attn.conv1d", "linear_attn.in_proj_ba"))
@@ -19,4 +19,4 @@ QWEN3_NEXT = Adapter(family="qwen3_next", **LLAMA_STYLE,  # type: ignore[arg-typ
                      mixers=(GROUPED_GATED_DELTANET,), layer_kinds=layer_kinds)
 register(Family("qwen3_next", QWEN3_NEXT, TinyModel("Qwen3NextConfig", "Qwen3NextForCausalLM", {
     k: v for k, v in MOE.items() if k != "rope_parameters"}),
-    note="as Qwen3.5's MoE; its Gated DeltaNet's projections laid out by key head"))
+    note="as Qwen3.5's MoE; its Gated DeltaNet's projections laid out by key head", onnx_refused=SCAN))
