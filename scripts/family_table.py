@@ -31,7 +31,8 @@ def family_table() -> str:
         if family.onnx_refused:  # (a Gated DeltaNet's scan: docs/models.md)
             onnx = "-"
         # run in llama.cpp: test_gguf.py, test_gguf_families.py, test_gguf_encoders.py
-        written = "-" if gguf is None else f"llama.cpp `{gguf.arch}`" + (
+        written = ("-" + (f" ({family.gguf_refused})" if family.gguf_refused else "")) if gguf is None else (
+            f"llama.cpp `{gguf.arch}`") + (
             " (embeddings: the bare encoder)" if gguf.encoder else "") + (
             ", dense only" if gguf.dense_only else ", sliced too (per-layer head counts)" if gguf.per_layer else
             "; sliced as `deci`")

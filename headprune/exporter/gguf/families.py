@@ -83,6 +83,10 @@ def check_supported(lm: Any, layout: str, gguf_type: str) -> str:
             f"GGUF would drop it); this model can be exported as {OTHER_FORMATS}{alone}")
     if model_type in ENCODER_TYPES:
         return check_encoder(lm, FAMILIES[model_type], layout, gguf_type, OTHER_FORMATS)
+    known = FAMILIES_REGISTRY.get(model_type)
+    if known is not None and known.gguf_refused:
+        raise UnsupportedModelError(f"{lm.name} ({model_type}) cannot be exported as GGUF: {known.gguf_refused}; this "
+                                    f"model can be exported as {OTHER_FORMATS}")
     if lm.is_encoder or model_type not in MODEL_TYPES or lm.task_head != "causal-lm":
         raise UnsupportedModelError(
             f"{lm.name} ({model_type or lm.adapter.family}"

@@ -229,8 +229,8 @@ register(
                                                   partial_rotary_factor=0.5)}),
            note=_NOTE + " (Mistral Small 4); the position-dependent query scale acts on every head alike" + _EXPERTS),
     Family("deepseek_v32", MLA, _tiny("DeepseekV32Config", "DeepseekV32ForCausalLM", **_GROUPED, **_INDEXER),
-           note=_NOTE + "; the sparse-attention indexer (its own heads) untouched" + _EXPERTS
-           + "; no GGUF: gguf-py 0.19 has no deepseek32 architecture"),
+           note=_NOTE + "; the sparse-attention indexer (its own heads) untouched" + _EXPERTS,
+           gguf_refused="gguf-py 0.19 and llama.cpp b11549 have no deepseek32 architecture"),
     Family("glm_moe_dsa", GLM_DSA, _tiny("GlmMoeDsaConfig", "GlmMoeDsaForCausalLM", **_INDEXER),
            _gguf("glm-dsa", keys=_indexer_keys, refuse=_refuse_indexer, variant={**_WHOLE, **_LATENT_EPS},
                  holds=("blk.0.indexer.attn_k.weight", "glm-dsa.attention.indexer.top_k"),

@@ -27,4 +27,6 @@ register(Family(
                          layer_returns_tuple=True),  # (its layer returns a tuple, which its model indexes)
     TinyModel("FalconH1Config", "FalconH1ForCausalLM", TINY),
     note="each layer's query heads; the Mamba2 mixer beside them untouched",
-    onnx_tokens=lambda config: int(config.mamba_chunk_size) + 3))
+    onnx_tokens=lambda config: int(config.mamba_chunk_size) + 3,
+    gguf_refused="llama.cpp's converter folds Falcon-H1's muP multipliers into its weights, which headprune's "
+                 "writer does not do"))

@@ -53,6 +53,7 @@ class Family:
         genai: the model type ONNX Runtime GenAI names it by (None: the ONNX export is a logits graph).
         note: what is particular to it, for docs/models.md's table (a phrase; empty: nothing).
         onnx_refused: why no ONNX graph of it is written (empty: one is), said in the refusal's line.
+        gguf_refused: why no GGUF file of it is written, where ``gguf`` is None (said in the refusal's line).
         onnx_tokens: ``config -> the tokens a row the ONNX graph is traced on``, where the model's code shapes its
             work by the length (a Mamba2 scan's chunks: traced over two, so that the graph takes any count); None:
             the exporter's few.
@@ -68,6 +69,7 @@ class Family:
     genai: str | None = None
     note: str = ""
     onnx_refused: str = ""
+    gguf_refused: str = ""
     onnx_tokens: Callable[[Any], int] | None = None
     traceable: Callable[[Any], AbstractContextManager[None]] | None = None
 
