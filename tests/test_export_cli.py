@@ -96,8 +96,11 @@ def test_cli_export_of_an_unconfirmed_set_needs_allow_unconfirmed(handmade_run, 
     model, run = str(handmade_run / "model"), handmade_run / "run"
     confirmed = FindResult.load(run / "result.json")
     assert confirmed.confirmed and len(confirmed.finalists) >= 2
+    # Not confirmed however it was claimed: its own test at p=0.5 and, where steps claimed it, every step too.
+    steps = tuple(replace(step, p_value=0.5) for step in confirmed.verdict.steps)
     unconfirmed = replace(confirmed, finalists=(replace(confirmed.finalists[0], heldout=replace(
-        confirmed.verdict, p_value=0.5)), *confirmed.finalists[1:]))
+        confirmed.verdict, p_value=0.5, steps=steps)), *confirmed.finalists[1:]))
+    assert not unconfirmed.confirmed
     unconfirmed.save(tmp_path / "unconfirmed.json")
     for heads, extra, why in ((str(run), ["--set", "2"], "finalist 2 is exploratory"),
                               (str(tmp_path / "unconfirmed.json"), [], "the primary set is not confirmed")):

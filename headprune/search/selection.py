@@ -83,7 +83,7 @@ def shortened(chosen: Chosen, heads: HeadSet, result: EvalResult, base: EvalResu
     names = {str(h) for h in heads}
     made = replace(verdict(base.correct, result.correct, alpha=alpha), share=chosen.verdict.share,
                    steps=tuple(step for step in chosen.verdict.steps if set(step.prefix) <= names),
-                   family=chosen.verdict.family, selected=True)
+                   family=chosen.verdict.family, selected=True, rule=chosen.verdict.rule)
     record = replace(chosen.selection, guard_stop=tuple(map(str, stop)), guard_stop_effects=effects)
     return Chosen(heads, made, record)
 

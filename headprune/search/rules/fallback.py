@@ -162,6 +162,8 @@ class Fallback(SelectionRule):
                   "searched": "the single on the search half, confirmed by its step",
                   "none": "nothing was confirmed; the primary set is reported, not confirmed (the kept set where it "
                           "has two heads or more, else the single head)"}[sel.chosen]
+        if sel.guard_stop and sel.chosen == "proposal":  # the guards' sequence stopped at a larger confirmed set
+            chosen += f" that keeps the guards (the next, {','.join(sel.guard_stop)}, did not on held-out)"
         return lines + ["", f"Primary set: {chosen}.", ""] + membership_shown(sel)
 
     def claim(self, v: Verdict, *, detail: bool = False) -> str:
