@@ -24,7 +24,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = re.compile(r"^<!-- table: (\S+) -->$")
-PROGRESS = re.compile(r"^headprune: .+?: \d+(/\d+)? conditions")  # a stage's progress line
+# A stage's progress line, and find's lines about its own bookkeeping (the baseline's sets, the determinism check, the
+# plan of conditions, the stage times): report.md and result.json keep them.
+PROGRESS = re.compile(r"^headprune: .+?: \d+(/\d+)? conditions|^headprune: (baseline|determinism check|planned): "
+                      r"|^stage times: ")
 
 
 def _row(cells: list[Any]) -> str:
