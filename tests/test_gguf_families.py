@@ -202,6 +202,12 @@ def test_a_lossy_latent_attention_file_is_checked_on_its_own_rounded_key_value_e
     from headprune.exporter.gguf.quant_check import with_stored
 
     lm = _lm("deepseek_v3", tokenizer)
+    if not gguf_knows("deepseek2"):  # an older gguf-py (the floor): one line saying so, nothing written
+        with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's deepseek2 architecture"):
+            export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
+                   gguf_type="q8_0")
+        assert not (tmp_path / "g").exists()
+        return
     record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
                     gguf_type="q8_0")
     assert Gguf.details(record).quantized is not None and Gguf.details(record).runtime.mismatches == 0
@@ -437,6 +443,13 @@ def test_a_q8_0_hybrid_keeps_its_state_tensors_float32_and_passes_the_gate(model
     import numpy as np
 
     lm = _lm(model_type, tokenizer)
+    arch = FAMILIES[model_type].arch_for(lm.model.config)
+    if not gguf_knows(arch):  # an older gguf-py (the floor): one line saying so, nothing written
+        with pytest.raises(UnsupportedModelError, match=f"does not know llama.cpp's {arch} architecture"):
+            export(lm, matrix_heads(lm.grid), format="gguf", layout="dense", gguf_type="q8_0",
+                   verify_task=generate_task(), out=tmp_path / "g")
+        assert not (tmp_path / "g").exists()
+        return
     record = export(lm, matrix_heads(lm.grid), format="gguf", layout="dense", gguf_type="q8_0",
                     verify_task=generate_task(), out=tmp_path / "g")
     info = Gguf.details(record)

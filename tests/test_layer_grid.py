@@ -133,6 +133,12 @@ def test_a_state_beside_every_attention_layer_makes_the_grid_recurrent(tokenizer
     """Falcon-H1's layers are all attention, each with a Mamba2 mixer beside it (Adapter.stateful): the grid is
     recurrent, so answers are decoded plainly (a shared prompt prefix fails on its Mamba2 cache), the same as the
     model with the heads' columns zeroed in its weights with a few-shot prefix every prompt shares."""
+    import transformers
+    from packaging.version import Version
+
+    if Version(transformers.__version__) < Version("5.25"):  # pyproject's floor, 5.17: its own generate fails here
+        pytest.skip("transformers < 5.25: FalconH1ForCausalLM.generate fails on these prompts inside transformers "
+                    "(its Mamba2 chunk padding, 104 against 102 positions), with or without heads removed")
     lm = wrap_model(family_model("falcon_h1", len(tokenizer), seed=2), tokenizer, name="tiny-falcon_h1")
     assert {layer.kind for layer in lm.grid.layers} == {"attention"} and lm.grid.recurrent
     heads = parse_heads("L0.H1,L1.H0,L1.H1")

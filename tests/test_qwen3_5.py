@@ -145,12 +145,18 @@ def test_gguf_writes_the_gated_deltanet_as_llama_cpps_converter_and_checks_q8_0_
     ssm_dt bias, the kernel as (channels, kernel), which layers are recurrent), and a q8_0 file passes llama.cpp's gate
     against the reference rebuilt from its own de-quantised tensors (undone wrongly, that reference would be off by the
     weights' size)."""
-    from helpers.gguf_file import gguf_metadata
+    from helpers.gguf_file import gguf_knows, gguf_metadata
 
+    from headprune.errors import UnsupportedModelError
     from headprune.exporter.formats.gguf import Gguf
     from headprune.loading.adapters.qwen3_5 import GatedDeltaNetTensors
 
     lm = _lm(tokenizer, **WIDE, linear_key_head_dim=16)
+    if not gguf_knows("qwen35"):  # an older gguf-py (the floor): one line saying so, nothing written
+        with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's qwen35 architecture"):
+            export(lm, "L0.H1", format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
+        assert not (tmp_path / "g").exists()
+        return
     export(lm, "L0.H1,L1.H0,L1.H1", format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g")
     reader, meta = gguf_metadata(tmp_path / "g" / "model.gguf")
     stored = {t.name: np.asarray(t.data) for t in reader.tensors}

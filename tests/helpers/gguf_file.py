@@ -38,6 +38,10 @@ def gguf_knows(arch: str) -> bool:
     enum = next((a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == arch), None)
     if enum is None:
         return False
+    from headprune.exporter.gguf.families import FAMILIES
+
+    if any(not hasattr(gguf.GGUFWriter, m) for f in FAMILIES.values() if f.arch == arch for m in f.writes_with):
+        return False  # (its writer lacks the keys the family writes: refused in one line too)
     names = gguf.get_tensor_name_map(enum, 1)
     return names.get_name("model.layers.0.self_attn.q_proj.weight", try_suffixes=(".weight",)) is not None or \
         arch != "chatglm"

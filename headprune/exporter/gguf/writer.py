@@ -133,7 +133,7 @@ def gguf_tensors(artifact: torch.nn.Module, plan: GgufPlan) -> dict[str, torch.T
     import gguf
 
     arch_enum = next((a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == plan.arch), None)
-    if arch_enum is None:
+    if arch_enum is None or not all(hasattr(gguf.GGUFWriter, m) for m in family_of(artifact.config).writes_with):
         from importlib.metadata import version
 
         raise UnsupportedModelError(f"the installed gguf ({version('gguf')}) does not know llama.cpp's {plan.arch} "

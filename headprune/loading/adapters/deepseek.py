@@ -173,13 +173,19 @@ def _refuse_indexer(config: Any) -> str | None:
     return _refuse(config)
 
 
+# The gguf-py writers the keys above call (gguf-py 0.14, the floor, has none of the latent or group ones).
+WRITES_WITH = ("add_key_length_mla", "add_value_length_mla", "add_expert_group_count", "add_expert_group_used_count",
+               "add_attn_temperature_length", "add_attn_temperature_scale", "add_indexer_head_count",
+               "add_indexer_key_length", "add_indexer_top_k")
+
+
 def _gguf(arch: str, *, sigmoid: bool = True, **fields: Any) -> Gguf:
     """The file of a latent-attention family: llama.cpp's deepseek2 graph or its kin (RoPE on adjacent pairs, as the
     checkpoint keeps it: no permutation), dense only."""
     fields.setdefault("keys", lambda writer, config: _keys(writer, config, sigmoid=sigmoid))
     fields.setdefault("refuse", _refuse)
     return Gguf(arch, dense_only=one_count(arch), latent=_lengths, split=split_kv_b, join=join_kv_b,
-                **fields)
+                writes_with=WRITES_WITH, **fields)
 
 
 def _indexer_keys(writer: Any, config: Any) -> None:

@@ -95,6 +95,8 @@ class Gguf:
         split: ``(name, float32 data, config) -> {GGUF tensor name: data}`` for a model tensor the converter stores as
             several (MLA's ``kv_b_proj`` as ``attn_k_b`` and ``attn_v_b``), else None; ``join``: ``(name, a file's
             de-quantised tensors, config) -> data`` its inverse (None: not such a tensor), for a lossy file's check.
+        writes_with: the ``GGUFWriter`` methods its ``keys`` call beyond a plain Llama file's: a gguf-py without
+            them does not know the architecture as this family writes it (refused in one line).
         holds: a tensor and a metadata key its file holds that a plain Llama file does not: the suite runs every
             family's file in llama.cpp against the masked original and checks both are there
             (tests/test_gguf_families.py; Llama, Mistral, Qwen2 and Qwen3 are tested in test_gguf.py, the bare
@@ -135,6 +137,7 @@ class Gguf:
     split: Callable[[str, Any, Any], dict[str, Any] | None] | None = None
     join: Callable[[str, Mapping[str, Any], Any], Any] | None = None
     holds: tuple[str, str] | tuple[()] = ()
+    writes_with: tuple[str, ...] = ()
     variant: Mapping[str, Any] = field(default_factory=dict)
     refused: tuple[Mapping[str, Any], str] | tuple[()] = ()
 
