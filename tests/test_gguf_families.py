@@ -70,6 +70,17 @@ def file_against_masked(lm, heads, path, task) -> tuple[float, float, float]:  #
     return diff, effect, scale
 
 
+def _q8_0_or_refused(lm, arch: str, heads: str, out):  # noqa: ANN001, ANN202
+    """A dense q8_0 GGUF export's record, or None where the installed gguf-py does not write ``arch`` (its floor):
+    the export is then refused in one line saying so, and nothing is written."""
+    if not gguf_knows(arch):
+        with pytest.raises(UnsupportedModelError, match=f"does not know llama.cpp's {arch} architecture"):
+            export(lm, heads, format="gguf", layout="dense", verify_task=generate_task(), out=out, gguf_type="q8_0")
+        assert not out.exists()
+        return None
+    return export(lm, heads, format="gguf", layout="dense", verify_task=generate_task(), out=out, gguf_type="q8_0")
+
+
 @pytest.mark.parametrize("model_type", sorted(EXTRA))
 def test_family_gguf_runs_in_llama_cpp_like_the_masked_original(model_type, tokenizer, tmp_path) -> None:
     tensor, key, changes = EXTRA[model_type]
@@ -177,14 +188,9 @@ def test_a_lossy_mixture_of_experts_file_is_checked_on_its_own_rounded_experts(m
     from headprune.exporter.gguf.quant_check import with_stored
 
     lm = _lm(model_type, tokenizer)
-    if not gguf_knows(FAMILIES[model_type].arch):  # an older gguf-py (its floor lacks gpt-oss): refused, nothing written
-        with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's"):
-            export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
-                   gguf_type="q8_0")
-        assert not (tmp_path / "g").exists()
+    record = _q8_0_or_refused(lm, FAMILIES[model_type].arch, HEADS, tmp_path / "g")  # (the floor lacks gpt-oss)
+    if record is None:
         return
-    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
-                    gguf_type="q8_0")
     assert Gguf.details(record).quantized is not None
     (tmp_path / "w").mkdir()
     written = gguf_export.write_files(lm, lm.model, FAMILIES[model_type].arch, None, tmp_path / "w", tmp_path / "w",
@@ -202,14 +208,9 @@ def test_a_lossy_latent_attention_file_is_checked_on_its_own_rounded_key_value_e
     from headprune.exporter.gguf.quant_check import with_stored
 
     lm = _lm("deepseek_v3", tokenizer)
-    if not gguf_knows("deepseek2"):  # an older gguf-py (the floor): one line saying so, nothing written
-        with pytest.raises(UnsupportedModelError, match="does not know llama.cpp's deepseek2 architecture"):
-            export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
-                   gguf_type="q8_0")
-        assert not (tmp_path / "g").exists()
+    record = _q8_0_or_refused(lm, "deepseek2", HEADS, tmp_path / "g")
+    if record is None:
         return
-    record = export(lm, HEADS, format="gguf", layout="dense", verify_task=generate_task(), out=tmp_path / "g",
-                    gguf_type="q8_0")
     assert Gguf.details(record).quantized is not None and Gguf.details(record).runtime.mismatches == 0
     (tmp_path / "w").mkdir()
     written = gguf_export.write_files(lm, lm.model, "deepseek2", None, tmp_path / "w", tmp_path / "w", "q8_0",
@@ -443,15 +444,10 @@ def test_a_q8_0_hybrid_keeps_its_state_tensors_float32_and_passes_the_gate(model
     import numpy as np
 
     lm = _lm(model_type, tokenizer)
-    arch = FAMILIES[model_type].arch_for(lm.model.config)
-    if not gguf_knows(arch):  # an older gguf-py (the floor): one line saying so, nothing written
-        with pytest.raises(UnsupportedModelError, match=f"does not know llama.cpp's {arch} architecture"):
-            export(lm, matrix_heads(lm.grid), format="gguf", layout="dense", gguf_type="q8_0",
-                   verify_task=generate_task(), out=tmp_path / "g")
-        assert not (tmp_path / "g").exists()
+    record = _q8_0_or_refused(lm, FAMILIES[model_type].arch_for(lm.model.config), matrix_heads(lm.grid),
+                              tmp_path / "g")
+    if record is None:
         return
-    record = export(lm, matrix_heads(lm.grid), format="gguf", layout="dense", gguf_type="q8_0",
-                    verify_task=generate_task(), out=tmp_path / "g")
     info = Gguf.details(record)
     assert info.gguf_type == "q8_0" and info.runtime.done and info.runtime.mismatches == 0
     reader, _ = gguf_metadata(tmp_path / "g" / info.file)
