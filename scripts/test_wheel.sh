@@ -28,6 +28,7 @@ pip "$VPY" -m pip install --no-compile torch==2.13.0
 pip "$VPY" -m pip install --no-compile --only-binary=xllamacpp "$WHEEL[onnx,gguf]"
 echo "built, checked and installed headprune $VERSION in $((SECONDS - started)) s"
 mkdir "$WORK/user" && cp scripts/wheel_smoke.py "$WORK/user/"
+GENERAL=$(grep -c . headprune/tasks/data/general.jsonl)  # the wheel must ship the built-in guard sample whole
 # From outside the tree, with nothing of it on the path.
-(cd "$WORK/user" && env -u PYTHONPATH HF_HOME="$WORK/hf" HEADPRUNE_CACHE="$WORK/cache" "$VPY" -I wheel_smoke.py "$VERSION")
+(cd "$WORK/user" && env -u PYTHONPATH HF_HOME="$WORK/hf" HEADPRUNE_CACHE="$WORK/cache" "$VPY" -I wheel_smoke.py "$VERSION" "$GENERAL")
 echo "wheel test: $((SECONDS - started)) s in all"
