@@ -344,7 +344,7 @@ def test_find_never_claims_a_broken_guard_beyond_alpha(size: str, effect: tuple[
 
 
 @pytest.mark.usefixtures("quiet_headprune")
-def test_a_longer_prefix_that_breaks_the_guard_ships_the_prefix_before_it() -> None:
+def test_a_larger_confirmed_set_that_breaks_the_guard_ships_the_set_before_it() -> None:
     """Both real heads together cost the guard its margin, one alone half of it: where the sequence confirmed both
     and the guards' fixed sequence stopped at the pair, the head before it ships, confirmed, keeping the guard."""
     runs = 60

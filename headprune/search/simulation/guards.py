@@ -16,12 +16,13 @@ of both tasks:
   but by about the held-out test's half-width (at 400 guard examples), so that discovery admits the pair and
   held-out shows it within each about half the time (the README's main job's pair: general text's held-out
   interval ended at 1.004 of its margin). Where held-out cannot show the pair within, the guards' fixed sequence
-  over the confirmed prefixes ships the first head, whose smaller cost it can show (``GuardOutcome.stopped``).
+  over the confirmed sets ships the first head, whose smaller cost it can show (``GuardOutcome.stopped``).
 - ``harmless``: neither real head touches the guard: the guard's cost in power against find without a guard.
 
 :func:`run_guarded` feeds one such model through :func:`headprune.search.improve.choose` and
 :func:`headprune.search.improve.choose_on_heldout` with the guard in ``Stages.guards`` (the guards' fixed sequence
-over the confirmed prefixes included), then the guards' held-out test of the primary set (:func:`headprune.search.guard_search.heldout_effects`), exactly as find does.
+over the confirmed sets included), then the guards' held-out test of the primary set
+(:func:`headprune.search.guard_search.heldout_effects`), exactly as find does.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class GuardOutcome:
     task_gain: float  # the primary set's true expected task change (a fraction)
     guard_change: float  # its true expected guard change (a fraction)
     margin: float  # a fraction
-    stopped: bool = False  # the guards' fixed sequence stopped at a longer confirmed prefix, and the one before shipped
+    stopped: bool = False  # the guards' fixed sequence stopped at a larger confirmed set, and the one before shipped
 
     @property
     def breaks(self) -> bool:
