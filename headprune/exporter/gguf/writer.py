@@ -110,15 +110,17 @@ NO_SUFFIX = (".ssm_a", ".ssm_d")
 def gguf_name(names: Any, name: str, renamed: tuple[tuple[str, str], ...] = ()) -> str | None:
     """The GGUF tensor a model tensor is stored as (``names``: gguf's tensor name map; ``renamed``: the family's
     ``Gguf.renamed``), None where llama.cpp's graph has no place for it; a parameter without a ``.weight`` suffix
-    (GPT-OSS's ``sinks``) gets one, as the converter gives it, but for :data:`NO_SUFFIX`. Experts' fused tensors:
-    :mod:`headprune.exporter.gguf.experts`."""
+    (GPT-OSS's ``sinks``) gets one, as the converter gives it, but for :data:`NO_SUFFIX`; a name gguf-py maps with its
+    suffix (Falcon-H1's ``pre_ff_layernorm.weight``) keeps none, as the converter writes it and llama.cpp reads it.
+    Experts' fused tensors: :mod:`headprune.exporter.gguf.experts`."""
     for ours, theirs in renamed:
         name = name.replace(ours, theirs)
     # the converter's spelling of a router's correction bias (ModelBase.modify_tensors), which gguf-py maps
     name = name.replace("e_score_correction_bias", "e_score_correction.bias")
     # (".scale": a tensor llama.cpp reads as a scale beside a weight, such as Gemma 4's router's, renamed to it)
     new = names.get_name(name, try_suffixes=(".weight", ".bias", ".scale"))
-    if new is not None and not new.endswith((".weight", ".bias", ".scale", *NO_SUFFIX)):
+    if new is not None and not new.endswith((".weight", ".bias", ".scale", *NO_SUFFIX)) and \
+            not name.endswith((".weight", ".bias")):
         new += ".weight"
     return new
 

@@ -59,6 +59,8 @@ def _tiled(data: Any, dim: int, outer: int, inner: int, size: int) -> Any:
 class GatedDeltaNetTensors(GgufTensors):
     """Qwen3.5's tensors as llama.cpp's qwen35 graphs read them (the converter's ``modify_tensors``), and back."""
 
+    TILED = True  # value heads reordered to tiled (qwen35's graphs); Qwen3-Next's graph reads them grouped
+
     # (name ends with, axis, rows a value head: "v" value width, 1 one) of the tensors with value-head rows
     VALUE_ROWS = ((".in_proj_qkv.weight", 0, "v"), (".conv1d.weight", 0, "v"), (".in_proj_z.weight", 0, "v"),
                   (".in_proj_a.weight", 0, 1), (".in_proj_b.weight", 0, 1), (".dt_bias", 0, 1), (".A_log", 0, 1),
@@ -68,7 +70,7 @@ class GatedDeltaNetTensors(GgufTensors):
         """Value heads grouped by key head (transformers) <-> tiled (llama.cpp's broadcast); ``back``: the inverse."""
         keys, values = config.linear_num_key_heads, config.linear_num_value_heads
         found = next(((dim, size) for end, dim, size in self.VALUE_ROWS if name.endswith(end)), None)
-        if found is None or keys == values:
+        if found is None or keys == values or not self.TILED:
             return data
         dim, size = found[0], config.linear_value_head_dim if found[1] == "v" else 1
         skip = 2 * keys * config.linear_key_head_dim if name.endswith(("in_proj_qkv.weight", "conv1d.weight")) else 0
@@ -92,9 +94,8 @@ class GatedDeltaNetTensors(GgufTensors):
         return self._reorder(name, (-data).log() if name.endswith(".A_log") else data, config, back=True)
 
 
-def _keys(writer: Any, config: Any) -> None:
-    """The converter's keys (``Qwen3NextModel``, ``_Qwen35MRopeMixin``): the Gated DeltaNets' sizes, which layers
-    they are, and M-RoPE's sections."""
+def gated_deltanet_keys(writer: Any, config: Any) -> None:
+    """The converter's keys (``Qwen3NextModel``): the Gated DeltaNets' sizes and which layers they are."""
     writer.add_ssm_conv_kernel(int(config.linear_conv_kernel_dim))
     writer.add_ssm_state_size(int(config.linear_key_head_dim))
     writer.add_ssm_group_count(int(config.linear_num_key_heads))
@@ -102,24 +103,39 @@ def _keys(writer: Any, config: Any) -> None:
     writer.add_ssm_inner_size(int(config.linear_value_head_dim * config.linear_num_value_heads))
     writer.add_array(f"{writer.arch}.attention.recurrent_layers", [kind == LINEAR_ATTENTION
                                                                     for kind in config.layer_types])
+
+
+def shared_expert_keys(writer: Any, config: Any) -> None:
+    """The experts' keys and the shared expert's width (the converter's ``Qwen2MoeModel``)."""
+    expert_keys(writer, config)
+    writer.add_expert_shared_feed_forward_length(int(config.shared_expert_intermediate_size))
+
+
+def _keys(writer: Any, config: Any) -> None:
+    """The Gated DeltaNets' keys and M-RoPE's sections (the converter's ``_Qwen35MRopeMixin``)."""
+    gated_deltanet_keys(writer, config)
     sections = list((config.rope_parameters or {}).get("mrope_section") or [11, 11, 10])
     writer.add_rope_dimension_sections((sections + [0] * 4)[:4])
 
 
 def _moe_keys(writer: Any, config: Any) -> None:
     _keys(writer, config)
-    expert_keys(writer, config)
-    writer.add_expert_shared_feed_forward_length(int(config.shared_expert_intermediate_size))
+    shared_expert_keys(writer, config)
+
+
+def unequal_heads(config: Any, arch: str) -> str | None:
+    """Why llama.cpp's ``arch`` graph cannot take the Gated DeltaNets, which it sizes by one head size, or None."""
+    if config.linear_key_head_dim != config.linear_value_head_dim:
+        return ("its Gated DeltaNet key and value heads differ in size (linear_key_head_dim, linear_value_head_dim), "
+                f"which llama.cpp's {arch} graph sizes alike")
+    return None
 
 
 def _refuse(config: Any) -> str | None:
     """What llama.cpp's qwen35 graphs fix that a config can set otherwise."""
-    if config.linear_key_head_dim != config.linear_value_head_dim:
-        return ("its Gated DeltaNet key and value heads differ in size (linear_key_head_dim, linear_value_head_dim), "
-                "which llama.cpp's qwen35 graph sizes alike")
-    if not (config.rope_parameters or {}).get("mrope_interleaved", True):
-        return "its M-RoPE is not interleaved, as llama.cpp's qwen35 graph computes it"
-    return None
+    interleaved = (config.rope_parameters or {}).get("mrope_interleaved", True)
+    return unequal_heads(config, "qwen35") or (
+        None if interleaved else "its M-RoPE is not interleaved, as llama.cpp's qwen35 graph computes it")
 
 
 # The tiny models: a Gated DeltaNet layer (4 value heads of 16 over 2 key heads of 8) then an attention layer (4 query
@@ -139,8 +155,9 @@ SCAN = ("its linear_attention layers carry a recurrent state, whose scan over th
 _EXPERTS = "; routers and experts untouched"
 # The GGUF tests' variant: key and value heads of a Gated DeltaNet alike in size, as llama.cpp's graph sizes them, and
 # two attention layers after it (one losing heads, one not: a sliced file's per-layer counts, which the graph refuses)
-_GGUF = dict(tensors=GatedDeltaNetTensors(), refuse=_refuse, variant={
-    "linear_key_head_dim": 16, "num_hidden_layers": 3, "layer_types": [LINEAR_ATTENTION, *["full_attention"] * 2]})
+GGUF_VARIANT = {"linear_key_head_dim": 16, "num_hidden_layers": 3,
+                "layer_types": [LINEAR_ATTENTION, *["full_attention"] * 2]}
+_GGUF = dict(tensors=GatedDeltaNetTensors(), refuse=_refuse, variant=GGUF_VARIANT)
 register(
     Family("qwen3_5_text", QWEN3_5, TinyModel("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", TEXT), note=_NOTE,
            onnx_refused=SCAN,
