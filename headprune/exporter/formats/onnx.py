@@ -87,7 +87,7 @@ class Onnx(ExportFormat):
         """The sliced layout where layers keep different key/value head counts only when the installed ONNX Runtime
         GenAI runs them (:func:`onnx.genai_probe.per_layer_kv_heads`, which runs it); else the dense one, and why."""
         from headprune.exporter.onnx.genai_probe import per_layer_kv_heads
-        from headprune.exporter.onnx.export import COMBINED_CACHE, CONV_STATE, GENAI_TYPES
+        from headprune.exporter.onnx.export import COMBINED_CACHE, CONV_CACHE, GENAI_TYPES
 
         # (a layer without heads, such as a convolution layer, has no keys and values)
         counts = [len(p.kv_heads) for p, layer in zip(plans, lm.grid.layers, strict=True) if layer.heads]
@@ -96,7 +96,7 @@ class Onnx(ExportFormat):
             runs, why = ((False, f"ONNX Runtime GenAI keeps a {kind} model's cache as one tensor a layer, with one "
                                  "head count for every layer") if kind in COMBINED_CACHE else
                          (False, f"ONNX Runtime GenAI keeps a {kind} model's keys and values beside its convolution "
-                                 "states with one head count for every layer") if kind in CONV_STATE else
+                                 "states with one head count for every layer") if kind in CONV_CACHE else
                          per_layer_kv_heads())
             if runs:
                 self.layout_note = f"sliced with per-layer key/value heads {counts}: {why}"

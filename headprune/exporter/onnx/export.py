@@ -11,7 +11,7 @@ key/value cache instead, in the layout Optimum and ONNX Runtime GenAI use: input
 loads and generates. Each layer's ``past_key_values.{i}`` input has that layer's key/value head count, which an
 ONNX Runtime GenAI with per-layer counts reads (whether the installed one does is :mod:`genai_probe`'s question;
 the ONNX format writes the dense layout where it does not). A model with convolution layers (LFM2) takes each one's
-state as an input and gives it back as an output, in GenAI's names (:data:`CONV_STATE`).
+state as an input and gives it back as an output, in GenAI's names (:mod:`decoder_cache`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from headprune.core.compat import cache_of, passing_cache
 from headprune.errors import UnsupportedModelError
+from headprune.exporter.onnx.decoder_cache import CONV, KEY, RECURRENT, VALUE, FlatCache, layer_states
 from headprune.loading.adapters import FAMILIES
 
 ONNX_NAME = "model.onnx"
@@ -40,12 +40,10 @@ GENAI_TYPES = {t: f.genai for t, f in sorted(FAMILIES.items()) if f.genai}
 # GenAI model types whose cache is one tensor a layer, keys and values stacked ``(2, batch, heads, sequence, head)``
 # (``past_%d`` / ``present_%d``), with one head count for every layer (GenAI's ``CombinedKeyValueCache``)
 COMBINED_CACHE = {"gpt2"}
-# GenAI model types whose convolution layers carry a state between steps (``config.layer_types`` ``conv``), an input
-# and output of its own: ``past.{i}.conv`` / ``present.{i}.conv``, ``(batch, channels, kernel - 1)``, zeros at the
-# first step; keys and values for the attention layers alone, named by their layer's index (GenAI's model builder,
-# lfm2.py, and its ``ConvKeyValueCache``), one head count for every layer
-CONV_STATE = {"lfm2"}
-CONV = "conv"
+# GenAI model types whose recurrent layers' states (:mod:`decoder_cache`) GenAI keeps in its ``ConvKeyValueCache``:
+# it reads ``layer_types`` and ``conv_cache_size`` from the config (its model builder's lfm2.py) and keeps the keys
+# and values of every attention layer with one head count
+CONV_CACHE = {"lfm2"}
 
 
 def onnx_output(head: str) -> str:
@@ -131,139 +129,74 @@ def generates(model_type: str, head: str) -> bool:
     return head == "causal-lm" and model_type in GENAI_TYPES
 
 
-class _WithCache(nn.Module):
-    """The model's forward with its key/value cache as flat tensors: ``(ids, mask, positions, k0, v0, k1, ...)``
-    -> ``(logits, k0', v0', ...)``; ``combined``: each layer's keys and values stacked in one tensor,
-    ``(ids, mask, positions, kv0, kv1, ...)`` -> ``(logits, kv0', kv1', ...)``; ``kinds``: each layer's, a
-    convolution layer (:data:`CONV`) taking and giving its state in place of keys and values (GenAI's
-    ``kernel - 1`` last inputs; transformers keeps ``kernel``, whose first the convolution never reads)."""
-
-    def __init__(self, model: nn.Module, layers: int, combined: bool = False, kinds: list[str] | None = None) -> None:
-        super().__init__()
-        self.model, self.layers, self.combined = model, layers, combined
-        self.kinds = kinds or [ATTENTION_STATE] * layers
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        from transformers import DynamicCache
-
-        # Full layers whatever the config says: a sliding-window layer (Mistral's) keeps only its last window - 1
-        # positions, so its present tensors would stop growing, which a runtime feeding them back as the next
-        # step's past (GenAI) does not expect. The window is applied by the attention mask the model builds from
-        # its config either way, so the logits are the same. A model with convolution layers takes the cache its
-        # config builds (their layers keep a state, not keys and values).
-        stateful = CONV in self.kinds
-        cache = DynamicCache(config=self.model.config) if stateful else DynamicCache()
-        pasts = iter([(kv[0], kv[1]) for kv in past] if self.combined else past)
-        for layer, kind in enumerate(self.kinds):
-            if kind == CONV:
-                _conv_state(cache.layers[layer], next(pasts))
-            else:
-                keys, values = next(pasts) if self.combined else (next(pasts), next(pasts))
-                cache.update(keys, values, layer)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         **passing_cache(cache), use_cache=True)
-        layers = cache_of(out).layers
-        if self.combined:
-            return (out.logits, *(torch.stack((layer.keys, layer.values)) for layer in layers))
-        return (out.logits, *(t for layer, kind in zip(layers, self.kinds)
-                              for t in ((layer.conv_states[0][..., 1:],) if kind == CONV else (layer.keys, layer.values))))
-
-
-ATTENTION_STATE = "attention"
-
-
-def _conv_state(layer: Any, past: torch.Tensor) -> None:
-    """A transformers convolution cache layer holding ``past`` (GenAI's last ``kernel - 1`` inputs) as the state a
-    step continues from: ``kernel`` inputs, the first (which the convolution's window never reaches) zero."""
-    state = torch.nn.functional.pad(past, (1, 0))
-    layer.dtype, layer.device = state.dtype, state.device
-    layer.conv_states[0], layer.conv_kernel_size[0] = state, int(state.shape[-1])
-    layer.is_conv_states_initialized[0] = layer.has_previous_state[0] = True
-
-
-def state_kinds(model: nn.Module) -> list[str]:
-    """Each layer's cache: :data:`CONV` (a convolution state, where GenAI's type keeps one) or keys and values."""
-    config = model.config
-    if GENAI_TYPES.get(config.model_type) in CONV_STATE:
-        return [CONV if kind == CONV else ATTENTION_STATE for kind in config.layer_types]
-    return [ATTENTION_STATE] * int(config.num_hidden_layers)
-
-
-def kv_heads(model: nn.Module) -> list[int]:
-    """Key/value heads of every attention layer, read from one forward pass (a sliced model's layers may differ)."""
-    with torch.inference_mode():
-        out = model(input_ids=torch.tensor([[1, 2]]), use_cache=True)
-    return [int(layer.keys.shape[1]) for layer in cache_of(out).layers if getattr(layer, "keys", None) is not None]
-
-
 def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad: int, bos: int | None) -> dict:
     """Write ``model`` as a decoder with a key/value cache (``model.onnx``) and its ``genai_config.json``;
     returns the GenAI config. Layers may keep different key/value head counts: each layer's past and present
-    tensors have its own (``num_key_value_heads`` in the config is the largest). A convolution layer of a type in
-    :data:`CONV_STATE` takes and gives its state instead.
+    tensors have its own (``num_key_value_heads`` in the config is the largest). A recurrent layer takes and gives
+    its states instead (:mod:`decoder_cache`).
     """
     config = model.config
-    counts, kinds = kv_heads(model), state_kinds(model)
+    states = layer_states(model)
+    counts = [entry[KEY][0] for entry in states if KEY in entry]
     head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
     combined = GENAI_TYPES[config.model_type] in COMBINED_CACHE
     if combined and len(set(counts)) > 1:  # the ONNX format writes such a model dense (ONNX.layout_for)
         raise ValueError(f"a combined key/value cache takes one head count for every layer, not {counts}")
-    wrapper = _WithCache(model, len(kinds), combined, kinds).eval()
-    batch, past_len, width = 2, 3, 4
+    family = FAMILIES.get(config.model_type)  # (a Mamba2 scan is traced over its chunks: Family.onnx_tokens)
+    batch, past_len, width = 2, 3, family.onnx_tokens(config) if family and family.onnx_tokens else 4
     ids = torch.randint(2, 50, (batch, width))
     mask = torch.ones(batch, past_len + width, dtype=torch.long)
     positions = torch.arange(past_len, past_len + width).expand(batch, width)
     b, s, t, p = (torch.export.Dim(n) for n in ("batch", "sequence", "total_sequence", "past_sequence"))
-    attention = [i for i, kind in enumerate(kinds) if kind != CONV]
     past: list[torch.Tensor] = []
     past_shapes: list[dict] = []
     names: tuple[list[str], list[str]] = ([], [])
-    for layer, kind in enumerate(kinds):
-        if kind == CONV:  # (batch, channels, kernel - 1), every size but the batch fixed
-            past.append(torch.randn(batch, config.hidden_size, int(config.conv_L_cache) - 1))
-            past_shapes.append({0: b})
-            names[0].append(f"past.{layer}.conv")
-            names[1].append(f"present.{layer}.conv")
-            continue
-        heads = counts[attention.index(layer)]
+    for layer, entry in enumerate(states):
         if combined:
-            past.append(torch.randn(2, batch, heads, past_len, head_dim))
+            heads, size = entry[KEY]
+            past.append(torch.randn(2, batch, heads, past_len, size))
             past_shapes.append({1: b, 3: p})
             names[0].append(f"past_{layer}")
             names[1].append(f"present_{layer}")
             continue
-        past += [torch.randn(batch, heads, past_len, head_dim) for _ in range(2)]
-        past_shapes += [{0: b, 2: p}, {0: b, 2: p}]
-        names[0].extend(f"past_key_values.{layer}.{kind}" for kind in ("key", "value"))
-        names[1].extend(f"present.{layer}.{kind}" for kind in ("key", "value"))
+        for name, shape in entry.items():
+            attention = name in (KEY, VALUE)  # (batch, heads, past, head_dim); a state: every size but the batch fixed
+            past.append(torch.randn(batch, shape[0], past_len, shape[1]) if attention else torch.randn(batch, *shape))
+            past_shapes.append({0: b, 2: p} if attention else {0: b})
+            names[0].append(f"past_key_values.{layer}.{name}" if attention else f"past.{layer}.{name}")
+            names[1].append(f"present.{layer}.{name}")
     inputs = ["input_ids", "attention_mask", "position_ids", *names[0]]
     outputs = ["logits", *names[1]]
     shapes = ({0: b, 1: s}, {0: b, 1: t}, {0: b, 1: s}, tuple(past_shapes))
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     with warnings.catch_warnings(), _traceable(model):
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(wrapper, (ids, mask, positions, *past), dynamo=True, input_names=inputs,
-                                    output_names=outputs, dynamic_shapes=shapes, verbose=False)
+        program = torch.onnx.export(FlatCache(model, states, combined).eval(), (ids, mask, positions, *past),
+                                    dynamo=True, input_names=inputs, output_names=outputs, dynamic_shapes=shapes,
+                                    verbose=False)
     program.save(str(folder / ONNX_NAME), external_data=False)
-    genai = _genai_config(config, kinds, head_dim, max(counts), combined, eos=eos, pad=pad, bos=bos)
+    genai = _genai_config(config, states, head_dim, max(counts), combined, eos=eos, pad=pad, bos=bos)
     (folder / GENAI_CONFIG).write_text(json.dumps(genai, indent=2) + "\n", encoding="utf-8")
     return genai
 
 
-def _genai_config(config: Any, kinds: list[str], head_dim: int, kv_heads: int, combined: bool, *,
+def _genai_config(config: Any, states: list[dict], head_dim: int, kv_heads: int, combined: bool, *,
                   eos: tuple[int, ...], pad: int, bos: int | None) -> dict:
     """The ``genai_config.json`` of a decoder :func:`export_decoder` wrote: its cache's names, as GenAI's model
-    builder writes them for its type (and a convolution model's ``layer_types`` and state length)."""
+    builder writes them for its type (and for :data:`CONV_CACHE`'s, ``layer_types`` and the state's length)."""
     if combined:
         cache_io = {"past_names": "past_%d"}, {"present_names": "present_%d"}
     else:
         cache_io = ({"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"},
                     {"present_key_names": "present.%d.key", "present_value_names": "present.%d.value"})
+    for name in (CONV, RECURRENT):
+        if any(name in entry for entry in states):
+            cache_io[0][f"past_{name}_names"], cache_io[1][f"present_{name}_names"] = f"past.%d.{name}", \
+                f"present.%d.{name}"
     decoder: dict[str, Any] = {}
-    if CONV in kinds:
-        cache_io[0]["past_conv_names"], cache_io[1]["present_conv_names"] = "past.%d.conv", "present.%d.conv"
-        decoder = {"layer_types": list(config.layer_types), "conv_cache_size": int(config.conv_L_cache) - 1}
+    if GENAI_TYPES[config.model_type] in CONV_CACHE:
+        decoder = {"layer_types": list(config.layer_types),
+                   "conv_cache_size": next(entry[CONV][1] for entry in states if CONV in entry)}
     return {
         "model": {
             "type": GENAI_TYPES[config.model_type], "vocab_size": config.vocab_size,
@@ -274,7 +207,7 @@ def _genai_config(config: Any, kinds: list[str], head_dim: int, kv_heads: int, c
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
                 "filename": ONNX_NAME, "head_size": head_dim, "hidden_size": config.hidden_size,
                 "num_attention_heads": config.num_attention_heads, "num_key_value_heads": kv_heads,
-                "num_hidden_layers": len(kinds), **decoder,
+                "num_hidden_layers": len(states), **decoder,
                 "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask", "position_ids": "position_ids",
                            **cache_io[0]},
                 "outputs": {"logits": "logits", **cache_io[1]},
