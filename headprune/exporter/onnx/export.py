@@ -169,15 +169,34 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
     outputs = ["logits", *names[1]]
     shapes = ({0: b, 1: s}, {0: b, 1: t}, {0: b, 1: s}, tuple(past_shapes))
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    args = (ids, mask, positions, *past)
     with warnings.catch_warnings(), _traceable(model):
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(FlatCache(model, states, combined).eval(), (ids, mask, positions, *past),
-                                    dynamo=True, input_names=inputs, output_names=outputs, dynamic_shapes=shapes,
-                                    verbose=False)
+        traced: Any = FlatCache(model, states, combined).eval()
+        if any(CONV in entry for entry in states):  # (a model with recurrent layers: see _capture)
+            traced, shapes = _capture(traced, args, shapes), None
+        program = torch.onnx.export(traced, args, dynamo=True, input_names=inputs, output_names=outputs,
+                                    dynamic_shapes=shapes, verbose=False)
     program.save(str(folder / ONNX_NAME), external_data=False)
     genai = _genai_config(config, states, head_dim, max(counts), combined, eos=eos, pad=pad, bos=bos)
     (folder / GENAI_CONFIG).write_text(json.dumps(genai, indent=2) + "\n", encoding="utf-8")
     return genai
+
+
+def _capture(module: nn.Module, args: tuple, shapes: tuple) -> Any:
+    """``module``'s program captured by torch.export (not strict). Where the model's code ties the dynamic sizes (a
+    Mamba2 scan's chunks), captured again as the ONNX exporter's own capture does it: sizes of 0 or 1 kept dynamic,
+    guards deferred to runtime asserts. Not the ONNX exporter's capture itself, nor those settings first: either
+    loses a token scan's output shape where two layers scan (``Family.traceable``: Qwen3.5's Gated DeltaNets;
+    measured, torch 2.13)."""
+    from torch.fx.experimental import _config as shape_config
+
+    try:
+        return torch.export.export(module, args, dynamic_shapes=shapes)
+    except torch._dynamo.exc.UserError:  # (what torch.export raises for a violated dynamic size)
+        with shape_config.patch(backed_size_oblivious=True):
+            return torch.export.export(module, args, dynamic_shapes=shapes,
+                                       prefer_deferred_runtime_asserts_over_guards=True)
 
 
 def _genai_config(config: Any, states: list[dict], head_dim: int, kv_heads: int, combined: bool, *,
