@@ -93,7 +93,8 @@ class Onnx(ExportFormat):
         if self.options.layout != "sliced" or not _generates(lm):
             return self.options.layout
         kept = [(layer.kind, len(p.q_heads), len(p.kv_heads)) for p, layer in zip(plans, lm.grid.layers, strict=True)
-                if layer.heads]  # (a layer without heads, such as a convolution layer, keeps no keys and values)
+                if layer.heads and layer.kv_source is None]  # (a layer without heads, such as a convolution layer,
+        # or reading another's, such as Gemma 4's sharing layers, keeps no keys and values of its own)
         counts = [kv for kind, _, kv in kept if kind == ATTENTION]
         recurrent = sorted({(kind, heads, kv) for kind, heads, kv in kept if kind != ATTENTION})
         runs, why, said = True, "", ""

@@ -27,15 +27,15 @@ def layer_states(model: nn.Module) -> list[dict[str, tuple[int, ...]]]:
     """Each layer's cache, read from one forward pass (a sliced model's layers may keep different head counts):
     ``{"key": (heads, head_dim), "value": (heads, head_dim)}`` for an attention layer, ``{"conv": (channels,
     kernel - 1)}`` and, where it keeps one, ``"recurrent": its state's shape`` for a recurrent layer (without the
-    batch)."""
+    batch); ``{}`` for a layer that keeps nothing (Gemma 4's key/value-sharing layers read their source's)."""
     with torch.inference_mode():
         out = model(input_ids=torch.tensor([[1, 2]]), use_cache=True)
     states = []
     for layer in cache_of(out).layers:
         conv = (getattr(layer, "conv_states", None) or {}).get(0)
         if conv is None:
-            states.append({KEY: (int(layer.keys.shape[1]), int(layer.keys.shape[3])),
-                           VALUE: (int(layer.values.shape[1]), int(layer.values.shape[3]))})
+            states.append({} if layer.keys is None else {KEY: (int(layer.keys.shape[1]), int(layer.keys.shape[3])),
+                                                         VALUE: (int(layer.values.shape[1]), int(layer.values.shape[3]))})
             continue
         entry = {CONV: (int(conv.shape[1]), int(conv.shape[2]) - 1)}
         recurrent = layer.recurrent_states.get(0)
@@ -86,6 +86,8 @@ class FlatCache(nn.Module):
         cache = DynamicCache(config=self.model.config) if recurrent else DynamicCache()
         given = iter(past)
         for index, names in enumerate(self.names):
+            if not names:  # (a layer keeping nothing)
+                continue
             if self.combined:
                 stacked = next(given)
                 cache.update(stacked[0], stacked[1], index)
@@ -95,7 +97,8 @@ class FlatCache(nn.Module):
                 cache.update(next(given), next(given), index)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          **passing_cache(cache), use_cache=True)
-        layers = cache_of(out).layers
+        cached = cache_of(out).layers  # (by index: a cache built without the config ends at the last layer updated)
+        layers = [(cached[index], names) for index, names in enumerate(self.names) if names]
         if self.combined:
-            return (out.logits, *(torch.stack((layer.keys, layer.values)) for layer in layers))
-        return (out.logits, *(t for layer, names in zip(layers, self.names) for t in _gives(layer, names)))
+            return (out.logits, *(torch.stack((layer.keys, layer.values)) for layer, _ in layers))
+        return (out.logits, *(t for layer, names in layers for t in _gives(layer, names)))

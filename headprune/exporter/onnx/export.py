@@ -138,7 +138,8 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
     config = model.config
     states = layer_states(model)
     counts = [entry[KEY][0] for entry in states if KEY in entry]
-    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+    head_dim = next(entry[KEY][1] for entry in states if KEY in entry)  # the first's (Gemma 4's layers differ: GenAI
+    # reads each layer's from the graph; a per-layer config has no one head_dim)
     combined = GENAI_TYPES[config.model_type] in COMBINED_CACHE
     if combined and len(set(counts)) > 1:  # the ONNX format writes such a model dense (ONNX.layout_for)
         raise ValueError(f"a combined key/value cache takes one head count for every layer, not {counts}")
