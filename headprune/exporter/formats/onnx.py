@@ -99,7 +99,7 @@ class Onnx(ExportFormat):
         recurrent = sorted({(kind, heads, kv) for kind, heads, kv in kept if kind != ATTENTION})
         runs, why, said = True, "", ""
         if len(recurrent) > 1:
-            runs, why = False, ("ONNX Runtime GenAI gives every recurrent layer's states one shape")
+            runs, why = False, "ONNX Runtime GenAI gives every recurrent layer's states one shape"
             said = f"recurrent layers would keep {[heads for _, heads, _ in recurrent]} heads"
         elif len(set(counts)) > 1:
             runs, why = self._per_layer_counts(lm)

@@ -10,8 +10,9 @@ key/value cache instead, in the layout Optimum and ONNX Runtime GenAI use: input
 ``present.{i}.key`` / ``.value``, with a ``genai_config.json`` beside it, so ``onnxruntime_genai.Model(folder)``
 loads and generates. Each layer's ``past_key_values.{i}`` input has that layer's key/value head count, which an
 ONNX Runtime GenAI with per-layer counts reads (whether the installed one does is :mod:`genai_probe`'s question;
-the ONNX format writes the dense layout where it does not). A model with convolution layers (LFM2) takes each one's
-state as an input and gives it back as an output, in GenAI's names (:mod:`decoder_cache`).
+the ONNX format writes the dense layout where it does not). A recurrent layer (LFM2's convolutions, Granite 4's
+Mamba2, Qwen3.5's Gated DeltaNets) takes its states as inputs and gives them back as outputs instead, and a layer
+keeping nothing (Gemma 4's key/value-sharing layers) has none, in GenAI's names (:mod:`decoder_cache`).
 """
 
 from __future__ import annotations
@@ -152,8 +153,8 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
     past: list[torch.Tensor] = []
     past_shapes: list[dict] = []
     names: tuple[list[str], list[str]] = ([], [])
-    for layer, entry in enumerate(states):
-        if combined:
+    for layer, entry in enumerate(states):  # (a layer keeping nothing has no inputs)
+        if combined and entry:
             heads, size = entry[KEY]
             past.append(torch.randn(2, batch, heads, past_len, size))
             past_shapes.append({1: b, 3: p})
