@@ -138,7 +138,8 @@ def test_family_onnx_equals_the_masked_original(model_type, tokenizer, tmp_path)
     if FAMILIES[model_type].onnx_tokens:  # a graph traced over a scan's chunks takes rows of other lengths too
         ids = (torch.arange(78).reshape(2, 39) * 7 + 5) % 100
         feeds = {"input_ids": ids.numpy(), "attention_mask": torch.ones_like(ids).numpy(),
-                 "position_ids": torch.arange(39).repeat(2, 1).numpy()}
+                 "position_ids": torch.arange(39).repeat(2, 1).numpy(),
+                 **{past.name: empty_past(past.shape, 2) for past in session.get_inputs()[3:]}}
         got = torch.from_numpy(np.asarray(session.run(["logits"], feeds)[0]))
         with ablated(lm, heads), torch.no_grad():
             torch.testing.assert_close(got, lm.model(input_ids=ids).logits.float(), atol=1e-4, rtol=1e-4)

@@ -119,11 +119,28 @@ def test_a_sliced_export_is_pruned_again_with_its_gated_deltanet_parameters(toke
 
 def test_onnx_of_a_hybrid_is_refused_in_one_line(tokenizer, tmp_path) -> None:
     """torch's ONNX exporter unrolls a Gated DeltaNet's scan for the length it traced (the graph then refuses any
-    other length): refused before any work, naming what works."""
-    folder = save_folder(_lm(tokenizer).model, tokenizer, tmp_path / "m")
+    other length): refused before any work, naming what works (the MoE's; qwen3_5_text's decoder scans)."""
+    folder = save_folder(_lm(tokenizer, "qwen3_5_moe_text").model, tokenizer, tmp_path / "m")
     assert_refused(invoke("export", str(folder), "--heads", "L0.H1", "--format", "onnx", "--out", str(tmp_path / "o")),
                    "its linear_attention layers carry a recurrent state")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_genai_decoder_whose_gated_deltanets_would_keep_different_heads_is_dense(tokenizer) -> None:
+    """ONNX Runtime GenAI 0.18 gives every recurrent layer's states the first one's shape (measured: it refuses a
+    second Gated DeltaNet's smaller ones), so a sliced qwen3_5_text decoder is written sliced only where every Gated
+    DeltaNet keeps the same heads, and says why otherwise."""
+    from headprune.exporter.formats.base import ExportOptions
+    from headprune.exporter.formats.onnx import Onnx
+
+    lm = _lm(tokenizer, num_hidden_layers=3, layer_types=["linear_attention"] * 2 + ["full_attention"])
+    onnx = Onnx(ExportOptions(layout="sliced"))
+    assert onnx.layout_for(lm, plan_layers(lm.grid, parse_heads("L0.H0,L0.H1"))) == "dense"
+    assert onnx.layout_note == ("dense, not the sliced layout asked for, whose recurrent layers would keep [2, 4] "
+                                "heads: ONNX Runtime GenAI gives every recurrent layer's states one shape")
+    onnx = Onnx(ExportOptions(layout="sliced"))
+    assert onnx.layout_for(lm, plan_layers(lm.grid, parse_heads("L0.H0,L0.H1,L1.H2,L1.H3"))) == "sliced"
+    assert onnx.layout_note == ""
 
 
 def _reorder_v_heads(tensor, dim, num_k_heads, num_v_per_k, head_dim):  # noqa: ANN001, ANN202

@@ -103,7 +103,10 @@ class TorchRunner:
 
 def empty_past(shape: Sequence[Any], batch: int) -> np.ndarray:
     """An empty past for a decoder graph's cache input of ``shape`` (its dimensions as onnxruntime lists them):
-    ``(batch, heads, 0, head)``, or ``(2, batch, heads, 0, head)`` where keys and values are stacked."""
+    ``(batch, heads, 0, head)``, or ``(2, batch, heads, 0, head)`` where keys and values are stacked; a recurrent
+    layer's state (every size but the batch fixed: a convolution's last inputs, a scan's state) starts at zeros."""
+    if all(isinstance(size, int) for size in shape[1:]):
+        return np.zeros((batch, *shape[1:]), dtype=np.float32)
     sizes = (batch, shape[1], 0, shape[3]) if len(shape) == 4 else (2, batch, shape[2], 0, shape[4])
     return np.zeros(sizes, dtype=np.float32)
 
@@ -126,8 +129,9 @@ class OnnxModel:
         self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.output, self.positions = output, positions
         # A decoder with a key/value cache: whole sequences go in with an empty past (each layer's keys and values
-        # apart, or stacked in one tensor: GenAI's gpt2), every dimension but the batch and the past's length fixed.
-        self.past = {i.name: i.shape for i in self.session.get_inputs() if i.name.startswith("past_")}
+        # apart, or stacked in one tensor: GenAI's gpt2; a recurrent layer's states, zeros), every dimension but the
+        # batch and the past's length fixed.
+        self.past = {i.name: i.shape for i in self.session.get_inputs() if i.name.startswith(("past_", "past."))}
 
     def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None
                  = None, logits_to_keep: int = 0, **_: object) -> SimpleNamespace:

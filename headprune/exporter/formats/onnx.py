@@ -85,23 +85,46 @@ class Onnx(ExportFormat):
 
     def layout_for(self, lm: LoadedModel, plans: Sequence[Any]) -> str:
         """The sliced layout where layers keep different key/value head counts only when the installed ONNX Runtime
-        GenAI runs them (:func:`onnx.genai_probe.per_layer_kv_heads`, which runs it); else the dense one, and why."""
-        from headprune.exporter.onnx.genai_probe import per_layer_kv_heads
-        from headprune.exporter.onnx.export import COMBINED_CACHE, GENAI_TYPES
+        GenAI runs them (:func:`onnx.genai_probe.per_layer_kv_heads`, which runs it), and where recurrent layers
+        with heads (Gated DeltaNets) keep different counts never (GenAI 0.18 gives every recurrent layer's states
+        the first one's shape: measured, it refuses another); else the dense one, and why."""
+        from headprune.heads import ATTENTION
 
-        counts = [len(p.kv_heads) for p in plans]
-        if self.options.layout == "sliced" and _generates(lm) and len(set(counts)) > 1:
-            kind = GENAI_TYPES[lm.model.config.model_type]
-            runs, why = ((False, f"ONNX Runtime GenAI keeps a {kind} model's cache as one tensor a layer, with one "
-                                 "head count for every layer") if kind in COMBINED_CACHE else per_layer_kv_heads())
-            if runs:
-                self.layout_note = f"sliced with per-layer key/value heads {counts}: {why}"
-                return "sliced"
-            self.layout_note = (f"dense, not the sliced layout asked for, whose layers would keep {counts} key/value "
-                                f"heads: {why}")
-            log.warning("export: writing the %s", self.layout_note)
-            return "dense"
-        return self.options.layout
+        if self.options.layout != "sliced" or not _generates(lm):
+            return self.options.layout
+        kept = [(layer.kind, len(p.q_heads), len(p.kv_heads)) for p, layer in zip(plans, lm.grid.layers, strict=True)
+                if layer.heads and layer.kv_source is None]  # (a layer without heads, such as a convolution layer,
+        # or reading another's, such as Gemma 4's sharing layers, keeps no keys and values of its own)
+        counts = [kv for kind, _, kv in kept if kind == ATTENTION]
+        recurrent = sorted({(kind, heads, kv) for kind, heads, kv in kept if kind != ATTENTION})
+        runs, why, said = True, "", ""
+        if len(recurrent) > 1:
+            runs, why = False, "ONNX Runtime GenAI gives every recurrent layer's states one shape"
+            said = f"recurrent layers would keep {[heads for _, heads, _ in recurrent]} heads"
+        elif len(set(counts)) > 1:
+            runs, why = self._per_layer_counts(lm)
+            said = f"layers would keep {counts} key/value heads"
+        if runs:
+            self.layout_note = f"sliced with per-layer key/value heads {counts}: {why}" if why else ""
+            return "sliced"
+        self.layout_note = f"dense, not the sliced layout asked for, whose {said}: {why}"
+        log.warning("export: writing the %s", self.layout_note)
+        return "dense"
+
+    @staticmethod
+    def _per_layer_counts(lm: LoadedModel) -> tuple[bool, str]:
+        """Whether GenAI runs this model's type with per-layer key/value head counts, and how that is known."""
+        from headprune.exporter.onnx.export import COMBINED_CACHE, CONV_CACHE, GENAI_TYPES
+        from headprune.exporter.onnx.genai_probe import per_layer_kv_heads
+
+        kind = GENAI_TYPES[lm.model.config.model_type]
+        if kind in COMBINED_CACHE:
+            return False, f"ONNX Runtime GenAI keeps a {kind} model's cache as one tensor a layer, with one head " \
+                          "count for every layer"
+        if kind in CONV_CACHE:
+            return False, f"ONNX Runtime GenAI keeps a {kind} model's keys and values beside its convolution " \
+                          "states with one head count for every layer"
+        return per_layer_kv_heads()
 
     def write(self, job: Job, staging: Path, scratch: Path) -> Written:
         from headprune.exporter.onnx import export as onnx_export

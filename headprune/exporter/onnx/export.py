@@ -10,7 +10,9 @@ key/value cache instead, in the layout Optimum and ONNX Runtime GenAI use: input
 ``present.{i}.key`` / ``.value``, with a ``genai_config.json`` beside it, so ``onnxruntime_genai.Model(folder)``
 loads and generates. Each layer's ``past_key_values.{i}`` input has that layer's key/value head count, which an
 ONNX Runtime GenAI with per-layer counts reads (whether the installed one does is :mod:`genai_probe`'s question;
-the ONNX format writes the dense layout where it does not).
+the ONNX format writes the dense layout where it does not). A recurrent layer (LFM2's convolutions, Granite 4's
+Mamba2, Qwen3.5's Gated DeltaNets) takes its states as inputs and gives them back as outputs instead, and a layer
+keeping nothing (Gemma 4's key/value-sharing layers) has none, in GenAI's names (:mod:`decoder_cache`).
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from headprune.core.compat import cache_of, passing_cache
 from headprune.errors import UnsupportedModelError
+from headprune.exporter.onnx.decoder_cache import CONV, KEY, RECURRENT, VALUE, FlatCache, layer_states
 from headprune.loading.adapters import FAMILIES
 
 ONNX_NAME = "model.onnx"
@@ -38,6 +41,10 @@ GENAI_TYPES = {t: f.genai for t, f in sorted(FAMILIES.items()) if f.genai}
 # GenAI model types whose cache is one tensor a layer, keys and values stacked ``(2, batch, heads, sequence, head)``
 # (``past_%d`` / ``present_%d``), with one head count for every layer (GenAI's ``CombinedKeyValueCache``)
 COMBINED_CACHE = {"gpt2"}
+# GenAI model types whose recurrent layers' states (:mod:`decoder_cache`) GenAI keeps in its ``ConvKeyValueCache``:
+# it reads ``layer_types`` and ``conv_cache_size`` from the config (its model builder's lfm2.py) and keeps the keys
+# and values of every attention layer with one head count
+CONV_CACHE = {"lfm2"}
 
 
 def onnx_output(head: str) -> str:
@@ -123,81 +130,95 @@ def generates(model_type: str, head: str) -> bool:
     return head == "causal-lm" and model_type in GENAI_TYPES
 
 
-class _WithCache(nn.Module):
-    """The model's forward with its key/value cache as flat tensors: ``(ids, mask, positions, k0, v0, k1, ...)``
-    -> ``(logits, k0', v0', ...)``; ``combined``: each layer's keys and values stacked in one tensor,
-    ``(ids, mask, positions, kv0, kv1, ...)`` -> ``(logits, kv0', kv1', ...)``."""
-
-    def __init__(self, model: nn.Module, layers: int, combined: bool = False) -> None:
-        super().__init__()
-        self.model, self.layers, self.combined = model, layers, combined
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        from transformers import DynamicCache
-
-        # Full layers whatever the config says: a sliding-window layer (Mistral's) keeps only its last window - 1
-        # positions, so its present tensors would stop growing, which a runtime feeding them back as the next
-        # step's past (GenAI) does not expect. The window is applied by the attention mask the model builds from
-        # its config either way, so the logits are the same.
-        cache = DynamicCache()
-        pairs = [(kv[0], kv[1]) for kv in past] if self.combined else list(zip(past[0::2], past[1::2]))
-        for layer, (keys, values) in enumerate(pairs):
-            cache.update(keys, values, layer)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         **passing_cache(cache), use_cache=True)
-        if self.combined:
-            return (out.logits, *(torch.stack((layer.keys, layer.values)) for layer in cache_of(out).layers))
-        return (out.logits, *(t for layer in cache_of(out).layers for t in (layer.keys, layer.values)))
-
-
-def kv_heads(model: nn.Module) -> list[int]:
-    """Key/value heads of every layer, read from one forward pass (a sliced model's layers may differ)."""
-    with torch.inference_mode():
-        out = model(input_ids=torch.tensor([[1, 2]]), use_cache=True)
-    return [int(layer.keys.shape[1]) for layer in cache_of(out).layers]
-
-
 def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad: int, bos: int | None) -> dict:
     """Write ``model`` as a decoder with a key/value cache (``model.onnx``) and its ``genai_config.json``;
     returns the GenAI config. Layers may keep different key/value head counts: each layer's past and present
-    tensors have its own (``num_key_value_heads`` in the config is the largest).
+    tensors have its own (``num_key_value_heads`` in the config is the largest). A recurrent layer takes and gives
+    its states instead (:mod:`decoder_cache`).
     """
     config = model.config
-    counts = kv_heads(model)
-    layers, head_dim = len(counts), int(getattr(config, "head_dim", None) or
-                                        config.hidden_size // config.num_attention_heads)
+    states = layer_states(model)
+    counts = [entry[KEY][0] for entry in states if KEY in entry]
+    head_dim = next(entry[KEY][1] for entry in states if KEY in entry)  # the first's (Gemma 4's layers differ: GenAI
+    # reads each layer's from the graph; a per-layer config has no one head_dim)
     combined = GENAI_TYPES[config.model_type] in COMBINED_CACHE
     if combined and len(set(counts)) > 1:  # the ONNX format writes such a model dense (ONNX.layout_for)
         raise ValueError(f"a combined key/value cache takes one head count for every layer, not {counts}")
-    wrapper = _WithCache(model, layers, combined).eval()
-    batch, past_len, width = 2, 3, 4
+    family = FAMILIES.get(config.model_type)  # (a Mamba2 scan is traced over its chunks: Family.onnx_tokens)
+    batch, past_len, width = 2, 3, family.onnx_tokens(config) if family and family.onnx_tokens else 4
     ids = torch.randint(2, 50, (batch, width))
     mask = torch.ones(batch, past_len + width, dtype=torch.long)
     positions = torch.arange(past_len, past_len + width).expand(batch, width)
     b, s, t, p = (torch.export.Dim(n) for n in ("batch", "sequence", "total_sequence", "past_sequence"))
-    if combined:
-        past = tuple(torch.randn(2, batch, counts[i], past_len, head_dim) for i in range(layers))
-        names = ([f"past_{i}" for i in range(layers)], [f"present_{i}" for i in range(layers)])
-        past_shapes = tuple({1: b, 3: p} for _ in past)
-        cache_io = {"past_names": "past_%d"}, {"present_names": "present_%d"}
-    else:
-        past = tuple(torch.randn(batch, counts[i // 2], past_len, head_dim) for i in range(2 * layers))
-        names = ([f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")],
-                 [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")])
-        past_shapes = tuple({0: b, 2: p} for _ in past)
-        cache_io = ({"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"},
-                    {"present_key_names": "present.%d.key", "present_value_names": "present.%d.value"})
+    past: list[torch.Tensor] = []
+    past_shapes: list[dict] = []
+    names: tuple[list[str], list[str]] = ([], [])
+    for layer, entry in enumerate(states):  # (a layer keeping nothing has no inputs)
+        if combined and entry:
+            heads, size = entry[KEY]
+            past.append(torch.randn(2, batch, heads, past_len, size))
+            past_shapes.append({1: b, 3: p})
+            names[0].append(f"past_{layer}")
+            names[1].append(f"present_{layer}")
+            continue
+        for name, shape in entry.items():
+            attention = name in (KEY, VALUE)  # (batch, heads, past, head_dim); a state: every size but the batch fixed
+            past.append(torch.randn(batch, shape[0], past_len, shape[1]) if attention else torch.randn(batch, *shape))
+            past_shapes.append({0: b, 2: p} if attention else {0: b})
+            names[0].append(f"past_key_values.{layer}.{name}" if attention else f"past.{layer}.{name}")
+            names[1].append(f"present.{layer}.{name}")
     inputs = ["input_ids", "attention_mask", "position_ids", *names[0]]
     outputs = ["logits", *names[1]]
-    shapes = ({0: b, 1: s}, {0: b, 1: t}, {0: b, 1: s}, past_shapes)
+    shapes = ({0: b, 1: s}, {0: b, 1: t}, {0: b, 1: s}, tuple(past_shapes))
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    args = (ids, mask, positions, *past)
     with warnings.catch_warnings(), _traceable(model):
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(wrapper, (ids, mask, positions, *past), dynamo=True, input_names=inputs,
-                                    output_names=outputs, dynamic_shapes=shapes, verbose=False)
+        traced: Any = FlatCache(model, states, combined).eval()
+        if any(CONV in entry for entry in states):  # (a model with recurrent layers: see _capture)
+            traced, shapes = _capture(traced, args, shapes), None
+        program = torch.onnx.export(traced, args, dynamo=True, input_names=inputs, output_names=outputs,
+                                    dynamic_shapes=shapes, verbose=False)
     program.save(str(folder / ONNX_NAME), external_data=False)
-    genai = {
+    genai = _genai_config(config, states, head_dim, max(counts), combined, eos=eos, pad=pad, bos=bos)
+    (folder / GENAI_CONFIG).write_text(json.dumps(genai, indent=2) + "\n", encoding="utf-8")
+    return genai
+
+
+def _capture(module: nn.Module, args: tuple, shapes: tuple) -> Any:
+    """``module``'s program captured by torch.export (not strict). Where the model's code ties the dynamic sizes (a
+    Mamba2 scan's chunks), captured again as the ONNX exporter's own capture does it: sizes of 0 or 1 kept dynamic,
+    guards deferred to runtime asserts. Not the ONNX exporter's capture itself, nor those settings first: either
+    loses a token scan's output shape where two layers scan (``Family.traceable``: Qwen3.5's Gated DeltaNets;
+    measured, torch 2.13)."""
+    from torch.fx.experimental import _config as shape_config
+
+    try:
+        return torch.export.export(module, args, dynamic_shapes=shapes)
+    except torch._dynamo.exc.UserError:  # (what torch.export raises for a violated dynamic size)
+        with shape_config.patch(backed_size_oblivious=True):
+            return torch.export.export(module, args, dynamic_shapes=shapes,
+                                       prefer_deferred_runtime_asserts_over_guards=True)
+
+
+def _genai_config(config: Any, states: list[dict], head_dim: int, kv_heads: int, combined: bool, *,
+                  eos: tuple[int, ...], pad: int, bos: int | None) -> dict:
+    """The ``genai_config.json`` of a decoder :func:`export_decoder` wrote: its cache's names, as GenAI's model
+    builder writes them for its type (and for :data:`CONV_CACHE`'s, ``layer_types`` and the state's length)."""
+    if combined:
+        cache_io = {"past_names": "past_%d"}, {"present_names": "present_%d"}
+    else:
+        cache_io = ({"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"},
+                    {"present_key_names": "present.%d.key", "present_value_names": "present.%d.value"})
+    for name in (CONV, RECURRENT):
+        if any(name in entry for entry in states):
+            cache_io[0][f"past_{name}_names"], cache_io[1][f"present_{name}_names"] = f"past.%d.{name}", \
+                f"present.%d.{name}"
+    decoder: dict[str, Any] = {}
+    if GENAI_TYPES[config.model_type] in CONV_CACHE:
+        decoder = {"layer_types": list(config.layer_types),
+                   "conv_cache_size": next(entry[CONV][1] for entry in states if CONV in entry)}
+    return {
         "model": {
             "type": GENAI_TYPES[config.model_type], "vocab_size": config.vocab_size,
             "context_length": int(getattr(config, "max_position_embeddings", 2048)),
@@ -206,8 +227,8 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
             "decoder": {
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
                 "filename": ONNX_NAME, "head_size": head_dim, "hidden_size": config.hidden_size,
-                "num_attention_heads": config.num_attention_heads, "num_key_value_heads": max(counts),
-                "num_hidden_layers": layers,
+                "num_attention_heads": config.num_attention_heads, "num_key_value_heads": kv_heads,
+                "num_hidden_layers": len(states), **decoder,
                 "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask", "position_ids": "position_ids",
                            **cache_io[0]},
                 "outputs": {"logits": "logits", **cache_io[1]},
@@ -218,8 +239,6 @@ def export_decoder(model: nn.Module, folder: Path, *, eos: tuple[int, ...], pad:
                    "past_present_share_buffer": False, "top_k": 1, "top_p": 1.0, "temperature": 1.0,
                    "repetition_penalty": 1.0},
     }
-    (folder / GENAI_CONFIG).write_text(json.dumps(genai, indent=2) + "\n", encoding="utf-8")
-    return genai
 
 
 def genai_version() -> tuple[str | None, str]:

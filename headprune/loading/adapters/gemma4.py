@@ -16,6 +16,9 @@ A sliced export loads with its own code (``modeling_headprune.py``), a dense one
 ``per_layer_config`` takes a layer's key/value count and head size, but not its query count (the attention reads
 the model-wide one, and a per-layer one is refused as ambiguous), and only one override for every layer of a type
 (the rotary embedding reads a type's), so no exact prune of a few heads can be written in it.
+
+ONNX: ``gemma4_text`` is a decoder for ONNX Runtime GenAI's ``gemma4_text`` type, each layer's keys and values in its
+own count and size, the sharing layers without a cache of their own (:mod:`headprune.exporter.onnx.decoder_cache`).
 """
 
 from __future__ import annotations
@@ -143,6 +146,7 @@ _NOTE = ("per-layer head sizes and key/value heads (sliding and full layers), ke
          "layers (their source keeps what they read); sliced loads with its own code, dense with stock transformers")
 register(
     Family("gemma4_text", GEMMA4_TEXT, TinyModel("Gemma4TextConfig", "Gemma4ForCausalLM", TEXT), note=_NOTE,
+           genai="gemma4_text",
            gguf=Gguf("gemma4", per_layer=True, keys=_keys, refuse=_refuse, ffn_length=_ffn, activation=TANH_GELU,
                      renamed=ROUTER_SCALES, tolerance=GELU_TABLE_PLE, sliding_window=True,
                      holds=("per_layer_token_embd.weight", "gemma4.attention.shared_kv_layers"))),

@@ -13,7 +13,9 @@ shared MLP are untouched.
 GGUF (``granitehybrid``; the converter's ``GraniteHybridModel``): llama.cpp's graph sizes each attention layer by its
 own head counts and tells a Mamba2 layer by its 0 key/value heads, so a sliced file is written in this architecture.
 The Mamba2 tensors are written as the converter's ``Mamba2Model.modify_tensors`` writes them (:class:`Mamba2Tensors`),
-and the experts' and the shared MLP's fused gate and up rows split.
+and the experts' and the shared MLP's fused gate and up rows split. ONNX is a decoder for ONNX Runtime GenAI's
+``granitemoehybrid`` type, each Mamba2 layer's states an input and output of their own
+(:mod:`headprune.exporter.onnx.decoder_cache`).
 """
 
 from __future__ import annotations
@@ -180,4 +182,4 @@ register(Family(
          holds=("blk.0.ssm_a", "granitehybrid.ssm.inner_size"), variant={"position_embedding_type": "rope"},
          refused=({"time_step_limit": (0.0, 100.0)}, "clamp their time step")),
     note="attention layers' query heads; Mamba2 layers untouched; routers and experts untouched",
-    onnx_tokens=lambda config: int(config.mamba_chunk_size) + 3))
+    genai="granitemoehybrid", onnx_tokens=lambda config: int(config.mamba_chunk_size) + 3))

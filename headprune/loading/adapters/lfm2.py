@@ -7,8 +7,8 @@ no heads and are never touched; their state makes the grid recurrent, so an LFM2
 
 GGUF (the converter's ``LFM2Model``): llama.cpp's ``lfm2`` graph sizes the query and output projections by the width
 (``{n_embd, n_embd}``), so the file is dense; it tells a convolution layer by its 0 key/value heads, and takes the
-convolution's kernel as (channels, kernel). ONNX is a logits graph; ONNX Runtime GenAI's ``lfm2`` decoder needs the
-convolution states as inputs of their own, which headprune does not write.
+convolution's kernel as (channels, kernel). ONNX is a decoder for ONNX Runtime GenAI's ``lfm2`` type, the convolution
+layers' states an input and output of their own (:mod:`headprune.exporter.onnx.export`).
 """
 
 from __future__ import annotations
@@ -73,4 +73,4 @@ register(Family(
          tensors=ShortConvTensors(), ffn_length=_ffn,
          holds=("blk.0.shortconv.conv.weight", "lfm2.shortconv.l_cache"),
          variant={"block_auto_adjust_ff_dim": True, "block_multiple_of": 32}, refused=({"conv_bias": True}, "biases")),
-    note="attention layers' query heads (`out_proj`); convolution layers untouched"))
+    genai="lfm2", note="attention layers' query heads (`out_proj`); convolution layers untouched"))

@@ -17,6 +17,10 @@ llama.cpp sizes every attention layer by one head count and every Gated DeltaNet
 tensors: value heads reordered from grouped to tiled (``_LinearAttentionVReorderBase``: value head ``j`` of group
 ``g`` stored at ``j * key heads + g``), ``A_log`` as ``-exp(A_log)``, ``dt_bias`` as the ``ssm_dt`` bias, the
 depthwise kernel as (channels, kernel), and the (1 + w) norms written plus one (the Gated DeltaNet's own is w).
+
+ONNX: ``qwen3_5_text`` is a decoder for ONNX Runtime GenAI's ``qwen3_5_text`` type, each Gated DeltaNet's convolution
+and recurrent states inputs and outputs of their own, its recurrence traced as one scan over the tokens
+(:mod:`headprune.loading.delta_scan`); the others' ONNX is refused (``SCAN``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from headprune.loading.adapters.base import LLAMA_STYLE, VISION_LANGUAGE, Adapte
 from headprune.loading.adapters.family import Family, TinyModel, register
 from headprune.loading.adapters.gguf_spec import Gguf, GgufTensors, expert_keys, one_count
 from headprune.loading.adapters.llama import GQA
+from headprune.loading.delta_scan import scanned_delta_rule
 
 LINEAR_ATTENTION = "linear_attention"  # a Gated DeltaNet layer, as transformers' layer_types name it
 GATED_DELTANET = Mixer(
@@ -149,7 +154,15 @@ VISION = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hi
               spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)
 IMAGE_IDS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
 _NOTE = "gated attention's query heads and Gated DeltaNet value heads (even groups)"
-# (docs/models.md: measured, a graph traced on 5 tokens refuses 39)
+
+
+def _modeling() -> Any:
+    from transformers.models.qwen3_5 import modeling_qwen3_5
+
+    return modeling_qwen3_5
+
+
+# (docs/models.md: measured, a graph traced on 5 tokens refuses 39; qwen3_5_text's decoder scans: delta_scan)
 SCAN = ("its linear_attention layers carry a recurrent state, whose scan over the tokens torch's ONNX exporter unrolls "
         "for the length it traced (the graph would take that one length)")
 _EXPERTS = "; routers and experts untouched"
@@ -160,7 +173,7 @@ GGUF_VARIANT = {"linear_key_head_dim": 16, "num_hidden_layers": 3,
 _GGUF = dict(tensors=GatedDeltaNetTensors(), refuse=_refuse, variant=GGUF_VARIANT)
 register(
     Family("qwen3_5_text", QWEN3_5, TinyModel("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", TEXT), note=_NOTE,
-           onnx_refused=SCAN,
+           genai="qwen3_5_text", traceable=scanned_delta_rule(_modeling),
            gguf=Gguf("qwen35", dense_only=one_count("qwen35") + " and every Gated DeltaNet by one value head count",
                      keys=_keys, holds=("blk.0.ssm_a", "qwen35.ssm.conv_kernel"), **_GGUF)),
     Family("qwen3_5_moe_text", QWEN3_5, TinyModel("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", MOE),
