@@ -51,6 +51,17 @@ def strongest_sandbox(monkeypatch):  # noqa: ANN001, ANN201
     monkeypatch.setenv("HEADPRUNE_SANDBOX_MODE", sandbox.best_isolation().mode)
 
 
+@pytest.fixture
+def ctrl_c_delivered():  # noqa: ANN201
+    """Ctrl-C raises KeyboardInterrupt in this process and in the processes it starts, as in a terminal, even where
+    the suite itself runs with SIGINT ignored (a shell's background job, nohup: which children would inherit)."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():  # noqa: ANN201
     return build_tokenizer()

@@ -24,6 +24,8 @@ from headprune.exporter import verify_record
 from headprune.tasks.jsonl import write_jsonl_task
 from helpers import build_tokenizer, random_choice_task, save_folder
 
+pytestmark = pytest.mark.usefixtures("ctrl_c_delivered")  # the exports started must not inherit an ignored SIGINT
+
 EXIT_WITHIN = 1.5  # seconds from the signal to the process's end (measured 0.3 to 1.0 s on a loaded 2-core machine)
 HEADS = "L0.H1,L3.H0"
 WRITING, VERIFYING = "export: removing", "export: verifying against"

@@ -230,6 +230,7 @@ def test_quantize_is_llama_cpps_ggml_quantize_chunk() -> None:
     assert gguf_export.file_name("q4_k_m") == "model-Q4_K_M.gguf" and gguf_export.file_name("f32") == "model.gguf"
 
 
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_ctrl_c_while_llama_cpp_logs_stops_the_export_before_its_move(wide, tmp_path) -> None:
     """A Ctrl-C that arrives while llama.cpp runs Python's log callback (it loads the quantized file for the gate):
     ctypes drops an exception raised there, and the export used to run on and move its output into place. Now it

@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from headprune.core.interrupts import deferred_interrupt, interruption_point
+from headprune.core.interrupts import deferred_interrupt, interrupted, interruption_point
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the C library's qsort, as Linux has it")
+pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="the C library's qsort, as Linux has it"),
+              pytest.mark.usefixtures("ctrl_c_delivered")]
 
 
 def _sort_calling_back(on_compare) -> list[int]:  # noqa: ANN001
@@ -51,6 +52,18 @@ def test_a_ctrl_c_in_a_callback_is_raised_when_the_deferred_block_ends() -> None
         with deferred_interrupt():
             assert _sort_calling_back(_ctrl_c_once()) == [1, 2, 3, 4, 5]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler of before is back
+
+
+def test_where_ctrl_c_is_ignored_it_stays_ignored_and_nothing_is_aborted() -> None:
+    """A process told to ignore Ctrl-C (a shell's background job, nohup) keeps ignoring it inside a deferred block:
+    no mark, so llama.cpp's abort check does not stop a call that nothing would then report as interrupted."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    asked = []
+    with deferred_interrupt():
+        assert _sort_calling_back(lambda: (signal.raise_signal(signal.SIGINT), asked.append(interrupted()))) == [
+            1, 2, 3, 4, 5]
+        interruption_point()
+    assert asked and not any(asked) and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 def test_an_interruption_point_raises_it_between_foreign_calls() -> None:

@@ -118,10 +118,12 @@ def test_a_partner_that_helps_only_with_the_first_head_is_found() -> None:
 @pytest.mark.parametrize("size", list(SIZES))
 def test_the_confirmed_gain_is_never_much_below_the_rule_of_0_2(size: str) -> None:
     """The price where one head is the answer: in every cell, the expected true gain confirmed is at most 0.1
-    points below that of 0.2's rule on the same models (and far above it where two heads are real)."""
+    points below that of 0.2's rule on the same models (and far above it where two heads are real). 100 runs a cell,
+    both rules on the same seeds: the closest cell (one real head flipping 5% at 2,000/1,000) measured -0.02 points
+    there and -0.05 at 200 runs."""
     for reals in (1, 2, "pair"):
         for flip in FLIPS:
-            now, before = (100 * np.mean([o.confirmed_gain for o in _cell(size, reals, flip, 200, rule=rule)])
+            now, before = (100 * np.mean([o.confirmed_gain for o in _cell(size, reals, flip, 100, rule=rule)])
                            for rule in (None, "admission"))
             assert now >= before - 0.1, f"{size}, real {reals}, flip {flip}: {now:.3f} against {before:.3f}"
 

@@ -33,9 +33,11 @@ def _mark(signum: int, frame: object) -> None:  # noqa: ARG001 - the signal modu
 @contextmanager
 def deferred_interrupt() -> Iterator[None]:
     """A block of foreign calls whose callbacks must not swallow Ctrl-C (see the module). Outside the main thread,
-    where Python delivers no signal, it does nothing."""
+    where Python delivers no signal, it does nothing; nor where Ctrl-C is ignored (a shell's background job, nohup),
+    which must stay so: a mark there would abort llama.cpp's call with nothing raised afterwards."""
     global _depth
-    if threading.current_thread() is not threading.main_thread() or _depth:
+    if (threading.current_thread() is not threading.main_thread() or _depth
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
         yield
         return
     previous = signal.signal(signal.SIGINT, _mark)
