@@ -57,9 +57,9 @@ def guards_line(result: FindResult) -> str:
                          f"{'were' if broke > 1 else 'was'} passed over")
         stop = result.selection.guard_stop if result.selection is not None else ()
         if stop:
-            parts.append(f"the sequence's next prefix {','.join(stop)} did not keep the guards on held-out ("
+            parts.append(f"the next confirmed set {','.join(stop)} did not keep the guards on held-out ("
                          + ", ".join(f"{e.task} {change_text(e)}" for e in result.selection.guard_stop_effects)
-                         + "): the guards' fixed sequence over the confirmed prefixes stopped there")
+                         + "): the guards' fixed sequence over the confirmed sets stopped there")
         if result.verdict.confirmed and not result.guards_held:
             parts.append("the claim is not confirmed: a guard did not hold")
     return "; " + "; ".join(parts)
