@@ -147,3 +147,26 @@ def test_a_state_beside_every_attention_layer_makes_the_grid_recurrent(tokenizer
     dense = evaluate(replace(lm, model=densify(lm, heads)), task)
     assert hooked.texts == dense.texts and hooked.texts != evaluate(lm, task).texts
     torch.testing.assert_close(torch.tensor(hooked.margins), torch.tensor(dense.margins), atol=1e-4, rtol=0)
+
+
+def test_falcon_h1_generation_is_refused_in_one_line_where_transformers_own_generate_fails(tokenizer, tmp_path,
+                                                                                            monkeypatch) -> None:
+    """Below transformers 5.25 (pyproject's floor, 5.17, where the floors' run meets it for real), FalconH1's own
+    generate fails inside transformers: a generate task is refused in one line and exit 2, not an internal error;
+    a choice task still runs. On a newer transformers the rule is checked with an older version number."""
+    import transformers
+    from helpers.cli import invoke
+    from packaging.version import Version
+
+    from headprune.tasks import write_jsonl_task
+
+    if Version(transformers.__version__) >= Version("5.25"):
+        monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    save_folder(family_model("falcon_h1", len(tokenizer), seed=2), tokenizer, tmp_path / "m")
+    for name, task in (("generate", prefixed(generate_task())), ("choice", choice_task())):
+        write_jsonl_task(task, tmp_path / f"{name}.jsonl")
+    refused = invoke("eval", str(tmp_path / "m"), "--task", str(tmp_path / "generate.jsonl"))
+    assert refused.exit_code == 2, refused.output
+    assert "falcon_h1: generating needs transformers >= 5.25" in refused.stderr.splitlines()[-1], refused.stderr
+    assert "Traceback" not in refused.output and "internal error" not in refused.output
+    assert invoke("eval", str(tmp_path / "m"), "--task", str(tmp_path / "choice.jsonl")).exit_code == 0

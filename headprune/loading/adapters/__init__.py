@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+import transformers
+from packaging.version import Version
 from transformers import PretrainedConfig
 
 from headprune.errors import UnsupportedModelError
@@ -50,4 +52,21 @@ def adapter_for(config: PretrainedConfig) -> Adapter:
     return adapter.text_adapters.get(getattr(text, "model_type", None) or "", adapter)
 
 
-__all__ = ["Adapter", "FAMILIES", "Family", "adapter_for", "family_of", "supported_model_types"]
+def check_generates(config: PretrainedConfig) -> None:
+    """Refuse generating with a model type whose own ``generate`` fails inside the installed transformers
+    (``Family.generates_from``), before it generates.
+
+    Raises:
+        UnsupportedModelError: the installed transformers is older than the family's ``generates_from``.
+    """
+    family = FAMILIES.get(getattr(config, "model_type", None) or "")
+    if family is None or not family.generates_from:
+        return
+    least, why = family.generates_from
+    if Version(transformers.__version__) < Version(least):
+        raise UnsupportedModelError(
+            f"{family.model_type}: generating needs transformers >= {least} (the installed {transformers.__version__}"
+            f" {why}): pip install -U 'transformers>={least}'; choice and text tasks run on this version")
+
+
+__all__ = ["Adapter", "FAMILIES", "Family", "adapter_for", "check_generates", "family_of", "supported_model_types"]

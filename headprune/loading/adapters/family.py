@@ -60,6 +60,8 @@ class Family:
         traceable: ``model -> context manager`` within which torch's ONNX exporter traces the model, where
             transformers computes something the exporter does not take (Llama 4's RoPE in complex numbers, computed
             in real ones there); None: traced as it is. The export's gate compares the graph with the model itself.
+        generates_from: ``(version, why)``: the lowest transformers known to run the model type's own ``generate``, and
+            what fails on older ones; a generate task there is refused in one line (empty: any supported version).
     """
 
     model_type: str
@@ -72,6 +74,7 @@ class Family:
     gguf_refused: str = ""
     onnx_tokens: Callable[[Any], int] | None = None
     traceable: Callable[[Any], AbstractContextManager[None]] | None = None
+    generates_from: tuple[str, str] | tuple[()] = ()
 
 
 FAMILIES: Registry[str, Family] = Registry("model type")  # two files claiming one model type: an error at import
