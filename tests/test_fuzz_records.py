@@ -78,7 +78,10 @@ def test_an_edit_anywhere_in_a_result_never_exports_under_finds_figures(files, t
                   str(out), catch_exceptions=True)
     assert done.exit_code in (0, 2), (place, done.exit_code, done.output[-2000:])
     assert "Traceback" not in done.output
-    unchanged = place[0] == "timings" or data.get("digest") == json_digest(data, leave_out=UNDIGESTED)
+    try:
+        unchanged = place[0] == "timings" or data.get("digest") == json_digest(data, leave_out=UNDIGESTED)
+    except ValueError:  # an infinity or NaN written in, which JSON's digest cannot take: not what find wrote
+        unchanged = False
     if done.exit_code == 0:
         assert unchanged, f"an edit at {place} exported"
         return

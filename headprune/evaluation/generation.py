@@ -35,7 +35,6 @@ from headprune.evaluation.continuation import IntactContinuations, joined, rows_
 from headprune.evaluation.decoding import (Generated, StepGaps, decided_steps, decision_gap, eos_ids,
                                            looked_up, plain_greedy, with_drafts)
 from headprune.evaluation.prefix import SharedPrefix
-from headprune.loading.adapters import check_generates
 from headprune.loading.models import LoadedModel
 from headprune.scoring import Item, Scorer
 from headprune.tasks import Example
@@ -165,7 +164,6 @@ class Generation:
     def finish(self, batches: Sequence[Sequence[int]], prefix_cache: object | None, batch_rows: int
                ) -> dict[int, Generated]:
         """Per example, the answer part of the greedy text and its decision gap (see :class:`Generated`)."""
-        check_generates(self.lm.model.config)
         if not self.shortcut:
             return self.generate(batches)
         self._decode_settling()

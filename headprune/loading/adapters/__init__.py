@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-import transformers
 from packaging.version import Version
 from transformers import PretrainedConfig
 
@@ -52,9 +51,9 @@ def adapter_for(config: PretrainedConfig) -> Adapter:
     return adapter.text_adapters.get(getattr(text, "model_type", None) or "", adapter)
 
 
-def check_generates(config: PretrainedConfig) -> None:
+def check_generates(config: PretrainedConfig | None) -> None:
     """Refuse generating with a model type whose own ``generate`` fails inside the installed transformers
-    (``Family.generates_from``), before it generates.
+    (``Family.generates_from``), before any work.
 
     Raises:
         UnsupportedModelError: the installed transformers is older than the family's ``generates_from``.
@@ -63,9 +62,11 @@ def check_generates(config: PretrainedConfig) -> None:
     if family is None or not family.generates_from:
         return
     least, why = family.generates_from
-    if Version(transformers.__version__) < Version(least):
+    from transformers import __version__ as installed  # (the module loaded now)
+
+    if Version(installed) < Version(least):
         raise UnsupportedModelError(
-            f"{family.model_type}: generating needs transformers >= {least} (the installed {transformers.__version__}"
+            f"{family.model_type}: generating needs transformers >= {least} (the installed {installed}"
             f" {why}): pip install -U 'transformers>={least}'; choice and text tasks run on this version")
 
 
