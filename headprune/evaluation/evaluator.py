@@ -34,7 +34,6 @@ from headprune.evaluation.output_head import OutputHead, Waiting
 from headprune.evaluation.prefix import SharedPrefix
 from headprune.evaluation.results import EvalResult, ExampleResult
 from headprune.heads import Head
-from headprune.loading.adapters import check_generates
 from headprune.loading.models import LoadedModel
 from headprune.scoring import Item, scorer_for
 from headprune.surgery.ablation import AblationMode, ablated, collect_head_means
@@ -85,8 +84,6 @@ class Evaluator:
             self._by_example[item.example].append(i)
         self._first_items = {indices[0] for indices in self._by_example}  # to count progress in examples
         check_lengths(lm.model, task, self._items, generates=self.scorer.generates)  # before any work
-        if self.scorer.generates:
-            check_generates(getattr(lm.model, "config", None))  # (a llama.cpp runtime has none to check)
         self._batches = self.plan.batches([len(item.tokens) for item in self._items])
         shared = share_prefix and not lm.grid.recurrent
         self.prefix = SharedPrefix.of(self._items, self.scorer.readout) if shared else SharedPrefix()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from headprune.core.registry import Registry
 from headprune.errors import TaskError
+from headprune.loading.adapters import check_generates
 from headprune.scoring.base import Item, Readout, Scorer, Tokens
 from headprune.scoring.choice import ChoiceScorer
 from headprune.scoring.classify import ClassifyScorer
@@ -45,10 +46,15 @@ def scorer_for(task: Task, lm: LoadedModel) -> Scorer:
 
     Raises:
         TaskError: no scorer handles this kind of task on this kind of model (naming what would).
+        UnsupportedModelError: the installed transformers cannot generate with this model type
+            (``headprune.loading.adapters.check_generates``).
     """
     kind = model_kind(lm)
     if (task.kind, kind) in _SCORERS:
-        return _SCORERS[task.kind, kind](task, lm)
+        scorer = _SCORERS[task.kind, kind](task, lm)
+        if scorer.generates:
+            check_generates(getattr(lm.model, "config", None))  # (a llama.cpp runtime has none to check)
+        return scorer
     fits = " or ".join(_MODEL_WORDS[m] for m in sorted({models for k, models in _SCORERS if k == task.kind}))
     raise TaskError(f"{task.kind} tasks need {fits}; {lm.name} is {_MODEL_WORDS[kind]}")
 
