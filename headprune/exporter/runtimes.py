@@ -128,9 +128,8 @@ class OnnxModel:
         options.log_severity_level = 3
         self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.output, self.positions = output, positions
-        # A decoder with a key/value cache: whole sequences go in with an empty past (each layer's keys and values
-        # apart, or stacked in one tensor: GenAI's gpt2; a recurrent layer's states, zeros), every dimension but the
-        # batch and the past's length fixed.
+        # A decoder with a cache: whole sequences go in with an empty past (each layer's keys and values apart, or
+        # stacked: GenAI's gpt2; a recurrent layer's states, zeros), every dimension but batch and past length fixed.
         self.past = {i.name: i.shape for i in self.session.get_inputs() if i.name.startswith(("past_", "past."))}
 
     def __call__(self, *, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None
